@@ -1,0 +1,3 @@
+from specgen.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,122 @@
+"""The kernel families: names, specialization keys and argument lists.
+
+The semantics are those of KERNELS.md; ``specgen.codegen.reference`` holds the
+torch implementation of each family, which is the ground truth for every
+generated variant.  Shapes are Python expressions over ``B`` (batch, a
+run-time dimension), ``W`` (verify width), ``BT`` (block-table width) and
+``NS`` (split count of the attention tiling).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIN_WIDTH, MAX_WIDTH = 2, 16
+DEFAULT_NUM_SPLITS = 8
+DRAFT_DTYPES = ("int32", "int64")
+
+
+@dataclass(frozen=True, slots=True)
+class ArgSpec:
+    name: str
+    dtype: str  # "int32" or "int64"; "draft" means the variant's draft dtype
+    shape: str  # Python expression over B, W, BT, NS; a tuple for 2-D tensors
+    output: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    name: str
+    key_params: tuple[str, ...]  # subset of ("W", "BT", "BS"), in key order
+    args: tuple[ArgSpec, ...]
+    has_draft_dtype: bool = False  # int32/int64 draft tokens are separate variants
+
+    @property
+    def inputs(self) -> tuple[ArgSpec, ...]:
+        return tuple(a for a in self.args if not a.output)
+
+    @property
+    def outputs(self) -> tuple[ArgSpec, ...]:
+        return tuple(a for a in self.args if a.output)
+
+
+def _a(name, shape, dtype="int32", out=False):
+    return ArgSpec(name, dtype, shape, out)
+
+
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family(
+            "spec_verify_token_update",
+            ("W",),
+            (_a("last_tokens", "(B,)"), _a("draft_tokens", "(B, W - 1)", "draft"),
+             _a("tokens", "(B * W,)", out=True)),
+            has_draft_dtype=True,
+        ),
+        Family(
+            "spec_verify_metadata_update",
+            ("W", "BT", "BS"),
+            (_a("seq_lens", "(B,)"), _a("block_table", "(B, BT)"),
+             _a("positions", "(B * W,)", out=True), _a("slot_mapping", "(B * W,)", out=True),
+             _a("kv_lens", "(B,)", out=True), _a("query_start_loc", "(B + 1,)", out=True)),
+        ),
+        Family(
+            "spec_verify_attention_tiling_update",
+            ("W", "BS"),
+            (_a("seq_lens", "(B,)"),
+             _a("row_kv_lens", "(B * W,)", out=True), _a("row_num_blocks", "(B * W,)", out=True),
+             _a("row_last_block_len", "(B * W,)", out=True),
+             _a("row_block_offsets", "(B * W + 1,)", out=True),
+             _a("max_kv_len", "(1,)", out=True), _a("kv_split_len", "(1,)", out=True)),
+        ),
+        Family(
+            "greedy_prefix_verify",
+            ("W",),
+            (_a("draft_tokens", "(B, W - 1)"), _a("target_tokens", "(B, W)"),
+             _a("accepted", "(B,)", out=True), _a("next_tokens", "(B, W)", out=True)),
+        ),
+        Family(
+            "prepare_next_draft",
+            ("W", "BT", "BS"),
+            (_a("accepted", "(B,)"), _a("target_tokens", "(B, W)"), _a("seq_lens", "(B,)"),
+             _a("block_table", "(B, BT)"), _a("scratch_slot", "(1,)"),
+             _a("next_last_token", "(B,)", out=True), _a("next_seq_lens", "(B,)", out=True),
+             _a("draft_positions", "(B, 2)", out=True), _a("draft_slots", "(B, 2)", out=True),
+             _a("hidden_rows", "(B, 2)", out=True)),
+        ),
+        Family(
+            "context_kv_update",
+            ("W", "BT", "BS"),
+            (_a("accepted", "(B,)"), _a("seq_lens", "(B,)"), _a("block_table", "(B, BT)"),
+             _a("context_slots", "(B * W,)", out=True)),
+        ),
+    )
+}
+
+
+def key_suffix(family: str, width: int, block_table_width: int | None = None,
+               block_size: int | None = None, draft_dtype: str = "int32") -> str:
+    """``w4_bt64_bs128`` style key of KERNELS.md; int64 drafts add ``_i64``."""
+    fam = FAMILIES[family]
+    values = {"W": ("w", width), "BT": ("bt", block_table_width), "BS": ("bs", block_size)}
+    parts = []
+    for p in fam.key_params:
+        prefix, v = values[p]
+        if v is None:
+            raise ValueError(f"{family} needs {p} for its key")
+        parts.append(f"{prefix}{int(v)}")
+    if fam.has_draft_dtype and draft_dtype != "int32":
+        parts.append("i64")
+    return "_".join(parts)
+
+
+def variant_key(family: str, width: int, block_table_width: int | None = None,
+                block_size: int | None = None, draft_dtype: str = "int32") -> str:
+    """``spec_verify_metadata_update__w4_bt64_bs128``."""
+    return f"{family}__{key_suffix(family, width, block_table_width, block_size, draft_dtype)}"
+
+
+def shape_of(arg: ArgSpec, B: int, W: int, BT: int | None = None, NS: int = DEFAULT_NUM_SPLITS) -> tuple[int, ...]:
+    env = {"B": B, "W": W, "BT": BT if BT is not None else 0, "NS": NS}
+    return tuple(int(x) for x in eval(arg.shape, {"__builtins__": {}}, env))  # noqa: S307 - fixed table above

@@ -1,0 +1,1 @@
+"""Kernel-family templates (jinja2) and the generated-package template."""
