@@ -1,0 +1,1 @@
+"""Subcommands beyond ``plan``: registered with ``specgen.cli.command``."""
