@@ -15,8 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from .analysis import Ordering
+from .cost import IN_GRAPH_COPY_US, IN_GRAPH_KERNEL_US, bubble_us
 from .base import PassContext
 from .ir import BoundaryGraph, Op, OpKind
+from .ordering import order_with_events
 
 ENTERS = {OpKind.DEVICE_KERNEL, OpKind.H2D, OpKind.D2H}
 
@@ -46,11 +49,15 @@ class Capture:
         lane = [o for o in graph.ops if o.stream == replay.stream]
         at = lane.index(replay)
         head, waits, tail = [], [], []
+        after_start = Ordering(graph).after(graph.start)
         for o in reversed(lane[:at]):
             if o.kind is OpKind.EVENT_WAIT:
                 waits.append(o)
                 continue
-            if why := self._why_not(graph, o):
+            why = self._why_not(graph, o)
+            if why is None and o.name not in after_start:
+                why = f"it overlaps '{graph.start}' where it is; inside the graph it would wait for it"
+            if why:
                 ctx.note(self.name, f"'{o.name}' stays outside the graph: {why}")
                 break
             head.insert(0, o)
@@ -61,19 +68,33 @@ class Capture:
                 break
             tail.append(o)
         head, tail = self._movable(ctx, graph, head, replay, tail)
-        if not head and not tail:
-            return graph
+        before = bubble_us(graph)
+        while head or tail:
+            candidate = self._rebuild(graph, replay, head, tail, waits)
+            if bubble_us(candidate) <= before + 1e-9:
+                return candidate
+            dropped = head.pop(0) if head else tail.pop()
+            ctx.note(self.name, f"'{dropped.name}' stays outside the graph: inside it would lengthen the bubble")
+        return graph
+
+    def _rebuild(self, graph: BoundaryGraph, replay: Op, head: list[Op], tail: list[Op], waits: list[Op]):
         members = head + [replay] + tail
         merged = self._merge(graph, replay, head, tail)
         names = {m.name for m in members}
         first = graph.index(members[0].name)
         waits = [w for w in waits if graph.index(w.name) > first]
         names |= {w.name for w in waits}
-        last = graph.index(members[-1].name)
-        ops = [o for o in graph.ops[:last] if o.name not in names]
+        # The graph stands where the replay stood, unless a tail member needs something
+        # issued between them; then it stands where its last member stood.
+        deps = graph.dependency_graph()
+        at, last = graph.index(replay.name), graph.index(members[-1].name)
+        gap = {o.name for o in graph.ops[at:last] if o.name not in names}
+        if any(p in gap for m in tail for p in deps.predecessors(m.name)):
+            at = last
+        ops = [o for o in graph.ops[:at] if o.name not in names]
         ops += sorted(waits, key=lambda w: graph.index(w.name)) + [merged]
-        ops += [o for o in graph.ops[last + 1:] if o.name not in names]
-        return graph.with_ops(ops)
+        ops += [o for o in graph.ops[at + 1:] if o.name not in names]
+        return order_with_events(graph.with_ops(ops))
 
     @staticmethod
     def _movable(ctx, graph: BoundaryGraph, head: list[Op], replay: Op, tail: list[Op]):
@@ -116,6 +137,9 @@ class Capture:
         return Op(replay.name, OpKind.GRAPH_REPLAY, replay.stream, tuple(reads), tuple(writes), fn, replay.cost_us,
                   {**replay.attrs, "graph_ops": tuple(gops),
                    "captured_kernels": replay.attr("captured_kernels", 0) + len(head) + len(tail) - n_copies,
+                   "head_ops": replay.attr("head_ops", 0) + len(head),
+                   "tail_us": replay.attr("tail_us", 0.0) + sum(
+                       IN_GRAPH_COPY_US if m.kind is not OpKind.DEVICE_KERNEL else IN_GRAPH_KERNEL_US for m in tail),
                    "captured_copies": replay.attr("captured_copies", 0) + n_copies,
                    "kernel_families": tuple(replay.attr("kernel_families", ())) + tuple(
                        {k: m.attr(k) for k in ("family", "key", "width", "block_table_width", "block_size",

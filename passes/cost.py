@@ -99,6 +99,15 @@ def simulate(graph: BoundaryGraph, model: CostModel | None = None) -> Schedule:
     return Schedule(start, finish, blame)
 
 
-def bubble_us(graph: BoundaryGraph, model: CostModel | None = None) -> float:
-    s = simulate(graph, model)
-    return max(0.0, s.start[graph.end] - s.finish[graph.start])
+def bubble_us(graph: BoundaryGraph, model: CostModel | None = None, sched: Schedule | None = None) -> float:
+    """From the start op finishing to the end op's own work starting.
+
+    A replay whose graph begins with captured update kernels starts its
+    forward only after them, so they count as bubble too.
+    """
+    model = model or CostModel()
+    s = sched or simulate(graph, model)
+    end, start = graph.op(graph.end), graph.op(graph.start)
+    head = end.attr("head_ops", 0) * model.in_graph_kernel if end.kind is OpKind.GRAPH_REPLAY else 0.0
+    tail = start.attr("tail_us", 0.0) if start.kind is OpKind.GRAPH_REPLAY else 0.0
+    return max(0.0, s.start[graph.end] + head - (s.finish[graph.start] - tail))

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..codegen.families import FAMILIES, variant_key
-from .base import PassContext
+from .base import PassContext, no_worse
 from .ir import BoundaryGraph, Op, OpKind
+from .ordering import order_with_events
 
 
 class WhyNoFuse(Exception):
@@ -32,17 +33,24 @@ class Fuse:
     max_group: int = 16
 
     def apply(self, ctx: PassContext, graph: BoundaryGraph) -> BoundaryGraph:
+        return no_worse(ctx, self.name, graph, self._rewrite(ctx, graph))
+
+    def _rewrite(self, ctx: PassContext, graph: BoundaryGraph) -> BoundaryGraph:
         groups: dict[str, list[Op]] = {}
         for o in graph.ops:
             fam = o.attr("family")
-            if fam and o.kind is OpKind.DEVICE_KERNEL and not o.attr("key"):
+            if fam and o.kind is OpKind.DEVICE_KERNEL and not o.attr("key") and not o.attr("unfused"):
                 groups.setdefault(fam, []).append(o)
         for fam, members in groups.items():
             try:
                 graph = self._fuse(graph, fam, members)
             except WhyNoFuse as why:
                 ctx.note(self.name, str(why))
-        return graph
+                # the refusal stays on the ops, so a later run does not fuse what is left of the group
+                refused = {m.name for m in members}
+                graph = graph.with_ops([o.with_(attrs={**o.attrs, "unfused": str(why)}) if o.name in refused else o
+                                        for o in graph.ops])
+        return order_with_events(graph)  # a member that moved may have left an event behind
 
     def _fuse(self, graph: BoundaryGraph, fam: str, members: list[Op]) -> BoundaryGraph:
         if fam not in FAMILIES:
@@ -59,7 +67,8 @@ class Fuse:
             if outside and not graph.values[w].persistent:
                 raise WhyNoFuse(fam, "'%s' is not persistent and '%s' reads it", w, outside[0])
         pos = self._position(graph, members)
-        internal = {w for w in written if not graph.values[w].persistent}
+        internal = {w for w in written if not graph.values[w].persistent and graph.readers(w)
+                    and all(r in names for r in graph.readers(w))}
         reads, produced = [], set()
         for m in members:
             reads += [r for r in m.reads if r not in produced and r not in reads]

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .analysis import token_dependent
+from .analysis import between, token_dependent
+from .cost import bubble_us
 from .base import PassContext
 from .ir import BoundaryGraph, OpKind
 from .ordering import order_with_events
@@ -28,27 +29,44 @@ class Hoist:
     name: ClassVar[str] = "hoist"
 
     def apply(self, ctx: PassContext, graph: BoundaryGraph) -> BoundaryGraph:
+        # Prefer moving all token-independent work; if a move only adds event traffic to
+        # the critical path, fall back to the ops that sit in the bubble now, else to nothing.
+        in_bubble = set(between(graph))
+        for allowed in (None, in_bubble):
+            candidate, moved = self._hoist(graph, allowed)
+            if candidate is graph or bubble_us(candidate) <= bubble_us(graph) + 1e-9:
+                if moved:
+                    ctx.note(self.name, f"moved {len(moved)} op(s) ahead of '{graph.start}'s completion: "
+                             + ", ".join(moved))
+                return candidate
+        ctx.note(self.name, "nothing moved: every move would lengthen the bubble")
+        return graph
+
+    def _hoist(self, graph: BoundaryGraph, allowed: set[str] | None) -> tuple[BoundaryGraph, list[str]]:
         dependent = token_dependent(graph)
         deps = graph.dependency_graph()
         first = graph.index(graph.start) + 1
         prepare = graph.params.get("prepare_stream", "prepare")
         moved, staying, stays = [], [], set()
-        last_moved_on: dict[str, bool] = {}
+        moved_to: dict[str, str | None] = {}  # original stream -> where its last op went, if it moved
         for o in graph.ops[first:]:
             blocked = any(p in stays for p in deps.predecessors(o.name))
             stream = prepare if o.kind is OpKind.H2D else o.stream
-            # a record travels with the op it marks, so running the pass twice changes nothing
-            follows = o.kind is OpKind.EVENT_RECORD and last_moved_on.get(o.stream, False)
-            if (o.kind in MOVABLE or follows) and o.name not in dependent and not blocked:
+            # a record travels with the op it marks (and to its new stream)
+            if o.kind is OpKind.EVENT_RECORD and moved_to.get(o.stream):
+                stream = moved_to[o.stream]
+                follows = True
+            else:
+                follows = False
+            eligible = allowed is None or o.name in allowed or follows
+            if (o.kind in MOVABLE or follows) and eligible and o.name not in dependent and not blocked:
                 moved.append(o.with_(stream=stream))
-                last_moved_on[stream] = True
+                moved_to[o.stream] = stream
             else:
                 staying.append(o)
                 stays.add(o.name)
-                last_moved_on[o.stream] = False
+                moved_to[o.stream] = None
         ops = [*graph.ops[:first], *moved, *staying]
-        if [o for o in ops] == list(graph.ops):
-            return graph
-        ctx.note(self.name, f"moved {len(moved)} op(s) ahead of '{graph.start}'s completion: "
-                 + ", ".join(o.name for o in moved))
-        return order_with_events(graph.with_ops(ops))
+        if ops == list(graph.ops):
+            return graph, []
+        return order_with_events(graph.with_ops(ops)), [o.name for o in moved]

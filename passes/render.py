@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .analysis import Ordering, between
-from .cost import CostModel, simulate
+from .cost import CostModel, bubble_us, simulate
 from .ir import HOST, BoundaryGraph, OpKind
 
 
@@ -27,7 +27,7 @@ def summary(graph: BoundaryGraph, model: CostModel | None = None) -> dict[str, A
         "host_syncs_on_critical_path": sum(kinds[n] is OpKind.HOST_SYNC for n in crit),
         "h2d_copies_on_critical_path": sum(kinds[n] is OpKind.H2D for n in crit),
         "host_calls_after_final_draft": sum(kinds[n].is_host_call for n in in_bubble),
-        "predicted_bubble_us": round(max(0.0, sched.start[graph.end] - sched.finish[graph.start]), 3),
+        "predicted_bubble_us": round(bubble_us(graph, model, sched), 3),
         "critical_path": crit,
         "graph_ops": list(replay.attr("graph_ops", (replay.name,))) if replay else [],
         "kernel_families": [{"family": f["family"], "key": f["key"], "width": f["width"],

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .base import PassContext
+from .base import PassContext, no_worse
 from .ir import BoundaryGraph, Op, OpKind, Placement, Value
 from .ordering import order_with_events
 
@@ -41,18 +41,25 @@ class SyncToEvent:
     name: ClassVar[str] = "sync-to-event"
 
     def apply(self, ctx: PassContext, graph: BoundaryGraph) -> BoundaryGraph:
-        converted = self._convertible(graph)
-        if converted:
-            graph = self._convert(ctx, graph, converted)
+        return no_worse(ctx, self.name, graph, self._rewrite(ctx, graph))
+
+    def _rewrite(self, ctx: PassContext, graph: BoundaryGraph) -> BoundaryGraph:
+        excluded: set[str] = set()
+        while converted := self._convertible(graph, excluded):
+            result = self._convert(ctx, graph, converted)
+            if isinstance(result, BoundaryGraph):
+                graph, excluded = result, set()  # the rest may convert at a later point
+                continue
+            excluded.add(result)  # its device inputs are not ready where the chain must run
         graph = self._drop_or_defer_syncs(ctx, graph)
         return order_with_events(graph)
 
     # -- which host computes become device ops ----------------------------------------
-    def _convertible(self, graph: BoundaryGraph) -> list[Op]:
+    def _convertible(self, graph: BoundaryGraph, excluded: set[str]) -> list[Op]:
         mirrors = _mirrors(graph)
         first = graph.index(graph.start) + 1
         cand = {o.name: o for o in graph.ops[first:]
-                if o.kind is OpKind.HOST_COMPUTE and o.fn is not None}
+                if o.kind is OpKind.HOST_COMPUTE and o.fn is not None and o.name not in excluded}
         changed = True
         while changed:
             changed = False
@@ -66,7 +73,8 @@ class SyncToEvent:
                     changed = True
         return [o for o in graph.ops if o.name in cand]
 
-    def _convert(self, ctx: PassContext, graph: BoundaryGraph, chain: list[Op]) -> BoundaryGraph:
+    def _convert(self, ctx: PassContext, graph: BoundaryGraph, chain: list[Op]) -> BoundaryGraph | str:
+        """The converted graph, or the name of a host op whose inputs would not be ready."""
         mirrors = _mirrors(graph)
         values = dict(graph.values)
         names = {o.name for o in chain}
@@ -90,7 +98,16 @@ class SyncToEvent:
                       {**o.attrs, "converted_from": o.name}) for o in chain]
         produced = {w for o in new_ops for w in o.writes}
         rest = [o for o in graph.ops if o.name not in names and o.name not in dropped]
-        at = next((i for i, o in enumerate(rest) if produced.intersection(o.reads)), len(rest))
+        # As early as the inputs allow: where the data is ready, not where it used to be consumed.
+        needed = {r for o in new_ops for r in o.reads} - produced
+        latest = max((i for i, o in enumerate(rest) if needed.intersection(o.writes)), default=-1)
+        first_use = next((i for i, o in enumerate(rest) if produced.intersection(o.reads)), len(rest))
+        at = min(latest + 1, first_use)
+        ready = {k for k, v in values.items() if v.is_input} | {w for o in rest[:at] for w in o.writes}
+        for orig, new in zip(chain, new_ops):
+            if not ready.issuperset(new.reads):
+                return orig.name
+            ready.update(new.writes)
         ctx.note(self.name, f"{len(chain)} host op(s) now run on the device ({stream}): "
                  + ", ".join(o.name for o in chain) + f"; {len(dropped)} H2D copies removed")
         ops = rest[:at] + new_ops + rest[at:]
