@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..codegen.families import FAMILIES, variant_key
-from .base import PassContext, no_worse
+from .base import PassContext
+from .cost import bubble_us
 from .ir import BoundaryGraph, Op, OpKind
 from .ordering import order_with_events
 
@@ -33,9 +34,6 @@ class Fuse:
     max_group: int = 16
 
     def apply(self, ctx: PassContext, graph: BoundaryGraph) -> BoundaryGraph:
-        return no_worse(ctx, self.name, graph, self._rewrite(ctx, graph))
-
-    def _rewrite(self, ctx: PassContext, graph: BoundaryGraph) -> BoundaryGraph:
         groups: dict[str, list[Op]] = {}
         for o in graph.ops:
             fam = o.attr("family")
@@ -43,14 +41,17 @@ class Fuse:
                 groups.setdefault(fam, []).append(o)
         for fam, members in groups.items():
             try:
-                graph = self._fuse(graph, fam, members)
+                fused = order_with_events(self._fuse(graph, fam, members))
+                if bubble_us(fused) > bubble_us(graph) + 1e-9:
+                    raise WhyNoFuse(fam, "the fused op would lengthen the bubble")
+                graph = fused
             except WhyNoFuse as why:
                 ctx.note(self.name, str(why))
                 # the refusal stays on the ops, so a later run does not fuse what is left of the group
                 refused = {m.name for m in members}
                 graph = graph.with_ops([o.with_(attrs={**o.attrs, "unfused": str(why)}) if o.name in refused else o
                                         for o in graph.ops])
-        return order_with_events(graph)  # a member that moved may have left an event behind
+        return graph
 
     def _fuse(self, graph: BoundaryGraph, fam: str, members: list[Op]) -> BoundaryGraph:
         if fam not in FAMILIES:
