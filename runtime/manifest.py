@@ -1,0 +1,211 @@
+"""The build's manifest: what ``specgen build`` wrote and how to launch it.
+
+``DIR/manifest.json`` lists one record per (variant key, target): the
+specialization (width, block-table width, block size, draft dtype), the
+artifact path relative to DIR with its sha256, the entry symbol and its
+parameter order, the argument list in KERNELS.md order, the CUDA launch
+geometry and the guards.  ``load_manifest`` reads and validates it; every
+problem is a ``ManifestError`` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specgen.runtime.guards import GUARD_NAMES, SHAPE_NAMES, UnsafeExpressionError, validate_expression
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+TARGETS = ("c", "cuda", "ascend")
+_REQUIRED = ("key", "family", "width", "target", "artifact", "sha256", "entry", "params", "args")
+
+
+class ManifestError(ValueError):
+    """manifest.json is missing, unreadable or does not follow the schema."""
+
+
+class ArtifactError(RuntimeError):
+    """A built artifact is missing, altered since the build, or unfit for this device."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArgEntry:
+    name: str
+    dtype: str
+    shape: str
+    output: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class VariantEntry:
+    key: str
+    family: str
+    target: str
+    width: int
+    block_table_width: int | None
+    block_size: int | None
+    draft_dtype: str
+    num_splits: int | None
+    arch: str | None
+    artifact: str
+    sha256: str
+    entry: str
+    params: tuple[str, ...]
+    args: tuple[ArgEntry, ...]
+    threads: int
+    grid: str
+    guards: tuple[tuple[str, str], ...]
+    boundaries: tuple[str, ...] = ()
+    program: str | None = None
+    source: str | None = None
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.args if a.output)
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    path: Path
+    schema_version: int
+    specgen_version: str
+    tilelang_version: str | None
+    targets: tuple[str, ...]
+    variants: tuple[VariantEntry, ...]
+    plans: dict
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+
+def _need(rec: dict, field: str, where: str, kind: type | tuple) -> Any:
+    if field not in rec:
+        raise ManifestError(f"{where}: missing field {field!r}")
+    value = rec[field]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        raise ManifestError(f"{where}: field {field!r} must be {kind}, got {value!r}")
+    return value
+
+
+def _opt_int(rec: dict, field: str, where: str) -> int | None:
+    value = rec.get(field)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+        raise ManifestError(f"{where}: field {field!r} must be a positive int or null, got {value!r}")
+    return value
+
+
+def _parse_variant(rec: Any, where: str) -> VariantEntry:
+    if not isinstance(rec, dict):
+        raise ManifestError(f"{where}: a variant must be an object")
+    for f in _REQUIRED:
+        if f not in rec:
+            raise ManifestError(f"{where}: missing field {f!r}")
+    key = _need(rec, "key", where, str)
+    where = f"{where} ({key})"
+    target = _need(rec, "target", where, str)
+    if target not in TARGETS:
+        raise ManifestError(f"{where}: field 'target' must be one of {TARGETS}, got {target!r}")
+    artifact = _need(rec, "artifact", where, str)
+    if Path(artifact).is_absolute() or ".." in Path(artifact).parts:
+        raise ManifestError(f"{where}: field 'artifact' must be a path inside the build folder, got {artifact!r}")
+    params = tuple(_need(rec, "params", where, list))
+    args = []
+    for i, a in enumerate(_need(rec, "args", where, list)):
+        aw = f"{where} args[{i}]"
+        if not isinstance(a, dict):
+            raise ManifestError(f"{aw}: must be an object")
+        arg = ArgEntry(_need(a, "name", aw, str), _need(a, "dtype", aw, str), _need(a, "shape", aw, str),
+                       bool(a.get("output", False)))
+        if arg.dtype not in ("int32", "int64"):
+            raise ManifestError(f"{aw}: field 'dtype' must be int32 or int64, got {arg.dtype!r}")
+        _check_expr(arg.shape, SHAPE_NAMES, f"{aw}: field 'shape'")
+        args.append(arg)
+    if not args:
+        raise ManifestError(f"{where}: field 'args' is empty")
+    missing = [n for n in params if n != "B" and n not in {a.name for a in args}]
+    if missing or sorted(n for n in params if n != "B") != sorted(a.name for a in args):
+        raise ManifestError(f"{where}: field 'params' {list(params)} does not match the args")
+    launch = rec.get("launch") or {}
+    guards = []
+    for i, g in enumerate(rec.get("guards") or []):
+        gw = f"{where} guards[{i}]"
+        expr = _need(g, "expr", gw, str) if isinstance(g, dict) else None
+        if expr is None:
+            raise ManifestError(f"{gw}: must be an object with 'expr'")
+        _check_expr(expr, GUARD_NAMES, f"{gw}: field 'expr'")
+        guards.append((expr, str(g.get("why", ""))))
+    grid = str(launch.get("grid", "B"))
+    _check_expr(grid, SHAPE_NAMES, f"{where}: field 'launch.grid'")
+    return VariantEntry(
+        key=key, family=_need(rec, "family", where, str), target=target,
+        width=_need(rec, "width", where, int), block_table_width=_opt_int(rec, "block_table_width", where),
+        block_size=_opt_int(rec, "block_size", where), draft_dtype=str(rec.get("draft_dtype") or "int32"),
+        num_splits=_opt_int(rec, "num_splits", where), arch=rec.get("arch"), artifact=artifact,
+        sha256=_need(rec, "sha256", where, str).lower(), entry=_need(rec, "entry", where, str), params=params,
+        args=tuple(args), threads=int(launch.get("threads", 128)), grid=grid, guards=tuple(guards),
+        boundaries=tuple(rec.get("boundaries") or ()), program=rec.get("program"), source=rec.get("source"))
+
+
+def _check_expr(text: str, names: frozenset[str], where: str) -> None:
+    try:
+        validate_expression(text, names)
+    except UnsafeExpressionError as exc:
+        raise ManifestError(f"{where}: {exc}") from None
+
+
+def parse_manifest(data: Any, path: Path) -> Manifest:
+    where = str(path)
+    if not isinstance(data, dict):
+        raise ManifestError(f"{where}: top level must be an object")
+    version = _need(data, "schema_version", where, int)
+    if version != SCHEMA_VERSION:
+        raise ManifestError(f"{where}: field 'schema_version' is {version}, this runtime reads {SCHEMA_VERSION}")
+    variants = tuple(_parse_variant(v, f"{where} variants[{i}]")
+                     for i, v in enumerate(_need(data, "variants", where, list)))
+    seen = set()
+    for v in variants:
+        if (v.key, v.target) in seen:
+            raise ManifestError(f"{where}: field 'variants' lists {v.key} for target {v.target} twice")
+        seen.add((v.key, v.target))
+    return Manifest(path=path, schema_version=version, specgen_version=str(data.get("specgen_version", "")),
+                    tilelang_version=data.get("tilelang_version"),
+                    targets=tuple(data.get("targets") or sorted({v.target for v in variants})),
+                    variants=variants, plans=dict(data.get("plans") or {}))
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    """Read ``path`` (the manifest or its folder) and validate it."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / MANIFEST_NAME
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ManifestError(f"{path}: no manifest (run `specgen build`)") from None
+    except (OSError, ValueError) as exc:
+        raise ManifestError(f"{path}: cannot read: {exc}") from None
+    return parse_manifest(data, path.resolve())
+
+
+def read_artifact(entry: VariantEntry, root: Path) -> bytes:
+    """The artifact's bytes, after checking them against the manifest's sha256."""
+    path = Path(root) / entry.artifact
+    try:
+        blob = path.read_bytes()
+    except OSError as exc:
+        raise ArtifactError(f"{path}: artifact of {entry.key} ({entry.target}) cannot be read: {exc}") from None
+    digest = hashlib.sha256(blob).hexdigest()
+    if digest != entry.sha256:
+        raise ArtifactError(f"{path}: sha256 {digest} does not match the manifest's {entry.sha256} "
+                            f"for {entry.key} ({entry.target}); rebuild with `specgen build`")
+    return blob
+
+
+class KernelLaunchError(RuntimeError):
+    """The driver or the kernel's host entry reported a failure."""
+

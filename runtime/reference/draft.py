@@ -1,0 +1,116 @@
+"""Draft proposers for the reference speculative loop.
+
+``MTPHead`` is a learned-style multi-token-prediction head (random weights by
+default, so its acceptance is low); ``AcceptanceDraft`` is a synthetic
+proposer whose agreement with the target is set by a probability, for
+benchmarks that sweep acceptance rates.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .model import (EMBED_STD, LOGIT_STD, DecoderLayer, Qwen3Model, RMSNorm, build_on,
+                    init_random_weights)
+from .paged_kv import AttentionBatch, PagedKVCache
+
+
+class MTPHead(nn.Module):
+    """One decoder layer over the target's hidden state and the next token.
+
+    The row at position ``p`` reads token ``t_p`` and the target's hidden
+    state of position ``p - 1`` and predicts token ``p + 1``::
+
+        x = eh_proj(cat(enorm(embed(t_p)), hnorm(hidden_{p-1})))
+        x = layer(x)                      # own paged KV cache, target's slots
+        logits = lm_head(norm(x))         # embedding and head are the target's
+
+    Chained drafting feeds the head's own returned hidden state back in.
+    """
+
+    def __init__(self, target: Qwen3Model):
+        super().__init__()
+        cfg = target.config
+        self.config = cfg
+        self.enorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self.hnorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self.eh_proj = nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.layer = DecoderLayer(cfg)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self._target = (target,)  # shared, not a submodule: its weights stay the target's
+        self.kv_cache: PagedKVCache | None = None
+
+    @classmethod
+    def create(cls, target: Qwen3Model, seed: int = 1) -> "MTPHead":
+        w = target.embed_tokens.weight
+        head = build_on(lambda: cls(target), w.dtype, w.device)
+        init_random_weights(head, seed)
+        with torch.no_grad():
+            head.norm.weight.fill_(LOGIT_STD / (EMBED_STD * math.sqrt(target.config.hidden_size)))
+        return head.eval().requires_grad_(False)
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int) -> PagedKVCache:
+        w = self.eh_proj.weight
+        self.kv_cache = PagedKVCache(1, num_blocks, block_size, self.config.num_kv_heads,
+                                     self.config.head_dim, w.dtype, w.device)
+        return self.kv_cache
+
+    def forward(self, tokens, positions, slot_mapping, hidden_in, block_table, kv_lens,
+                query_start_loc, rows_per_seq: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``tokens[N], hidden_in[N, H] -> (hidden[N, H], logits[N, V])``."""
+        target = self._target[0]
+        batch = AttentionBatch.build(positions, slot_mapping, block_table, kv_lens,
+                                     query_start_loc, rows_per_seq, self.config.head_dim,
+                                     self.config.rope_theta)
+        e = self.enorm(target.embed_tokens(tokens.long()))
+        x = self.eh_proj(torch.cat([e, self.hnorm(hidden_in.to(e.dtype))], dim=-1))
+        x = self.layer(x, batch, self.kv_cache, 0)
+        return x, F.linear(self.norm(x), target.lm_head_weight)
+
+
+class AcceptanceDraft:
+    """Drafts that agree with the target's greedy choice with probability ``p``.
+
+    An oracle run of the target (``greedy_generate``) gives each prompt's
+    greedy continuation.  Every draft token is, independently, the oracle's
+    token at its generated index with probability ``p``, and otherwise a
+    uniformly chosen different token.  Because the committed tokens always
+    equal the greedy ones, the oracle token is exactly what the target will
+    pick, so the accepted length per step follows ``P(a >= k) = p**k``
+    (truncated at ``W - 1``).  Random draws come from one seeded stream per
+    sequence, so results do not depend on batch composition.
+    """
+
+    def __init__(self, p: float, seed: int = 0, oracle: list[list[int]] | None = None):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"p must lie in [0, 1], got {p}")
+        self.p, self.seed, self.oracle = p, seed, oracle
+        self.vocab_size = 0
+        self._rngs: list[random.Random] = []
+
+    def prepare(self, model: Qwen3Model, prompts: list[list[int]], horizon: int) -> None:
+        """Compute the oracle (unless given) and reset the random streams."""
+        from .decode import greedy_generate
+
+        if self.oracle is None or any(len(o) < horizon for o in self.oracle):
+            self.oracle = greedy_generate(model, prompts, horizon)
+        self.vocab_size = model.config.vocab_size
+        self._rngs = [random.Random(self.seed * 1_000_003 + b) for b in range(len(prompts))]
+
+    def propose(self, seq: int, num_generated: int, k: int) -> list[int]:
+        """``k`` drafts for generated indices ``num_generated ..`` of sequence ``seq``."""
+        rng, oracle = self._rngs[seq], self.oracle[seq]
+        out = []
+        for i in range(num_generated, num_generated + k):
+            if i >= len(oracle):
+                out.append(rng.randrange(self.vocab_size))
+            elif rng.random() < self.p:
+                out.append(oracle[i])
+            else:
+                out.append((oracle[i] + 1 + rng.randrange(self.vocab_size - 1)) % self.vocab_size)
+        return out

@@ -1,0 +1,235 @@
+"""A Qwen3-style decoder over a paged KV cache, with a fixed-shape forward.
+
+The forward reads only tensors whose shapes depend on the batch layout
+(``N`` rows, ``B`` sequences, ``rows_per_seq``, ``BT``) and never on their
+values, so it can be captured once in a CUDA graph and replayed over
+persistent metadata buffers::
+
+    model = Qwen3Model(ModelConfig.preset("tiny"), seed=0)
+    model.allocate_kv_cache(num_blocks=64, block_size=16)
+    hidden, logits = model(tokens, positions, slot_mapping, block_table,
+                           kv_lens, query_start_loc, rows_per_seq=W)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .paged_kv import AttentionBatch, PagedKVCache
+
+# Random embeddings are kept small beside the layers' output so the residual
+# stream is not dominated by the input token; with tied weights that would
+# make every token predict itself.  The final-norm gain restores a logit
+# spread of about LOGIT_STD, so greedy choices are neither flat nor stuck.
+EMBED_STD = 0.02
+LOGIT_STD = 4.0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    rms_eps: float = 1e-6
+    rope_theta: float = 1e6
+    tie_embeddings: bool = True
+
+    @classmethod
+    def preset(cls, name: str) -> "ModelConfig":
+        return PRESETS[name]
+
+    @classmethod
+    def from_hf(cls, folder: str | Path) -> "ModelConfig":
+        """Read a Hugging Face Qwen3 ``config.json``."""
+        c = json.loads((Path(folder) / "config.json").read_text())
+        return cls(
+            name=c.get("_name_or_path") or Path(folder).name,
+            num_layers=c["num_hidden_layers"], hidden_size=c["hidden_size"],
+            num_heads=c["num_attention_heads"], num_kv_heads=c["num_key_value_heads"],
+            head_dim=c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
+            intermediate_size=c["intermediate_size"], vocab_size=c["vocab_size"],
+            rms_eps=c.get("rms_norm_eps", 1e-6), rope_theta=c.get("rope_theta", 1e6),
+            tie_embeddings=c.get("tie_word_embeddings", True),
+        )
+
+
+PRESETS: dict[str, ModelConfig] = {
+    "tiny": ModelConfig("tiny", 2, 64, 4, 2, 16, 128, 512),
+    "qwen3-0.6b": ModelConfig("qwen3-0.6b", 28, 1024, 16, 8, 128, 3072, 151936),
+}
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE on ``x [N, heads, D]`` with tables ``[N, D]``."""
+    xf = x.float()
+    x1, x2 = xf.chunk(2, dim=-1)
+    rotated = torch.cat([-x2, x1], dim=-1)
+    return (xf * cos[:, None] + rotated * sin[:, None]).to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        h, d = cfg.hidden_size, cfg.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, d
+        self.q_proj = nn.Linear(h, cfg.num_heads * d, bias=False)
+        self.k_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=False)
+        self.v_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=False)
+        self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
+        self.q_norm = RMSNorm(d, cfg.rms_eps)
+        self.k_norm = RMSNorm(d, cfg.rms_eps)
+
+    def forward(self, x, batch: AttentionBatch, cache: PagedKVCache, layer: int):
+        n = x.shape[0]
+        q = self.q_norm(self.q_proj(x).view(n, self.num_heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).view(n, self.num_kv_heads, self.head_dim))
+        v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)
+        q, k = apply_rope(q, batch.cos, batch.sin), apply_rope(k, batch.cos, batch.sin)
+        return self.o_proj(batch.attend(cache, layer, q, k, v).reshape(n, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, batch: AttentionBatch, cache: PagedKVCache, layer: int):
+        x = x + self.self_attn(self.input_layernorm(x), batch, cache, layer)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def init_random_weights(module: nn.Module, seed: int) -> None:
+    """Seeded weights drawn on the CPU, so every device and dtype sees the same model."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith("norm.weight"):
+                w = torch.ones(p.shape)
+            elif p.dim() == 2 and "embed" in name:
+                w = torch.randn(p.shape, generator=gen) * EMBED_STD
+            else:
+                w = torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1])
+            p.copy_(w)
+
+
+def build_on(module_factory, dtype: torch.dtype, device) -> nn.Module:
+    """Construct a module without default initialisation, then place it."""
+    with torch.device("meta"):
+        module = module_factory()
+    return module.to_empty(device=device).to(dtype) if str(device) != "meta" else module.to(dtype)
+
+
+class Qwen3Model(nn.Module):
+    """Qwen3 decoder; ``forward`` returns the pre-norm hidden state and logits."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_eps)
+        if not config.tie_embeddings:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.kv_cache: PagedKVCache | None = None
+
+    @classmethod
+    def create(cls, config: ModelConfig | str, seed: int | None = 0,
+               dtype: torch.dtype = torch.float32, device="cpu") -> "Qwen3Model":
+        """Random-weight model (``seed=None`` leaves weights unset, for loading)."""
+        cfg = ModelConfig.preset(config) if isinstance(config, str) else config
+        model = build_on(lambda: cls(cfg), dtype, device)
+        if seed is not None and str(device) != "meta":
+            init_random_weights(model, seed)
+            with torch.no_grad():
+                model.norm.weight.fill_(LOGIT_STD / (EMBED_STD * math.sqrt(cfg.hidden_size)))
+        return model.eval().requires_grad_(False)
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path, dtype: torch.dtype = torch.float32,
+                        device="cpu") -> "Qwen3Model":
+        model = cls.create(ModelConfig.from_hf(folder), None, dtype, device)
+        model.load_safetensors(folder)
+        return model
+
+    @property
+    def lm_head_weight(self) -> torch.Tensor:
+        return self.embed_tokens.weight if self.config.tie_embeddings else self.lm_head.weight
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int) -> PagedKVCache:
+        w = self.embed_tokens.weight
+        self.kv_cache = PagedKVCache(self.config.num_layers, num_blocks, block_size,
+                                     self.config.num_kv_heads, self.config.head_dim,
+                                     w.dtype, w.device)
+        return self.kv_cache
+
+    def forward(self, tokens, positions, slot_mapping, block_table, kv_lens, query_start_loc,
+                rows_per_seq: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``tokens[N] -> (hidden[N, H], logits[N, V])``; writes K/V at ``slot_mapping``."""
+        batch = AttentionBatch.build(positions, slot_mapping, block_table, kv_lens,
+                                     query_start_loc, rows_per_seq, self.config.head_dim,
+                                     self.config.rope_theta)
+        x = self.embed_tokens(tokens.long())
+        for i, layer in enumerate(self.layers):
+            x = layer(x, batch, self.kv_cache, i)
+        return x, F.linear(self.norm(x), self.lm_head_weight)
+
+    def load_hf_state_dict(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        """Copy Hugging Face Qwen3 tensors (``model.layers.N.self_attn.q_proj.weight``, ...)."""
+        own = dict(self.named_parameters())
+        seen = set()
+        with torch.no_grad():
+            for key, value in tensors.items():
+                name = key.removeprefix("model.")
+                if name in own:
+                    own[name].copy_(value)
+                    seen.add(name)
+        missing = sorted(set(own) - seen)
+        if missing:
+            raise KeyError(f"checkpoint lacks {len(missing)} tensors, e.g. {missing[:4]}")
+
+    def load_safetensors(self, folder: str | Path) -> None:
+        from safetensors.torch import load_file  # optional dependency
+
+        tensors = {}
+        for path in sorted(Path(folder).glob("*.safetensors")):
+            tensors.update(load_file(str(path)))
+        self.load_hf_state_dict(tensors)
