@@ -76,9 +76,44 @@ def plan_variants(matrix: Matrix, boundaries=BOUNDARY_NAMES) -> tuple[dict[str, 
 
 
 def _toolchain(target: str, arch: str | None) -> dict:
-    from .lower import toolchain_versions
+    """What goes into the cache key besides the program; a missing compiler stops the build here."""
+    import subprocess
 
-    return toolchain_versions(target) | {"arch": arch, "flags_version": FLAGS_VERSION}
+    from .lower import _compiler
+
+    cc = _compiler(target)  # raises ToolchainMissing with what to install
+    lines = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout.splitlines()
+    lines = [ln for ln in lines if ln.strip()] or ["unknown"]
+    return {"tilelang": _tilelang_version(), "compiler": cc, "arch": arch, "flags_version": FLAGS_VERSION,
+            "compiler_version": lines[-1] if cc == "nvcc" else lines[0]}
+
+
+def _plan_cache_key(matrix: Matrix, boundaries) -> str:
+    """Plans depend on the matrix and on the passes' own source: hash both."""
+    src = Path(__file__).resolve().parent.parent / "passes"
+    h = hashlib.sha256(json.dumps([repr(matrix), list(boundaries), __version__]).encode())
+    for f in sorted(src.glob("*.py")):
+        h.update(f.read_bytes())
+    h.update((Path(__file__).resolve().parent / "families.py").read_bytes())
+    return h.hexdigest()
+
+
+def cached_plans(out: Path, matrix: Matrix, boundaries) -> tuple[dict[str, VariantSpec], dict]:
+    """``plan_variants``, remembered in the build folder (planning imports torch and runs 3 x layouts pipelines)."""
+    key = _plan_cache_key(matrix, boundaries)
+    path = out / ".plans.json"
+    try:
+        data = json.loads(path.read_text())
+        if data["key"] == key:
+            specs = {k: VariantSpec(**(v | {"boundaries": set(v["boundaries"])})) for k, v in data["specs"].items()}
+            return specs, data["plans"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    specs, plans = plan_variants(matrix, boundaries)
+    blob = {"key": key, "plans": plans,
+            "specs": {k: {**vars(s), "boundaries": sorted(s.boundaries)} for k, s in specs.items()}}
+    _write_atomic(path, json.dumps(blob, sort_keys=True))
+    return specs, plans
 
 
 def _cache_key(program: str, target: str, toolchain: dict) -> str:
@@ -177,7 +212,7 @@ def build(matrix: Matrix, targets=("c",), out: str | Path = "build/specgen_kerne
     t0 = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    specs, plans = plan_variants(matrix, boundaries)
+    specs, plans = cached_plans(out, matrix, boundaries)
     if families:
         specs = {k: s for k, s in specs.items() if s.family in families}
     jobs_todo, done = [], {}

@@ -1,0 +1,140 @@
+"""Check every built cuda variant against the torch reference, then time the graph-head updates.
+
+    python benchmarks/head_updates.py --kernels build/specgen_kernels --out benchmarks/results/head_updates.json
+
+For each width and batch: a CUDA graph holding a stand-in target forward
+(a fixed matmul) is timed alone and with the three head updates
+(token, metadata, attention tiling) captured in front of it; the difference
+is what the updates add per step.  Medians of repeated replays, both graphs
+in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from specgen.codegen.families import FAMILIES, shape_of
+from specgen.codegen.reference import REFERENCES
+from specgen.runtime.library import load_library
+
+
+def _inputs(fam, W, BT, BS, B, dtype, g, dev):
+    cap = BT * BS
+    seq = torch.randint(0, cap - W, (B,), generator=g, dtype=torch.int32)
+    seq[: B // 2] = torch.tensor([0, BS - 1, BS, cap - W] * B, dtype=torch.int32)[: B // 2]
+    drafts = torch.randint(0, 50, (B, W - 1), generator=g)
+    acc = torch.randint(0, W, (B,), generator=g, dtype=torch.int32)
+    target = torch.randint(50, 100, (B, W), generator=g, dtype=torch.int32)
+    for b in range(B):
+        target[b, : acc[b]] = drafts[b, : acc[b]].to(torch.int32)
+    vals = {"seq_lens": seq, "block_table": torch.randint(0, 4096, (B, BT), generator=g, dtype=torch.int32),
+            "last_tokens": torch.randint(0, 50, (B,), generator=g, dtype=torch.int32),
+            "draft_tokens": drafts.to(getattr(torch, dtype)) if fam == "spec_verify_token_update" else drafts.int(),
+            "target_tokens": target, "accepted": acc, "scratch_slot": torch.tensor([4096 * BS], dtype=torch.int32)}
+    out = []
+    for a in FAMILIES[fam].args:
+        t = torch.full(shape_of(a, B, W, BT), -777, dtype=torch.int32) if a.output else vals[a.name]
+        out.append(t.to(dev))
+    return out
+
+
+def check_all(lib, dev) -> dict:
+    g = torch.Generator().manual_seed(0)
+    results = {}
+    for e in lib.entries():
+        if e.target != "cuda":
+            continue
+        ok = True
+        for B in (1, 2, 63, 64, 255, 256):
+            W, BT, BS = e.width, e.block_table_width or 8, e.block_size or 16
+            args = _inputs(e.family, W, BT, BS, B, e.draft_dtype, g, dev)
+            want = [t.clone() for t in args]
+            kw = {"block_size": BS} if "BS" in FAMILIES[e.family].key_params else {}
+            if e.num_splits:
+                kw["num_splits"] = e.num_splits
+            REFERENCES[e.family](*want, **kw)
+            lib.get(e.family, W, e.block_table_width, e.block_size)(*args)
+            ok &= all(torch.equal(a, b) for a, b in zip(args, want))
+        results[e.key] = ok
+    torch.cuda.synchronize()
+    return results
+
+
+def time_graph(fn, replays=200, repeats=15) -> float:
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    times = []
+    for _ in range(repeats):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(replays):
+            graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000 / replays)
+    return statistics.median(times)
+
+
+def head_cost(lib, dev, W, B) -> dict:
+    g = torch.Generator().manual_seed(W * 1000 + B)
+    tok = _inputs("spec_verify_token_update", W, 64, 128, B, "int32", g, dev)
+    meta = _inputs("spec_verify_metadata_update", W, 64, 128, B, "int32", g, dev)
+    til = _inputs("spec_verify_attention_tiling_update", W, 64, 128, B, "int32", g, dev)
+    k_tok = lib.get("spec_verify_token_update", W)
+    k_meta = lib.get("spec_verify_metadata_update", W, 64, 128)
+    k_til = lib.get("spec_verify_attention_tiling_update", W, None, 128)
+    x = torch.randn(B * W, 1024, device=dev, dtype=torch.bfloat16)
+    w = torch.randn(1024, 1024, device=dev, dtype=torch.bfloat16)
+
+    def forward():
+        y = x
+        for _ in range(8):
+            y = y @ w
+        return y
+
+    def with_head():
+        k_tok(*tok)
+        k_meta(*meta)
+        k_til(*til)
+        return forward()
+
+    bare = time_graph(forward)
+    head = time_graph(with_head)
+    return {"width": W, "batch": B, "bare_graph_us": round(bare, 3), "with_head_us": round(head, 3),
+            "head_updates_us": round(head - bare, 3)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kernels", default="build/specgen_kernels")
+    ap.add_argument("--out", default="benchmarks/results/head_updates.json")
+    args = ap.parse_args(argv)
+    dev = torch.device("cuda")
+    lib = load_library(args.kernels)
+    checks = check_all(lib, dev)
+    timings = [head_cost(lib, dev, W, B) for W in (4, 5, 6) for B in (1, 8, 32, 64)]
+    report = {"command": "python " + " ".join(sys.argv), "device": torch.cuda.get_device_name(),
+              "torch": torch.__version__, "variants_checked": checks, "all_match": all(checks.values()),
+              "head_update_timings": timings}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1))
+    print(json.dumps({"all_match": report["all_match"], "n": len(checks)}))
+    for t in timings:
+        print(t)
+    return 0 if report["all_match"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

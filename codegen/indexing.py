@@ -1,0 +1,393 @@
+"""Index algebra of the kernel families, as sympy expressions.
+
+Every index a template prints (rows, slots, block counts, tiling) is built
+here, simplified under the variant's specialization and printed by
+``TileLangPrinter``.  Integer semantics are explicit: ``FloorDiv`` and
+``Mod`` floor like Python's ``//`` and ``%``; sympy's ``/`` never appears.
+
+    >>> p = sp.Symbol("p", integer=True, nonnegative=True)
+    >>> TileLangPrinter().doprint(FloorDiv(FloorDiv(p, 16), 8))
+    '(p >> 7)'
+
+The specialization's assumptions become ``Guard`` records (``guards``) over
+``min_seq_len``, ``max_seq_len`` and ``batch``; the runtime checks them with
+``eval_guard``, which needs neither sympy nor TileLang to evaluate.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+import sympy as sp
+from sympy.core.relational import Relational
+from sympy.printing.str import StrPrinter
+
+
+def _int(name: str) -> sp.Symbol:
+    return sp.Symbol(name, integer=True, nonnegative=True)
+
+
+# Kernel-side names: the templates bind these Python names before use.
+b, j, S, a, Sq = (_int(n) for n in ("b", "j", "S", "a", "Sq"))
+W, BT, BS, NS, B = (_int(n) for n in ("W", "BT", "BS", "NS", "B"))
+block_table = sp.IndexedBase("block_table")
+
+
+def _pos_int(e) -> bool:
+    return isinstance(e, sp.Integer) and e > 0
+
+
+class FloorDiv(sp.Function):
+    """floor(x / y) for integers; folds constants, x // 1 and nested divisions."""
+
+    is_integer = True
+    nargs = 2
+
+    @classmethod
+    def eval(cls, x, y):
+        if y == 0:
+            raise ZeroDivisionError("FloorDiv by zero")
+        if isinstance(x, sp.Integer) and isinstance(y, sp.Integer):
+            return sp.Integer(int(x) // int(y))
+        if y == 1:
+            return x
+        if x == 0:
+            return sp.Integer(0)
+        if not _pos_int(y):
+            return None
+        # floor((k*y*q + r) / y) == k*q + floor(r / y) for integer q: pull out
+        # the terms divisible by y so nested forms below can match.
+        whole, rest = _split_multiple(x, int(y))
+        if whole != 0:
+            return whole + cls(rest, y)
+        # floor((floor(u / d) + r) / y) == floor((u + d*r) / (d*y)), r integer.
+        inner = _single_floordiv(x)
+        if inner is not None:
+            fd, r = inner
+            u, d = fd.args
+            if _pos_int(d):
+                return cls(u + d * r, d * y)
+        return None
+
+    def _eval_is_nonnegative(self):
+        x, y = self.args
+        if x.is_nonnegative and y.is_positive:
+            return True
+        return None
+
+
+class Mod(sp.Function):
+    """x mod y with the sign of y (Python's ``%``); folds constants and nests."""
+
+    is_integer = True
+    nargs = 2
+
+    @classmethod
+    def eval(cls, x, y):
+        if y == 0:
+            raise ZeroDivisionError("Mod by zero")
+        if isinstance(x, sp.Integer) and isinstance(y, sp.Integer):
+            return sp.Integer(int(x) % int(y))
+        if y == 1 or x == 0:
+            return sp.Integer(0)
+        if not _pos_int(y):
+            return None
+        whole, rest = _split_multiple(x, int(y))
+        if whole != 0:
+            return cls(rest, y)
+        if isinstance(x, Mod) and _pos_int(x.args[1]) and int(x.args[1]) % int(y) == 0:
+            return cls(x.args[0], y)
+        return None
+
+    def _eval_is_nonnegative(self):
+        return True if self.args[1].is_positive else None
+
+
+def _split_multiple(x, y: int):
+    """Split x into (terms with integer coefficients divisible by y) / y and the rest."""
+    whole, rest = sp.Integer(0), sp.Integer(0)
+    for term in sp.Add.make_args(x):
+        coeff, tail = term.as_coeff_Mul()
+        if isinstance(term, sp.Integer) and (int(term) >= y or int(term) % y == 0):
+            # c == y * (c // y) + c % y; a negative remainder stays put so the
+            # operand keeps its sign (and its shift/mask spelling).
+            whole += int(term) // y
+            rest += int(term) % y
+        elif isinstance(coeff, sp.Integer) and int(coeff) % y == 0 and tail.is_integer:
+            whole += (int(coeff) // y) * tail
+        else:
+            rest += term
+    return whole, rest
+
+
+def _single_floordiv(x):
+    """(fd, r) when x == fd + r with exactly one FloorDiv term and r integer."""
+    terms = sp.Add.make_args(x)
+    fds = [t for t in terms if isinstance(t, FloorDiv)]
+    if len(fds) != 1:
+        return None
+    r = sp.Add(*(t for t in terms if t is not fds[0]))
+    return (fds[0], r) if r.is_integer else None
+
+
+def ceil_div(x, y):
+    """ceil(x / y) for integer x and positive integer y."""
+    return FloorDiv(x + y - 1, y)
+
+
+def row(seq, jj, width=W):
+    """Row of the verification layout: r = b * W + j."""
+    return seq * width + jj
+
+
+def slot(seq, p, bt=BT, bs=BS):
+    """KERNELS.md slot(b, p); -1 (no write) outside [0, BT * BS)."""
+    entry = block_table[seq, FloorDiv(p, bs)] * bs + Mod(p, bs)
+    return sp.Piecewise((entry, sp.And(p >= 0, p < bt * bs)), (-1, True))
+
+
+def row_kv_len(s=S, jj=j):
+    """Causal KV length of verify row j: S + j + 1."""
+    return s + jj + 1
+
+
+def num_blocks(s=S, jj=j, bs=BS):
+    return ceil_div(row_kv_len(s, jj), bs)
+
+
+def sequence_blocks(s, width: int, bs=BS):
+    """Blocks of all W rows of one sequence: sum_j ceil((S + j + 1) / BS), unrolled."""
+    return sp.Add(*(num_blocks(s, jj, bs) for jj in range(width)))
+
+
+def last_block_len(s=S, jj=j, bs=BS):
+    """kv - (ceil(kv / BS) - 1) * BS, which equals (kv - 1) % BS + 1 for kv >= 1."""
+    kv = row_kv_len(s, jj)
+    return Mod(kv - 1, bs) + 1
+
+
+def kv_split_len(max_kv, bs=BS, ns=NS):
+    """ceil(ceil(max / BS) / NS) * BS; nests into ceil(max / (BS * NS)) * BS."""
+    return ceil_div(ceil_div(max_kv, bs), ns) * bs
+
+
+def specialize(expr, width=None, block_table_width=None, block_size=None, num_splits=None):
+    """Substitute the variant's constants; the FloorDiv/Mod rules then fold."""
+    subs = {k: v for k, v in ((W, width), (BT, block_table_width), (BS, block_size),
+                              (NS, num_splits)) if v is not None}
+    out = sp.sympify(expr).subs(subs)
+    return out.replace(lambda e: isinstance(e, Relational), _integral_relation)
+
+
+def _integral_relation(rel):
+    """``S/128 + j/128 < 64`` -> ``S + j < 8192``: sympy's relational
+    canonicalisation divides by common factors, which has no integer meaning."""
+    num, den = sp.fraction(sp.together(rel.lhs - rel.rhs))
+    if den == 1 or not (den.is_number and den > 0):
+        return rel
+    c, rest = num.as_coeff_Add()
+    if rest == 0:
+        return rel.func(num, 0)
+    return rel.func(rest, -c, evaluate=False)
+
+
+def _atom(printer, e) -> str:
+    text = printer._print(e)
+    return text if isinstance(e, (sp.Symbol, sp.Integer, sp.Indexed)) or e.is_Function else f"({text})"
+
+
+def _power_of_two(y) -> int | None:
+    if _pos_int(y) and int(y) & (int(y) - 1) == 0:
+        return int(y).bit_length() - 1
+    return None
+
+
+class TileLangPrinter(StrPrinter):
+    """Prints index expressions as TileLang Python (TVM PrimExpr) code.
+
+    Python's ``and``/``or``/``max`` and a conditional expression cannot act on
+    PrimExprs, and ``//``/``%`` are spelled out so a reader never wonders
+    whether they truncate (C) or floor (Python, TVM).  A power-of-two divisor
+    of a non-negative operand becomes a shift or a mask.
+    """
+
+    def _print_FloorDiv(self, e):
+        x, y = e.args
+        k = _power_of_two(y)
+        if k is not None and x.is_nonnegative:
+            return f"({_atom(self, x)} >> {k})"
+        return f"T.floordiv({self._print(x)}, {self._print(y)})"
+
+    def _print_Mod(self, e):
+        x, y = e.args
+        k = _power_of_two(y)
+        if k is not None and x.is_nonnegative:
+            return f"({_atom(self, x)} & {int(y) - 1})"
+        return f"T.floormod({self._print(x)}, {self._print(y)})"
+
+    def _print_Max(self, e):
+        return self._fold("T.max", e.args)
+
+    def _print_Min(self, e):
+        return self._fold("T.min", e.args)
+
+    def _fold(self, fn, args):
+        out = self._print(args[0])
+        for arg in args[1:]:
+            out = f"{fn}({out}, {self._print(arg)})"
+        return out
+
+    def _print_Piecewise(self, e):
+        *pairs, (last, cond) = e.args
+        if cond != sp.true:
+            raise ValueError("Piecewise without an otherwise branch has no kernel meaning")
+        out = self._print(last)
+        for value, c in reversed(pairs):
+            out = f"T.if_then_else({self._print(c)}, {self._print(value)}, {out})"
+        return out
+
+    def _print_And(self, e):
+        return self._fold("T.And", e.args)
+
+    def _print_Or(self, e):
+        return self._fold("T.Or", e.args)
+
+    def _print_Not(self, e):
+        return f"T.Not({self._print(e.args[0])})"
+
+    def _print_Relational(self, e):
+        op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}[e.rel_op]
+        return f"({self._print(e.lhs)} {op} {self._print(e.rhs)})"
+
+    def _print_BooleanTrue(self, e):
+        return "True"
+
+    def _print_BooleanFalse(self, e):
+        return "False"
+
+    def _print_Indexed(self, e):
+        idx = ", ".join(self._print(i) for i in e.indices)
+        return f"{e.base}[{idx}]"
+
+    def _print_Rational(self, e):
+        raise ValueError(f"non-integer index expression {e}: use FloorDiv")
+
+    def _print_Pow(self, e):
+        base, exp = e.args
+        if isinstance(exp, sp.Integer) and exp > 0:
+            return "(" + " * ".join([self._print(base)] * int(exp)) + ")"
+        raise ValueError(f"no kernel spelling for {e}")
+
+
+def tl(expr) -> str:
+    """TileLang Python text of an index expression."""
+    return TileLangPrinter().doprint(expr)
+
+
+
+# --- guards: the specialization's assumptions, checked at run time ---------
+
+# Plain integers: a guard must not be presumed true by the symbols' assumptions.
+min_seq_len, max_seq_len, batch = sp.symbols("min_seq_len max_seq_len batch", integer=True)
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    expr: str  # Python over min_seq_len, max_seq_len, batch; see eval_guard
+    why: str
+
+
+class GuardPrinter(StrPrinter):
+    """Plain Python integer arithmetic, the subset ``eval_guard`` accepts."""
+
+    def _print_FloorDiv(self, e):
+        return f"({_atom(self, e.args[0])} // {_atom(self, e.args[1])})"
+
+    def _print_Mod(self, e):
+        raise ValueError("guards are written without %")
+
+
+def _isolate(rel):
+    """``x + 4 <= 8192`` -> ``x <= 8188``: constants move to the right."""
+    c, rest = (rel.lhs - rel.rhs).as_coeff_Add()
+    return rel.func(rest, -c, evaluate=False)
+
+
+_BLOCK_ENTRY = {
+    "spec_verify_metadata_update": (
+        max_seq_len + W <= BT * BS, "S + W <= BT * BS: every verify position has a block-table entry"),
+    "context_kv_update": (
+        max_seq_len + W <= BT * BS, "S + W <= BT * BS: every accepted context row has a block-table entry"),
+    "prepare_next_draft": (
+        max_seq_len + W + 1 <= BT * BS,
+        "S + W + 1 <= BT * BS: the next draft position S' <= S + W has a block-table entry"),
+}
+
+
+def guards(family: str, width: int, block_table_width: int | None = None,
+           block_size: int | None = None) -> list[Guard]:
+    """Run-time conditions under which the variant equals the reference.
+
+    >>> [g.expr for g in guards("spec_verify_metadata_update", 4, 64, 128)]
+    ['min_seq_len >= 0', 'batch >= 1', 'max_seq_len <= 8188']
+    """
+    rules = [(min_seq_len >= 0, "S >= 0: positions and slots are computed for non-negative lengths"),
+             (batch >= 1, "B >= 1: a launch covers at least one sequence")]
+    if family in _BLOCK_ENTRY:
+        rules.append(_BLOCK_ENTRY[family])
+    if family == "spec_verify_attention_tiling_update":
+        rules.append((max_seq_len + W <= INT32_MAX, "S + W fits int32: row_kv_lens and max_kv_len are int32"))
+        rules.append((batch * W * ceil_div(max_seq_len + W, BS) <= INT32_MAX,
+                      "B * W * ceil((S + W) / BS) fits int32: row_block_offsets ends with the total"))
+    out = []
+    for rel, why in rules:
+        rel = specialize(rel, width, block_table_width, block_size)
+        if rel == sp.false:
+            raise ValueError(f"{family} w{width}: no sequence satisfies {why}")
+        if rel != sp.true:
+            out.append(Guard(GuardPrinter().doprint(_isolate(rel)), why))
+    return out
+
+
+_GUARD_NAMES = frozenset({"min_seq_len", "max_seq_len", "batch"})
+_BINOPS = {ast.Add: lambda x, y: x + y, ast.Sub: lambda x, y: x - y,
+           ast.Mult: lambda x, y: x * y, ast.FloorDiv: lambda x, y: x // y}
+_CMPS = {ast.Lt: lambda x, y: x < y, ast.LtE: lambda x, y: x <= y, ast.Gt: lambda x, y: x > y,
+         ast.GtE: lambda x, y: x >= y, ast.Eq: lambda x, y: x == y, ast.NotEq: lambda x, y: x != y}
+
+
+def eval_guard(expr: str, **names: int) -> bool:
+    """Evaluate a ``Guard.expr`` with plain ints; anything else is rejected.
+
+    >>> eval_guard("max_seq_len <= 8188 and batch >= 1", max_seq_len=10, batch=2)
+    True
+    """
+    return bool(_eval(ast.parse(expr, mode="eval").body, names))
+
+
+def _eval(node, names):
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+        return all(_eval(v, names) for v in node.values)
+    if isinstance(node, ast.Compare):
+        left = _eval(node.left, names)
+        for op, right_node in zip(node.ops, node.comparators):
+            right = _eval(right_node, names)
+            if type(op) not in _CMPS or not _CMPS[type(op)](left, right):
+                if type(op) not in _CMPS:
+                    raise ValueError(f"operator {type(op).__name__} not allowed in a guard")
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        return _BINOPS[type(node.op)](_eval(node.left, names), _eval(node.right, names))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_eval(node.operand, names)
+    if isinstance(node, ast.Name) and node.id in _GUARD_NAMES:
+        if node.id not in names:
+            raise ValueError(f"guard needs {node.id}")
+        return int(names[node.id])
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    raise ValueError(f"not allowed in a guard: {ast.dump(node)[:60]}")

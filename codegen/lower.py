@@ -1,0 +1,182 @@
+"""Lower rendered TileLang programs to target source and compile them.
+
+TileLang is imported lazily, inside the functions that need it, so importing
+``specgen.codegen`` (and the runtime) never pays for it.
+
+    >>> from specgen.codegen.templates import render_program
+    >>> low = lower(render_program("spec_verify_token_update", 4), "c")
+    >>> low.entry, low.params
+    ('spec_verify_token_update_kernel', ['draft_tokens', 'last_tokens', 'tokens', 'B'])
+
+The generated kernel's parameter order is TileLang's, not the prim_func's, so
+``params`` is parsed from the entry's signature in the generated source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import linecache
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ToolchainMissing(RuntimeError):
+    """A compiler or library the target needs is not installed here."""
+
+
+class LoweringError(RuntimeError):
+    """TileLang rejected the program for this target."""
+
+
+class CompileError(RuntimeError):
+    """The target compiler failed; the message ends with its last lines."""
+
+
+@dataclass
+class Lowered:
+    target: str
+    arch: str | None
+    source: str
+    entry: str
+    params: list[str]  # kernel parameter names in call order; "B" is the batch scalar
+    pointer_params: list[str]
+    threads: int
+    grid: str  # Python expression over B: blocks to launch
+
+
+_SUFFIXES = {"c": (".c", ".so"), "cuda": (".cu", ".cubin"), "ascend": (".cpp", ".o")}
+_DEFAULT_ARCH = {"cuda": "sm_90", "ascend": None, "c": None}
+
+
+def source_suffix(target: str) -> str:
+    return _SUFFIXES[target][0]
+
+
+def artifact_suffix(target: str) -> str:
+    return _SUFFIXES[target][1]
+
+
+def _tilelang():
+    try:
+        import tilelang  # noqa: PLC0415 - lazy by design
+    except ImportError as exc:  # pragma: no cover - tilelang is a dependency
+        raise ToolchainMissing(f"tilelang is not importable: {exc}") from exc
+    return tilelang
+
+
+def _tvm_target(target: str, arch: str | None):
+    _tilelang()  # tilelang vendors tvm: it must be imported first
+    from tvm.target import Target  # noqa: PLC0415
+
+    if target == "cuda":
+        return Target({"kind": "cuda", "arch": arch or _DEFAULT_ARCH["cuda"]})
+    if target in ("c", "ascend"):
+        return Target(target)
+    raise ValueError(f"unknown target {target!r}")
+
+
+def _program(program_text: str, target: str):
+    # TileLang's parser reads the kernel's source through inspect, so the text
+    # is registered with linecache under a name unique to its content.
+    filename = f"<specgen-program-{hashlib.sha256(program_text.encode()).hexdigest()[:16]}>"
+    linecache.cache[filename] = (len(program_text), None, program_text.splitlines(True), filename)
+    namespace: dict = {"__name__": "specgen_program", "__file__": filename}
+    exec(compile(program_text, filename, "exec"), namespace)  # noqa: S102 - our own render
+    dialect_ascend = "tilelang.ascend.language" in program_text
+    if dialect_ascend != (target == "ascend"):
+        raise LoweringError(f"program was rendered for another target than {target!r}: "
+                            "render_program(..., target=...) must match lower's target")
+    return namespace["program"](), namespace
+
+
+def lower(program_text: str, target: str, arch: str | None = None) -> Lowered:
+    """Exec a rendered program and lower its prim_func for ``target`` (c, cuda, ascend)."""
+    tilelang = _tilelang()
+    func, namespace = _program(program_text, target)
+    arch = arch or _DEFAULT_ARCH.get(target)
+    tg = _tvm_target(target, arch)
+    try:
+        with tg:
+            art = tilelang.lower(func, target=tg)
+    except Exception as exc:  # TVM raises its own error types
+        raise LoweringError(f"tilelang could not lower {namespace['ENTRY_NAME']} for {target}: "
+                            f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else exc!r}") from exc
+    entry = f"{namespace['ENTRY_NAME']}_kernel"
+    params, pointers = parse_signature(art.kernel_source, entry)
+    threads = int(namespace["THREADS"])
+    grid = f"(B + {threads - 1}) // {threads}"
+    return Lowered(target, arch, art.kernel_source, entry, params, pointers, threads, grid)
+
+
+def parse_signature(source: str, entry: str) -> tuple[list[str], list[str]]:
+    """Parameter names (call order) and the pointer ones of ``entry`` in ``source``."""
+    match = re.search(rf"\b{re.escape(entry)}\s*\(([^)]*)\)", source)
+    if match is None:
+        raise LoweringError(f"entry {entry} not found in the generated source")
+    params, pointers = [], []
+    for decl in match.group(1).split(","):
+        name = re.findall(r"[A-Za-z_]\w*", decl)[-1]
+        params.append(name)
+        if "*" in decl:
+            pointers.append(name)
+    return params, pointers
+
+
+def include_dirs() -> list[str]:
+    """TileLang's template headers (tl_templates/...) and the CUTLASS it vendors."""
+    root = Path(_tilelang().__file__).resolve().parent
+    return [str(root / "src"), str(root / "3rdparty" / "cutlass" / "include")]
+
+
+def _compiler(target: str) -> str:
+    if target == "c":
+        for cc in ("g++", "clang++", "c++"):
+            if shutil.which(cc):
+                return cc
+        raise ToolchainMissing("no C++ compiler (g++, clang++) on PATH: the c target needs one")
+    if target == "cuda":
+        if not shutil.which("nvcc"):
+            raise ToolchainMissing("nvcc not found on PATH: the cuda target needs the CUDA toolkit")
+        return "nvcc"
+    if not shutil.which("bisheng"):
+        raise ToolchainMissing("bisheng not found on PATH: compiling for ascend needs CANN's bisheng")
+    return "bisheng"
+
+
+def compile_command(lowered: Lowered, src: Path, out: Path) -> list[str]:
+    cc = _compiler(lowered.target)
+    inc = [f"-I{d}" for d in include_dirs()]
+    if lowered.target == "c":
+        return [cc, "-x", "c++", "-O2", "-shared", "-fPIC", inc[0], "-o", str(out), str(src)]
+    if lowered.target == "cuda":
+        return [cc, "-cubin", f"-arch={lowered.arch}", "-std=c++17", "-w", *inc, "-o", str(out), str(src)]
+    return [cc, "-xcce", "-O2", "-c", inc[0], "-o", str(out), str(src)]  # unverified: no CANN here
+
+
+def compile_artifact(lowered: Lowered, out_path: str | Path) -> list[str]:
+    """Write the source beside ``out_path`` and compile it; returns the command used."""
+    out = Path(out_path)
+    src = out.with_suffix(source_suffix(lowered.target))
+    src.write_text(lowered.source, encoding="utf-8")
+    cmd = compile_command(lowered, src, out)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0 or not out.exists() or out.stat().st_size == 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+        raise CompileError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{tail}")
+    return cmd
+
+
+def toolchain_versions(target: str) -> dict:
+    """Versions that go into artifact cache keys."""
+    versions = {"tilelang": _tilelang().__version__}
+    try:
+        cc = _compiler(target)
+    except ToolchainMissing:
+        return versions | {"compiler": None}
+    first = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout
+    lines = [ln for ln in first.strip().splitlines() if ln.strip()]
+    return versions | {"compiler": cc, "compiler_version": lines[-1] if cc == "nvcc" and lines else
+                       (lines[0] if lines else "unknown")}
