@@ -1,0 +1,381 @@
+"""One speculative-verify step as a fixed sequence over persistent buffers.
+
+The sequence is the build's boundary plans: the draft-to-verify graph ops
+(token, metadata and attention-tiling updates, then ``target_forward``)
+followed by the verify-to-draft ops after ``target_forward``
+(``greedy_prefix_verify``, ``prepare_next_draft``).  Each kernel op calls the
+built variant; ``target_forward`` calls the engine's
+``model_forward(bufs) -> target_tokens[B, W]``, which reads the persistent
+buffers (``tokens``, ``positions``, ``slot_mapping``, ``kv_lens``,
+``query_start_loc``, ``block_table``, the ``row_*`` tiling fields, ...).
+``d2h_*`` ops are not part of the sequence: results for the host are copied
+after it.
+
+    rt = SpecVerifyRuntime(lib, model_forward, capabilities_of(model), width=4)
+    res = rt.step(last_tokens, draft_tokens, seq_lens, block_table, seq_len_bounds=(lo, hi))
+    rt.stats()  # {"fast_path": n, "fallback": {"guard_failed": k, ...}}
+
+Buffers exist per batch bucket (1, 2, 4, ... up to ``max_batch``) and are
+allocated once.  Padding rows of a bucket have ``seq_lens`` 0 and a block
+table filled with the scratch block, so their writes only reach the scratch
+block; results are sliced to the real batch.
+
+The fast path runs only when the model supports in-graph input updates,
+every variant of the sequence is built for the device's target, the batch
+fits a bucket, the model's block layout equals the variant's, and every
+guard of every variant holds for the step's sequence-length bounds.
+Otherwise the step runs the eager torch references (``codegen.reference``)
+with the same ``model_forward`` and the reason is counted; both paths give
+identical results.
+
+Backend ``"cuda"`` captures each bucket once with ``torch.cuda.graph``
+(after a warm-up on a side stream); ``step`` copies the inputs into the
+bucket's buffers and replays, waiting on an optional ``ready_event`` (the
+draft stream's event) without synchronizing the host.  Its result tensors
+are views of the persistent buffers, valid until the next step.  The host
+copy of the results (``accepted``, ``next_tokens``, ``next_last_token``,
+``next_seq_lens``) goes to pinned buffers with ``non_blocking`` copies and an
+event; ``last_host_result()`` waits on that event and returns it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import torch
+
+from specgen.codegen import reference
+from specgen.codegen.families import DEFAULT_NUM_SPLITS, FAMILIES, shape_of
+from specgen.runtime.capabilities import SpeculativeVerifyCapabilities
+from specgen.runtime.library import TARGET_OF_DEVICE, KernelLibrary, VariantNotBuilt
+
+__all__ = ["DEFAULT_SEQUENCE", "FALLBACK_REASONS", "HostResult", "SpecVerifyRuntime", "StepResult"]
+
+FALLBACK_REASONS = ("capability_off", "variant_not_built", "layout_mismatch", "batch_exceeds_buckets", "empty_batch",
+                    "guard_failed")
+TARGET_FORWARD = "target_forward"
+DRAFT_TO_VERIFY, VERIFY_TO_DRAFT = "draft-to-verify", "verify-to-draft"
+# The eager path's sequence (the same order the build's plans capture).
+DEFAULT_SEQUENCE = ("spec_verify_token_update", "spec_verify_metadata_update",
+                    "spec_verify_attention_tiling_update", TARGET_FORWARD, "greedy_prefix_verify",
+                    "prepare_next_draft")
+RESULT_FIELDS = ("accepted", "next_tokens", "next_last_token", "next_seq_lens", "draft_positions",
+                 "draft_slots", "hidden_rows")
+HOST_FIELDS = ("accepted", "next_tokens", "next_last_token", "next_seq_lens")
+I32 = torch.int32
+
+
+@dataclass(frozen=True)
+class StepResult:
+    accepted: torch.Tensor         # [B]
+    next_tokens: torch.Tensor      # [B, W]
+    next_last_token: torch.Tensor  # [B]
+    next_seq_lens: torch.Tensor    # [B]
+    draft_positions: torch.Tensor  # [B, 2]
+    draft_slots: torch.Tensor      # [B, 2]
+    hidden_rows: torch.Tensor      # [B, 2]
+    fast_path: bool = False
+    reason: str | None = None      # the fallback reason, None on the fast path
+
+
+@dataclass(frozen=True)
+class HostResult:
+    accepted: torch.Tensor
+    next_tokens: torch.Tensor
+    next_last_token: torch.Tensor
+    next_seq_lens: torch.Tensor
+
+
+def _buckets(max_batch: int) -> tuple[int, ...]:
+    out, b = [], 1
+    while b < max_batch:
+        out.append(b)
+        b *= 2
+    out.append(max_batch)
+    return tuple(out)
+
+
+def _family_of(op: str) -> str:
+    return op.split("__", 1)[0]
+
+
+class SpecVerifyRuntime:
+    """Captured (or eager) verify steps for one verify width; see the module docstring."""
+
+    def __init__(self, library: KernelLibrary, model_forward: Callable[[Mapping[str, torch.Tensor]], torch.Tensor],
+                 caps: SpeculativeVerifyCapabilities, width: int, max_batch: int = 64, backend: str = "cpu",
+                 device: str | torch.device | None = None, *, block_table_width: int | None = None,
+                 block_size: int | None = None, scratch_block: int = 0, warmup_iters: int = 2):
+        if backend not in ("cpu", "cuda"):
+            raise ValueError(f"backend must be 'cpu' or 'cuda', got {backend!r}")
+        if max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        self.library, self.model_forward, self.caps = library, model_forward, caps
+        self.width, self.max_batch, self.backend = int(width), int(max_batch), backend
+        self.device = torch.device(device if device is not None else ("cuda" if backend == "cuda" else "cpu"))
+        if self.device.type != backend:
+            raise ValueError(f"backend {backend!r} needs a {backend} device, got {self.device}")
+        self.scratch_block = int(scratch_block)
+        self.warmup_iters = int(warmup_iters)
+        self.buckets = _buckets(self.max_batch)
+        self._fast = 0
+        self._fallback: Counter[str] = Counter()
+        # The variant layout: explicit, else the model's if built, else the first built for this width.
+        self.layout, self.sequence, self._kernels = None, (), {}
+        self.num_splits = DEFAULT_NUM_SPLITS
+        self._unavailable: str | None = None
+        self._resolve(block_table_width, block_size)
+        self._bufs: dict[int, dict[str, torch.Tensor]] = {}
+        self._graphs: dict[int, "torch.cuda.CUDAGraph"] = {}
+        self._pool = None
+        self._host: list[dict[str, torch.Tensor]] = []
+        self._host_events: list = []
+        self._host_turn = 0
+        self._last_host: tuple[int, int] | None = None  # (slot, batch) of the latest step
+        if self._unavailable is None and caps.supports_in_graph_input_update:
+            for bucket in self.buckets:
+                self._bufs[bucket] = self._alloc(bucket, self.layout[0], fill_padding=True)
+        if backend == "cuda":
+            pin = self.device.type == "cuda"
+            for _ in range(2):  # double-buffered so a step in flight never overwrites what the host reads
+                self._host.append({
+                    "accepted": torch.empty(self.max_batch, dtype=I32, pin_memory=pin),
+                    "next_tokens": torch.empty(self.max_batch, self.width, dtype=I32, pin_memory=pin),
+                    "next_last_token": torch.empty(self.max_batch, dtype=I32, pin_memory=pin),
+                    "next_seq_lens": torch.empty(self.max_batch, dtype=I32, pin_memory=pin),
+                })
+                self._host_events.append(torch.cuda.Event())
+
+    # ----------------------------------------------------------------- setup
+    def _plan_ops(self, boundary: str, layout_key: str) -> list[str] | None:
+        plan = (self.library.manifest.plans.get(boundary) or {}).get(layout_key)
+        return list(plan["graph_ops"]) if plan and "graph_ops" in plan else None
+
+    def _layouts_built(self) -> list[tuple[int, int]]:
+        out = []
+        for key in (self.library.manifest.plans.get(DRAFT_TO_VERIFY) or {}):
+            parts = key.split("_")
+            if len(parts) == 4 and parts[0] == f"w{self.width}" and parts[3] == "int32":
+                out.append((int(parts[1][2:]), int(parts[2][2:])))
+        return sorted(out)
+
+    def _resolve(self, bt: int | None, bs: int | None) -> None:
+        if bt is None or bs is None:
+            built = self._layouts_built()
+            want = (self.caps.block_table_width, self.caps.block_size)
+            if want in built:
+                bt, bs = want
+            elif built:
+                bt, bs = built[0]
+            else:
+                self._unavailable = "variant_not_built"
+                return
+        self.layout = (int(bt), int(bs))
+        key = f"w{self.width}_bt{bt}_bs{bs}_int32"
+        first, second = self._plan_ops(DRAFT_TO_VERIFY, key), self._plan_ops(VERIFY_TO_DRAFT, key)
+        if first is None or second is None or TARGET_FORWARD not in second:
+            self._unavailable = "variant_not_built"
+            return
+        tail = second[second.index(TARGET_FORWARD) + 1:]
+        ops = [op for op in first + tail if not op.startswith("d2h_")]
+        target = TARGET_OF_DEVICE[self.device.type]
+        try:
+            for op in ops:
+                if op == TARGET_FORWARD:
+                    continue
+                family = _family_of(op)
+                k = self.library.get(family, self.width, bt, bs, target=target)
+                k.resolve(target, "int32")  # raises VariantNotBuilt when this target lacks it
+                self._kernels[op] = k
+                if family == "spec_verify_attention_tiling_update":
+                    entry, _ = k.resolve(target, "int32")
+                    self.num_splits = entry.num_splits or DEFAULT_NUM_SPLITS
+        except VariantNotBuilt:
+            self._unavailable, self._kernels = "variant_not_built", {}
+            return
+        self.sequence = tuple(ops)
+
+    def _alloc(self, batch: int, bt: int, fill_padding: bool = False) -> dict[str, torch.Tensor]:
+        """Every buffer of the step for ``batch`` rows, int32, on the runtime's device."""
+        W, dev = self.width, self.device
+        names: dict[str, tuple[int, ...]] = {}
+        for fam in FAMILIES.values():
+            for a in fam.args:
+                names.setdefault(a.name, shape_of(a, batch, W, bt, self.num_splits))
+        bufs = {n: torch.zeros(s, dtype=I32, device=dev) for n, s in names.items()}
+        bs = self.layout[1] if self.layout else self.caps.block_size
+        bufs["scratch_slot"].fill_(self.scratch_block * bs)
+        if fill_padding:
+            bufs["block_table"].fill_(self.scratch_block)
+        return bufs
+
+    # ----------------------------------------------------------- execution
+    def _run(self, bufs: Mapping[str, torch.Tensor], ops, call: Callable[[str, list], None]) -> None:
+        for op in ops:
+            if op == TARGET_FORWARD:
+                out = self.model_forward(bufs)
+                bufs["target_tokens"].copy_(out.reshape(bufs["target_tokens"].shape))
+            else:
+                args = [bufs[a.name] for a in FAMILIES[_family_of(op)].args]
+                call(op, args)
+
+    def _call_kernel(self, op: str, args: list) -> None:
+        self._kernels[op](*args)
+
+    def _reference_call(self, block_size: int):
+        def call(op: str, args: list) -> None:
+            family = _family_of(op)
+            fn = reference.REFERENCES[family]
+            kw = {}
+            if "BS" in FAMILIES[family].key_params:
+                kw["block_size"] = block_size
+            if family == "spec_verify_attention_tiling_update":
+                kw["num_splits"] = self.num_splits
+            fn(*args, **kw)
+        return call
+
+    def _reason(self, batch: int, block_table: torch.Tensor, bounds: tuple[int, int]) -> str | None:
+        if not self.caps.supports_in_graph_input_update:
+            return "capability_off"
+        if self._unavailable is not None:
+            return self._unavailable
+        bt, bs = self.layout
+        if (self.caps.block_size, self.caps.block_table_width) != (bs, bt) or block_table.shape[1] != bt:
+            return "layout_mismatch"
+        if batch > self.max_batch:
+            return "batch_exceeds_buckets"
+        bucket = self._bucket(batch)
+        lo, hi = bounds
+        for k in self._kernels.values():
+            if not k.check_guards(min_seq_len=lo, max_seq_len=hi, batch=bucket):
+                return "guard_failed"
+        return None
+
+    def _bucket(self, batch: int) -> int:
+        return next(b for b in self.buckets if b >= batch)
+
+    def _bounds(self, seq_lens: torch.Tensor, given: tuple[int, int] | None) -> tuple[int, int]:
+        if seq_lens.numel() == 0:
+            return given or (0, 0)
+        if self.backend == "cpu" or given is None:
+            # Cheap on the host; on CUDA without bounds this synchronizes.
+            lo, hi = int(seq_lens.min()), int(seq_lens.max())
+            if given is not None:
+                lo, hi = min(lo, int(given[0])), max(hi, int(given[1]))
+            return lo, hi
+        return int(given[0]), int(given[1])
+
+    def _load_inputs(self, bufs, batch, last_tokens, draft_tokens, seq_lens, block_table) -> None:
+        nb = self.backend == "cuda"
+        bufs["last_tokens"][:batch].copy_(last_tokens, non_blocking=nb)
+        bufs["draft_tokens"][:batch].copy_(draft_tokens, non_blocking=nb)
+        bufs["seq_lens"][:batch].copy_(seq_lens, non_blocking=nb)
+        bufs["block_table"][:batch].copy_(block_table, non_blocking=nb)
+        if batch < bufs["seq_lens"].shape[0]:  # padding rows: length 0, every block the scratch block
+            bufs["last_tokens"][batch:].fill_(0)
+            bufs["draft_tokens"][batch:].fill_(0)
+            bufs["seq_lens"][batch:].fill_(0)
+            bufs["block_table"][batch:].fill_(self.scratch_block)
+
+    def _capture(self, bucket: int) -> None:
+        bufs = self._bufs[bucket]
+        side = torch.cuda.Stream(device=self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(max(1, self.warmup_iters)):
+                self._run(bufs, self.sequence, self._call_kernel)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            self._run(bufs, self.sequence, self._call_kernel)
+        self._graphs[bucket] = graph
+
+    def capture_all(self) -> None:
+        """Capture every bucket now (CUDA) instead of on its first step."""
+        if self.backend == "cuda" and self.caps.supports_in_graph_input_update and self._unavailable is None:
+            for bucket in self.buckets:
+                if bucket not in self._graphs:
+                    self._capture(bucket)
+
+    def step(self, last_tokens: torch.Tensor, draft_tokens: torch.Tensor, seq_lens: torch.Tensor,
+             block_table: torch.Tensor, seq_len_bounds: tuple[int, int] | None = None,
+             ready_event=None) -> StepResult:
+        """One verification of ``B`` sequences; see the module docstring."""
+        batch = int(seq_lens.shape[0])
+        if draft_tokens.shape != (batch, self.width - 1) or last_tokens.shape != (batch,) \
+                or block_table.dim() != 2 or block_table.shape[0] != batch:
+            raise ValueError(f"step: expected last_tokens[B], draft_tokens[B, {self.width - 1}], seq_lens[B], "
+                             f"block_table[B, BT]; got {tuple(last_tokens.shape)}, {tuple(draft_tokens.shape)}, "
+                             f"{tuple(seq_lens.shape)}, {tuple(block_table.shape)}")
+        if self.backend == "cuda":
+            stream = torch.cuda.current_stream(self.device)
+            if ready_event is not None:
+                stream.wait_event(ready_event)
+        if batch == 0:
+            reason = "empty_batch"  # nothing to launch; the eager path returns empty results
+        else:
+            reason = self._reason(batch, block_table, self._bounds(seq_lens, seq_len_bounds))
+        if reason is None:
+            result = self._fast_step(batch, last_tokens, draft_tokens, seq_lens, block_table)
+            self._fast += 1
+        else:
+            result = self._eager_step(batch, last_tokens, draft_tokens, seq_lens, block_table, reason)
+            self._fallback[reason] += 1
+        if self.backend == "cuda":
+            self._copy_to_host(result, batch)
+        return result
+
+    def _fast_step(self, batch, last_tokens, draft_tokens, seq_lens, block_table) -> StepResult:
+        bucket = self._bucket(batch)
+        bufs = self._bufs[bucket]
+        self._load_inputs(bufs, batch, last_tokens, draft_tokens, seq_lens, block_table)
+        if self.backend == "cuda":
+            if bucket not in self._graphs:
+                self._capture(bucket)
+            self._graphs[bucket].replay()
+            out = {n: bufs[n][:batch] for n in RESULT_FIELDS}
+        else:
+            self._run(bufs, self.sequence, self._call_kernel)
+            out = {n: bufs[n][:batch].clone() for n in RESULT_FIELDS}
+        return StepResult(**out, fast_path=True, reason=None)
+
+    def _eager_step(self, batch, last_tokens, draft_tokens, seq_lens, block_table, reason) -> StepResult:
+        bs = self.caps.block_size  # the model's cache layout is the truth on the eager path
+        saved_layout = self.layout
+        self.layout = (int(block_table.shape[1]), bs)
+        try:
+            bufs = self._alloc(batch, int(block_table.shape[1]))
+        finally:
+            self.layout = saved_layout
+        bufs["last_tokens"].copy_(last_tokens)
+        bufs["draft_tokens"].copy_(draft_tokens)
+        bufs["seq_lens"].copy_(seq_lens)
+        bufs["block_table"].copy_(block_table)
+        if batch:
+            self._run(bufs, DEFAULT_SEQUENCE, self._reference_call(bs))
+        return StepResult(**{n: bufs[n] for n in RESULT_FIELDS}, fast_path=False, reason=reason)
+
+    def _copy_to_host(self, result: StepResult, batch: int) -> None:
+        slot = self._host_turn
+        self._host_turn ^= 1
+        host = self._host[slot]
+        for n in HOST_FIELDS:
+            host[n][:batch].copy_(getattr(result, n), non_blocking=True)
+        self._host_events[slot].record(torch.cuda.current_stream(self.device))
+        self._last_host = (slot, batch)
+
+    def last_host_result(self) -> HostResult | None:
+        """The host copy of the latest CUDA step's results (waits on its event); None before any step."""
+        if self._last_host is None:
+            return None
+        slot, batch = self._last_host
+        self._host_events[slot].synchronize()
+        host = self._host[slot]
+        return HostResult(**{n: host[n][:batch] for n in HOST_FIELDS})
+
+    def stats(self) -> dict:
+        return {"fast_path": self._fast, "fallback": dict(self._fallback)}
