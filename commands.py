@@ -58,3 +58,53 @@ def add_build(sub) -> None:
     p.add_argument("--matrix", help="a TOML file with the specialization matrix")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=_cmd_build)
+
+
+def _cmd_doctor(args) -> int:
+    """Which targets can run here and which built variants load, with the reason when not."""
+    import importlib.util
+    import shutil
+
+    import torch
+
+    from .runtime.library import load_library
+    from .runtime.manifest import read_artifact
+
+    print(f"torch {torch.__version__}")
+    print("target c: can run (CPU)" if shutil.which("g++") or shutil.which("clang++")
+          else "target c: artifacts load; building needs g++ or clang++")
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        print(f"target cuda: {torch.cuda.get_device_name()} (sm_{major}{minor})")
+    else:
+        print("target cuda: no CUDA device visible to torch")
+    print("nvcc: " + (shutil.which("nvcc") or "not on PATH (cuda builds need it)"))
+    print("target ascend: " + ("torch_npu importable" if importlib.util.find_spec("torch_npu")
+                               else "torch_npu not installed; nothing has been run on Ascend hardware"))
+    try:
+        lib = load_library(args.kernels)
+    except Exception as e:  # noqa: BLE001  every reason is worth one line here
+        print(f"kernels {args.kernels}: not loadable: {e}")
+        return 1
+    bad = 0
+    for entry in lib.entries():
+        try:
+            read_artifact(entry, lib.root)  # the sha256 check
+            if entry.target == "cuda" and not torch.cuda.is_available():
+                raise RuntimeError("artifact intact; no CUDA device here to load it on")
+            if entry.target == "ascend":
+                raise RuntimeError("artifact intact; Ascend artifacts cannot be launched by this build")
+            lib.launcher(entry)
+            status = "loads"
+        except Exception as e:  # noqa: BLE001
+            status = f"does not load: {str(e).splitlines()[0]}"
+            bad += 1
+        print(f"  {entry.key} [{entry.target}]: {status}")
+    return 1 if bad else 0
+
+
+@command
+def add_doctor(sub) -> None:
+    p = sub.add_parser("doctor", help="what can run here, and which built variants load")
+    p.add_argument("--kernels", default="build/specgen_kernels", help="a build folder")
+    p.set_defaults(func=_cmd_doctor)

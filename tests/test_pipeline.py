@@ -136,3 +136,9 @@ def test_cli_bad_input_is_one_line_and_status_2(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_doctor_reports_targets_and_missing_kernels(capsys, tmp_path):
+    assert main(["doctor", "--kernels", str(tmp_path / "none")]) == 1
+    out = capsys.readouterr().out
+    assert "target c:" in out and "target cuda:" in out and "not loadable" in out
