@@ -108,3 +108,59 @@ def add_doctor(sub) -> None:
     p = sub.add_parser("doctor", help="what can run here, and which built variants load")
     p.add_argument("--kernels", default="build/specgen_kernels", help="a build folder")
     p.set_defaults(func=_cmd_doctor)
+
+
+def _cmd_bench(args) -> int:
+    import json
+    import sys
+    from pathlib import Path
+
+    from . import bench
+
+    args.argv = list(getattr(args, "_argv", None) or sys.argv[2:])
+    if args.replot:
+        try:
+            result = json.loads(Path(args.replot).read_text())
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--replot {args.replot}: {e}") from None
+        png = bench.plot(result, Path(args.replot).with_name("timeline.png"))
+        if png is None:
+            raise UsageError("--replot needs matplotlib (pip install 'specgen[plot]')")
+        print(f"wrote {png}")
+        return 0
+    args.depth = _int_list(args.depth)
+    args.batch = _int_list(args.batch)
+    try:
+        result = bench.run_bench(args)
+    except bench.BenchError as e:
+        raise UsageError(str(e)) from None
+    print(bench.table(result))
+    for p in bench.write(result, Path(args.out)):
+        print(f"wrote {p}")
+    return 0
+
+
+@command
+def add_bench(sub) -> None:
+    p = sub.add_parser("bench", help="decode with baseline / compile / specgen boundaries and measure them")
+    p.add_argument("--model", default="tiny", choices=["tiny", "qwen3-0.6b"], help="model preset (random weights)")
+    p.add_argument("--depth", default="3", help="draft depths (verify width = depth + 1), e.g. 3 or 3,4,5")
+    p.add_argument("--batch", default="1", help="batch sizes, e.g. 1,8,32")
+    p.add_argument("--steps", type=int, default=32, help="timed decode steps per run")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (capture, compilation)")
+    p.add_argument("--modes", default="baseline,compile,specgen", help="comma-separated")
+    p.add_argument("--acceptance", type=float, help="drafts agree with the target with probability p "
+                   "(default: the MTP head's own drafts)")
+    p.add_argument("--check", action="store_true", help="also compare every mode with plain greedy decoding")
+    p.add_argument("--out", default="bench_results", help="folder for bench.json and timeline.png")
+    p.add_argument("--kernels", help="kernel build folder (default build/bench_kernels, built when missing)")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--block-table-width", type=int, default=32, help="blocks per sequence (0: just enough)")
+    p.add_argument("--prompt-len", type=int, default=32, help="longest prompt; lengths vary down to half")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="auto: bfloat16 for qwen3-0.6b on CUDA, else float32")
+    p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bare-repeats", type=int, default=50, help="replays of the bare verify graph")
+    p.add_argument("--replot", metavar="BENCH_JSON", help="only redraw timeline.png from a bench.json")
+    p.set_defaults(func=_cmd_bench)

@@ -35,7 +35,24 @@ draft stream's event) without synchronizing the host.  Its result tensors
 are views of the persistent buffers, valid until the next step.  The host
 copy of the results (``accepted``, ``next_tokens``, ``next_last_token``,
 ``next_seq_lens``) goes to pinned buffers with ``non_blocking`` copies and an
-event; ``last_host_result()`` waits on that event and returns it.
+event on a side copy stream, so the copies stay off the critical path; the
+next step's replay waits on them on the device.  ``host_result(steps_back=1)``
+reads the step before the latest one, which an engine that enqueues step
+``i`` before consuming step ``i - 1`` (reference 004's one-step-late read)
+finds already complete; a result stays readable until two later steps are
+enqueued.
+
+Engines whose producers write straight into the persistent buffers (the
+draft graph writing ``draft_tokens``, ``last_tokens`` and ``seq_lens`` of the
+next step) use ``buffers(batch)`` and ``step_in_place(batch, ...)``, which
+skips the input copies.
+
+Backend ``"npu"`` is the same sequence over ``torch_npu``: ``torch.npu``
+streams, events and ``torch.npu.NPUGraph`` capture (``torch.npu.graph``).  It
+has not been run on Ascend hardware.  ``kernels="torch"`` runs the families'
+torch references inside the captured graph instead of the built variants
+(for devices whose built variants cannot be launched yet, and as a control in
+measurements); ``kernels="built"`` (the default) needs every variant built.
 """
 
 from __future__ import annotations
@@ -51,7 +68,10 @@ from specgen.codegen.families import DEFAULT_NUM_SPLITS, FAMILIES, shape_of
 from specgen.runtime.capabilities import SpeculativeVerifyCapabilities
 from specgen.runtime.library import TARGET_OF_DEVICE, KernelLibrary, VariantNotBuilt
 
-__all__ = ["DEFAULT_SEQUENCE", "FALLBACK_REASONS", "HostResult", "SpecVerifyRuntime", "StepResult"]
+__all__ = ["BACKENDS", "DEFAULT_SEQUENCE", "FALLBACK_REASONS", "HostResult", "SpecVerifyRuntime", "StepResult",
+           "alloc_step_buffers", "buckets_for"]
+
+BACKENDS = ("cpu", "cuda", "npu")
 
 FALLBACK_REASONS = ("capability_off", "variant_not_built", "layout_mismatch", "batch_exceeds_buckets", "empty_batch",
                     "guard_failed")
@@ -88,7 +108,8 @@ class HostResult:
     next_seq_lens: torch.Tensor
 
 
-def _buckets(max_batch: int) -> tuple[int, ...]:
+def buckets_for(max_batch: int) -> tuple[int, ...]:
+    """Batch buckets 1, 2, 4, ... below ``max_batch``, then ``max_batch``."""
     out, b = [], 1
     while b < max_batch:
         out.append(b)
@@ -101,25 +122,85 @@ def _family_of(op: str) -> str:
     return op.split("__", 1)[0]
 
 
+def alloc_step_buffers(batch: int, width: int, block_table_width: int, *, block_size: int, scratch_block: int = 0,
+                       num_splits: int = DEFAULT_NUM_SPLITS, device=None,
+                       fill_padding: bool = False) -> dict[str, torch.Tensor]:
+    """Every buffer of one verify step for ``batch`` rows: the families' arguments, int32, zeroed.
+
+    ``scratch_slot`` holds the scratch block's first slot; with ``fill_padding``
+    every block-table entry starts as the scratch block.
+    """
+    names: dict[str, tuple[int, ...]] = {}
+    for fam in FAMILIES.values():
+        for a in fam.args:
+            names.setdefault(a.name, shape_of(a, batch, width, block_table_width, num_splits))
+    bufs = {n: torch.zeros(s, dtype=I32, device=device) for n, s in names.items()}
+    bufs["scratch_slot"].fill_(scratch_block * block_size)
+    if fill_padding:
+        bufs["block_table"].fill_(scratch_block)
+    return bufs
+
+
+class _DeviceAPI:
+    """Streams, events and graph capture of one accelerator backend (``torch.cuda`` or ``torch.npu``)."""
+
+    def __init__(self, backend: str):
+        self.backend = backend
+        if backend == "npu":
+            try:
+                import torch_npu  # noqa: F401  (registers torch.npu; imported only for this backend)
+            except ImportError as e:
+                raise RuntimeError(f"backend 'npu' needs torch_npu (pip install 'specgen[npu]' on an Ascend "
+                                   f"machine): {e}") from None
+            self.mod = torch.npu
+            self.Graph = torch.npu.NPUGraph
+        else:
+            self.mod = torch.cuda
+            self.Graph = torch.cuda.CUDAGraph
+
+    def current_stream(self, device):
+        return self.mod.current_stream(device)
+
+    def new_stream(self, device):
+        return self.mod.Stream(device=device)
+
+    def stream(self, s):
+        return self.mod.stream(s)
+
+    def event(self):
+        return self.mod.Event()
+
+    def graph(self, g, pool):
+        return self.mod.graph(g, pool=pool)
+
+    def pool_handle(self):
+        return self.mod.graph_pool_handle()
+
+
 class SpecVerifyRuntime:
     """Captured (or eager) verify steps for one verify width; see the module docstring."""
 
     def __init__(self, library: KernelLibrary, model_forward: Callable[[Mapping[str, torch.Tensor]], torch.Tensor],
                  caps: SpeculativeVerifyCapabilities, width: int, max_batch: int = 64, backend: str = "cpu",
                  device: str | torch.device | None = None, *, block_table_width: int | None = None,
-                 block_size: int | None = None, scratch_block: int = 0, warmup_iters: int = 2):
-        if backend not in ("cpu", "cuda"):
-            raise ValueError(f"backend must be 'cpu' or 'cuda', got {backend!r}")
+                 block_size: int | None = None, scratch_block: int = 0, warmup_iters: int = 2,
+                 kernels: str = "built"):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if kernels not in ("built", "torch"):
+            raise ValueError(f"kernels must be 'built' or 'torch', got {kernels!r}")
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
         self.library, self.model_forward, self.caps = library, model_forward, caps
         self.width, self.max_batch, self.backend = int(width), int(max_batch), backend
-        self.device = torch.device(device if device is not None else ("cuda" if backend == "cuda" else "cpu"))
+        self.kernels = kernels
+        self._api = _DeviceAPI(backend) if backend != "cpu" else None
+        self.device = torch.device(device if device is not None else backend)
         if self.device.type != backend:
             raise ValueError(f"backend {backend!r} needs a {backend} device, got {self.device}")
         self.scratch_block = int(scratch_block)
         self.warmup_iters = int(warmup_iters)
-        self.buckets = _buckets(self.max_batch)
+        self.buckets = buckets_for(self.max_batch)
         self._fast = 0
         self._fallback: Counter[str] = Counter()
         # The variant layout: explicit, else the model's if built, else the first built for this width.
@@ -133,12 +214,15 @@ class SpecVerifyRuntime:
         self._host: list[dict[str, torch.Tensor]] = []
         self._host_events: list = []
         self._host_turn = 0
-        self._last_host: tuple[int, int] | None = None  # (slot, batch) of the latest step
+        self._host_steps: list[tuple[int, int]] = []  # (slot, batch) of the latest two steps, newest last
+        self._copy_stream = None
+        self._copy_done = None
         if self._unavailable is None and caps.supports_in_graph_input_update:
             for bucket in self.buckets:
                 self._bufs[bucket] = self._alloc(bucket, self.layout[0], fill_padding=True)
-        if backend == "cuda":
-            pin = self.device.type == "cuda"
+        if self._api is not None:
+            pin = True
+            self._copy_stream = self._api.new_stream(self.device)
             for _ in range(2):  # double-buffered so a step in flight never overwrites what the host reads
                 self._host.append({
                     "accepted": torch.empty(self.max_batch, dtype=I32, pin_memory=pin),
@@ -146,7 +230,7 @@ class SpecVerifyRuntime:
                     "next_last_token": torch.empty(self.max_batch, dtype=I32, pin_memory=pin),
                     "next_seq_lens": torch.empty(self.max_batch, dtype=I32, pin_memory=pin),
                 })
-                self._host_events.append(torch.cuda.Event())
+                self._host_events.append(self._api.event())
 
     # ----------------------------------------------------------------- setup
     def _plan_ops(self, boundary: str, layout_key: str) -> list[str] | None:
@@ -181,6 +265,9 @@ class SpecVerifyRuntime:
         tail = second[second.index(TARGET_FORWARD) + 1:]
         ops = [op for op in first + tail if not op.startswith("d2h_")]
         target = TARGET_OF_DEVICE[self.device.type]
+        if self.kernels == "torch":  # the references run in the graph; nothing needs to be built
+            self.sequence = tuple(ops)
+            return
         try:
             for op in ops:
                 if op == TARGET_FORWARD:
@@ -199,17 +286,9 @@ class SpecVerifyRuntime:
 
     def _alloc(self, batch: int, bt: int, fill_padding: bool = False) -> dict[str, torch.Tensor]:
         """Every buffer of the step for ``batch`` rows, int32, on the runtime's device."""
-        W, dev = self.width, self.device
-        names: dict[str, tuple[int, ...]] = {}
-        for fam in FAMILIES.values():
-            for a in fam.args:
-                names.setdefault(a.name, shape_of(a, batch, W, bt, self.num_splits))
-        bufs = {n: torch.zeros(s, dtype=I32, device=dev) for n, s in names.items()}
         bs = self.layout[1] if self.layout else self.caps.block_size
-        bufs["scratch_slot"].fill_(self.scratch_block * bs)
-        if fill_padding:
-            bufs["block_table"].fill_(self.scratch_block)
-        return bufs
+        return alloc_step_buffers(batch, self.width, bt, block_size=bs, scratch_block=self.scratch_block,
+                                  num_splits=self.num_splits, device=self.device, fill_padding=fill_padding)
 
     # ----------------------------------------------------------- execution
     def _run(self, bufs: Mapping[str, torch.Tensor], ops, call: Callable[[str, list], None]) -> None:
@@ -222,7 +301,10 @@ class SpecVerifyRuntime:
                 call(op, args)
 
     def _call_kernel(self, op: str, args: list) -> None:
-        self._kernels[op](*args)
+        if self.kernels == "torch":
+            self._reference_call(self.layout[1])(op, args)
+        else:
+            self._kernels[op](*args)
 
     def _reference_call(self, block_size: int):
         def call(op: str, args: list) -> None:
@@ -242,7 +324,8 @@ class SpecVerifyRuntime:
         if self._unavailable is not None:
             return self._unavailable
         bt, bs = self.layout
-        if (self.caps.block_size, self.caps.block_table_width) != (bs, bt) or block_table.shape[1] != bt:
+        if (self.caps.block_size, self.caps.block_table_width) != (bs, bt) or \
+                (block_table is not None and block_table.shape[1] != bt):
             return "layout_mismatch"
         if batch > self.max_batch:
             return "batch_exceeds_buckets"
@@ -268,7 +351,7 @@ class SpecVerifyRuntime:
         return int(given[0]), int(given[1])
 
     def _load_inputs(self, bufs, batch, last_tokens, draft_tokens, seq_lens, block_table) -> None:
-        nb = self.backend == "cuda"
+        nb = self.backend != "cpu"
         bufs["last_tokens"][:batch].copy_(last_tokens, non_blocking=nb)
         bufs["draft_tokens"][:batch].copy_(draft_tokens, non_blocking=nb)
         bufs["seq_lens"][:batch].copy_(seq_lens, non_blocking=nb)
@@ -280,26 +363,38 @@ class SpecVerifyRuntime:
             bufs["block_table"][batch:].fill_(self.scratch_block)
 
     def _capture(self, bucket: int) -> None:
-        bufs = self._bufs[bucket]
-        side = torch.cuda.Stream(device=self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
+        api, bufs = self._api, self._bufs[bucket]
+        main = api.current_stream(self.device)
+        side = api.new_stream(self.device)
+        side.wait_stream(main)
+        with api.stream(side):
             for _ in range(max(1, self.warmup_iters)):
                 self._run(bufs, self.sequence, self._call_kernel)
-        torch.cuda.current_stream(self.device).wait_stream(side)
+        main.wait_stream(side)
         if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
+            self._pool = api.pool_handle()
+        graph = api.Graph()
+        with api.graph(graph, self._pool):
             self._run(bufs, self.sequence, self._call_kernel)
         self._graphs[bucket] = graph
 
     def capture_all(self) -> None:
-        """Capture every bucket now (CUDA) instead of on its first step."""
-        if self.backend == "cuda" and self.caps.supports_in_graph_input_update and self._unavailable is None:
+        """Capture every bucket now (CUDA / NPU) instead of on its first step."""
+        if self._api is not None and self.caps.supports_in_graph_input_update and self._unavailable is None:
             for bucket in self.buckets:
                 if bucket not in self._graphs:
                     self._capture(bucket)
+
+    def buffers(self, batch: int) -> dict[str, torch.Tensor]:
+        """The persistent buffers of ``batch``'s bucket (stable addresses), for ``step_in_place``.
+
+        Raises ``LookupError`` when the fast path has no buffers (capability
+        off, variants not built, or ``batch`` beyond the buckets).
+        """
+        if not self._bufs or not 1 <= batch <= self.max_batch:
+            raise LookupError(f"no persistent buffers for batch {batch}: "
+                              f"{self._reason(batch, None, (0, 0)) or 'batch out of range'}")
+        return self._bufs[self._bucket(batch)]
 
     def step(self, last_tokens: torch.Tensor, draft_tokens: torch.Tensor, seq_lens: torch.Tensor,
              block_table: torch.Tensor, seq_len_bounds: tuple[int, int] | None = None,
@@ -311,31 +406,57 @@ class SpecVerifyRuntime:
             raise ValueError(f"step: expected last_tokens[B], draft_tokens[B, {self.width - 1}], seq_lens[B], "
                              f"block_table[B, BT]; got {tuple(last_tokens.shape)}, {tuple(draft_tokens.shape)}, "
                              f"{tuple(seq_lens.shape)}, {tuple(block_table.shape)}")
-        if self.backend == "cuda":
-            stream = torch.cuda.current_stream(self.device)
-            if ready_event is not None:
-                stream.wait_event(ready_event)
+        self._wait_ready(ready_event)
         if batch == 0:
             reason = "empty_batch"  # nothing to launch; the eager path returns empty results
         else:
             reason = self._reason(batch, block_table, self._bounds(seq_lens, seq_len_bounds))
         if reason is None:
-            result = self._fast_step(batch, last_tokens, draft_tokens, seq_lens, block_table)
+            bufs = self._bufs[self._bucket(batch)]
+            self._load_inputs(bufs, batch, last_tokens, draft_tokens, seq_lens, block_table)
+            result = self._fast_step(batch)
             self._fast += 1
         else:
             result = self._eager_step(batch, last_tokens, draft_tokens, seq_lens, block_table, reason)
             self._fallback[reason] += 1
-        if self.backend == "cuda":
+        if self._api is not None:
             self._copy_to_host(result, batch)
         return result
 
-    def _fast_step(self, batch, last_tokens, draft_tokens, seq_lens, block_table) -> StepResult:
+    def step_in_place(self, batch: int, seq_len_bounds: tuple[int, int], ready_event=None) -> StepResult:
+        """``step`` over inputs already in ``buffers(batch)`` (rows ``:batch``); results land there too.
+
+        ``seq_len_bounds`` (the host's bookkeeping of the smallest and largest
+        ``seq_lens``) is required: reading the device buffers would synchronize.
+        """
+        bufs = self.buffers(batch)
+        self._wait_ready(ready_event)
+        reason = self._reason(batch, bufs["block_table"][:batch], self._bounds(bufs["seq_lens"][:0], seq_len_bounds))
+        if reason is None:
+            result = self._fast_step(batch)
+            self._fast += 1
+        else:
+            result = self._eager_step(batch, bufs["last_tokens"][:batch], bufs["draft_tokens"][:batch],
+                                      bufs["seq_lens"][:batch], bufs["block_table"][:batch], reason)
+            self._fallback[reason] += 1
+            for n in RESULT_FIELDS:  # the engine reads the results from the persistent buffers
+                bufs[n][:batch].copy_(getattr(result, n))
+        if self._api is not None:
+            self._copy_to_host(result, batch)
+        return result
+
+    def _wait_ready(self, ready_event) -> None:
+        if self._api is not None and ready_event is not None:
+            self._api.current_stream(self.device).wait_event(ready_event)
+
+    def _fast_step(self, batch: int) -> StepResult:
         bucket = self._bucket(batch)
         bufs = self._bufs[bucket]
-        self._load_inputs(bufs, batch, last_tokens, draft_tokens, seq_lens, block_table)
-        if self.backend == "cuda":
+        if self._api is not None:
             if bucket not in self._graphs:
                 self._capture(bucket)
+            if self._host_steps:  # the previous step's host copy reads these buffers
+                self._api.current_stream(self.device).wait_event(self._host_events[self._host_steps[-1][0]])
             self._graphs[bucket].replay()
             out = {n: bufs[n][:batch] for n in RESULT_FIELDS}
         else:
@@ -360,22 +481,37 @@ class SpecVerifyRuntime:
         return StepResult(**{n: bufs[n] for n in RESULT_FIELDS}, fast_path=False, reason=reason)
 
     def _copy_to_host(self, result: StepResult, batch: int) -> None:
+        """Non-blocking copies of the host fields on the copy stream, then that slot's event."""
         slot = self._host_turn
         self._host_turn ^= 1
-        host = self._host[slot]
-        for n in HOST_FIELDS:
-            host[n][:batch].copy_(getattr(result, n), non_blocking=True)
-        self._host_events[slot].record(torch.cuda.current_stream(self.device))
-        self._last_host = (slot, batch)
+        host, copy = self._host[slot], self._copy_stream
+        copy.wait_stream(self._api.current_stream(self.device))
+        with self._api.stream(copy):
+            for n in HOST_FIELDS:
+                src = getattr(result, n)
+                if not result.fast_path:
+                    src.record_stream(copy)  # a fresh tensor: keep its memory until the copy ran
+                host[n][:batch].copy_(src, non_blocking=True)
+            self._host_events[slot].record(copy)
+        self._host_steps = (self._host_steps + [(slot, batch)])[-2:]
 
-    def last_host_result(self) -> HostResult | None:
-        """The host copy of the latest CUDA step's results (waits on its event); None before any step."""
-        if self._last_host is None:
+    def host_result(self, steps_back: int = 0) -> HostResult | None:
+        """The host copy of the latest (``steps_back=0``) or the previous (1) step's results.
+
+        Waits on that step's copy event only; None when no such step ran.
+        """
+        if steps_back not in (0, 1):
+            raise ValueError("steps_back must be 0 (latest step) or 1 (the one before)")
+        if len(self._host_steps) <= steps_back:
             return None
-        slot, batch = self._last_host
+        slot, batch = self._host_steps[-1 - steps_back]
         self._host_events[slot].synchronize()
         host = self._host[slot]
         return HostResult(**{n: host[n][:batch] for n in HOST_FIELDS})
+
+    def last_host_result(self) -> HostResult | None:
+        """``host_result(0)``: the latest step's results on the host (waits on its copy event)."""
+        return self.host_result(0)
 
     def stats(self) -> dict:
         return {"fast_path": self._fast, "fallback": dict(self._fallback)}

@@ -17,3 +17,31 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+ENGINE_LAYOUT = {"widths": (2, 3, 4, 5, 6), "block_table_width": 8, "block_size": 16}
+
+
+@pytest.fixture(scope="session")
+def engine_kernels(tmp_path_factory):
+    """C kernels for the decode-engine tests (widths 2..6, bt8, bs16), built once per session.
+
+    On a GPU machine without TileLang, SPECGEN_TEST_ENGINE_KERNELS names a prebuilt folder
+    (specgen build --target c,cuda --widths 2-6 --block-table-widths 8 --block-sizes 16 ...).
+    """
+    from specgen.runtime.library import load_library
+
+    prebuilt = os.environ.get("SPECGEN_TEST_ENGINE_KERNELS")
+    if prebuilt:
+        return load_library(prebuilt)
+    from specgen.codegen.build import build
+    from specgen.specializations import Matrix
+
+    out = tmp_path_factory.mktemp("engine_kernels")
+    matrix = Matrix(widths=ENGINE_LAYOUT["widths"], block_table_widths=(ENGINE_LAYOUT["block_table_width"],),
+                    block_sizes=(ENGINE_LAYOUT["block_size"],), draft_dtypes=("int32",))
+    targets = ("c", "cuda") if torch.cuda.is_available() else ("c",)
+    summary = build(matrix, targets, out=out, jobs=2, boundaries=("draft-to-verify", "verify-to-draft"),
+                    progress=None)
+    assert not summary.failed, summary.failed
+    return load_library(out)

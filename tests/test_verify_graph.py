@@ -240,3 +240,49 @@ def test_cuda_graph_replay(tmp_path):
         assert torch.equal(host.next_seq_lens, exp["next_seq_lens"])
         assert_same(type(res)(**{n: getattr(res, n).cpu() for n in FIELDS}), exp)
     assert rt.stats()["fast_path"] == 6
+
+
+def test_torch_kernels_in_the_sequence_equal_built(lib):
+    """kernels="torch" runs the references in the (captured) sequence: same results, same fast path."""
+    gen = torch.Generator().manual_seed(3)
+    built = SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8)
+    torch_rt = SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8, kernels="torch")
+    assert torch_rt.sequence == built.sequence
+    for B in (1, 5, 8):
+        args = inputs(B, gen)
+        a, b = built.step(*args), torch_rt.step(*args)
+        assert a.fast_path and b.fast_path
+        assert_same(b, reference_step(*args))
+        assert_same(a, reference_step(*args))
+
+
+def test_step_in_place_uses_the_persistent_buffers(lib):
+    gen = torch.Generator().manual_seed(4)
+    rt = SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8)
+    last, drafts, seq_lens, table = inputs(5, gen)
+    bufs = rt.buffers(5)
+    assert bufs is rt.buffers(6)  # one bucket (8) serves both
+    for name, t in (("last_tokens", last), ("draft_tokens", drafts), ("seq_lens", seq_lens), ("block_table", table)):
+        bufs[name][:5].copy_(t)
+    res = rt.step_in_place(5, (int(seq_lens.min()), int(seq_lens.max())))
+    assert res.fast_path
+    exp = reference_step(last, drafts, seq_lens, table)
+    assert_same(res, exp)
+    assert torch.equal(bufs["accepted"][:5], exp["accepted"])
+    # a guard failure falls back, and the results still land in the buffers
+    res = rt.step_in_place(5, (0, 10_000))
+    assert res.reason == "guard_failed"
+    assert torch.equal(bufs["next_seq_lens"][:5], exp["next_seq_lens"])
+    with pytest.raises(LookupError, match="batch 9"):
+        rt.buffers(9)
+
+
+def test_npu_backend_needs_torch_npu(lib):
+    import importlib.util
+
+    if importlib.util.find_spec("torch_npu") is not None:
+        pytest.skip("torch_npu is installed here")
+    with pytest.raises(RuntimeError, match="needs torch_npu"):
+        SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8, backend="npu")
+    with pytest.raises(ValueError, match="kernels must be"):
+        SpecVerifyRuntime(lib, model_forward, ON, W, kernels="fast")

@@ -194,12 +194,27 @@ class Qwen3Model(nn.Module):
     def lm_head_weight(self) -> torch.Tensor:
         return self.embed_tokens.weight if self.config.tie_embeddings else self.lm_head.weight
 
-    def allocate_kv_cache(self, num_blocks: int, block_size: int) -> PagedKVCache:
+    def allocate_kv_cache(self, num_blocks: int, block_size: int,
+                          block_table_width: int | None = None) -> PagedKVCache:
+        """A fresh cache; ``block_table_width`` is the engine's blocks per sequence, if fixed."""
         w = self.embed_tokens.weight
         self.kv_cache = PagedKVCache(self.config.num_layers, num_blocks, block_size,
                                      self.config.num_kv_heads, self.config.head_dim,
                                      w.dtype, w.device)
+        self.block_table_width = block_table_width
         return self.kv_cache
+
+    def speculative_verify_capabilities(self):
+        """The fixed-shape forward reads only persistent metadata, so inputs may be updated in
+        the captured graph; full attention, no linear state; the layout of the allocated cache."""
+        from specgen.runtime.capabilities import SpeculativeVerifyCapabilities
+
+        if self.kv_cache is None or getattr(self, "block_table_width", None) is None:
+            return SpeculativeVerifyCapabilities()  # no fixed cache layout yet: nothing to capture over
+        return SpeculativeVerifyCapabilities(
+            requires_causal_chunked_prefill=False, supports_in_graph_input_update=True,
+            has_linear_state=False, block_size=self.kv_cache.block_size,
+            block_table_width=self.block_table_width)
 
     def forward(self, tokens, positions, slot_mapping, block_table, kv_lens, query_start_loc,
                 rows_per_seq: int) -> tuple[torch.Tensor, torch.Tensor]:

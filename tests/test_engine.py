@@ -1,0 +1,150 @@
+"""The decode engine: every mode emits exactly plain greedy decoding's tokens; bench runs end to end."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from conftest import ENGINE_LAYOUT
+from specgen.runtime.reference import MTPHead, Qwen3Model, greedy_generate
+from specgen.runtime.reference.engine import EngineError, OracleMix, SpecDecodeEngine
+
+BT, BS = ENGINE_LAYOUT["block_table_width"], ENGINE_LAYOUT["block_size"]
+NEW = 12
+
+
+@pytest.fixture(scope="module")
+def model():
+    m = Qwen3Model.create("tiny", seed=0)
+    return m, MTPHead.create(m, seed=1)
+
+
+def prompts_for(batch: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    lens = [1] + [rng.randint(2, 12) for _ in range(batch - 1)]  # a one-token prompt is an edge
+    rng.shuffle(lens)
+    return [[rng.randrange(512) for _ in range(n)] for n in lens]
+
+
+_GREEDY: dict = {}
+
+
+def greedy(model, prompts, n=NEW):
+    key = (tuple(map(tuple, prompts)), n)
+    if key not in _GREEDY:
+        _GREEDY[key] = greedy_generate(model, prompts, n)
+    return _GREEDY[key]
+
+
+def engine(model, lib, mode, width, batch, **kw):
+    m, head = model
+    return SpecDecodeEngine(m, head, mode=mode, width=width, batch=batch, block_size=BS, block_table_width=BT,
+                            library=lib, compile_backend="eager", **kw)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["baseline", "specgen"])
+@pytest.mark.parametrize("width", [2, 3, 4, 5, 6])
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_lossless_with_mtp_head(model, engine_kernels, mode, width, batch):
+    prompts = prompts_for(batch, seed=width * 10 + batch)
+    res = engine(model, engine_kernels, mode, width, batch).run(prompts, max_new_tokens=NEW)
+    assert res.outputs == greedy(model[0], prompts)
+    if mode == "specgen":  # every step took the built kernels, none fell back
+        assert res.runtime_stats["fallback"] == {} and res.runtime_stats["fast_path"] >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [2, 4, 6])
+def test_compile_mode_lossless(model, engine_kernels, width):
+    prompts = prompts_for(3, seed=width)
+    res = engine(model, engine_kernels, "compile", width, 3).run(prompts, max_new_tokens=NEW)
+    assert res.outputs == greedy(model[0], prompts)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("p", [0.0, 0.6, 1.0])
+def test_acceptance_control(model, engine_kernels, p):
+    batch, width = 4, 4
+    prompts = prompts_for(batch, seed=7)
+    oracle = torch.tensor(greedy(model[0], prompts, NEW + 3 * width))
+    results = {}
+    for mode in ("baseline", "specgen"):
+        mix = OracleMix(p, oracle, model[0].config.vocab_size, seed=5)
+        res = engine(model, engine_kernels, mode, width, batch, acceptance=mix).run(prompts, max_new_tokens=NEW)
+        assert res.outputs == greedy(model[0], prompts)
+        results[mode] = res
+    # both modes see the same drafts, so the same acceptance
+    assert results["baseline"].acceptance == results["specgen"].acceptance
+    acc = results["baseline"].acceptance
+    if p == 1.0:
+        assert acc == 1.0
+    elif p == 0.0:
+        assert acc == 0.0
+    else:
+        assert 0.0 < acc < 1.0
+
+
+@pytest.mark.slow
+def test_fixed_steps_and_timing_fields(model, engine_kernels):
+    res = engine(model, engine_kernels, "specgen", 4, 2).run(prompts_for(2, 3), steps=4, warmup_steps=1, timing=True)
+    assert res.steps == 4 and len(res.timings) == 4
+    assert all(t.draft_us > 0 and t.verify_span_us > 0 for t in res.timings)
+    assert res.timed_tokens >= 2 * 4  # at least the bonus token per sequence per step
+    assert all(len(o) >= 1 + 5 for o in res.outputs)
+
+
+def test_engine_errors(model, engine_kernels):
+    with pytest.raises(EngineError, match="unknown mode"):
+        engine(model, engine_kernels, "fast", 4, 1)
+    with pytest.raises(EngineError, match="needs a kernel library"):
+        SpecDecodeEngine(*model, mode="specgen", width=4, batch=1)
+    with pytest.raises(EngineError, match="batch 2, got 3 prompts"):
+        engine(model, engine_kernels, "baseline", 4, 2).run(prompts_for(3, 1), max_new_tokens=4)
+    with pytest.raises(EngineError, match="block table holds"):
+        engine(model, engine_kernels, "baseline", 4, 1).run([[1] * 100], max_new_tokens=60)
+    with pytest.raises(EngineError, match="exactly one of"):
+        engine(model, engine_kernels, "baseline", 4, 1).run([[1]], max_new_tokens=4, steps=2)
+    with pytest.raises(EngineError, match=r"w7_bt8_bs16"):  # no variant built for width 7
+        engine(model, engine_kernels, "specgen", 7, 1).run([[1, 2]], max_new_tokens=4)
+    with pytest.raises(EngineError, match=r"\[0, 1\]"):
+        OracleMix(1.5, torch.zeros(1, 4, dtype=torch.long), 512)
+
+
+@pytest.mark.slow
+def test_bench_cli_on_cpu(engine_kernels, tmp_path, capsys):
+    from specgen.cli import main
+
+    out = tmp_path / "bench"
+    rc = main(["bench", "--model", "tiny", "--steps", "4", "--warmup", "1", "--depth", "2,3", "--batch", "1,2",
+               "--kernels", str(engine_kernels.root), "--block-table-width", str(BT), "--prompt-len", "8",
+               "--check", "--out", str(out)])
+    assert rc == 0
+    text = capsys.readouterr()
+    assert "compile: needs CUDA" in text.out + text.err
+    result = json.loads((out / "bench.json").read_text())
+    assert result["command"].startswith("specgen bench ")
+    assert {(r["depth"], r["batch"], r["mode"]) for r in result["runs"]} == {
+        (d, b, m) for d in (2, 3) for b in (1, 2) for m in ("baseline", "specgen")}
+    for r in result["runs"]:
+        assert r["equals_greedy"] and r["modes_agree"]
+        assert r["tpot_ms"] > 0 and r["steps"] == 4 and r["draft_us"] > 0
+    assert [(r["depth"], r["batch"]) for r in result["ratios"]] == [(2, 1), (2, 2), (3, 1), (3, 2)]
+    png = out / "timeline.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["bench", "--replot", str(out / "bench.json")]) == 0
+
+
+def test_bench_cli_errors(capsys):
+    from specgen.cli import main
+
+    assert main(["bench", "--modes", "baseline,turbo", "--device", "cpu"]) == 2
+    assert "unknown mode 'turbo'" in capsys.readouterr().err
+    assert main(["bench", "--acceptance", "2", "--device", "cpu"]) == 2
+    assert main(["bench", "--steps", "200", "--depth", "5", "--block-table-width", "4", "--device", "cpu",
+                 "--modes", "baseline"]) == 2
+    assert "positions" in capsys.readouterr().err
+    assert main(["bench", "--model", "huge"]) == 2
