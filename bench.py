@@ -273,8 +273,9 @@ def plot(result: dict, path: Path) -> Path | None:
                 ax.barh(y, w, left=x, color=color, edgecolor="black", linewidth=0.3,
                         label=label if (key == keys[0] and y == 0) else None)
                 x += w
-            ax.text(x, y, f"  {r['tpot_ms']} ms/token, {r.get('host_syncs_per_step', '-')} syncs", va="center",
-                    fontsize=7)
+            syncs = r.get("host_syncs_per_step")
+            note = f"  {r['tpot_ms']} ms/token" + (f", {syncs:g} host syncs/step" if syncs is not None else "")
+            ax.text(x, y, note, va="center", fontsize=7)
         ax.set_yticks(range(len(rows)), [r["mode"] for r in rows])
         ax.set_title(f"depth {key[0]}, batch {key[1]}: one decode step", fontsize=9)
         ax.set_xlabel("microseconds (median step)")

@@ -148,3 +148,26 @@ def test_bench_cli_errors(capsys):
                  "--modes", "baseline"]) == 2
     assert "positions" in capsys.readouterr().err
     assert main(["bench", "--model", "huge"]) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("width", [2, 3, 4, 5, 6])
+def test_cuda_modes_lossless(engine_kernels, width):
+    """On the GPU in float32 without TF32: every mode equals greedy; specgen steps never synchronize."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    m = Qwen3Model.create("tiny", seed=0, device="cuda")
+    head = MTPHead.create(m, seed=1)
+    modes = ["baseline", "specgen"] + (["compile"] if width == 4 else [])
+    for batch in (1, 3, 8):
+        prompts = prompts_for(batch, seed=width * 10 + batch)
+        exp = greedy_generate(m, prompts, NEW)
+        oracle = torch.tensor(greedy_generate(m, prompts, NEW + 3 * width), device="cuda")
+        for mode in modes:
+            mix = OracleMix(0.7, oracle, m.config.vocab_size, seed=1)
+            eng = SpecDecodeEngine(m, head, mode=mode, width=width, batch=batch, block_size=BS, block_table_width=BT,
+                                   library=engine_kernels, acceptance=mix)
+            res = eng.run(prompts, max_new_tokens=NEW)
+            assert res.outputs == exp, (mode, width, batch)
+            timed = eng.run(prompts, steps=3, warmup_steps=1, timing=True)
+            syncs = [t.host_syncs for t in timed.timings]
+            assert syncs == {"baseline": [2] * 3, "compile": [1] * 3, "specgen": [0] * 3}[mode], (mode, syncs)

@@ -140,6 +140,40 @@ class OracleMix:
         return pick.to(drafts.dtype)
 
 
+def head_update(b: dict, block_size: int) -> None:
+    """The draft-to-verify updates (token, metadata, attention tiling) as plain torch over step buffers."""
+    ref.spec_verify_token_update(b["last_tokens"], b["draft_tokens"], b["tokens"])
+    ref.spec_verify_metadata_update(b["seq_lens"], b["block_table"], b["positions"], b["slot_mapping"], b["kv_lens"],
+                                    b["query_start_loc"], block_size=block_size)
+    ref.spec_verify_attention_tiling_update(b["seq_lens"], b["row_kv_lens"], b["row_num_blocks"],
+                                            b["row_last_block_len"], b["row_block_offsets"], b["max_kv_len"],
+                                            b["kv_split_len"], block_size=block_size)
+
+
+def verify_tail(b: dict, block_size: int) -> None:
+    """Greedy acceptance and next-draft preparation as plain torch over step buffers."""
+    ref.greedy_prefix_verify(b["draft_tokens"], b["target_tokens"], b["accepted"], b["next_tokens"])
+    ref.prepare_next_draft(b["accepted"], b["target_tokens"], b["seq_lens"], b["block_table"], b["scratch_slot"],
+                           b["next_last_token"], b["next_seq_lens"], b["draft_positions"], b["draft_slots"],
+                           b["hidden_rows"], block_size=block_size)
+
+
+_COMPILED: dict[str, tuple] = {}
+
+
+def _compiled(backend: str) -> tuple:
+    """``head_update`` and ``verify_tail`` under ``torch.compile`` (one specialization per buffer shape)."""
+    if backend not in _COMPILED:
+        cfg = torch._dynamo.config
+        name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+        # every (batch, width) is its own static-shape graph; the default limit of 8 would quietly
+        # send later shapes to eager execution
+        setattr(cfg, name, max(getattr(cfg, name), 256))
+        opts = dict(backend=backend, fullgraph=True, dynamic=False)
+        _COMPILED[backend] = (torch.compile(head_update, **opts), torch.compile(verify_tail, **opts))
+    return _COMPILED[backend]
+
+
 class _Graph:
     """``fn()`` captured once in a CUDA graph (after a side-stream warm-up), or run eagerly on the CPU."""
 
@@ -293,22 +327,6 @@ class SpecDecodeEngine:
         b["last_tokens"].copy_(b["next_last_token"])
         b["seq_lens"].copy_(new_len)
 
-    def _head_update(self) -> None:
-        b, BS = self.bufs, self.block_size
-        ref.spec_verify_token_update(b["last_tokens"], b["draft_tokens"], b["tokens"])
-        ref.spec_verify_metadata_update(b["seq_lens"], b["block_table"], b["positions"], b["slot_mapping"],
-                                        b["kv_lens"], b["query_start_loc"], block_size=BS)
-        ref.spec_verify_attention_tiling_update(b["seq_lens"], b["row_kv_lens"], b["row_num_blocks"],
-                                                b["row_last_block_len"], b["row_block_offsets"], b["max_kv_len"],
-                                                b["kv_split_len"], block_size=BS)
-
-    def _tail(self) -> None:
-        b = self.bufs
-        ref.greedy_prefix_verify(b["draft_tokens"], b["target_tokens"], b["accepted"], b["next_tokens"])
-        ref.prepare_next_draft(b["accepted"], b["target_tokens"], b["seq_lens"], b["block_table"], b["scratch_slot"],
-                               b["next_last_token"], b["next_seq_lens"], b["draft_positions"], b["draft_slots"],
-                               b["hidden_rows"], block_size=self.block_size)
-
     def _forward_only(self) -> None:
         self.bufs["target_tokens"].copy_(self._target_forward(self.bufs))
 
@@ -318,13 +336,13 @@ class SpecDecodeEngine:
         if self.mode == "baseline":
             self.verify_graph = _Graph(self._forward_only, dev, self.pool)
         elif self.mode == "compile":
-            opts = dict(backend=self.compile_backend, fullgraph=True, dynamic=False)
-            head, tail = torch.compile(self._head_update, **opts), torch.compile(self._tail, **opts)
+            head, tail = _compiled(self.compile_backend)
+            bufs, bs = self.bufs, self.block_size
 
             def verify():
-                head()
+                head(bufs, bs)
                 self._forward_only()
-                tail()
+                tail(bufs, bs)
             self.verify_graph = _Graph(verify, dev, self.pool)
         # specgen: the runtime captures its own verify graph on the first step
 
@@ -335,6 +353,8 @@ class SpecDecodeEngine:
         self.h_bufs = alloc_step_buffers(self.batch, self.width, self.block_table_width, block_size=self.block_size,
                                          scratch_block=SCRATCH_BLOCK)
         self.h_bufs["block_table"].copy_(self.block_table.cpu())
+        if self.device.type == "cuda":  # pinned staging, so the H2D copies are asynchronous
+            self.h_bufs = {n: t.pin_memory() for n, t in self.h_bufs.items()}
 
     def _baseline_boundary_in(self) -> None:
         """Draft -> verify, host-serial: sync, stack and cast, metadata and tiling on the host, H2D copies."""
@@ -342,26 +362,18 @@ class SpecDecodeEngine:
         h["draft_tokens"].copy_(self.bufs["draft_tokens"].cpu())  # synchronizes
         h["last_tokens"].copy_(self.h_last)
         h["seq_lens"].copy_(self.h_seq)
-        ref.spec_verify_token_update(h["last_tokens"], h["draft_tokens"], h["tokens"])
-        ref.spec_verify_metadata_update(h["seq_lens"], h["block_table"], h["positions"], h["slot_mapping"],
-                                        h["kv_lens"], h["query_start_loc"], block_size=BS)
-        ref.spec_verify_attention_tiling_update(h["seq_lens"], h["row_kv_lens"], h["row_num_blocks"],
-                                                h["row_last_block_len"], h["row_block_offsets"], h["max_kv_len"],
-                                                h["kv_split_len"], block_size=BS)
+        head_update(h, BS)
         for n in _BASELINE_VERIFY_INPUTS:
-            self.bufs[n].copy_(h[n])
-        self.bufs["draft_tokens"].copy_(h["draft_tokens"])
+            self.bufs[n].copy_(h[n], non_blocking=True)
+        self.bufs["draft_tokens"].copy_(h["draft_tokens"], non_blocking=True)
 
     def _baseline_boundary_out(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Verify -> draft, host-serial: sync, acceptance and next-draft inputs on the host, H2D copies."""
         h = self.h_bufs
         h["target_tokens"].copy_(self.bufs["target_tokens"].cpu())  # synchronizes
-        ref.greedy_prefix_verify(h["draft_tokens"], h["target_tokens"], h["accepted"], h["next_tokens"])
-        ref.prepare_next_draft(h["accepted"], h["target_tokens"], h["seq_lens"], h["block_table"], h["scratch_slot"],
-                               h["next_last_token"], h["next_seq_lens"], h["draft_positions"], h["draft_slots"],
-                               h["hidden_rows"], block_size=self.block_size)
+        verify_tail(h, self.block_size)
         for n in _BASELINE_DRAFT_INPUTS:
-            self.bufs[n].copy_(h[n])
+            self.bufs[n].copy_(h[n], non_blocking=True)
         self.h_last, self.h_seq = h["next_last_token"].clone(), h["next_seq_lens"].clone()
         return h["accepted"].clone(), h["next_tokens"].clone()
 
@@ -471,7 +483,9 @@ class SpecDecodeEngine:
             return self._baseline_boundary_out()
         if self.mode == "compile":
             self.verify_graph()
-            return self.bufs["accepted"].cpu(), self.bufs["next_tokens"].cpu()  # synchronizes, as gpt-fast
+            # one read-back that synchronizes, as gpt-fast's; next_tokens is -1 past the bonus
+            next_tokens = self.bufs["next_tokens"].cpu()
+            return (next_tokens >= 0).sum(1) - 1, next_tokens
         result = self.runtime.step_in_place(self.batch, (lo, hi))
         if self.device.type == "cpu":  # eager: nothing is in flight, the step's results are final
             return result.accepted.clone(), result.next_tokens.clone()

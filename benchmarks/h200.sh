@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# What the H200 runs: kernels come prebuilt (no TileLang there), carried in build/.
+#   specgen build --target c,cuda --out build/specgen_kernels
+#   specgen build --target cuda --widths 4 --block-table-widths 8 --block-sizes 16 --out build/verify_test_kernels
+#   specgen build --target c,cuda --widths 2-6 --block-table-widths 8 --block-sizes 16 --draft-dtypes int32 \
+#       --boundary draft-to-verify,verify-to-draft --out build/engine_test_kernels
+#   specgen build --target cuda --widths 4,5,6 --block-table-widths 32 --block-sizes 16 --draft-dtypes int32 \
+#       --boundary draft-to-verify,verify-to-draft --out build/bench_kernels
+# Usage: benchmarks/h200.sh OUT_DIR [tests] [heads] [bench] [bench-mtp]
+set -u
+out=$1; shift
+mkdir -p "$out"
+python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/install.log" 2>&1 || { cat "$out/install.log"; exit 1; }
+export SPECGEN_TEST_CUDA_KERNELS=build/verify_test_kernels
+export SPECGEN_TEST_CUDA_DEFAULT_KERNELS=build/specgen_kernels
+export SPECGEN_TEST_ENGINE_KERNELS=build/engine_test_kernels
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
+for stage in "$@"; do
+  case $stage in
+    tests) python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/ 2>&1 | tee "$out/gpu_tests.txt" | tail -40 ;;
+    heads) python3 benchmarks/head_updates.py --kernels build/specgen_kernels --out "$out/head_updates.json" 2>&1 | tail -30 ;;
+    bench) specgen bench --model qwen3-0.6b --depth 3,4,5 --batch 1,8,32 --steps 64 --warmup 3 \
+             --modes baseline,compile,specgen --acceptance 0.7 --kernels build/bench_kernels \
+             --out "$out/bench_p07" 2>&1 | tail -40 ;;
+    bench-mtp) specgen bench --model qwen3-0.6b --depth 3 --batch 1,8,32 --steps 64 --warmup 3 \
+             --modes baseline,compile,specgen --kernels build/bench_kernels --out "$out/bench_mtp" 2>&1 | tail -20 ;;
+  esac
+done
