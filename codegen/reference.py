@@ -75,7 +75,7 @@ def spec_verify_attention_tiling_update(seq_lens, row_kv_lens, row_num_blocks, r
     row_kv_lens.copy_(kv)
     row_num_blocks.copy_(blocks)
     row_last_block_len.copy_(kv - (blocks - 1) * block_size)
-    row_block_offsets[0] = 0
+    row_block_offsets[:1].zero_()
     row_block_offsets[1:].copy_(torch.cumsum(blocks, 0))
     longest = kv.max()
     max_kv_len.copy_(longest.reshape(1))

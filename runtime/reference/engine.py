@@ -331,7 +331,22 @@ class SpecDecodeEngine:
         self.bufs["target_tokens"].copy_(self._target_forward(self.bufs))
 
     def _build_graphs(self) -> None:
+        """Capture the draft graph and the mode's verify graph, leaving the step state as it was.
+
+        Capture warms each graph up by running it, and a compile-mode verify
+        graph writes the next draft's inputs; the snapshot undoes that.  (The
+        KV entries the warm-ups write are the ones the first step rewrites
+        with the same values.)
+        """
         dev = self.device
+        saved = {n: t.clone() for n, t in self.bufs.items()}
+        saved_hidden = self.verify_hidden.clone()
+        self._capture_graphs(dev)
+        for n, t in saved.items():
+            self.bufs[n].copy_(t)
+        self.verify_hidden.copy_(saved_hidden)
+
+    def _capture_graphs(self, dev) -> None:
         self.draft_graph = _Graph(self._draft, dev, self.pool)
         if self.mode == "baseline":
             self.verify_graph = _Graph(self._forward_only, dev, self.pool)
