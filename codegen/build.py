@@ -24,7 +24,7 @@ from pathlib import Path
 from .. import __version__
 from ..specializations import Matrix
 from . import indexing
-from .families import FAMILIES, shape_of  # noqa: F401  (shape_of re-exported for tools)
+from .families import FAMILIES, shape_of, variant_key  # noqa: F401  (shape_of re-exported for tools)
 from .templates import render_program
 
 SCHEMA_VERSION = 1
@@ -65,13 +65,16 @@ def plan_variants(matrix: Matrix, boundaries=BOUNDARY_NAMES) -> tuple[dict[str, 
             plans.setdefault(name, {})[f"w{w}_bt{bt}_bs{bs}_{dtype}"] = {
                 "graph_ops": s["graph_ops"], "kernel_families": [f["key"] for f in s["kernel_families"]]}
             for f in s["kernel_families"]:
-                fam = FAMILIES[f["family"]]
-                spec = specs.setdefault(f["key"], VariantSpec(
-                    f["key"], f["family"], w, bt if "BT" in fam.key_params else None,
-                    bs if "BS" in fam.key_params else None,
-                    dtype if fam.has_draft_dtype else "int32",
-                    matrix.num_splits if f["family"] == "spec_verify_attention_tiling_update" else None))
-                spec.boundaries.add(name)
+                # a composite's members are built too, for engines that launch the steps one by one
+                for family in (f["family"], *FAMILIES[f["family"]].members):
+                    fam = FAMILIES[family]
+                    key = variant_key(family, w, bt, bs, dtype)
+                    spec = specs.setdefault(key, VariantSpec(
+                        key, family, w, bt if "BT" in fam.key_params else None,
+                        bs if "BS" in fam.key_params else None,
+                        dtype if fam.has_draft_dtype else "int32",
+                        matrix.num_splits if fam.uses_num_splits else None))
+                    spec.boundaries.add(name)
     return dict(sorted(specs.items())), plans
 
 

@@ -30,6 +30,11 @@ class Family:
     key_params: tuple[str, ...]  # subset of ("W", "BT", "BS"), in key order
     args: tuple[ArgSpec, ...]
     has_draft_dtype: bool = False  # int32/int64 draft tokens are separate variants
+    members: tuple[str, ...] = ()  # a composite: these families in order, one kernel (see COMPOSITES)
+
+    @property
+    def uses_num_splits(self) -> bool:
+        return TILING in (self.name, *self.members)
 
     @property
     def inputs(self) -> tuple[ArgSpec, ...]:
@@ -42,6 +47,28 @@ class Family:
 
 def _a(name, shape, dtype="int32", out=False):
     return ArgSpec(name, dtype, shape, out)
+
+
+TILING = "spec_verify_attention_tiling_update"
+
+
+def _composite(name: str, members: tuple[str, ...], bases: dict[str, "Family"]) -> "Family":
+    """One kernel doing ``members`` in order: the union of their arguments, inputs first.
+
+    Its semantics are the composition of the members' sections of KERNELS.md
+    (no member reads another's output), its key the widest member key.
+    """
+    fams = [bases[m] for m in members]
+    args: dict[str, ArgSpec] = {}
+    for a in (a for f in fams for a in f.inputs):
+        args.setdefault(a.name, a)
+    for a in (a for f in fams for a in f.outputs):
+        if a.name in args:
+            raise ValueError(f"{name}: '{a.name}' is both read and written by its members")
+        args.setdefault(a.name, a)
+    keys = {p for f in fams for p in f.key_params}
+    return Family(name, tuple(p for p in ("W", "BT", "BS") if p in keys), tuple(args.values()),
+                  any(f.has_draft_dtype for f in fams), tuple(members))
 
 
 FAMILIES: dict[str, Family] = {
@@ -93,6 +120,13 @@ FAMILIES: dict[str, Family] = {
         ),
     )
 }
+
+# Composite families: chains of update families on one stream that the fuse-chain pass turns
+# into a single launch.  spec_verify_head_update is the whole head of the verify graph.
+COMPOSITES: dict[str, tuple[str, ...]] = {
+    "spec_verify_head_update": ("spec_verify_token_update", "spec_verify_metadata_update", TILING),
+}
+FAMILIES.update({name: _composite(name, members, FAMILIES) for name, members in COMPOSITES.items()})
 
 
 def key_suffix(family: str, width: int, block_table_width: int | None = None,

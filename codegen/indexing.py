@@ -333,6 +333,15 @@ def guards(family: str, width: int, block_table_width: int | None = None,
     >>> [g.expr for g in guards("spec_verify_metadata_update", 4, 64, 128)]
     ['min_seq_len >= 0', 'batch >= 1', 'max_seq_len <= 8188']
     """
+    from .families import FAMILIES
+
+    members = FAMILIES[family].members if family in FAMILIES else ()
+    if members:  # a composite holds where all its members hold
+        seen: dict[str, Guard] = {}
+        for m in members:
+            for g in guards(m, width, block_table_width, block_size):
+                seen.setdefault(g.expr, g)
+        return list(seen.values())
     rules = [(min_seq_len >= 0, "S >= 0: positions and slots are computed for non-negative lengths"),
              (batch >= 1, "B >= 1: a launch covers at least one sequence")]
     if family in _BLOCK_ENTRY:

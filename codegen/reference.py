@@ -122,9 +122,21 @@ def context_kv_update(accepted, seq_lens, block_table, context_slots, *, block_s
     context_slots.copy_(torch.where(keep, slots, torch.full_like(slots, -1)).reshape(-1))
 
 
+def spec_verify_head_update(last_tokens, draft_tokens, seq_lens, block_table, tokens, positions, slot_mapping,
+                            kv_lens, query_start_loc, row_kv_lens, row_num_blocks, row_last_block_len,
+                            row_block_offsets, max_kv_len, kv_split_len, *, block_size: int,
+                            num_splits: int = DEFAULT_NUM_SPLITS) -> None:
+    """The composite: token update, metadata update, attention tiling update."""
+    spec_verify_token_update(last_tokens, draft_tokens, tokens)
+    spec_verify_metadata_update(seq_lens, block_table, positions, slot_mapping, kv_lens, query_start_loc,
+                                block_size=block_size)
+    spec_verify_attention_tiling_update(seq_lens, row_kv_lens, row_num_blocks, row_last_block_len, row_block_offsets,
+                                        max_kv_len, kv_split_len, block_size=block_size, num_splits=num_splits)
+
+
 REFERENCES: dict[str, Callable[..., None]] = {
     f.__name__: f
     for f in (spec_verify_token_update, spec_verify_metadata_update,
               spec_verify_attention_tiling_update, greedy_prefix_verify,
-              prepare_next_draft, context_kv_update)
+              prepare_next_draft, context_kv_update, spec_verify_head_update)
 }

@@ -145,7 +145,7 @@ def _constants(v: Variant) -> str:
     names = {"W": v.width, "BT": v.block_table_width, "BS": v.block_size}
     keep = FAMILIES[v.family].key_params
     out = [f"{k} = {names[k]}" for k in ("W", "BT", "BS") if k in keep]
-    if v.family == "spec_verify_attention_tiling_update":
+    if FAMILIES[v.family].uses_num_splits:
         out.append(f"NS = {v.num_splits}")
     return "\n".join(out)
 
@@ -163,8 +163,24 @@ def render_program(family: str, width: int, block_table_width: int | None = None
     launch, body_indent = _launch(v)
     gl = ix.guards(family, width, block_table_width, block_size)
     ctx = dict(
-        _EXPRESSIONS[family](v), family=family, target=target, threads=threads,
+        family=family, target=target, threads=threads,
         key=variant_key(family, width, block_table_width, block_size, draft_dtype),
         dialect=_DIALECT[target], constants=_constants(v), params=_params(v), launch=launch,
         body_indent=body_indent, guard_lines="\n".join(f"    {g.expr}  ({g.why})" for g in gl))
-    return load_template(family).render(**ctx)
+    if fam.members:
+        ctx["member_bodies"] = [(m, _member_body(v, m)) for m in fam.members]
+        return load_template("_composite").render(**ctx)
+    return load_template(family).render(**ctx, **_EXPRESSIONS[family](v))
+
+
+def _member_body(v: Variant, member: str) -> str:
+    """The per-sequence statements of ``member`` (its template's ``body`` block), for a composite.
+
+    Every member body reads the same ``b``; later members re-read ``S`` from
+    ``seq_lens``, which no member writes.
+    """
+    mv = Variant(member, v.width, v.block_table_width, v.block_size,
+                 v.draft_dtype if FAMILIES[member].has_draft_dtype else "int32", v.num_splits, v.threads, v.target)
+    template = load_template(member)
+    ctx = template.new_context(dict(_EXPRESSIONS[member](mv)))
+    return "".join(template.blocks["body"](ctx)).strip("\n")

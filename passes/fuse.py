@@ -109,3 +109,65 @@ def _compose(members: list[Op], reads: tuple[str, ...], writes: tuple[str, ...])
             env.update(zip(m.writes, m.fn(*(env[r] for r in m.reads))))
         return tuple(env[w] for w in writes)
     return fn
+
+
+@dataclass(frozen=True)
+class FuseChain:
+    """fuse-chain: family kernels that form a composite family become one launch.
+
+        before:  spec_verify_token_update{w4}; spec_verify_metadata_update{w4_bt64_bs128};
+                 spec_verify_attention_tiling_update{w4_bs128}                      (3 launches)
+        after:   spec_verify_head_update{w4_bt64_bs128}                             (1 launch)
+
+    A composite (``codegen.families.COMPOSITES``) applies when every member is
+    present once as a keyed kernel op (the output of ``fuse``), all on one
+    stream, no member reads another's output, and no op between them depends
+    on them both ways.  The semantics are the members' composition.  Refusals
+    are noted with their reason, like ``fuse``'s.
+    """
+
+    name: ClassVar[str] = "fuse-chain"
+
+    def apply(self, ctx: PassContext, graph: BoundaryGraph) -> BoundaryGraph:
+        from ..codegen.families import COMPOSITES
+
+        for comp, member_fams in COMPOSITES.items():
+            found = [[o for o in graph.ops if o.kind is OpKind.DEVICE_KERNEL and o.attr("key")
+                      and o.attr("family") == fam] for fam in member_fams]
+            if not any(found):
+                continue
+            try:
+                if any(len(f) != 1 for f in found):
+                    missing = [fam for fam, f in zip(member_fams, found) if len(f) != 1]
+                    raise WhyNoFuse(comp, "members %s are not each one fused op", ", ".join(missing))
+                fused = order_with_events(self._chain(graph, comp, [f[0] for f in found]))
+                if bubble_us(fused) > bubble_us(graph) + 1e-9:
+                    raise WhyNoFuse(comp, "the composite would lengthen the bubble")
+                graph = fused
+            except WhyNoFuse as why:
+                ctx.note(self.name, str(why))
+        return graph
+
+    def _chain(self, graph: BoundaryGraph, comp: str, members: list[Op]) -> BoundaryGraph:
+        streams = sorted({m.stream for m in members})
+        if len(streams) > 1:
+            raise WhyNoFuse(comp, "stream mismatch %s", " vs ".join(streams))
+        written = {w for m in members for w in m.writes}
+        if any(r in written for m in members for r in m.reads):
+            raise WhyNoFuse(comp, "a member reads another member's output")
+        names = {m.name for m in members}
+        pos = Fuse._position(graph, members)
+        reads = tuple(dict.fromkeys(r for m in members for r in m.reads))
+        writes = tuple(dict.fromkeys(w for m in members for w in m.writes))
+        p = graph.params
+        dtype = next((m.attr("draft_dtype") for m in members if m.attr("draft_dtype")), "int32")
+        key = variant_key(comp, p["width"], p["block_table_width"], p["block_size"], dtype)
+        fused = Op(graph.fresh_name(comp), OpKind.DEVICE_KERNEL, streams[0], reads, writes,
+                   _compose(members, reads, writes), None,
+                   {"family": comp, "key": key, "width": p["width"], "block_table_width": p["block_table_width"],
+                    "block_size": p["block_size"], "draft_dtype": dtype,
+                    "members": tuple(n for m in members for n in m.attr("members", (m.name,)))})
+        ops = [o for o in graph.ops if o.name not in names]
+        anchor = sum(1 for o in graph.ops[:pos] if o.name not in names)
+        ops.insert(anchor, fused)
+        return graph.with_ops(ops)

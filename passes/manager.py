@@ -16,19 +16,20 @@ from typing import Callable
 
 from .base import Pass, PassContext
 from .capture import Capture
-from .fuse import Fuse
+from .fuse import Fuse, FuseChain
 from .hoist import Hoist
 from .ir import BoundaryGraph, BoundaryGraphError
 from .sync_to_event import SyncToEvent
 from .verify import verify
 
-PASSES: dict[str, type] = {p.name: p for p in (SyncToEvent, Hoist, Fuse, Capture)}
+PASSES: dict[str, type] = {p.name: p for p in (SyncToEvent, Hoist, Fuse, FuseChain, Capture)}
 
 # The default pipeline, in the order that makes each step possible:
 DEFAULT_PIPELINE = (
     "sync-to-event,"  # host round trips become device ops first, so nothing token-dependent stays on the host
     "hoist,"  # what is left on the host (sources, graph-task patches) overlaps the final draft
     "fuse,"  # the device updates now sit together on the graph stream: one family op each
+    "fuse-chain,"  # and a chain of family ops with a composite family becomes one launch
     "capture"  # and the family ops join the captured graph at its head (or tail)
 )
 

@@ -276,7 +276,7 @@ class SpecVerifyRuntime:
                 k = self.library.get(family, self.width, bt, bs, target=target)
                 k.resolve(target, "int32")  # raises VariantNotBuilt when this target lacks it
                 self._kernels[op] = k
-                if family == "spec_verify_attention_tiling_update":
+                if FAMILIES[family].uses_num_splits:
                     entry, _ = k.resolve(target, "int32")
                     self.num_splits = entry.num_splits or DEFAULT_NUM_SPLITS
         except VariantNotBuilt:
@@ -313,7 +313,7 @@ class SpecVerifyRuntime:
             kw = {}
             if "BS" in FAMILIES[family].key_params:
                 kw["block_size"] = block_size
-            if family == "spec_verify_attention_tiling_update":
+            if FAMILIES[family].uses_num_splits:
                 kw["num_splits"] = self.num_splits
             fn(*args, **kw)
         return call

@@ -26,7 +26,7 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("kernels")
     out = root / "specgen_kernels"
     summary = build(DEFAULT, ("c",), out, jobs=2, progress=None)
-    assert not summary.failed and summary.built == 21
+    assert not summary.failed and summary.built == 27
     sys.path.insert(0, str(root))
     try:
         yield out, importlib.import_module("specgen_kernels")
@@ -57,7 +57,7 @@ def test_rebuild_is_a_noop_and_manifest_is_byte_identical(built):
     out, _ = built
     first = (out / "manifest.json").read_bytes()
     summary = build(DEFAULT, ("c",), out, jobs=1, progress=None)
-    assert summary.built == 0 and summary.cached == 21
+    assert summary.built == 0 and summary.cached == 27
     assert (out / "manifest.json").read_bytes() == first
     assert b"time" not in first
 
@@ -85,7 +85,7 @@ def _inputs(family, W, BT, BS, B, dtype, draw):
         target[b, : acc[b]] = drafts[b, : acc[b]].to(torch.int32)
     values = {"seq_lens": seq, "block_table": torch.randint(0, 4096, (B, BT), generator=g, dtype=torch.int32),
               "last_tokens": torch.randint(0, 50, (B,), generator=g, dtype=torch.int32),
-              "draft_tokens": drafts if family == "spec_verify_token_update" else drafts.to(torch.int32),
+              "draft_tokens": drafts if FAMILIES[family].has_draft_dtype else drafts.to(torch.int32),
               "target_tokens": target, "accepted": acc, "scratch_slot": torch.tensor([4096 * BS], dtype=torch.int32)}
     tensors = []
     for a in FAMILIES[family].args:
@@ -108,7 +108,7 @@ def test_every_variant_matches_the_reference(built, data):
         args = _inputs(fam, W, BT, BS, B, entry.draft_dtype, data.draw)
         expect = [t.clone() for t in args]
         kw = {"block_size": BS} if "BS" in FAMILIES[fam].key_params else {}
-        if fam == "spec_verify_attention_tiling_update":
+        if FAMILIES[fam].uses_num_splits:
             kw["num_splits"] = entry.num_splits
         REFERENCES[fam](*expect, **kw)
         lib.get(fam, W, entry.block_table_width, entry.block_size)(*args)
@@ -119,7 +119,7 @@ def test_every_variant_matches_the_reference(built, data):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_every_default_variant_compiles_for_cuda(tmp_path):
     summary = build(DEFAULT, ("cuda",), tmp_path / "k", arch="sm_90", jobs=2, progress=None)
-    assert summary.built == 21 and not summary.failed
+    assert summary.built == 27 and not summary.failed
     manifest = json.loads((tmp_path / "k" / "manifest.json").read_text())
     for v in manifest["variants"]:
         data = (tmp_path / "k" / v["artifact"]).read_bytes()

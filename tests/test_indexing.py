@@ -125,8 +125,10 @@ def test_guards_hold_exactly_when_the_layout_fits(family, w, bt, bs, lo, hi, bat
         return
     ok = all(eval_guard(g.expr, min_seq_len=lo, max_seq_len=hi, batch=batch) for g in gs)
     need = {"spec_verify_metadata_update": hi + w <= bt * bs, "context_kv_update": hi + w <= bt * bs,
-            "prepare_next_draft": hi + w + 1 <= bt * bs}.get(family, True)
-    assert ok == (lo >= 0 and batch >= 1 and need)
+            "prepare_next_draft": hi + w + 1 <= bt * bs}
+    # a composite needs what each of its members needs
+    fits = all(need.get(f, True) for f in (FAMILIES[family].members or (family,)))
+    assert ok == (lo >= 0 and batch >= 1 and fits)
 
 
 @pytest.mark.parametrize("expr", ["__import__('os')", "max_seq_len ** 2 < 3", "x < 1",

@@ -34,6 +34,7 @@ VARIANTS = (
     + [("spec_verify_attention_tiling_update", w, None, bs, "int32") for w, _, bs in LAYOUTS]
     + [(f, w, bt, bs, "int32") for f in ("spec_verify_metadata_update", "prepare_next_draft",
                                          "context_kv_update") for w, bt, bs in LAYOUTS]
+    + [("spec_verify_head_update", w, bt, bs, d) for (w, bt, bs), d in zip(LAYOUTS, ["int32", "int64"] * 3)]
 )
 
 
@@ -102,7 +103,7 @@ def _outputs(v, batch):
 def _reference_kwargs(v):
     keys = FAMILIES[v[0]].key_params
     kw = {"block_size": v[3]} if "BS" in keys else {}
-    return kw | ({"num_splits": 8} if v[0] == "spec_verify_attention_tiling_update" else {})
+    return kw | ({"num_splits": 8} if FAMILIES[v[0]].uses_num_splits else {})
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=_id)

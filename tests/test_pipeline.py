@@ -21,13 +21,26 @@ def test_draft_to_verify_acceptance(width, batch):
     assert sa["host_syncs_on_critical_path"] == 0 < sb["host_syncs_on_critical_path"]
     assert sa["h2d_copies_on_critical_path"] == 0
     assert sa["host_calls_after_final_draft"] == 0
+    # fuse made one op per family, fuse-chain made the three one launch at the graph's head
+    assert [f["family"] for f in sa["kernel_families"]] == ["spec_verify_head_update"]
+    assert sa["graph_ops"] == [f"spec_verify_head_update__w{width}_bt64_bs128", "target_forward"]
+    assert sa["predicted_bubble_us"] < sb["predicted_bubble_us"]
+    if batch == 8:
+        assert outputs_equal(before, after, seed=width) == []
+
+
+@pytest.mark.parametrize("width", [2, 4, 6])
+def test_without_fuse_chain_the_head_stays_three_launches(width):
+    before = build_boundary("draft-to-verify", width=width, batch=8)
+    after, _ = run_pipeline(before, "sync-to-event,hoist,fuse,capture")
+    sa = summary(after)
     assert [f["family"] for f in sa["kernel_families"][:3]] == HEAD
     assert sa["graph_ops"][:3] == [f["key"] for f in sa["kernel_families"][:3]]
     assert sa["graph_ops"][3] == "target_forward"
     assert sa["kernel_families"][1]["key"] == f"spec_verify_metadata_update__w{width}_bt64_bs128"
-    assert sa["predicted_bubble_us"] < sb["predicted_bubble_us"]
-    if batch == 8:
-        assert outputs_equal(before, after, seed=width) == []
+    chained, _ = run_pipeline(before)
+    assert summary(chained)["predicted_bubble_us"] < sa["predicted_bubble_us"]  # two launches fewer
+    assert outputs_equal(before, after, seed=width) == [] and outputs_equal(before, chained, seed=width) == []
 
 
 @pytest.mark.parametrize("width", [2, 4, 6, 16])
@@ -59,7 +72,7 @@ def test_linear_state_and_int64_drafts():
                             caps=Capabilities(linear_state=True))
     after, ctx = run_pipeline(before)
     assert outputs_equal(before, after, seed=3) == []
-    assert summary(after)["kernel_families"][0]["key"] == "spec_verify_token_update__w4_i64"
+    assert summary(after)["kernel_families"][0]["key"] == "spec_verify_head_update__w4_bt64_bs128_i64"
     assert any("linear_state_indices" in n for n in ctx.notes)
 
 
@@ -93,8 +106,9 @@ def test_refused_fusion_says_why():
 def test_dump_dir_has_every_stage(tmp_path):
     run_pipeline(build_boundary("context-kv", width=3, batch=1), dump_dir=tmp_path)
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["000_input.txt", "001_sync-to-event.txt", "002_hoist.txt", "003_fuse.txt", "004_capture.txt"]
-    assert "graph_replay" in (tmp_path / "004_capture.txt").read_text()
+    assert names == ["000_input.txt", "001_sync-to-event.txt", "002_hoist.txt", "003_fuse.txt",
+                     "004_fuse-chain.txt", "005_capture.txt"]
+    assert "graph_replay" in (tmp_path / "005_capture.txt").read_text()
 
 
 def test_cost_calibration_file(tmp_path):

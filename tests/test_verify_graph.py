@@ -106,8 +106,7 @@ def test_capabilities_of():
 def test_sequence_comes_from_plans(lib):
     rt = SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8)
     assert rt.layout == (BT, BS)
-    assert rt.sequence == (f"spec_verify_token_update__w{W}", f"spec_verify_metadata_update__w{W}_bt{BT}_bs{BS}",
-                           f"spec_verify_attention_tiling_update__w{W}_bs{BS}", "target_forward",
+    assert rt.sequence == (f"spec_verify_head_update__w{W}_bt{BT}_bs{BS}", "target_forward",
                            f"greedy_prefix_verify__w{W}", f"prepare_next_draft__w{W}_bt{BT}_bs{BS}")
     assert rt.buckets == (1, 2, 4, 8)
 

@@ -79,9 +79,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
+        # one fused kernel where torch has it; the mean of squares is taken in float32
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -109,7 +108,8 @@ class Attention(nn.Module):
         q = self.q_norm(self.q_proj(x).view(n, self.num_heads, self.head_dim))
         k = self.k_norm(self.k_proj(x).view(n, self.num_kv_heads, self.head_dim))
         v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)
-        q, k = apply_rope(q, batch.cos, batch.sin), apply_rope(k, batch.cos, batch.sin)
+        qk = apply_rope(torch.cat([q, k], dim=1), batch.cos, batch.sin)  # one rotation for both
+        q, k = qk[:, : self.num_heads], qk[:, self.num_heads:]
         return self.o_proj(batch.attend(cache, layer, q, k, v).reshape(n, -1))
 
 
