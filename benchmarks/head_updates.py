@@ -3,10 +3,11 @@
     python benchmarks/head_updates.py --kernels build/specgen_kernels --out benchmarks/results/head_updates.json
 
 For each width and batch: a CUDA graph holding a stand-in target forward
-(a fixed matmul) is timed alone and with the three head updates
-(token, metadata, attention tiling) captured in front of it; the difference
-is what the updates add per step.  Medians of repeated replays, both graphs
-in the same run.
+(a fixed matmul) is timed alone, with the three head updates (token,
+metadata, attention tiling) captured in front of it as three launches, and
+with the composite ``spec_verify_head_update`` (one launch, what the
+fuse-chain pass plans); the differences are what the updates add per step.
+Medians of repeated replays, all three graphs in the same run.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def _inputs(fam, W, BT, BS, B, dtype, g, dev):
         target[b, : acc[b]] = drafts[b, : acc[b]].to(torch.int32)
     vals = {"seq_lens": seq, "block_table": torch.randint(0, 4096, (B, BT), generator=g, dtype=torch.int32),
             "last_tokens": torch.randint(0, 50, (B,), generator=g, dtype=torch.int32),
-            "draft_tokens": drafts.to(getattr(torch, dtype)) if fam == "spec_verify_token_update" else drafts.int(),
+            "draft_tokens": drafts.to(getattr(torch, dtype)) if FAMILIES[fam].has_draft_dtype else drafts.int(),
             "target_tokens": target, "accepted": acc, "scratch_slot": torch.tensor([4096 * BS], dtype=torch.int32)}
     out = []
     for a in FAMILIES[fam].args:
@@ -95,6 +96,8 @@ def head_cost(lib, dev, W, B) -> dict:
     k_tok = lib.get("spec_verify_token_update", W)
     k_meta = lib.get("spec_verify_metadata_update", W, 64, 128)
     k_til = lib.get("spec_verify_attention_tiling_update", W, None, 128)
+    fused = _inputs("spec_verify_head_update", W, 64, 128, B, "int32", g, dev)
+    k_fused = lib.get("spec_verify_head_update", W, 64, 128)
     x = torch.randn(B * W, 1024, device=dev, dtype=torch.bfloat16)
     w = torch.randn(1024, 1024, device=dev, dtype=torch.bfloat16)
 
@@ -110,10 +113,16 @@ def head_cost(lib, dev, W, B) -> dict:
         k_til(*til)
         return forward()
 
+    def with_fused_head():
+        k_fused(*fused)
+        return forward()
+
     bare = time_graph(forward)
     head = time_graph(with_head)
+    one = time_graph(with_fused_head)
     return {"width": W, "batch": B, "bare_graph_us": round(bare, 3), "with_head_us": round(head, 3),
-            "head_updates_us": round(head - bare, 3)}
+            "head_updates_us": round(head - bare, 3), "with_fused_head_us": round(one, 3),
+            "fused_head_update_us": round(one - bare, 3)}
 
 
 def main(argv=None) -> int:
