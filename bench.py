@@ -194,6 +194,14 @@ def run_bench(args) -> dict:
                     res = eng.run(prompts, steps=args.steps, warmup_steps=args.warmup, timing=True)
                 except EngineError as e:
                     raise BenchError(str(e)) from None
+                except RuntimeError as e:  # a device failure in one run: record it, keep the others
+                    done += 1
+                    first_line = (str(e).splitlines() or [type(e).__name__])[0]
+                    _log(f"bench: [{done}/{total}] depth {depth} batch {batch} {mode}: FAILED: {first_line}")
+                    runs.append({"mode": mode, "width": width, "depth": depth, "batch": batch, "error": first_line})
+                    if cuda:
+                        torch.cuda.synchronize()
+                    continue
                 if bare is None:
                     bare = eng.bare_verify_us(args.bare_repeats)
                 row = _summary(res, bare)
@@ -225,7 +233,8 @@ def ratios(runs: list[dict]) -> list[dict]:
     out = []
     by = {}
     for r in runs:
-        by.setdefault((r["depth"], r["batch"]), {})[r["mode"]] = r
+        if "error" not in r:
+            by.setdefault((r["depth"], r["batch"]), {})[r["mode"]] = r
     for (depth, batch), modes in sorted(by.items()):
         s = modes.get("specgen")
         if not s or not s.get("tpot_ms"):
@@ -244,7 +253,8 @@ def table(result: dict) -> str:
             ("tokens_per_s", "tok/s"), ("draft_to_verify_us", "d->v us"), ("verify_to_draft_us", "v->d us"),
             ("bare_verify_us", "verify us"), ("draft_us", "draft us"), ("host_syncs_per_step", "syncs/step"),
             ("acceptance", "accept")]
-    rows = [[("" if r.get(k) is None else str(r.get(k))) for k, _ in cols] for r in result["runs"]]
+    ok = [r for r in result["runs"] if "error" not in r]
+    rows = [[("" if r.get(k) is None else str(r.get(k))) for k, _ in cols] for r in ok]
     head = [h for _, h in cols]
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
     line = lambda vals: "  ".join(v.rjust(w) for v, w in zip(vals, widths))  # noqa: E731
@@ -254,6 +264,9 @@ def table(result: dict) -> str:
         out.append(f"depth {r['depth']} B={r['batch']}: specgen TPOT vs " + ", ".join(parts))
     for m, why in result["skipped_modes"].items():
         out.append(f"{m}: {why}")
+    for r in result["runs"]:
+        if "error" in r:
+            out.append(f"depth {r['depth']} B={r['batch']} {r['mode']}: failed: {r['error']}")
     return "\n".join(out)
 
 
@@ -268,7 +281,8 @@ def plot(result: dict, path: Path) -> Path | None:
         return None
     groups = {}
     for r in result["runs"]:
-        groups.setdefault((r["depth"], r["batch"]), []).append(r)
+        if "error" not in r:
+            groups.setdefault((r["depth"], r["batch"]), []).append(r)
     keys = sorted(groups)
     fig, axes = plt.subplots(len(keys), 1, figsize=(10, 1.2 + 1.1 * len(keys) * 1.4), squeeze=False)
     for ax, key in zip(axes[:, 0], keys):

@@ -13,7 +13,6 @@ import random
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 
 class BlockAllocator:
@@ -115,20 +114,17 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: to
 
     ``q [B, R, H, D]`` attends to keys ``k, v [B, L, KVH, D]`` at positions
     ``p <= q_pos[b, r]`` and ``p < kv_lens[b]``.  Query head ``h`` reads KV
-    head ``h // (H // KVH)``.  One ``scaled_dot_product_attention`` call with
-    a boolean mask (softmax in float32 inside the kernel).
+    head ``h // (H // KVH)``; scores are masked and soft-maxed in float32.
     """
     b, r, h, d = q.shape
     kvh = k.shape[2]
+    qg = q.view(b, r, kvh, h // kvh, d)
+    scores = torch.einsum("brkgd,blkd->bkgrl", qg, k).float() * scale
     kpos = torch.arange(k.shape[1], device=q.device)
     visible = (kpos <= q_pos[:, :, None]) & (kpos < kv_lens.long()[:, None, None])
-    rep = h // kvh
-    # The query heads sharing a KV head become extra query rows of that head, so the
-    # context is read in place: q [B, KVH, rep * R, D] against k, v [B, KVH, L, D].
-    qg = q.view(b, r, kvh, rep, d).permute(0, 2, 3, 1, 4).reshape(b, kvh, rep * r, d)
-    mask = visible[:, None].expand(b, rep, r, k.shape[1]).reshape(b, 1, rep * r, k.shape[1])
-    out = F.scaled_dot_product_attention(qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale)
-    return out.view(b, kvh, rep, r, d).permute(0, 3, 1, 2, 4).reshape(b, r, h, d)
+    scores = scores.masked_fill(~visible[:, None, None], torch.finfo(torch.float32).min)
+    probs = torch.softmax(scores, dim=-1).to(v.dtype)
+    return torch.einsum("bkgrl,blkd->brkgd", probs, v).reshape(b, r, h, d)
 
 
 @dataclass(slots=True)
