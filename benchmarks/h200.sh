@@ -21,8 +21,8 @@ for stage in "$@"; do
     heads) python3 benchmarks/head_updates.py --kernels build/specgen_kernels --out "$out/head_updates.json" 2>&1 | tail -30 ;;
     bench) specgen bench --model qwen3-0.6b --depth 3,4,5 --batch 1,8,32 --steps 64 --warmup 3 \
              --modes baseline,compile,specgen --acceptance 0.7 --kernels build/bench_kernels \
-             --out "$out/bench_p07" 2>&1 | tail -40 ;;
+             --out "$out/bench_p07" > "$out/bench_p07.log" 2>&1; grep -v "^frame #" "$out/bench_p07.log" | tail -45 ;;
     bench-mtp) specgen bench --model qwen3-0.6b --depth 3 --batch 1,8,32 --steps 64 --warmup 3 \
-             --modes baseline,compile,specgen --kernels build/bench_kernels --out "$out/bench_mtp" 2>&1 | tail -20 ;;
+             --modes baseline,compile,specgen --kernels build/bench_kernels --out "$out/bench_mtp" > "$out/bench_mtp.log" 2>&1; grep -v "^frame #" "$out/bench_mtp.log" | tail -20 ;;
   esac
 done
