@@ -178,9 +178,10 @@ def run_bench(args) -> dict:
                 # drafts): in bfloat16 a 1-row greedy forward can round differently from a W-row verify
                 # forward, and an oracle from it would drift off the sequence the target actually decodes.
                 t = time.perf_counter()
-                ref_run = SpecDecodeEngine(model, head, mode="baseline", width=width, batch=batch,
-                                           block_size=args.block_size, block_table_width=bt).run(
-                                               prompts, max_new_tokens=new_tokens)
+                ref_eng = SpecDecodeEngine(model, head, mode="baseline", width=width, batch=batch,
+                                           block_size=args.block_size, block_table_width=bt)
+                ref_run = ref_eng.run(prompts, max_new_tokens=new_tokens)
+                ref_eng.close()
                 oracle = torch.tensor(ref_run.outputs, device=device)
                 _log(f"bench: acceptance oracle for depth {depth} batch {batch} in {time.perf_counter() - t:.1f}s")
             tokens_by_mode = {}
@@ -199,11 +200,13 @@ def run_bench(args) -> dict:
                     first_line = (str(e).splitlines() or [type(e).__name__])[0]
                     _log(f"bench: [{done}/{total}] depth {depth} batch {batch} {mode}: FAILED: {first_line}")
                     runs.append({"mode": mode, "width": width, "depth": depth, "batch": batch, "error": first_line})
+                    eng.close()
                     if cuda:
                         torch.cuda.synchronize()
                     continue
                 if bare is None:
                     bare = eng.bare_verify_us(args.bare_repeats)
+                eng.close()
                 row = _summary(res, bare)
                 tokens_by_mode[mode] = res.outputs
                 if oracle is not None:

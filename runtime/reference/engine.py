@@ -33,6 +33,7 @@ synchronization counts.
 
 from __future__ import annotations
 
+import gc
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -181,6 +182,10 @@ class _Graph:
         self.fn, self.graph = fn, None
         if device.type != "cuda":
             return
+        # Dead graphs freed by the garbage collector in the middle of a capture invalidate it
+        # (cudaGraphExecDestroy is not permitted while a stream captures): collect first, and
+        # keep the collector off until the capture ends.
+        gc.collect()
         side = torch.cuda.Stream(device=device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
@@ -188,8 +193,14 @@ class _Graph:
                 fn()
         torch.cuda.current_stream(device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool):
-            fn()
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with torch.cuda.graph(self.graph, pool=pool):
+                fn()
+        finally:
+            if enabled:
+                gc.enable()
 
     def __call__(self) -> None:
         if self.graph is None:
@@ -217,6 +228,12 @@ class SpecDecodeEngine:
         self.block_size, self.block_table_width = int(block_size), int(block_table_width)
         self.library, self.acceptance, self.compile_backend = library, acceptance, compile_backend
         self.device = model.embed_tokens.weight.device
+
+    def close(self) -> None:
+        """Drop the captured graphs, the runtime and the buffers now (they hold device memory)."""
+        for name in ("draft_graph", "verify_graph", "runtime", "bufs", "h_bufs", "verify_hidden"):
+            if hasattr(self, name):
+                setattr(self, name, None)
 
     # ------------------------------------------------------------------ set-up
     @property
