@@ -161,6 +161,6 @@ def add_bench(sub) -> None:
                    help="auto: bfloat16 for qwen3-0.6b on CUDA, else float32")
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--bare-repeats", type=int, default=20, help="back-to-back replays of the bare verify graph, per round")
+    p.add_argument("--bare-repeats", type=int, default=30, help="draft + bare verify replays timed for the boundary figures")
     p.add_argument("--replot", metavar="BENCH_JSON", help="only redraw timeline.png from a bench.json")
     p.set_defaults(func=_cmd_bench)

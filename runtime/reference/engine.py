@@ -542,26 +542,29 @@ class SpecDecodeEngine:
                 res.timed_tokens += a + 1
 
     def bare_verify_us(self, repeats: int = 50) -> float:
-        """Time of the target forward alone (a captured graph on CUDA) over the last step's buffers.
+        """The target forward alone (a captured graph on CUDA) in the decode loop's rhythm.
 
-        The graph is replayed back to back, so no launch latency is counted
-        (as in a pipelined decode loop): median over five rounds of
-        ``repeats`` replays.  It rewrites the KV entries of the last
-        verification with the same values, so it leaves the state as it was.
+        Each repeat replays the draft graph, then the bare verify graph, and
+        times the span from the end of the draft to the end of the
+        verification, exactly like a step's ``verify_span_us``, so a mode's
+        ``verify_span_us - bare_verify_us`` is its draft-to-verify boundary
+        (graph switches and launch gaps included on both sides).  Median of
+        ``repeats``.  Both graphs rewrite what the last step wrote with the
+        same values, so the state stays as it was.
         """
         cuda = self.device.type == "cuda"
         stamp = (lambda: torch.cuda.Event(enable_timing=True)) if cuda else _HostStamp
         with torch.inference_mode():
             g = _Graph(self._forward_only, self.device, self.pool)
-            rounds = []
-            for _ in range(5):
+            spans = []
+            for _ in range(repeats):
                 s, e = stamp(), stamp()
+                self.draft_graph()
                 s.record()
-                for _ in range(repeats):
-                    g()
+                g()
                 e.record()
-                if cuda:
-                    e.synchronize()
-                rounds.append(s.elapsed_time(e) * 1e3 / repeats)
-        return median(rounds)
+                spans.append((s, e))
+            if cuda:
+                torch.cuda.synchronize()
+        return median(s.elapsed_time(e) * 1e3 for s, e in spans)
 
