@@ -306,7 +306,7 @@ def plot(result: dict, path: Path) -> Path | None:
         ax.set_yticks(range(len(rows)), [r["mode"] for r in rows])
         ax.set_title(f"depth {key[0]}, batch {key[1]}: one decode step", fontsize=9)
         ax.set_xlabel("microseconds (median step)")
-        ax.margins(x=0.25)
+        ax.margins(x=0.4)
     axes[0, 0].legend(loc="upper center", bbox_to_anchor=(0.5, 1.6), ncol=4, fontsize=7)
     fig.suptitle(f"specgen bench: {result['model']} on {result['environment']['device']}", fontsize=10)
     fig.tight_layout()
