@@ -67,26 +67,47 @@ class PassManager:
     dump_dir: Path | None = None
     on_stage: Callable[[int, str, BoundaryGraph], None] | None = None
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    max_rounds: int = 4
 
     @classmethod
     def from_text(cls, text: str = DEFAULT_PIPELINE, **kw) -> "PassManager":
         return cls(parse_pipeline(text), **kw)
 
     def run(self, graph: BoundaryGraph, ctx: PassContext | None = None) -> BoundaryGraph:
+        """Run the pipeline, then again while a round still changes the graph (up to ``max_rounds``).
+
+        One pass can open a rewrite for an earlier one (a sync that ``hoist``
+        moved lets ``sync-to-event`` act, a moved copy changes where events go),
+        so the result is the pipeline's fixed point: running it on its own
+        output changes nothing.  Stages of the first round are dumped as
+        ``NNN_pass.txt``; a later round that changed the graph as ``NNN_roundK.txt``.
+        """
         ctx = ctx or PassContext()
         if self.verify_each:
             verify(graph)
         self._stage(0, "input", graph)
-        for i, p in enumerate(self.passes, 1):
-            t0 = time.perf_counter()
-            graph = p.apply(ctx, graph)
-            self.timings[p.name] = self.timings.get(p.name, 0.0) + time.perf_counter() - t0
-            if self.verify_each:
-                try:
-                    verify(graph)
-                except BoundaryGraphError as e:
-                    raise BoundaryGraphError(f"after pass '{p.name}': {e}", op=e.op) from e
-            self._stage(i, p.name, graph)
+        stage = 0
+        for rnd in range(1, self.max_rounds + 1):
+            before = graph
+            for p in self.passes:
+                t0 = time.perf_counter()
+                graph = p.apply(ctx, graph)
+                self.timings[p.name] = self.timings.get(p.name, 0.0) + time.perf_counter() - t0
+                if self.verify_each:
+                    try:
+                        verify(graph)
+                    except BoundaryGraphError as e:
+                        raise BoundaryGraphError(f"after pass '{p.name}': {e}", op=e.op) from e
+                if rnd == 1:
+                    stage += 1
+                    self._stage(stage, p.name, graph)
+            if graph.ops == before.ops:
+                return graph
+            if rnd > 1:
+                stage += 1
+                self._stage(stage, f"round{rnd}", graph)
+                ctx.note("pipeline", f"round {rnd} changed the graph")
+        ctx.note("pipeline", f"no fixed point after {self.max_rounds} rounds; the last round's graph is kept")
         return graph
 
     def _stage(self, idx: int, name: str, graph: BoundaryGraph) -> None:
