@@ -48,7 +48,7 @@ def engine(model, lib, mode, width, batch, **kw):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["baseline", "specgen"])
 @pytest.mark.parametrize("width", [2, 3, 4, 5, 6])
-@pytest.mark.parametrize("batch", [1, 3, 8])
+@pytest.mark.parametrize("batch", range(1, 9))
 def test_lossless_with_mtp_head(model, engine_kernels, mode, width, batch):
     prompts = prompts_for(batch, seed=width * 10 + batch)
     res = engine(model, engine_kernels, mode, width, batch).run(prompts, max_new_tokens=NEW)
@@ -193,3 +193,19 @@ def test_capture_warmup_leaves_state_alone(model, engine_kernels, monkeypatch):
     for mode in ("compile", "baseline"):
         res = engine(model, engine_kernels, mode, 4, 3).run(prompts, max_new_tokens=NEW)
         assert res.outputs == greedy(model[0], prompts), mode
+
+
+@pytest.mark.slow
+def test_bench_readme_command_on_cpu(tmp_path, monkeypatch, capsys):
+    """`specgen bench --model tiny --steps 8` from a bare folder: builds its kernels, runs, writes its files."""
+    from specgen.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--model", "tiny", "--steps", "8"]) == 0
+    out = capsys.readouterr()
+    assert "depth 3 B=1: specgen TPOT vs baseline" in out.out
+    assert "compile: needs CUDA" in out.err
+    result = json.loads((tmp_path / "bench_results" / "bench.json").read_text())
+    assert [r["mode"] for r in result["runs"]] == ["baseline", "specgen"]
+    assert result["runs"][1]["runtime_stats"]["fallback"] == {}
+    assert (tmp_path / "build" / "bench_kernels" / "manifest.json").exists()
