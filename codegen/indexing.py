@@ -157,7 +157,20 @@ def num_blocks(s=S, jj=j, bs=BS):
 
 
 def sequence_blocks(s, width: int, bs=BS):
-    """Blocks of all W rows of one sequence: sum_j ceil((S + j + 1) / BS), unrolled."""
+    """Blocks of all W rows of one sequence: sum_j ceil((S + j + 1) / BS).
+
+    With a known block size of at least W the sum has a closed form: writing
+    S = q * BS + r, row j needs q + 1 blocks plus one more when r + j >= BS,
+    so the total is W * (S // BS + 1) + max(0, S % BS + W - BS).  Otherwise
+    the W terms are unrolled.
+
+    >>> from sympy import Symbol
+    >>> s = Symbol("s", integer=True, nonnegative=True)
+    >>> [int(sequence_blocks(s, 4, 16).subs(s, v)) for v in (0, 12, 13, 15, 16)]
+    [4, 4, 5, 7, 8]
+    """
+    if isinstance(bs, int) and width <= bs:
+        return width * (FloorDiv(s, bs) + 1) + sp.Max(0, Mod(s, bs) + width - bs)
     return sp.Add(*(num_blocks(s, jj, bs) for jj in range(width)))
 
 

@@ -79,7 +79,7 @@ def _metadata(v: Variant) -> dict:
 def _tiling(v: Variant) -> dict:
     longest = sp.Symbol("longest", integer=True, nonnegative=True)
     return {"row": v.tl(ix.row(b, j)), "kv_len": v.tl(ix.row_kv_len()),
-            "blocks": v.tl(ix.num_blocks()), "seq_blocks_q": v.tl(ix.sequence_blocks(Sq, v.width)),
+            "blocks": v.tl(ix.num_blocks()), "seq_blocks_q": v.tl(ix.sequence_blocks(Sq, v.width, v.block_size)),
             "last_len": v.tl(ix.last_block_len()), "total_rows": v.tl(ix.row(ix.B, 0)),
             "kv_len_q_last": v.tl(ix.row_kv_len(Sq, ix.W - 1)), "split_len": v.tl(ix.kv_split_len(longest))}
 
