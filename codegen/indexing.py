@@ -16,7 +16,6 @@ The specialization's assumptions become ``Guard`` records (``guards``) over
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 
 import sympy as sp
@@ -373,43 +372,15 @@ def guards(family: str, width: int, block_table_width: int | None = None,
     return out
 
 
-_GUARD_NAMES = frozenset({"min_seq_len", "max_seq_len", "batch"})
-_BINOPS = {ast.Add: lambda x, y: x + y, ast.Sub: lambda x, y: x - y,
-           ast.Mult: lambda x, y: x * y, ast.FloorDiv: lambda x, y: x // y}
-_CMPS = {ast.Lt: lambda x, y: x < y, ast.LtE: lambda x, y: x <= y, ast.Gt: lambda x, y: x > y,
-         ast.GtE: lambda x, y: x >= y, ast.Eq: lambda x, y: x == y, ast.NotEq: lambda x, y: x != y}
-
-
 def eval_guard(expr: str, **names: int) -> bool:
-    """Evaluate a ``Guard.expr`` with plain ints; anything else is rejected.
+    """Evaluate a ``Guard.expr`` with plain ints, by the runtime's evaluator (one implementation).
+
+    Only integer literals, the guard names, ``+ - * //``, comparisons and
+    ``and/or/not`` parse; anything else raises ``ValueError``.
 
     >>> eval_guard("max_seq_len <= 8188 and batch >= 1", max_seq_len=10, batch=2)
     True
     """
-    return bool(_eval(ast.parse(expr, mode="eval").body, names))
+    from ..runtime.guards import safe_eval
 
-
-def _eval(node, names):
-    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
-        return all(_eval(v, names) for v in node.values)
-    if isinstance(node, ast.Compare):
-        left = _eval(node.left, names)
-        for op, right_node in zip(node.ops, node.comparators):
-            right = _eval(right_node, names)
-            if type(op) not in _CMPS or not _CMPS[type(op)](left, right):
-                if type(op) not in _CMPS:
-                    raise ValueError(f"operator {type(op).__name__} not allowed in a guard")
-                return False
-            left = right
-        return True
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        return _BINOPS[type(node.op)](_eval(node.left, names), _eval(node.right, names))
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -_eval(node.operand, names)
-    if isinstance(node, ast.Name) and node.id in _GUARD_NAMES:
-        if node.id not in names:
-            raise ValueError(f"guard needs {node.id}")
-        return int(names[node.id])
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return node.value
-    raise ValueError(f"not allowed in a guard: {ast.dump(node)[:60]}")
+    return bool(safe_eval(expr, names))

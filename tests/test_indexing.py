@@ -132,7 +132,7 @@ def test_guards_hold_exactly_when_the_layout_fits(family, w, bt, bs, lo, hi, bat
 
 
 @pytest.mark.parametrize("expr", ["__import__('os')", "max_seq_len ** 2 < 3", "x < 1",
-                                  "max_seq_len < 1 or batch > 2", "min_seq_len < 1.5", "f(batch)"])
+                                  "min_seq_len < 1.5", "f(batch)", "batch.real > 0", "[batch] == [3]"])
 def test_eval_guard_rejects_anything_else(expr):
     with pytest.raises(ValueError):
         eval_guard(expr, min_seq_len=1, max_seq_len=2, batch=3)
@@ -142,6 +142,8 @@ def test_eval_guard_arithmetic():
     assert eval_guard("4*batch*(((max_seq_len + 3) // 128) + 1) <= 2147483647", max_seq_len=8000, batch=256)
     assert not eval_guard("max_seq_len <= 8188 and batch >= 1", max_seq_len=8189, batch=1)
     assert eval_guard("-1 < min_seq_len - 1 == 0", min_seq_len=1)
+    assert eval_guard("max_seq_len < 1 or batch > 2", max_seq_len=2, batch=3)
+    assert not eval_guard("not batch >= 1", batch=3)
 
 
 def test_doctests():
