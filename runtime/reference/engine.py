@@ -254,9 +254,8 @@ class SpecDecodeEngine:
         num_blocks = 1 + B * BT  # block 0 is the scratch block no sequence owns
         self.model.allocate_kv_cache(num_blocks, BS, block_table_width=BT)
         self.head.allocate_kv_cache(num_blocks, BS)
-        alloc = BlockAllocator(num_blocks, seed=0)
-        alloc.allocate(0)
-        owned = [b for b in alloc._free if b != SCRATCH_BLOCK]
+        # every block but the scratch block, shuffled so the tables are non-contiguous
+        owned = [b for b in BlockAllocator(num_blocks, seed=0).allocate(num_blocks) if b != SCRATCH_BLOCK]
         self.block_table = torch.tensor(owned[: B * BT], dtype=I32, device=dev).view(B, BT)
         self.prompt_lens = torch.tensor([len(p) for p in prompts], device=dev)
         self.verify_hidden = torch.zeros(B * W, self.model.config.hidden_size,
@@ -379,7 +378,7 @@ class SpecDecodeEngine:
         # specgen: the runtime captures its own verify graph on the first step
 
     # -------------------------------------------------------------- the steps
-    def _host_state(self, prompts, bonus: torch.Tensor) -> None:
+    def _host_state(self, bonus: torch.Tensor) -> None:
         self.h_last = bonus.to(I32).cpu()
         self.h_seq = self.prompt_lens.to(I32).cpu()
         self.h_bufs = alloc_step_buffers(self.batch, self.width, self.block_table_width, block_size=self.block_size,
@@ -425,7 +424,7 @@ class SpecDecodeEngine:
         horizon = (max_new_tokens + 3 * W if steps is None else (total_steps + 2) * W) + 1
         self._setup(prompts, horizon)
         bonus = self._prefill(prompts)
-        self._host_state(prompts, bonus)
+        self._host_state(bonus)
         self._build_graphs()
         res = RunResult(self.mode, W, self.batch, [[t] for t in bonus.tolist()])
         cuda = self.device.type == "cuda" and timing
