@@ -114,8 +114,7 @@ def _summary(res, bare_us: float | None) -> dict:
 def run_bench(args) -> dict:
     import torch
 
-    from specgen.runtime.reference import MTPHead, ModelConfig, Qwen3Model, greedy_generate
-    from specgen.runtime.reference.engine import EngineError, OracleMix, SpecDecodeEngine
+    from specgen.runtime.reference import ModelConfig
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cuda = device.type == "cuda"
@@ -126,6 +125,8 @@ def run_bench(args) -> dict:
     depths, batches = args.depth, args.batch
     if any(d < 1 for d in depths) or any(b < 1 for b in batches):
         raise BenchError("--depth and --batch values must be at least 1")
+    if args.warmup < 1:
+        raise BenchError("--warmup must be at least 1 (the first step of every run captures its graphs)")
     if args.steps < 1:
         raise BenchError("--steps must be at least 1")
     if args.acceptance is not None and not 0.0 <= args.acceptance <= 1.0:
@@ -140,11 +141,10 @@ def run_bench(args) -> dict:
     cfg = ModelConfig.preset(args.model)
     dtype = {"auto": torch.bfloat16 if cuda and args.model != "tiny" else torch.float32,
              "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
-    if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
     widths = sorted({d + 1 for d in depths})
     need = args.prompt_len + (args.warmup + args.steps + 2) * max(widths) + 1
+    if args.acceptance is not None:  # the oracle run decodes max_new_tokens, which reserves 3 W + 1 more
+        need += 3 * max(widths) + 1
     bt = args.block_table_width or -(-need // args.block_size)
     if bt * args.block_size < need:
         raise BenchError(f"--block-table-width {bt} x --block-size {args.block_size} = {bt * args.block_size} "
@@ -154,6 +154,24 @@ def run_bench(args) -> dict:
         lib = _ensure_kernels(args.kernels, widths, bt, args.block_size, "cuda" if cuda else "c")
     _log(f"bench: model {cfg.name} ({dtype}) on {device}; depths {depths}, batches {batches}, "
          f"{args.steps} steps (+{args.warmup} warm-up), layout bt{bt} bs{args.block_size}")
+    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        return _run_all(args, torch, device, cuda, cfg, dtype, depths, batches, widths, bt, lib, run_modes, skipped)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
+
+def _error_text(e: BaseException) -> str:
+    """The first lines of an error that say something (no C++ frames), joined."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip() and not ln.lstrip().startswith("frame #")]
+    return f"{type(e).__name__}: " + " | ".join(lines[:3]) if lines else type(e).__name__
+
+
+def _run_all(args, torch, device, cuda, cfg, dtype, depths, batches, widths, bt, lib, run_modes, skipped) -> dict:
+    from specgen.runtime.reference import MTPHead, Qwen3Model, greedy_generate
+    from specgen.runtime.reference.engine import EngineError, OracleMix, SpecDecodeEngine
+
     t_model = time.perf_counter()
     model = Qwen3Model.create(cfg, seed=args.seed, dtype=dtype, device=device)
     head = MTPHead.create(model, seed=args.seed + 1)
@@ -162,7 +180,23 @@ def run_bench(args) -> dict:
     runs, checks = [], []
     total = len(depths) * len(batches) * len(run_modes)
     done = 0
+    aborted = None
+
+    def device_ok() -> bool:  # after a failure: is the device still usable? (a sticky error is not)
+        nonlocal aborted
+        if not cuda:
+            return True
+        try:
+            torch.cuda.synchronize()
+            return True
+        except RuntimeError as e:
+            aborted = f"the device failed and cannot continue: {_error_text(e)}"
+            _log(f"bench: {aborted}; writing what finished")
+            return False
+
     for batch in batches:
+        if aborted:
+            break
         prompts = _prompts(batch, args.prompt_len, cfg.vocab_size, args.seed + batch)
         greedy = None
         if args.check:
@@ -170,6 +204,8 @@ def run_bench(args) -> dict:
             greedy = greedy_generate(model, prompts, (args.warmup + args.steps) * max(widths) + max(widths) + 1)
             _log(f"bench: plain greedy reference for batch {batch} in {time.perf_counter() - t:.1f}s")
         for depth in depths:
+            if aborted:
+                break
             width = depth + 1
             new_tokens = (args.warmup + args.steps + 2) * width + 1
             oracle = None
@@ -180,7 +216,19 @@ def run_bench(args) -> dict:
                 t = time.perf_counter()
                 ref_eng = SpecDecodeEngine(model, head, mode="baseline", width=width, batch=batch,
                                            block_size=args.block_size, block_table_width=bt)
-                ref_run = ref_eng.run(prompts, max_new_tokens=new_tokens)
+                try:
+                    ref_run = ref_eng.run(prompts, max_new_tokens=new_tokens)
+                except EngineError as e:
+                    raise BenchError(f"acceptance oracle: {e}") from None
+                except RuntimeError as e:
+                    why = f"acceptance oracle failed: {_error_text(e)}"
+                    _log(f"bench: depth {depth} batch {batch}: {why}")
+                    runs += [{"mode": m, "width": width, "depth": depth, "batch": batch, "error": why}
+                             for m in run_modes]
+                    done += len(run_modes)
+                    ref_eng.close()
+                    device_ok()
+                    continue
                 ref_eng.close()
                 oracle = torch.tensor(ref_run.outputs, device=device)
                 _log(f"bench: acceptance oracle for depth {depth} batch {batch} in {time.perf_counter() - t:.1f}s")
@@ -197,12 +245,12 @@ def run_bench(args) -> dict:
                     raise BenchError(str(e)) from None
                 except RuntimeError as e:  # a device failure in one run: record it, keep the others
                     done += 1
-                    first_line = (str(e).splitlines() or [type(e).__name__])[0]
-                    _log(f"bench: [{done}/{total}] depth {depth} batch {batch} {mode}: FAILED: {first_line}")
-                    runs.append({"mode": mode, "width": width, "depth": depth, "batch": batch, "error": first_line})
+                    why = _error_text(e)
+                    _log(f"bench: [{done}/{total}] depth {depth} batch {batch} {mode}: FAILED: {why}")
+                    runs.append({"mode": mode, "width": width, "depth": depth, "batch": batch, "error": why})
                     eng.close()
-                    if cuda:
-                        torch.cuda.synchronize()
+                    if not device_ok():
+                        break
                     continue
                 if bare is None:
                     bare = eng.bare_verify_us(args.bare_repeats)
@@ -227,7 +275,7 @@ def run_bench(args) -> dict:
            "clock": "cuda-events" if cuda else "host perf_counter"}
     return {"command": "specgen bench " + " ".join(args.argv), "model": cfg.name, "dtype": str(dtype).split(".")[-1],
             "environment": env, "layout": {"block_size": args.block_size, "block_table_width": bt},
-            "steps": args.steps, "warmup_steps": args.warmup, "acceptance_p": args.acceptance,
+            "steps": args.steps, "warmup_steps": args.warmup, "acceptance_p": args.acceptance, "aborted": aborted,
             "skipped_modes": skipped, "runs": runs, "agreement": checks, "ratios": ratios(runs)}
 
 

@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         args = build_parser().parse_args(argv)
+        args.cli_argv = list(sys.argv[1:] if argv is None else argv)  # what was asked, for records
         return int(args.func(args) or 0)
     except (UsageError, BoundaryGraphError, LookupError) as e:
         print(f"specgen: error: {e}", file=sys.stderr)

@@ -112,12 +112,11 @@ def add_doctor(sub) -> None:
 
 def _cmd_bench(args) -> int:
     import json
-    import sys
     from pathlib import Path
 
     from . import bench
 
-    args.argv = list(getattr(args, "_argv", None) or sys.argv[2:])
+    args.argv = list(args.cli_argv[1:])  # the words after "bench"
     if args.replot:
         try:
             result = json.loads(Path(args.replot).read_text())

@@ -57,6 +57,7 @@ measurements); ``kernels="built"`` (the default) needs every variant built.
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -84,6 +85,7 @@ DEFAULT_SEQUENCE = ("spec_verify_token_update", "spec_verify_metadata_update",
 RESULT_FIELDS = ("accepted", "next_tokens", "next_last_token", "next_seq_lens", "draft_positions",
                  "draft_slots", "hidden_rows")
 HOST_FIELDS = ("accepted", "next_tokens", "next_last_token", "next_seq_lens")
+_INPUTS = ("last_tokens", "draft_tokens", "seq_lens", "block_table", "scratch_slot")
 I32 = torch.int32
 
 
@@ -357,10 +359,7 @@ class SpecVerifyRuntime:
         bufs["seq_lens"][:batch].copy_(seq_lens, non_blocking=nb)
         bufs["block_table"][:batch].copy_(block_table, non_blocking=nb)
         if batch < bufs["seq_lens"].shape[0]:  # padding rows: length 0, every block the scratch block
-            bufs["last_tokens"][batch:].fill_(0)
-            bufs["draft_tokens"][batch:].fill_(0)
-            bufs["seq_lens"][batch:].fill_(0)
-            bufs["block_table"][batch:].fill_(self.scratch_block)
+            self._pad(bufs, batch)
 
     def _capture(self, bucket: int) -> None:
         api, bufs = self._api, self._bufs[bucket]
@@ -374,9 +373,23 @@ class SpecVerifyRuntime:
         if self._pool is None:
             self._pool = api.pool_handle()
         graph = api.Graph()
-        with api.graph(graph, self._pool):
-            self._run(bufs, self.sequence, self._call_kernel)
+        gc.collect()  # a dead graph freed during the capture would invalidate it
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with api.graph(graph, self._pool):
+                self._run(bufs, self.sequence, self._call_kernel)
+        finally:
+            if enabled:
+                gc.enable()
         self._graphs[bucket] = graph
+
+    def capture(self, batch: int) -> None:
+        """Capture ``batch``'s bucket now (CUDA / NPU), over what its buffers hold."""
+        if self._api is not None and self._bufs and 1 <= batch <= self.max_batch:
+            bucket = self._bucket(batch)
+            if bucket not in self._graphs:
+                self._capture(bucket)
 
     def capture_all(self) -> None:
         """Capture every bucket now (CUDA / NPU) instead of on its first step."""
@@ -428,22 +441,43 @@ class SpecVerifyRuntime:
 
         ``seq_len_bounds`` (the host's bookkeeping of the smallest and largest
         ``seq_lens``) is required: reading the device buffers would synchronize.
+        Rows past ``batch`` in the bucket are reset to padding (length 0,
+        scratch block) first.
         """
         bufs = self.buffers(batch)
         self._wait_ready(ready_event)
+        if batch < bufs["seq_lens"].shape[0]:
+            self._wait_host_copy()
+            self._pad(bufs, batch)
         reason = self._reason(batch, bufs["block_table"][:batch], self._bounds(bufs["seq_lens"][:0], seq_len_bounds))
         if reason is None:
             result = self._fast_step(batch)
             self._fast += 1
         else:
-            result = self._eager_step(batch, bufs["last_tokens"][:batch], bufs["draft_tokens"][:batch],
-                                      bufs["seq_lens"][:batch], bufs["block_table"][:batch], reason)
+            eager = self._eager_bufs(batch, bufs["last_tokens"][:batch], bufs["draft_tokens"][:batch],
+                                     bufs["seq_lens"][:batch], bufs["block_table"][:batch])
+            result = StepResult(**{n: eager[n] for n in RESULT_FIELDS}, fast_path=False, reason=reason)
             self._fallback[reason] += 1
-            for n in RESULT_FIELDS:  # the engine reads the results from the persistent buffers
-                bufs[n][:batch].copy_(getattr(result, n))
+            # the engine reads every buffer of the step (results and the verify rows) in place; the
+            # previous step's host copy may still be reading them
+            self._wait_host_copy()
+            for n, t in eager.items():
+                if n not in _INPUTS and n in bufs:
+                    bufs[n].view(-1)[: t.numel()].copy_(t.view(-1))
         if self._api is not None:
             self._copy_to_host(result, batch)
         return result
+
+    def _wait_host_copy(self) -> None:
+        """Order the next writes to the persistent buffers after the latest host copy that reads them."""
+        if self._api is not None and self._host_steps:
+            self._api.current_stream(self.device).wait_event(self._host_events[self._host_steps[-1][0]])
+
+    def _pad(self, bufs, batch: int) -> None:
+        bufs["last_tokens"][batch:].fill_(0)
+        bufs["draft_tokens"][batch:].fill_(0)
+        bufs["seq_lens"][batch:].fill_(0)
+        bufs["block_table"][batch:].fill_(self.scratch_block)
 
     def _wait_ready(self, ready_event) -> None:
         if self._api is not None and ready_event is not None:
@@ -455,8 +489,7 @@ class SpecVerifyRuntime:
         if self._api is not None:
             if bucket not in self._graphs:
                 self._capture(bucket)
-            if self._host_steps:  # the previous step's host copy reads these buffers
-                self._api.current_stream(self.device).wait_event(self._host_events[self._host_steps[-1][0]])
+            self._wait_host_copy()  # the previous step's host copy reads these buffers
             self._graphs[bucket].replay()
             out = {n: bufs[n][:batch] for n in RESULT_FIELDS}
         else:
@@ -465,6 +498,11 @@ class SpecVerifyRuntime:
         return StepResult(**out, fast_path=True, reason=None)
 
     def _eager_step(self, batch, last_tokens, draft_tokens, seq_lens, block_table, reason) -> StepResult:
+        bufs = self._eager_bufs(batch, last_tokens, draft_tokens, seq_lens, block_table)
+        return StepResult(**{n: bufs[n] for n in RESULT_FIELDS}, fast_path=False, reason=reason)
+
+    def _eager_bufs(self, batch, last_tokens, draft_tokens, seq_lens, block_table) -> dict[str, torch.Tensor]:
+        """The step on the torch references in fresh buffers; returns all of them."""
         bs = self.caps.block_size  # the model's cache layout is the truth on the eager path
         saved_layout = self.layout
         self.layout = (int(block_table.shape[1]), bs)
@@ -478,7 +516,7 @@ class SpecVerifyRuntime:
         bufs["block_table"].copy_(block_table)
         if batch:
             self._run(bufs, DEFAULT_SEQUENCE, self._reference_call(bs))
-        return StepResult(**{n: bufs[n] for n in RESULT_FIELDS}, fast_path=False, reason=reason)
+        return bufs
 
     def _copy_to_host(self, result: StepResult, batch: int) -> None:
         """Non-blocking copies of the host fields on the copy stream, then that slot's event."""

@@ -126,7 +126,9 @@ def test_bench_cli_on_cpu(engine_kernels, tmp_path, capsys):
     text = capsys.readouterr()
     assert "compile: needs CUDA" in text.out + text.err
     result = json.loads((out / "bench.json").read_text())
-    assert result["command"].startswith("specgen bench ")
+    assert result["command"] == ("specgen bench --model tiny --steps 4 --warmup 1 --depth 2,3 --batch 1,2 --kernels "
+                                 f"{engine_kernels.root} --block-table-width {BT} --prompt-len 8 --check --out {out}")
+    assert result["aborted"] is None
     assert {(r["depth"], r["batch"], r["mode"]) for r in result["runs"]} == {
         (d, b, m) for d in (2, 3) for b in (1, 2) for m in ("baseline", "specgen")}
     for r in result["runs"]:
@@ -148,6 +150,8 @@ def test_bench_cli_errors(capsys):
                  "--modes", "baseline"]) == 2
     assert "positions" in capsys.readouterr().err
     assert main(["bench", "--model", "huge"]) == 2
+    assert main(["bench", "--warmup", "0", "--device", "cpu"]) == 2
+    assert "--warmup must be at least 1" in capsys.readouterr().err
 
 
 @pytest.mark.gpu

@@ -269,9 +269,17 @@ def test_step_in_place_uses_the_persistent_buffers(lib):
     assert_same(res, exp)
     assert torch.equal(bufs["accepted"][:5], exp["accepted"])
     # a guard failure falls back, and the results still land in the buffers
+    bufs["tokens"].fill_(-1)
     res = rt.step_in_place(5, (0, 10_000))
     assert res.reason == "guard_failed"
     assert torch.equal(bufs["next_seq_lens"][:5], exp["next_seq_lens"])
+    # every buffer the step writes is current after a fallback too (the draft reads the verify rows)
+    assert torch.equal(bufs["tokens"][: 5 * W].view(5, W), torch.cat([last[:, None], drafts], 1))
+    assert torch.equal(bufs["kv_lens"][:5], seq_lens + W)
+    # rows past the batch are padding again, whatever an earlier, larger step left there
+    bufs["block_table"][5:].fill_(7)
+    rt.step_in_place(5, (int(seq_lens.min()), int(seq_lens.max())))
+    assert (bufs["block_table"][5:] == 0).all() and (bufs["seq_lens"][5:] == 0).all()
     with pytest.raises(LookupError, match="batch 9"):
         rt.buffers(9)
 

@@ -73,8 +73,8 @@ class StepTiming:
     """Device times of one step (microseconds, from CUDA events) and its host synchronizations."""
 
     draft_us: float        # draft graph
-    verify_span_us: float  # end of the draft graph -> end of the verification (boundary + verify graph)
-    gap_us: float          # end of the verification -> start of the next draft graph
+    verify_span_us: float  # end of the draft graph -> end of the verify graph (boundary + verify graph)
+    gap_us: float          # end of the verify graph -> start of the next draft graph (read-back, host tail)
     host_syncs: int | None  # counted by torch.cuda's sync debug mode; None on the CPU
 
 
@@ -364,6 +364,8 @@ class SpecDecodeEngine:
 
     def _capture_graphs(self, dev) -> None:
         self.draft_graph = _Graph(self._draft, dev, self.pool)
+        if self.runtime is not None:  # after the draft warm-up wrote the verify inputs
+            self.runtime.capture(self.batch)
         if self.mode == "baseline":
             self.verify_graph = _Graph(self._forward_only, dev, self.pool)
         elif self.mode == "compile":
@@ -414,6 +416,11 @@ class SpecDecodeEngine:
             warmup_steps: int = 0, timing: bool = False) -> RunResult:
         """Decode ``prompts`` until every sequence has ``max_new_tokens`` tokens, or for ``steps`` steps.
 
+        The block table is sized for the slowest sequence.  One that finishes
+        early keeps stepping with the batch and may pass the table's end;
+        those steps fail the variants' guards and run on the (exact) torch
+        references, and its extra tokens are dropped.
+
         ``warmup_steps`` run first (captures, compilation) and are neither
         timed nor counted; their tokens are part of ``outputs``.
         """
@@ -448,20 +455,23 @@ class SpecDecodeEngine:
                 if self.device.type == "cuda":
                     torch.cuda.synchronize()
                 t0 = time.perf_counter()
+            count_syncs = cuda and timed
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                if cuda and timed:
+                if count_syncs:
+                    debug_mode = torch.cuda.get_sync_debug_mode()
                     torch.cuda.set_sync_debug_mode("warn")
                 try:
-                    ev = [stamp() for _ in range(3)] if timing and timed else None
+                    # stamps: draft start, draft end, verify graph launched (before any read-back or
+                    # host tail, which count towards the verify->draft gap), step end
+                    ev = [stamp() for _ in range(4)] if timing and timed else None
                     if ev:
                         ev[0].record()
                     self.draft_graph()
                     if ev:
                         ev[1].record()
-                    commit = self._verify_step(*self._bounds(res, prompt_lens, lagged and i > 0))
-                    if ev:
-                        ev[2].record()
+                    commit = self._verify_step(*self._bounds(res, prompt_lens, lagged and i > 0),
+                                               mark=ev[2].record if ev else None)
                     if lagged:
                         # enqueue step i, then read step i - 1 (reference 004's one-step-late read)
                         if pending is not None:
@@ -470,12 +480,18 @@ class SpecDecodeEngine:
                         pending = (i, timed)
                     else:
                         self._commit(res, commit, timed, max_new_tokens)
+                    if ev:
+                        ev[3].record()
                 finally:
-                    if cuda and timed:
-                        torch.cuda.set_sync_debug_mode(0)
+                    if count_syncs:
+                        torch.cuda.set_sync_debug_mode(debug_mode)
+            syncs = [w for w in caught if count_syncs and "synchronizing CUDA operation" in str(w.message)]
+            for w in caught:  # everything else goes on to the caller's filters
+                if not any(w is x for x in syncs):
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             if ev:
                 events.append(ev)
-                sync_counts.append(sum("synchroniz" in str(w.message) for w in caught) if cuda else None)
+                sync_counts.append(len(syncs) if cuda else None)
             i += 1
         if pending is not None:
             self._commit(res, self._specgen_host(0), pending[1], max_new_tokens)
@@ -484,8 +500,8 @@ class SpecDecodeEngine:
         if t0 is not None:
             res.elapsed_s = time.perf_counter() - t0
         if events:
-            res.elapsed_s = events[0][0].elapsed_time(events[-1][2]) / 1e3
-            for k, (e0, e1, e2) in enumerate(events):
+            res.elapsed_s = events[0][0].elapsed_time(events[-1][3]) / 1e3
+            for k, (e0, e1, e2, _) in enumerate(events):
                 gap = e2.elapsed_time(events[k + 1][0]) * 1e3 if k + 1 < len(events) else float("nan")
                 res.timings.append(StepTiming(e0.elapsed_time(e1) * 1e3, e1.elapsed_time(e2) * 1e3, gap,
                                               sync_counts[k]))
@@ -507,17 +523,22 @@ class SpecDecodeEngine:
             return min(base) + 1, max(base) + self.width
         return min(base), max(base)
 
-    def _verify_step(self, lo: int, hi: int):
+    def _verify_step(self, lo: int, hi: int, mark: Callable[[], None] | None = None):
+        """Cross the draft->verify boundary, launch the verification, ``mark()``, then the host's part."""
+        mark = mark or (lambda: None)
         if self.mode == "baseline":
             self._baseline_boundary_in()
             self.verify_graph()
+            mark()
             return self._baseline_boundary_out()
         if self.mode == "compile":
             self.verify_graph()
+            mark()
             # one read-back that synchronizes, as gpt-fast's; next_tokens is -1 past the bonus
             next_tokens = self.bufs["next_tokens"].cpu()
             return (next_tokens >= 0).sum(1) - 1, next_tokens
         result = self.runtime.step_in_place(self.batch, (lo, hi))
+        mark()
         if self.device.type == "cpu":  # eager: nothing is in flight, the step's results are final
             return result.accepted.clone(), result.next_tokens.clone()
         return None
@@ -532,14 +553,15 @@ class SpecDecodeEngine:
         rows = next_tokens.tolist()
         res.steps += timed
         for o, a, row in zip(res.outputs, acc, rows):
-            active = max_new_tokens is None or len(o) < max_new_tokens
-            if active:
+            room = (a + 1) if max_new_tokens is None else max(0, min(a + 1, max_new_tokens - len(o)))
+            if max_new_tokens is None or len(o) < max_new_tokens:
                 res.drafted += self.width - 1
                 res.accepted += a
-            o.extend(row[: a + 1])
             if timed:
-                res.timed_tokens += a + 1
+                res.timed_tokens += room  # a finished sequence's extra tokens are not output
+            o.extend(row[: a + 1])
 
+    @torch.inference_mode()
     def bare_verify_us(self, repeats: int = 50) -> float:
         """The target forward alone (a captured graph on CUDA) in the decode loop's rhythm.
 
@@ -548,11 +570,22 @@ class SpecDecodeEngine:
         verification, exactly like a step's ``verify_span_us``, so a mode's
         ``verify_span_us - bare_verify_us`` is its draft-to-verify boundary
         (graph switches and launch gaps included on both sides).  Median of
-        ``repeats``.  Both graphs rewrite what the last step wrote with the
-        same values, so the state stays as it was.
+        ``repeats``.  The step buffers are restored afterwards; the KV entries
+        written are the last verification's (same values) and the next
+        draft's (which the next step writes again).
         """
         cuda = self.device.type == "cuda"
         stamp = (lambda: torch.cuda.Event(enable_timing=True)) if cuda else _HostStamp
+        saved = {n: t.clone() for n, t in self.bufs.items()}
+        saved_hidden = self.verify_hidden.clone()
+        try:
+            return self._time_bare(repeats, cuda, stamp)
+        finally:
+            for n, t in saved.items():
+                self.bufs[n].copy_(t)
+            self.verify_hidden.copy_(saved_hidden)
+
+    def _time_bare(self, repeats: int, cuda: bool, stamp) -> float:
         with torch.inference_mode():
             g = _Graph(self._forward_only, self.device, self.pool)
             spans = []
