@@ -134,6 +134,25 @@ def spec_verify_head_update(last_tokens, draft_tokens, seq_lens, block_table, to
                                         max_kv_len, kv_split_len, block_size=block_size, num_splits=num_splits)
 
 
+def reference_kwargs(family: str, block_size: int, num_splits: int = DEFAULT_NUM_SPLITS) -> dict:
+    """The keywords ``family``'s reference takes besides its tensors."""
+    from .families import FAMILIES
+
+    fam = FAMILIES[family]
+    kw = {"block_size": block_size} if "BS" in fam.key_params else {}
+    if fam.uses_num_splits:
+        kw["num_splits"] = num_splits
+    return kw
+
+
+def run_reference(family: str, bufs, *, block_size: int, num_splits: int = DEFAULT_NUM_SPLITS) -> None:
+    """``family``'s reference over a dict of step buffers named like its arguments."""
+    from .families import FAMILIES
+
+    REFERENCES[family](*(bufs[a.name] for a in FAMILIES[family].args),
+                       **reference_kwargs(family, block_size, num_splits))
+
+
 REFERENCES: dict[str, Callable[..., None]] = {
     f.__name__: f
     for f in (spec_verify_token_update, spec_verify_metadata_update,

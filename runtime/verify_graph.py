@@ -69,7 +69,7 @@ from specgen.codegen.families import DEFAULT_NUM_SPLITS, FAMILIES, shape_of
 from specgen.runtime.capabilities import SpeculativeVerifyCapabilities
 from specgen.runtime.library import TARGET_OF_DEVICE, KernelLibrary, VariantNotBuilt
 
-__all__ = ["BACKENDS", "DEFAULT_SEQUENCE", "FALLBACK_REASONS", "HostResult", "SpecVerifyRuntime", "StepResult",
+__all__ = ["BACKENDS", "DeviceAPI", "DEFAULT_SEQUENCE", "FALLBACK_REASONS", "HostResult", "SpecVerifyRuntime", "StepResult",
            "alloc_step_buffers", "buckets_for"]
 
 BACKENDS = ("cpu", "cuda", "npu")
@@ -143,17 +143,15 @@ def alloc_step_buffers(batch: int, width: int, block_table_width: int, *, block_
     return bufs
 
 
-class _DeviceAPI:
+class DeviceAPI:
     """Streams, events and graph capture of one accelerator backend (``torch.cuda`` or ``torch.npu``)."""
 
     def __init__(self, backend: str):
         self.backend = backend
         if backend == "npu":
-            try:
-                import torch_npu  # noqa: F401  (registers torch.npu; imported only for this backend)
-            except ImportError as e:
-                raise RuntimeError(f"backend 'npu' needs torch_npu (pip install 'specgen[npu]' on an Ascend "
-                                   f"machine): {e}") from None
+            from .loaders import _torch_npu
+
+            _torch_npu()  # registers torch.npu; imported only for this backend
             self.mod = torch.npu
             self.Graph = torch.npu.NPUGraph
         else:
@@ -178,6 +176,32 @@ class _DeviceAPI:
     def pool_handle(self):
         return self.mod.graph_pool_handle()
 
+    def capture(self, fn: Callable[[], None], device, pool, warmup: int = 2):
+        """``fn`` run ``warmup`` times on a side stream, then captured into a new graph.
+
+        A dead graph freed by the garbage collector during a capture would
+        invalidate it (destroying a graph is not permitted while a stream
+        captures), so the collector runs first and stays off until the end.
+        """
+        main = self.current_stream(device)
+        side = self.new_stream(device)
+        side.wait_stream(main)
+        with self.stream(side):
+            for _ in range(max(1, warmup)):
+                fn()
+        main.wait_stream(side)
+        graph = self.Graph()
+        gc.collect()
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with self.graph(graph, pool):
+                fn()
+        finally:
+            if enabled:
+                gc.enable()
+        return graph
+
 
 class SpecVerifyRuntime:
     """Captured (or eager) verify steps for one verify width; see the module docstring."""
@@ -196,7 +220,7 @@ class SpecVerifyRuntime:
         self.library, self.model_forward, self.caps = library, model_forward, caps
         self.width, self.max_batch, self.backend = int(width), int(max_batch), backend
         self.kernels = kernels
-        self._api = _DeviceAPI(backend) if backend != "cpu" else None
+        self._api = DeviceAPI(backend) if backend != "cpu" else None
         self.device = torch.device(device if device is not None else backend)
         if self.device.type != backend:
             raise ValueError(f"backend {backend!r} needs a {backend} device, got {self.device}")
@@ -311,13 +335,7 @@ class SpecVerifyRuntime:
     def _reference_call(self, block_size: int):
         def call(op: str, args: list) -> None:
             family = _family_of(op)
-            fn = reference.REFERENCES[family]
-            kw = {}
-            if "BS" in FAMILIES[family].key_params:
-                kw["block_size"] = block_size
-            if FAMILIES[family].uses_num_splits:
-                kw["num_splits"] = self.num_splits
-            fn(*args, **kw)
+            reference.REFERENCES[family](*args, **reference.reference_kwargs(family, block_size, self.num_splits))
         return call
 
     def _reason(self, batch: int, block_table: torch.Tensor, bounds: tuple[int, int]) -> str | None:
@@ -362,27 +380,11 @@ class SpecVerifyRuntime:
             self._pad(bufs, batch)
 
     def _capture(self, bucket: int) -> None:
-        api, bufs = self._api, self._bufs[bucket]
-        main = api.current_stream(self.device)
-        side = api.new_stream(self.device)
-        side.wait_stream(main)
-        with api.stream(side):
-            for _ in range(max(1, self.warmup_iters)):
-                self._run(bufs, self.sequence, self._call_kernel)
-        main.wait_stream(side)
+        bufs = self._bufs[bucket]
         if self._pool is None:
-            self._pool = api.pool_handle()
-        graph = api.Graph()
-        gc.collect()  # a dead graph freed during the capture would invalidate it
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            with api.graph(graph, self._pool):
-                self._run(bufs, self.sequence, self._call_kernel)
-        finally:
-            if enabled:
-                gc.enable()
-        self._graphs[bucket] = graph
+            self._pool = self._api.pool_handle()
+        self._graphs[bucket] = self._api.capture(lambda: self._run(bufs, self.sequence, self._call_kernel),
+                                                 self.device, self._pool, self.warmup_iters)
 
     def capture(self, batch: int) -> None:
         """Capture ``batch``'s bucket now (CUDA / NPU), over what its buffers hold."""

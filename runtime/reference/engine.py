@@ -33,7 +33,7 @@ synchronization counts.
 
 from __future__ import annotations
 
-import gc
+import contextlib
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -44,7 +44,7 @@ import torch
 
 from specgen.codegen import reference as ref
 from specgen.runtime.capabilities import capabilities_of
-from specgen.runtime.verify_graph import SpecVerifyRuntime, alloc_step_buffers
+from specgen.runtime.verify_graph import DeviceAPI, SpecVerifyRuntime, alloc_step_buffers
 
 from .draft import MTPHead
 from .model import Qwen3Model
@@ -143,20 +143,13 @@ class OracleMix:
 
 def head_update(b: dict, block_size: int) -> None:
     """The draft-to-verify updates (token, metadata, attention tiling) as plain torch over step buffers."""
-    ref.spec_verify_token_update(b["last_tokens"], b["draft_tokens"], b["tokens"])
-    ref.spec_verify_metadata_update(b["seq_lens"], b["block_table"], b["positions"], b["slot_mapping"], b["kv_lens"],
-                                    b["query_start_loc"], block_size=block_size)
-    ref.spec_verify_attention_tiling_update(b["seq_lens"], b["row_kv_lens"], b["row_num_blocks"],
-                                            b["row_last_block_len"], b["row_block_offsets"], b["max_kv_len"],
-                                            b["kv_split_len"], block_size=block_size)
+    ref.run_reference("spec_verify_head_update", b, block_size=block_size)
 
 
 def verify_tail(b: dict, block_size: int) -> None:
     """Greedy acceptance and next-draft preparation as plain torch over step buffers."""
-    ref.greedy_prefix_verify(b["draft_tokens"], b["target_tokens"], b["accepted"], b["next_tokens"])
-    ref.prepare_next_draft(b["accepted"], b["target_tokens"], b["seq_lens"], b["block_table"], b["scratch_slot"],
-                           b["next_last_token"], b["next_seq_lens"], b["draft_positions"], b["draft_slots"],
-                           b["hidden_rows"], block_size=block_size)
+    ref.run_reference("greedy_prefix_verify", b, block_size=block_size)
+    ref.run_reference("prepare_next_draft", b, block_size=block_size)
 
 
 _COMPILED: dict[str, tuple] = {}
@@ -179,28 +172,8 @@ class _Graph:
     """``fn()`` captured once in a CUDA graph (after a side-stream warm-up), or run eagerly on the CPU."""
 
     def __init__(self, fn: Callable[[], None], device: torch.device, pool=None, warmup: int = 2):
-        self.fn, self.graph = fn, None
-        if device.type != "cuda":
-            return
-        # Dead graphs freed by the garbage collector in the middle of a capture invalidate it
-        # (cudaGraphExecDestroy is not permitted while a stream captures): collect first, and
-        # keep the collector off until the capture ends.
-        gc.collect()
-        side = torch.cuda.Stream(device=device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            for _ in range(warmup):
-                fn()
-        torch.cuda.current_stream(device).wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            with torch.cuda.graph(self.graph, pool=pool):
-                fn()
-        finally:
-            if enabled:
-                gc.enable()
+        self.fn = fn
+        self.graph = DeviceAPI("cuda").capture(fn, device, pool, warmup) if device.type == "cuda" else None
 
     def __call__(self) -> None:
         if self.graph is None:
@@ -354,13 +327,20 @@ class SpecDecodeEngine:
         KV entries the warm-ups write are the ones the first step rewrites
         with the same values.)
         """
-        dev = self.device
+        with self._state_kept():
+            self._capture_graphs(self.device)
+
+    @contextlib.contextmanager
+    def _state_kept(self):
+        """Restore the step buffers and the verify hidden states on exit."""
         saved = {n: t.clone() for n, t in self.bufs.items()}
         saved_hidden = self.verify_hidden.clone()
-        self._capture_graphs(dev)
-        for n, t in saved.items():
-            self.bufs[n].copy_(t)
-        self.verify_hidden.copy_(saved_hidden)
+        try:
+            yield
+        finally:
+            for n, t in saved.items():
+                self.bufs[n].copy_(t)
+            self.verify_hidden.copy_(saved_hidden)
 
     def _capture_graphs(self, dev) -> None:
         self.draft_graph = _Graph(self._draft, dev, self.pool)
@@ -576,14 +556,8 @@ class SpecDecodeEngine:
         """
         cuda = self.device.type == "cuda"
         stamp = (lambda: torch.cuda.Event(enable_timing=True)) if cuda else _HostStamp
-        saved = {n: t.clone() for n, t in self.bufs.items()}
-        saved_hidden = self.verify_hidden.clone()
-        try:
+        with self._state_kept():
             return self._time_bare(repeats, cuda, stamp)
-        finally:
-            for n, t in saved.items():
-                self.bufs[n].copy_(t)
-            self.verify_hidden.copy_(saved_hidden)
 
     def _time_bare(self, repeats: int, cuda: bool, stamp) -> float:
         with torch.inference_mode():
