@@ -47,7 +47,7 @@ def _ensure_kernels(kernels: str | None, widths, block_table_width: int, block_s
         todo = [k for k in keys if not _built_for(lib, k, target)]
     if todo:
         try:
-            from specgen.codegen.build import build
+            from specgen.driver import plan_and_build as build
             from specgen.specializations import Matrix
         except ImportError as e:  # no TileLang on this machine: kernels must come prebuilt
             raise BenchError(f"kernels for {', '.join(todo)} ({target}) are not built in {out} and this machine "

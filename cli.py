@@ -43,7 +43,7 @@ def _cmd_plan(args) -> int:
         model = CostModel.from_json(args.costs) if args.costs else None
     except (OSError, ValueError) as e:
         raise UsageError(f"cost file: {e}") from None
-    caps = Capabilities(linear_state=args.linear_state)
+    caps = Capabilities(has_linear_state=args.linear_state)
     before = build_boundary(args.boundary, width=args.width, batch=args.batch, block_size=args.block_size,
                             block_table_width=args.block_table_width, draft_dtype=args.draft_dtype, caps=caps)
     try:

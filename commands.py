@@ -6,10 +6,10 @@ from .cli import UsageError, _int_list, command
 
 
 def _cmd_build(args) -> int:
-    from .codegen.build import BOUNDARY_NAMES, TARGETS, BuildError, build
-    from .codegen.families import FAMILIES
+    from .codegen.build import BuildError
     from .codegen.lower import ToolchainMissing
-    from .specializations import DEFAULT, MatrixError, load_toml
+    from .driver import plan_and_build as build
+    from .specializations import BOUNDARY_NAMES, DEFAULT, FAMILIES, TARGETS, MatrixError, load_toml
 
     targets = [t for t in args.target.split(",") if t]
     for t in targets:

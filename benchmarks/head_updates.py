@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from specgen.codegen.families import FAMILIES, shape_of
-from specgen.codegen.reference import REFERENCES
+from specgen.specializations.families import FAMILIES, shape_of
+from specgen.runtime.semantics import REFERENCES
 from specgen.runtime.library import load_library
 
 

@@ -1,8 +1,8 @@
-"""``specgen build``: plans -> kernel variants -> artifacts, manifest and package.
+"""``specgen build``'s back end: variant records -> artifacts, manifest and package.
 
-The build is the back end of the compiler: it runs the pass pipeline on each
-requested boundary for each layout of the matrix and generates exactly the
-kernel families the fused ops of the resulting plans name.  Artifacts are
+It takes the ``VariantSpec`` records and ``Plan`` records that planning made
+(``specgen.driver`` runs the passes first; codegen never does) and renders,
+lowers and compiles each variant for each target.  Artifacts are
 content-addressed (program text, target, arch, flags, toolchain versions): a
 rebuild with nothing changed lowers and compiles nothing.  Each variant is
 built in a staging folder and moved into place only when complete.
@@ -22,60 +22,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
-from ..specializations import Matrix
+from ..specializations.families import FAMILIES
+from ..specializations.matrix import Matrix
+from ..specializations.plan import Plan
+from ..specializations.variants import VariantSpec
 from . import indexing
-from .families import FAMILIES, shape_of, variant_key  # noqa: F401  (shape_of re-exported for tools)
-from .templates import render_program
+from .package import render_package_init
+from .templates import render_variant
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # the runtime's manifest reader checks the same number
 FLAGS_VERSION = 1  # bump when compile flags change
-TARGETS = ("c", "cuda", "ascend")
-BOUNDARY_NAMES = ("draft-to-verify", "verify-to-draft", "context-kv")
 
 
 class BuildError(RuntimeError):
     pass
-
-
-@dataclass
-class VariantSpec:
-    key: str
-    family: str
-    width: int
-    block_table_width: int | None
-    block_size: int | None
-    draft_dtype: str
-    num_splits: int | None
-    boundaries: set[str] = field(default_factory=set)
-
-
-def plan_variants(matrix: Matrix, boundaries=BOUNDARY_NAMES) -> tuple[dict[str, VariantSpec], dict]:
-    """Run the pipeline on every boundary x layout; the fused ops name the variants."""
-    from ..passes.boundaries import build_boundary
-    from ..passes.manager import run_pipeline
-    from ..passes.render import summary
-
-    specs: dict[str, VariantSpec] = {}
-    plans: dict[str, dict] = {}
-    for name in boundaries:
-        for w, bt, bs, dtype in matrix.layouts():
-            after, _ = run_pipeline(build_boundary(name, width=w, batch=1, block_size=bs,
-                                                   block_table_width=bt, draft_dtype=dtype))
-            s = summary(after)
-            plans.setdefault(name, {})[f"w{w}_bt{bt}_bs{bs}_{dtype}"] = {
-                "graph_ops": s["graph_ops"], "kernel_families": [f["key"] for f in s["kernel_families"]]}
-            for f in s["kernel_families"]:
-                # a composite's members are built too, for engines that launch the steps one by one
-                for family in (f["family"], *FAMILIES[f["family"]].members):
-                    fam = FAMILIES[family]
-                    key = variant_key(family, w, bt, bs, dtype)
-                    spec = specs.setdefault(key, VariantSpec(
-                        key, family, w, bt if "BT" in fam.key_params else None,
-                        bs if "BS" in fam.key_params else None,
-                        dtype if fam.has_draft_dtype else "int32",
-                        matrix.num_splits if fam.uses_num_splits else None))
-                    spec.boundaries.add(name)
-    return dict(sorted(specs.items())), plans
 
 
 def _toolchain(target: str, arch: str | None) -> dict:
@@ -89,34 +49,6 @@ def _toolchain(target: str, arch: str | None) -> dict:
     lines = [ln for ln in lines if ln.strip()] or ["unknown"]
     return {"tilelang": _tilelang_version(), "compiler": cc, "arch": arch, "flags_version": FLAGS_VERSION,
             "compiler_version": lines[-1] if cc == "nvcc" else lines[0]}
-
-
-def _plan_cache_key(matrix: Matrix, boundaries) -> str:
-    """Plans depend on the matrix and on the passes' own source: hash both."""
-    src = Path(__file__).resolve().parent.parent / "passes"
-    h = hashlib.sha256(json.dumps([repr(matrix), list(boundaries), __version__]).encode())
-    for f in sorted(src.glob("*.py")):
-        h.update(f.read_bytes())
-    h.update((Path(__file__).resolve().parent / "families.py").read_bytes())
-    return h.hexdigest()
-
-
-def cached_plans(out: Path, matrix: Matrix, boundaries) -> tuple[dict[str, VariantSpec], dict]:
-    """``plan_variants``, remembered in the build folder (planning imports torch and runs 3 x layouts pipelines)."""
-    key = _plan_cache_key(matrix, boundaries)
-    path = out / ".plans.json"
-    try:
-        data = json.loads(path.read_text())
-        if data["key"] == key:
-            specs = {k: VariantSpec(**(v | {"boundaries": set(v["boundaries"])})) for k, v in data["specs"].items()}
-            return specs, data["plans"]
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    specs, plans = plan_variants(matrix, boundaries)
-    blob = {"key": key, "plans": plans,
-            "specs": {k: {**vars(s), "boundaries": sorted(s.boundaries)} for k, s in specs.items()}}
-    _write_atomic(path, json.dumps(blob, sort_keys=True))
-    return specs, plans
 
 
 def _cache_key(program: str, target: str, toolchain: dict) -> str:
@@ -183,7 +115,7 @@ class BuildSummary:
                 f"in {self.seconds:.1f}s -> {self.out}")
 
 
-def _entry(spec: VariantSpec, target: str, stamp: dict, matrix: Matrix) -> dict:
+def _entry(spec: VariantSpec, target: str, stamp: dict, boundaries: set[str]) -> dict:
     from .lower import artifact_suffix, source_suffix
 
     fam = FAMILIES[spec.family]
@@ -198,7 +130,7 @@ def _entry(spec: VariantSpec, target: str, stamp: dict, matrix: Matrix) -> dict:
         "arch": stamp.get("arch"), "artifact": f"{target}/{spec.key}{artifact_suffix(target)}",
         "sha256": stamp["sha256"], "entry": stamp["entry"], "params": stamp["params"], "args": args,
         "launch": {"threads": stamp["threads"], "grid": stamp["grid"]}, "guards": guards,
-        "boundaries": sorted(spec.boundaries), "program": f"{target}/{spec.key}.tl.py",
+        "boundaries": sorted(boundaries), "program": f"{target}/{spec.key}.tl.py",
         "source": f"{target}/{spec.key}{source_suffix(target)}",
     }
 
@@ -209,21 +141,19 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def build(matrix: Matrix, targets=("c",), out: str | Path = "build/specgen_kernels", arch: str | None = None,
-          jobs: int = 1, boundaries=BOUNDARY_NAMES, families: tuple[str, ...] | None = None,
-          progress=sys.stderr) -> BuildSummary:
+def build(specs: list[VariantSpec], needed_by: dict[str, set[str]], plans: list[Plan], matrix: Matrix,
+          targets=("c",), out: str | Path = "build/specgen_kernels", arch: str | None = None, jobs: int = 1,
+          families: tuple[str, ...] | None = None, progress=sys.stderr) -> BuildSummary:
+    """Render, lower and compile ``specs`` for ``targets`` into ``out``; write the manifest and package."""
     t0 = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    specs, plans = cached_plans(out, matrix, boundaries)
-    if families:
-        specs = {k: s for k, s in specs.items() if s.family in families}
+    specs = {s.key: s for s in specs if not families or s.family in families}
     jobs_todo, done = [], {}
     for target in targets:
         tool = _toolchain(target, arch if target == "cuda" else None)
         for spec in specs.values():
-            program = render_program(spec.family, spec.width, spec.block_table_width, spec.block_size,
-                                     spec.draft_dtype, spec.num_splits or matrix.num_splits, target=target)
+            program = render_variant(spec, target)
             ck = _cache_key(program, target, tool)
             stamp = _cached(out, target, spec.key, ck)
             if stamp:
@@ -248,15 +178,16 @@ def build(matrix: Matrix, targets=("c",), out: str | Path = "build/specgen_kerne
                     summary.failed.append(f"{j['key']} ({j['target']}): {str(e).splitlines()[0] if str(e) else e!r}")
                     status = f"FAILED {j['key']} ({j['target']})"
                 _progress(progress, len(done) + len(summary.failed), total, "", status)
-    entries = [_entry(specs[k], t, stamp, matrix) for (k, t), stamp in sorted(done.items())]
+    entries = [_entry(specs[k], t, stamp, needed_by.get(k, set())) for (k, t), stamp in sorted(done.items())]
+    plan_records: dict[str, dict] = {}
+    for plan in plans:
+        plan_records.setdefault(plan.boundary, {})[plan.layout.key] = plan.as_dict()
     manifest = {"schema_version": SCHEMA_VERSION, "specgen_version": __version__,
                 "tilelang_version": _tilelang_version(), "targets": sorted(set(targets)),
                 "matrix": {"widths": list(matrix.widths), "block_table_widths": list(matrix.block_table_widths),
                            "block_sizes": list(matrix.block_sizes), "draft_dtypes": list(matrix.draft_dtypes),
                            "num_splits": matrix.num_splits},
-                "plans": plans, "variants": entries}
-    from ..runtime.library import render_package_init
-
+                "plans": plan_records, "variants": entries}
     _write_atomic(out / "manifest.json", json.dumps(manifest, sort_keys=True, indent=1) + "\n")
     _write_atomic(out / "__init__.py", render_package_init(manifest))
     shutil.rmtree(out / ".staging", ignore_errors=True)

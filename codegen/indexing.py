@@ -22,6 +22,8 @@ import sympy as sp
 from sympy.core.relational import Relational
 from sympy.printing.str import StrPrinter
 
+from ..specializations.expr import safe_eval
+
 
 def _int(name: str) -> sp.Symbol:
     return sp.Symbol(name, integer=True, nonnegative=True)
@@ -345,7 +347,7 @@ def guards(family: str, width: int, block_table_width: int | None = None,
     >>> [g.expr for g in guards("spec_verify_metadata_update", 4, 64, 128)]
     ['min_seq_len >= 0', 'batch >= 1', 'max_seq_len <= 8188']
     """
-    from .families import FAMILIES
+    from ..specializations.families import FAMILIES
 
     members = FAMILIES[family].members if family in FAMILIES else ()
     if members:  # a composite holds where all its members hold
@@ -373,7 +375,7 @@ def guards(family: str, width: int, block_table_width: int | None = None,
 
 
 def eval_guard(expr: str, **names: int) -> bool:
-    """Evaluate a ``Guard.expr`` with plain ints, by the runtime's evaluator (one implementation).
+    """Evaluate a ``Guard.expr`` with plain ints, by the one evaluator of ``specializations.expr``.
 
     Only integer literals, the guard names, ``+ - * //``, comparisons and
     ``and/or/not`` parse; anything else raises ``ValueError``.
@@ -381,6 +383,4 @@ def eval_guard(expr: str, **names: int) -> bool:
     >>> eval_guard("max_seq_len <= 8188 and batch >= 1", max_seq_len=10, batch=2)
     True
     """
-    from ..runtime.guards import safe_eval
-
     return bool(safe_eval(expr, names))

@@ -22,6 +22,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..specializations.targets import TARGETS
+
 
 class ToolchainMissing(RuntimeError):
     """A compiler or library the target needs is not installed here."""
@@ -47,16 +49,12 @@ class Lowered:
     grid: str  # Python expression over B: blocks to launch
 
 
-_SUFFIXES = {"c": (".c", ".so"), "cuda": (".cu", ".cubin"), "ascend": (".cpp", ".o")}
-_DEFAULT_ARCH = {"cuda": "sm_90", "ascend": None, "c": None}
-
-
 def source_suffix(target: str) -> str:
-    return _SUFFIXES[target][0]
+    return TARGETS[target].source_suffix
 
 
 def artifact_suffix(target: str) -> str:
-    return _SUFFIXES[target][1]
+    return TARGETS[target].artifact_suffix
 
 
 def _tilelang():
@@ -72,7 +70,7 @@ def _tvm_target(target: str, arch: str | None):
     from tvm.target import Target  # noqa: PLC0415
 
     if target == "cuda":
-        return Target({"kind": "cuda", "arch": arch or _DEFAULT_ARCH["cuda"]})
+        return Target({"kind": "cuda", "arch": arch or TARGETS["cuda"].default_arch})
     if target in ("c", "ascend"):
         return Target(target)
     raise ValueError(f"unknown target {target!r}")
@@ -96,7 +94,7 @@ def lower(program_text: str, target: str, arch: str | None = None) -> Lowered:
     """Exec a rendered program and lower its prim_func for ``target`` (c, cuda, ascend)."""
     tilelang = _tilelang()
     func, namespace = _program(program_text, target)
-    arch = arch or _DEFAULT_ARCH.get(target)
+    arch = arch or TARGETS[target].default_arch
     tg = _tvm_target(target, arch)
     try:
         with tg:

@@ -21,11 +21,11 @@ import jinja2
 import sympy as sp
 
 from . import indexing as ix
-from .families import DEFAULT_NUM_SPLITS, DRAFT_DTYPES, FAMILIES, variant_key
+from ..specializations.families import DEFAULT_NUM_SPLITS, DRAFT_DTYPES, FAMILIES
+from ..specializations.targets import TARGETS
+from ..specializations.variants import VariantSpec
 from .indexing import S, Sq, a, b, j, slot, specialize, tl
 
-TARGETS = ("c", "cuda", "ascend")
-_DIALECT = {"c": "tilelang.language", "cuda": "tilelang.language", "ascend": "tilelang.ascend.language"}
 _PARAM_INDENT = 8  # inside ``def program():`` and the prim_func's argument list
 
 
@@ -158,19 +158,25 @@ def render_program(family: str, width: int, block_table_width: int | None = None
     if draft_dtype not in DRAFT_DTYPES or (draft_dtype != "int32" and not fam.has_draft_dtype):
         raise ValueError(f"{family}: no {draft_dtype} draft variant")
     if target not in TARGETS:
-        raise ValueError(f"unknown target {target!r}; one of {TARGETS}")
+        raise ValueError(f"unknown target {target!r}; one of {tuple(TARGETS)}")
     v = Variant(family, width, block_table_width, block_size, draft_dtype, num_splits, threads, target)
     launch, body_indent = _launch(v)
     gl = ix.guards(family, width, block_table_width, block_size)
     ctx = dict(
         family=family, target=target, threads=threads,
-        key=variant_key(family, width, block_table_width, block_size, draft_dtype),
-        dialect=_DIALECT[target], constants=_constants(v), params=_params(v), launch=launch,
+        key=VariantSpec(family, width, block_table_width, block_size, draft_dtype).key,
+        dialect=TARGETS[target].dialect, constants=_constants(v), params=_params(v), launch=launch,
         body_indent=body_indent, guard_lines="\n".join(f"    {g.expr}  ({g.why})" for g in gl))
     if fam.members:
         ctx["member_bodies"] = [(m, _member_body(v, m)) for m in fam.members]
         return load_template("_composite").render(**ctx)
     return load_template(family).render(**ctx, **_EXPRESSIONS[family](v))
+
+
+def render_variant(spec: VariantSpec, target: str = "c", threads: int = 128) -> str:
+    """``render_program`` of one ``VariantSpec``."""
+    return render_program(spec.family, spec.width, spec.block_table_width, spec.block_size, spec.draft_dtype,
+                          spec.num_splits or DEFAULT_NUM_SPLITS, threads, target)
 
 
 def _member_body(v: Variant, member: str) -> str:

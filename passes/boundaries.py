@@ -17,19 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import semantics as sem
-from ..codegen.families import DEFAULT_NUM_SPLITS, MAX_WIDTH, MIN_WIDTH
+from ..specializations.capabilities import SpeculativeVerifyCapabilities as Capabilities
+from ..specializations.plan import PlanStep
+from ..specializations.families import DEFAULT_NUM_SPLITS, MAX_WIDTH, MIN_WIDTH
 from .ir import HOST, BoundaryGraph, BoundaryGraphError, Op, OpKind, Placement, Value
 
 K, P = OpKind, Placement
 MAX_BATCH = 4096
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What the model declares about its verification graph inputs."""
-
-    linear_state: bool = False  # hybrid models: recurrent-state slot per sequence
-    graph_task_update: bool = True  # a host-patched task (e.g. causal conv) in the target graph
 
 
 @dataclass
@@ -124,7 +118,7 @@ def draft_to_verify(width=4, batch=1, block_size=128, block_table_width=64, draf
     b.host_chain("tiling_setup", "spec_verify_attention_tiling_update", sem.tiling(W, BS, NS), ["seq_lens_sched"],
                  tiles, "target", tshape)
     graph_reads = ["tokens", "positions", "slot_mapping", "kv_lens", "query_start_loc", "block_table", *tiles]
-    if caps.linear_state:
+    if caps.has_linear_state:
         b.host_input_with_copy("state_slots_sched", "linear_state_indices", (B,), "state_slot", "target")
         graph_reads.append("linear_state_indices")
     if caps.graph_task_update:
@@ -134,7 +128,7 @@ def draft_to_verify(width=4, batch=1, block_size=128, block_table_width=64, draf
         graph_reads.append("graph_task_params")
     b.val("target_tokens", P.DEVICE, (B, W), persistent=True)
     b.op("target_replay", K.GRAPH_REPLAY, "target", graph_reads, ["target_tokens"],
-         lambda *xs: sem.mix(*xs, rows=B, cols=W), forward_us, graph_ops=("target_forward",))
+         lambda *xs: sem.mix(*xs, rows=B, cols=W), forward_us, graph_ops=("target_forward",), graph_steps=(PlanStep.forward(),))
     outputs = [v for v in graph_reads if b.values[v].placement is not P.PINNED] + ["target_tokens"]
     return b.build("final_draft", "target_replay", outputs, ["draft_tokens"])
 
@@ -196,7 +190,7 @@ def _verify_and_accept(b: _Builder, W, B, BS, BT, forward_us) -> None:
     b.op("wait_sources", K.EVENT_WAIT, "target", ["ev_sources"], [])
     b.val("target_tokens", P.DEVICE, (B, W), persistent=True)
     b.op("target_replay", K.GRAPH_REPLAY, "target", ["draft_tokens", "seq_lens", "block_table"], ["target_tokens"],
-         lambda *xs: sem.mix(*xs, rows=B, cols=W), forward_us, graph_ops=("target_forward",))
+         lambda *xs: sem.mix(*xs, rows=B, cols=W), forward_us, graph_ops=("target_forward",), graph_steps=(PlanStep.forward(),))
     fam = "greedy_prefix_verify"
     b.val("accept_mask", P.DEVICE, (B, W - 1))
     b.val("accepted", P.DEVICE, (B,), persistent=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ..specializations.plan import PlanStep
 from .analysis import Ordering
 from .cost import IN_GRAPH_COPY_US, IN_GRAPH_KERNEL_US, bubble_us
 from .base import PassContext
@@ -124,6 +125,7 @@ class Capture:
             produced.update(m.writes)
         gops = [*(m.attr("key") or m.name for m in head), *replay.attr("graph_ops", (replay.name,)),
                 *(m.attr("key") or m.name for m in tail)]
+        steps = [*map(_step, head), *replay.attr("graph_steps", ()), *map(_step, tail)]
         fams = [m for m in members if m.attr("family") and m.attr("key")]
 
         def fn(*args):
@@ -135,7 +137,7 @@ class Capture:
 
         n_copies = sum(1 for m in head + tail if m.kind is not OpKind.DEVICE_KERNEL)
         return Op(replay.name, OpKind.GRAPH_REPLAY, replay.stream, tuple(reads), tuple(writes), fn, replay.cost_us,
-                  {**replay.attrs, "graph_ops": tuple(gops),
+                  {**replay.attrs, "graph_ops": tuple(gops), "graph_steps": tuple(steps),
                    "captured_kernels": replay.attr("captured_kernels", 0) + len(head) + len(tail) - n_copies,
                    "head_ops": replay.attr("head_ops", 0) + len(head),
                    "tail_us": replay.attr("tail_us", 0.0) + sum(
@@ -144,3 +146,10 @@ class Capture:
                    "kernel_families": tuple(replay.attr("kernel_families", ())) + tuple(
                        {k: m.attr(k) for k in ("family", "key", "width", "block_table_width", "block_size",
                                                "draft_dtype")} for m in fams)})
+
+
+def _step(op: Op) -> PlanStep:
+    """The plan record of an op that joins the graph."""
+    if op.attr("variant") is not None:
+        return PlanStep.kernel(op.attr("variant"))
+    return PlanStep("copy" if op.kind in (OpKind.H2D, OpKind.D2H) else "other", op.name)

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..codegen.families import FAMILIES, variant_key
+from ..specializations.families import COMPOSITES, FAMILIES
+from ..specializations.variants import Layout, VariantSpec
 from .base import PassContext
 from .cost import bubble_us
 from .ir import BoundaryGraph, Op, OpKind
@@ -76,10 +77,11 @@ class Fuse:
             produced.update(m.writes)
         writes = tuple(w for w in dict.fromkeys(w for m in members for w in m.writes) if w not in internal)
         p = graph.params
-        key = variant_key(fam, p["width"], p["block_table_width"], p["block_size"], p.get("draft_dtype", "int32"))
+        variant = VariantSpec.of(fam, _layout(p), p.get("num_splits", 8))
+        key = variant.key
         fused = Op(graph.fresh_name(fam), OpKind.DEVICE_KERNEL, streams[0], tuple(dict.fromkeys(reads)), writes,
                    _compose(members, tuple(dict.fromkeys(reads)), writes), None,
-                   {"family": fam, "key": key, "width": p["width"], "block_table_width": p["block_table_width"],
+                   {"family": fam, "key": key, "variant": variant, "width": p["width"], "block_table_width": p["block_table_width"],
                     "block_size": p["block_size"], "draft_dtype": p.get("draft_dtype", "int32"),
                     "members": tuple(m.name for m in members)})
         ops = [o for o in graph.ops if o.name not in names]
@@ -100,6 +102,11 @@ class Fuse:
             return idx[0]
         raise WhyNoFuse(members[0].attr("family"), "ops between the members depend on them both ways (%s)",
                         ", ".join(between))
+
+
+def _layout(params: dict, draft_dtype: str | None = None) -> Layout:
+    return Layout(params["width"], params["block_table_width"], params["block_size"],
+                  draft_dtype or params.get("draft_dtype", "int32"))
 
 
 def _compose(members: list[Op], reads: tuple[str, ...], writes: tuple[str, ...]):
@@ -129,7 +136,7 @@ class FuseChain:
     name: ClassVar[str] = "fuse-chain"
 
     def apply(self, ctx: PassContext, graph: BoundaryGraph) -> BoundaryGraph:
-        from ..codegen.families import COMPOSITES
+        from ..specializations.families import COMPOSITES
 
         for comp, member_fams in COMPOSITES.items():
             found = [[o for o in graph.ops if o.kind is OpKind.DEVICE_KERNEL and o.attr("key")
@@ -161,10 +168,11 @@ class FuseChain:
         writes = tuple(dict.fromkeys(w for m in members for w in m.writes))
         p = graph.params
         dtype = next((m.attr("draft_dtype") for m in members if m.attr("draft_dtype")), "int32")
-        key = variant_key(comp, p["width"], p["block_table_width"], p["block_size"], dtype)
+        variant = VariantSpec.of(comp, _layout(p, dtype), p.get("num_splits", 8))
+        key = variant.key
         fused = Op(graph.fresh_name(comp), OpKind.DEVICE_KERNEL, streams[0], reads, writes,
                    _compose(members, reads, writes), None,
-                   {"family": comp, "key": key, "width": p["width"], "block_table_width": p["block_table_width"],
+                   {"family": comp, "key": key, "variant": variant, "width": p["width"], "block_table_width": p["block_table_width"],
                     "block_size": p["block_size"], "draft_dtype": dtype,
                     "members": tuple(n for m in members for n in m.attr("members", (m.name,)))})
         ops = [o for o in graph.ops if o.name not in names]

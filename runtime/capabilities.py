@@ -8,19 +8,12 @@ all-off default and runs the eager reference path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, Mapping
 
+from ..specializations.capabilities import SpeculativeVerifyCapabilities
+
 __all__ = ["SpeculativeVerifyCapabilities", "capabilities_of"]
-
-
-@dataclass(frozen=True)
-class SpeculativeVerifyCapabilities:
-    requires_causal_chunked_prefill: bool = False
-    supports_in_graph_input_update: bool = False
-    has_linear_state: bool = False
-    block_size: int = 128
-    block_table_width: int = 64
 
 
 def capabilities_of(model: Any) -> SpeculativeVerifyCapabilities:

@@ -19,48 +19,19 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
-from specgen.codegen.families import FAMILIES, variant_key
-from specgen.runtime.guards import GuardResult, KernelArgumentError, check_guards, check_tensors
-from specgen.runtime.manifest import (ArtifactError, KernelLaunchError, Manifest, ManifestError, VariantEntry,
+from ..specializations.families import FAMILIES
+from ..specializations.targets import TARGET_OF_DEVICE, TARGETS
+from ..specializations.variants import UnknownFamily, VariantSpec, build_command, family_of
+from .guards import GuardResult, KernelArgumentError, check_guards, check_tensors
+from .manifest import (ArtifactError, KernelLaunchError, Manifest, ManifestError, VariantEntry,
                                       load_manifest, parse_manifest)
 
 __all__ = ["ArtifactError", "KernelArgumentError", "KernelCallable", "KernelLaunchError", "KernelLibrary",
-           "ManifestError", "UnknownFamily", "VariantNotBuilt", "build_command", "load_library",
-           "render_package_init"]
-
-TARGET_OF_DEVICE = {"cpu": "c", "cuda": "cuda", "npu": "ascend"}
-DEVICE_OF_TARGET = {t: d for d, t in TARGET_OF_DEVICE.items()}
-_LAUNCHERS = {"c": "CLauncher", "cuda": "CudaLauncher", "ascend": "AscendLauncher"}
+           "ManifestError", "UnknownFamily", "VariantNotBuilt", "build_command", "load_library"]
 
 
 class VariantNotBuilt(LookupError):
     """The requested specialization is not in the build; the message says how to build it."""
-
-
-class UnknownFamily(LookupError):
-    """The family name is not one of specgen's kernel families."""
-
-
-def build_command(family: str, width: int, block_table_width: int | None = None, block_size: int | None = None,
-                  target: str = "c", draft_dtype: str = "int32") -> str:
-    """The ``specgen build`` command line that makes one specialization."""
-    params = FAMILIES[family].key_params
-    cmd = f"specgen build --widths {width}"
-    if "BT" in params and block_table_width is not None:
-        cmd += f" --block-table-widths {block_table_width}"
-    if "BS" in params and block_size is not None:
-        cmd += f" --block-sizes {block_size}"
-    if target != "c":
-        cmd += f" --target {target}"
-    if FAMILIES[family].has_draft_dtype and draft_dtype != "int32":
-        cmd += f" --draft-dtypes {draft_dtype}"
-    return cmd
-
-
-def _family(name: str):
-    if name not in FAMILIES:
-        raise UnknownFamily(f"unknown kernel family {name!r}; known: {', '.join(sorted(FAMILIES))}")
-    return FAMILIES[name]
 
 
 class KernelCallable:
@@ -70,13 +41,17 @@ class KernelCallable:
                  block_size: int | None = None, target: str | None = None):
         self.library, self.family, self.width = library, family, int(width)
         self.block_table_width, self.block_size, self.target = block_table_width, block_size, target
-        spec = _family(family)
+        spec = family_of(family)
         self._nargs = len(spec.args)
         self._draft_index = next((i for i, a in enumerate(spec.args) if a.dtype == "draft"), None)
         self._resolved: dict[tuple[str, str], tuple[VariantEntry, object]] = {}
 
+    def variant(self, draft_dtype: str = "int32") -> VariantSpec:
+        return VariantSpec(self.family, self.width, self.block_table_width, self.block_size,
+                           draft_dtype if FAMILIES[self.family].has_draft_dtype else "int32")
+
     def key(self, draft_dtype: str = "int32") -> str:
-        return variant_key(self.family, self.width, self.block_table_width, self.block_size, draft_dtype)
+        return self.variant(draft_dtype).key
 
     def _draft_dtype(self, tensors: Sequence) -> str:
         if self._draft_index is None:
@@ -100,7 +75,7 @@ class KernelCallable:
         if device is None:
             raise KernelArgumentError(f"{self.key()}: {FAMILIES[self.family].args[0].name} must be a torch.Tensor")
         target = self.target or TARGET_OF_DEVICE.get(device.type)
-        if target is None or DEVICE_OF_TARGET.get(target) != device.type:
+        if target is None or target not in TARGETS or TARGETS[target].device != device.type:
             raise KernelArgumentError(f"{self.key()}: tensors on {device} cannot run target {target or '(none)'}")
         draft_dtype = self._draft_dtype(tensors)
         entry, launcher = self.resolve(target, draft_dtype)
@@ -146,28 +121,31 @@ class KernelLibrary:
 
     def has(self, family: str, width: int, block_table_width: int | None = None, block_size: int | None = None,
             *, target: str | None = None, draft_dtype: str | None = None) -> bool:
-        _family(family)
+        fam = family_of(family)
         dtypes = [draft_dtype] if draft_dtype else ["int32", "int64"]
-        keys = {variant_key(family, width, block_table_width, block_size, d) for d in dtypes}
+        keys = {VariantSpec(family, width, block_table_width if "BT" in fam.key_params else None,
+                            block_size if "BS" in fam.key_params else None,
+                            d if fam.has_draft_dtype else "int32").key for d in dtypes}
         return any(k in keys and (target is None or t == target) for k, t in self._by_key)
 
     def get(self, family: str, width: int, block_table_width: int | None = None, block_size: int | None = None,
             *, target: str | None = None) -> KernelCallable:
         """A callable for the specialization; ``VariantNotBuilt`` if no target has it."""
         if not self.has(family, width, block_table_width, block_size, target=target):
-            key = variant_key(family, width, block_table_width, block_size)
-            raise VariantNotBuilt(f"{key} is not built{f' for target {target}' if target else ''}: run "
-                                  f"`{build_command(family, width, block_table_width, block_size, target or 'c')}`")
+            fam = family_of(family)
+            spec = VariantSpec(family, width, block_table_width if "BT" in fam.key_params else None,
+                               block_size if "BS" in fam.key_params else None)
+            raise VariantNotBuilt(f"{spec.key} is not built{f' for target {target}' if target else ''}: run "
+                                  f"`{build_command(spec, target or 'c')}`")
         return KernelCallable(self, family, width, block_table_width, block_size, target)
 
     def entry(self, key: str, target: str, *, draft_dtype: str = "int32") -> VariantEntry:
         hit = self._by_key.get((key, target))
         if hit is None:
-            family, _, _ = key.partition("__")
             others = sorted(t for k, t in self._by_key if k == key)
-            spec = next((e for e in self.manifest.variants if e.key == key), None)
-            cmd = (build_command(family, spec.width, spec.block_table_width, spec.block_size, target, draft_dtype)
-                   if spec else f"specgen build --target {target}")
+            known = next((e for e in self.manifest.variants if e.key == key), None)
+            cmd = (build_command(known.variant.with_dtype(draft_dtype), target) if known
+                   else f"specgen build --target {target}")
             built = f" (built for: {', '.join(others)})" if others else ""
             raise VariantNotBuilt(f"{key} is not built for target {target}{built}: run `{cmd}`")
         return hit
@@ -177,9 +155,9 @@ class KernelLibrary:
         slot = (entry.key, entry.target)
         with self._lock:
             if slot not in self._launchers:
-                from specgen.runtime import loaders
+                from . import loaders
 
-                self._launchers[slot] = getattr(loaders, _LAUNCHERS[entry.target])(entry, self.root)
+                self._launchers[slot] = getattr(loaders, TARGETS[entry.target].launcher)(entry, self.root)
             return self._launchers[slot]
 
     def __repr__(self) -> str:
@@ -188,17 +166,3 @@ class KernelLibrary:
 
 def load_library(path: str | Path) -> KernelLibrary:
     return KernelLibrary(path)
-
-
-def render_package_init(manifest: dict) -> str:
-    """Source of the build folder's ``__init__.py`` (templates/kernel_package.py.jinja)."""
-    from importlib.resources import files
-
-    import jinja2
-
-    parsed = parse_manifest(manifest, Path("manifest.json"))
-    text = files("specgen.templates").joinpath("kernel_package.py.jinja").read_text(encoding="utf-8")
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-    return env.from_string(text).render(
-        specgen_version=parsed.specgen_version, tilelang_version=parsed.tilelang_version or "unknown",
-        targets=list(parsed.targets), keys=sorted({e.key for e in parsed.variants}))

@@ -29,8 +29,8 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from specgen.runtime.guards import SHAPE_NAMES, safe_eval
-from specgen.runtime.manifest import ArtifactError, KernelLaunchError, VariantEntry, read_artifact
+from ..specializations.expr import SHAPE_NAMES, safe_eval
+from .manifest import ArtifactError, KernelLaunchError, VariantEntry, read_artifact
 
 
 _ARCH = re.compile(r"^sm_(\d+)(\d)([af]?)$")

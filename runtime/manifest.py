@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specgen.runtime.guards import GUARD_NAMES, SHAPE_NAMES, UnsafeExpressionError, validate_expression
+from ..specializations.plan import Plan, PlanError
+from ..specializations.targets import TARGET_NAMES as TARGETS
+from ..specializations.variants import Layout, VariantSpec
+from ..specializations.expr import GUARD_NAMES, SHAPE_NAMES, UnsafeExpressionError, validate_expression
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: plans carry structured steps and their layout
 MANIFEST_NAME = "manifest.json"
-TARGETS = ("c", "cuda", "ascend")
 _REQUIRED = ("key", "family", "width", "target", "artifact", "sha256", "entry", "params", "args")
 
 
@@ -67,6 +69,11 @@ class VariantEntry:
     def outputs(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.args if a.output)
 
+    @property
+    def variant(self) -> VariantSpec:
+        return VariantSpec(self.family, self.width, self.block_table_width, self.block_size, self.draft_dtype,
+                           self.num_splits)
+
 
 @dataclass(frozen=True, slots=True)
 class Manifest:
@@ -76,11 +83,20 @@ class Manifest:
     tilelang_version: str | None
     targets: tuple[str, ...]
     variants: tuple[VariantEntry, ...]
-    plans: dict
+    plans: dict  # boundary -> layout key -> the plan record as written
+    parsed_plans: tuple[Plan, ...] = ()
 
     @property
     def root(self) -> Path:
         return self.path.parent
+
+    def plan(self, boundary: str, layout: Layout) -> Plan | None:
+        """The plan the build made of ``boundary`` at ``layout``, or None."""
+        return next((p for p in self.parsed_plans if p.boundary == boundary and p.layout == layout), None)
+
+    def layouts(self, boundary: str) -> tuple[Layout, ...]:
+        """Every layout the build planned ``boundary`` at, sorted."""
+        return tuple(sorted(p.layout for p in self.parsed_plans if p.boundary == boundary))
 
 
 def _need(rec: dict, field: str, where: str, kind: type | tuple) -> Any:
@@ -164,7 +180,8 @@ def parse_manifest(data: Any, path: Path) -> Manifest:
         raise ManifestError(f"{where}: top level must be an object")
     version = _need(data, "schema_version", where, int)
     if version != SCHEMA_VERSION:
-        raise ManifestError(f"{where}: field 'schema_version' is {version}, this runtime reads {SCHEMA_VERSION}")
+        raise ManifestError(f"{where}: field 'schema_version' is {version}, this runtime reads {SCHEMA_VERSION}; "
+                            f"rebuild the folder with `specgen build`")
     variants = tuple(_parse_variant(v, f"{where} variants[{i}]")
                      for i, v in enumerate(_need(data, "variants", where, list)))
     seen = set()
@@ -172,10 +189,21 @@ def parse_manifest(data: Any, path: Path) -> Manifest:
         if (v.key, v.target) in seen:
             raise ManifestError(f"{where}: field 'variants' lists {v.key} for target {v.target} twice")
         seen.add((v.key, v.target))
+    plans = data.get("plans") or {}
+    if not isinstance(plans, dict):
+        raise ManifestError(f"{where}: field 'plans' must be an object")
+    num_splits = next((v.num_splits for v in variants if v.num_splits), None)
+    parsed = []
+    for boundary, by_layout in plans.items():
+        for key, rec in (by_layout or {}).items():
+            try:
+                parsed.append(Plan.from_dict(boundary, rec, num_splits))
+            except PlanError as exc:
+                raise ManifestError(f"{where}: plans[{boundary!r}][{key!r}]: {exc}") from None
     return Manifest(path=path, schema_version=version, specgen_version=str(data.get("specgen_version", "")),
                     tilelang_version=data.get("tilelang_version"),
                     targets=tuple(data.get("targets") or sorted({v.target for v in variants})),
-                    variants=variants, plans=dict(data.get("plans") or {}))
+                    variants=variants, plans=dict(plans), parsed_plans=tuple(parsed))
 
 
 def load_manifest(path: str | Path) -> Manifest:

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from specgen.codegen.families import FAMILIES
-from specgen.runtime.library import KernelLibrary, load_library
+from ..specializations.families import FAMILIES
+from .library import KernelLibrary, load_library
 
 NAMESPACE = "specgen"
 _KEY_ARGS = {"W": "width", "BT": "block_table_width", "BS": "block_size"}

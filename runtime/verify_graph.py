@@ -64,10 +64,13 @@ from typing import Callable, Mapping
 
 import torch
 
-from specgen.codegen import reference
-from specgen.codegen.families import DEFAULT_NUM_SPLITS, FAMILIES, shape_of
-from specgen.runtime.capabilities import SpeculativeVerifyCapabilities
-from specgen.runtime.library import TARGET_OF_DEVICE, KernelLibrary, VariantNotBuilt
+from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, shape_of
+from ..specializations.plan import DRAFT_TO_VERIFY, TARGET_FORWARD, VERIFY_TO_DRAFT, PlanError, PlanStep
+from ..specializations.targets import TARGET_OF_DEVICE
+from ..specializations.variants import Layout, VariantSpec
+from . import semantics as reference
+from .capabilities import SpeculativeVerifyCapabilities
+from .library import KernelLibrary, VariantNotBuilt
 
 __all__ = ["BACKENDS", "DeviceAPI", "DEFAULT_SEQUENCE", "FALLBACK_REASONS", "HostResult", "SpecVerifyRuntime", "StepResult",
            "alloc_step_buffers", "buckets_for"]
@@ -76,8 +79,6 @@ BACKENDS = ("cpu", "cuda", "npu")
 
 FALLBACK_REASONS = ("capability_off", "variant_not_built", "layout_mismatch", "batch_exceeds_buckets", "empty_batch",
                     "guard_failed")
-TARGET_FORWARD = "target_forward"
-DRAFT_TO_VERIFY, VERIFY_TO_DRAFT = "draft-to-verify", "verify-to-draft"
 # The eager path's sequence (the same order the build's plans capture).
 DEFAULT_SEQUENCE = ("spec_verify_token_update", "spec_verify_metadata_update",
                     "spec_verify_attention_tiling_update", TARGET_FORWARD, "greedy_prefix_verify",
@@ -118,10 +119,6 @@ def buckets_for(max_batch: int) -> tuple[int, ...]:
         b *= 2
     out.append(max_batch)
     return tuple(out)
-
-
-def _family_of(op: str) -> str:
-    return op.split("__", 1)[0]
 
 
 def alloc_step_buffers(batch: int, width: int, block_table_width: int, *, block_size: int, scratch_block: int = 0,
@@ -259,17 +256,9 @@ class SpecVerifyRuntime:
                 self._host_events.append(self._api.event())
 
     # ----------------------------------------------------------------- setup
-    def _plan_ops(self, boundary: str, layout_key: str) -> list[str] | None:
-        plan = (self.library.manifest.plans.get(boundary) or {}).get(layout_key)
-        return list(plan["graph_ops"]) if plan and "graph_ops" in plan else None
-
     def _layouts_built(self) -> list[tuple[int, int]]:
-        out = []
-        for key in (self.library.manifest.plans.get(DRAFT_TO_VERIFY) or {}):
-            parts = key.split("_")
-            if len(parts) == 4 and parts[0] == f"w{self.width}" and parts[3] == "int32":
-                out.append((int(parts[1][2:]), int(parts[2][2:])))
-        return sorted(out)
+        return [(lay.block_table_width, lay.block_size) for lay in self.library.manifest.layouts(DRAFT_TO_VERIFY)
+                if lay.width == self.width and lay.draft_dtype == "int32"]
 
     def _resolve(self, bt: int | None, bs: int | None) -> None:
         if bt is None or bs is None:
@@ -283,32 +272,32 @@ class SpecVerifyRuntime:
                 self._unavailable = "variant_not_built"
                 return
         self.layout = (int(bt), int(bs))
-        key = f"w{self.width}_bt{bt}_bs{bs}_int32"
-        first, second = self._plan_ops(DRAFT_TO_VERIFY, key), self._plan_ops(VERIFY_TO_DRAFT, key)
-        if first is None or second is None or TARGET_FORWARD not in second:
+        layout = Layout(self.width, int(bt), int(bs))
+        first = self.library.manifest.plan(DRAFT_TO_VERIFY, layout)
+        second = self.library.manifest.plan(VERIFY_TO_DRAFT, layout)
+        try:
+            steps = [s for s in (*first.steps, *second.after_forward()) if s.kind in ("kernel", "forward")]
+        except (AttributeError, PlanError):  # a plan is missing, or has no target forward
             self._unavailable = "variant_not_built"
             return
-        tail = second[second.index(TARGET_FORWARD) + 1:]
-        ops = [op for op in first + tail if not op.startswith("d2h_")]
         target = TARGET_OF_DEVICE[self.device.type]
         if self.kernels == "torch":  # the references run in the graph; nothing needs to be built
-            self.sequence = tuple(ops)
+            self.sequence = tuple(steps)
             return
         try:
-            for op in ops:
-                if op == TARGET_FORWARD:
+            for step in steps:
+                if step.kind != "kernel":
                     continue
-                family = _family_of(op)
-                k = self.library.get(family, self.width, bt, bs, target=target)
-                k.resolve(target, "int32")  # raises VariantNotBuilt when this target lacks it
-                self._kernels[op] = k
-                if FAMILIES[family].uses_num_splits:
-                    entry, _ = k.resolve(target, "int32")
+                v = step.variant
+                k = self.library.get(v.family, self.width, bt, bs, target=target)
+                entry, _ = k.resolve(target, "int32")  # raises VariantNotBuilt when this target lacks it
+                self._kernels[step.name] = k
+                if FAMILIES[v.family].uses_num_splits:
                     self.num_splits = entry.num_splits or DEFAULT_NUM_SPLITS
         except VariantNotBuilt:
             self._unavailable, self._kernels = "variant_not_built", {}
             return
-        self.sequence = tuple(ops)
+        self.sequence = tuple(steps)
 
     def _alloc(self, batch: int, bt: int, fill_padding: bool = False) -> dict[str, torch.Tensor]:
         """Every buffer of the step for ``batch`` rows, int32, on the runtime's device."""
@@ -317,24 +306,24 @@ class SpecVerifyRuntime:
                                   num_splits=self.num_splits, device=self.device, fill_padding=fill_padding)
 
     # ----------------------------------------------------------- execution
-    def _run(self, bufs: Mapping[str, torch.Tensor], ops, call: Callable[[str, list], None]) -> None:
-        for op in ops:
-            if op == TARGET_FORWARD:
+    def _run(self, bufs: Mapping[str, torch.Tensor], steps, call: Callable[[PlanStep, list], None]) -> None:
+        for step in steps:
+            if step.kind == "forward":
                 out = self.model_forward(bufs)
                 bufs["target_tokens"].copy_(out.reshape(bufs["target_tokens"].shape))
             else:
-                args = [bufs[a.name] for a in FAMILIES[_family_of(op)].args]
-                call(op, args)
+                args = [bufs[a.name] for a in FAMILIES[step.variant.family].args]
+                call(step, args)
 
-    def _call_kernel(self, op: str, args: list) -> None:
+    def _call_kernel(self, step: PlanStep, args: list) -> None:
         if self.kernels == "torch":
-            self._reference_call(self.layout[1])(op, args)
+            self._reference_call(self.layout[1])(step, args)
         else:
-            self._kernels[op](*args)
+            self._kernels[step.name](*args)
 
     def _reference_call(self, block_size: int):
-        def call(op: str, args: list) -> None:
-            family = _family_of(op)
+        def call(step: PlanStep, args: list) -> None:
+            family = step.variant.family
             reference.REFERENCES[family](*args, **reference.reference_kwargs(family, block_size, self.num_splits))
         return call
 
@@ -517,7 +506,10 @@ class SpecVerifyRuntime:
         bufs["seq_lens"].copy_(seq_lens)
         bufs["block_table"].copy_(block_table)
         if batch:
-            self._run(bufs, DEFAULT_SEQUENCE, self._reference_call(bs))
+            layout = Layout(self.width, int(block_table.shape[1]), bs)
+            steps = [PlanStep.forward() if f == TARGET_FORWARD else PlanStep.kernel(VariantSpec.of(f, layout))
+                     for f in DEFAULT_SEQUENCE]
+            self._run(bufs, steps, self._reference_call(bs))
         return bufs
 
     def _copy_to_host(self, result: StepResult, batch: int) -> None:

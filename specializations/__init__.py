@@ -1,76 +1,20 @@
-"""The specialization matrix: which kernel variants a build makes.
+"""The ground floor every layer stands on: kernel families, variant records, targets, the matrix, plans.
 
-The default reproduces the reference documents' table: MTP3/4/5 -> verify
-widths 4/5/6 with block-table width 64 and block size 128 (``w4``,
-``w4_bt64_bs128``, ``w4_bs128``), int32 and int64 draft tokens.  Widen it on
-the command line (``--widths 2-16 --block-sizes 16,128``) or with a TOML file:
-
-    widths = [4, 5, 6]
-    block_table_widths = [64]
-    block_sizes = [128]
-    draft_dtypes = ["int32", "int64"]
+Nothing here imports torch, sympy or jinja2, so the compiler, the runtime and
+the tools share one vocabulary without pulling each other in.
 """
 
-from __future__ import annotations
+from .capabilities import SpeculativeVerifyCapabilities
+from .families import (COMPOSITES, DEFAULT_NUM_SPLITS, DRAFT_DTYPES, FAMILIES, MAX_WIDTH, MIN_WIDTH, ArgSpec,
+                       Family, register, shape_of, unregister)
+from .matrix import DEFAULT, Matrix, MatrixError, load_toml
+from .plan import (BOUNDARY_NAMES, CONTEXT_KV, DRAFT_TO_VERIFY, TARGET_FORWARD, VERIFY_TO_DRAFT, Plan, PlanError,
+                   PlanStep)
+from .targets import TARGET_NAMES, TARGET_OF_DEVICE, TARGETS, Target, target
+from .variants import KeyFormatError, Layout, UnknownFamily, VariantSpec, build_command, family_of
 
-from dataclasses import dataclass, fields, replace
-from pathlib import Path
-
-from ..codegen.families import DEFAULT_NUM_SPLITS, DRAFT_DTYPES, MAX_WIDTH, MIN_WIDTH
-
-
-class MatrixError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class Matrix:
-    widths: tuple[int, ...] = (4, 5, 6)
-    block_table_widths: tuple[int, ...] = (64,)
-    block_sizes: tuple[int, ...] = (128,)
-    draft_dtypes: tuple[str, ...] = DRAFT_DTYPES
-    num_splits: int = DEFAULT_NUM_SPLITS
-
-    def __post_init__(self):
-        for w in self.widths:
-            if not MIN_WIDTH <= w <= MAX_WIDTH:
-                raise MatrixError(f"width {w} is outside {MIN_WIDTH}..{MAX_WIDTH}")
-        for name in ("block_table_widths", "block_sizes"):
-            for v in getattr(self, name):
-                if v < 1:
-                    raise MatrixError(f"{name.replace('_', ' ')[:-1]} must be positive, got {v}")
-        for d in self.draft_dtypes:
-            if d not in DRAFT_DTYPES:
-                raise MatrixError(f"draft dtype {d!r} is not one of {', '.join(DRAFT_DTYPES)}")
-        if not (self.widths and self.block_table_widths and self.block_sizes and self.draft_dtypes):
-            raise MatrixError("the matrix is empty")
-        if self.num_splits < 1:
-            raise MatrixError("num_splits must be positive")
-
-    def layouts(self):
-        """Every (width, block-table width, block size, draft dtype) combination, in a fixed order."""
-        for w in self.widths:
-            for bt in self.block_table_widths:
-                for bs in self.block_sizes:
-                    for d in self.draft_dtypes:
-                        yield w, bt, bs, d
-
-    def with_overrides(self, **kw) -> "Matrix":
-        return replace(self, **{k: tuple(v) if isinstance(v, list) else v for k, v in kw.items() if v})
-
-
-DEFAULT = Matrix()
-
-
-def load_toml(path: str | Path) -> Matrix:
-    import tomllib
-
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise MatrixError(f"{path}: {e}") from None
-    known = {f.name for f in fields(Matrix)}
-    unknown = set(data) - known
-    if unknown:
-        raise MatrixError(f"{path}: unknown keys {sorted(unknown)} (known: {sorted(known)})")
-    return DEFAULT.with_overrides(**data)
+__all__ = ["ArgSpec", "BOUNDARY_NAMES", "COMPOSITES", "CONTEXT_KV", "DEFAULT", "DEFAULT_NUM_SPLITS", "DRAFT_DTYPES",
+           "DRAFT_TO_VERIFY", "FAMILIES", "Family", "KeyFormatError", "Layout", "MAX_WIDTH", "MIN_WIDTH", "Matrix",
+           "MatrixError", "Plan", "PlanError", "PlanStep", "SpeculativeVerifyCapabilities", "TARGETS",
+           "TARGET_FORWARD", "TARGET_NAMES", "TARGET_OF_DEVICE", "Target", "UnknownFamily", "VERIFY_TO_DRAFT",
+           "VariantSpec", "build_command", "family_of", "load_toml", "register", "shape_of", "target", "unregister"]

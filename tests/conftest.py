@@ -34,7 +34,7 @@ def engine_kernels(tmp_path_factory):
     prebuilt = os.environ.get("SPECGEN_TEST_ENGINE_KERNELS")
     if prebuilt:
         return load_library(prebuilt)
-    from specgen.codegen.build import build
+    from specgen.driver import plan_and_build as build
     from specgen.specializations import Matrix
 
     out = tmp_path_factory.mktemp("engine_kernels")

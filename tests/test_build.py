@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specgen.cli import main
-from specgen.codegen.build import build
-from specgen.codegen.families import FAMILIES, shape_of
-from specgen.codegen.reference import REFERENCES
+from specgen.driver import plan_and_build as build
+from specgen.specializations.families import FAMILIES, shape_of
+from specgen.runtime.semantics import REFERENCES
 from specgen.runtime.library import VariantNotBuilt
 from specgen.specializations import DEFAULT
 

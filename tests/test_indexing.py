@@ -9,7 +9,7 @@ import sympy as sp
 from hypothesis import given, settings, strategies as st
 
 from specgen.codegen import indexing as ix
-from specgen.codegen.families import FAMILIES
+from specgen.specializations.families import FAMILIES
 from specgen.codegen.indexing import (FloorDiv, Guard, Mod, TileLangPrinter, ceil_div, eval_guard,
                                       guards, specialize, tl)
 

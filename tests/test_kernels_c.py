@@ -16,10 +16,11 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from specgen.codegen.families import FAMILIES, shape_of, variant_key
+from specgen.specializations.families import FAMILIES, shape_of
+from specgen.specializations.variants import VariantSpec
 from specgen.codegen.indexing import eval_guard, guards
 from specgen.codegen.lower import ToolchainMissing, compile_artifact, lower
-from specgen.codegen.reference import REFERENCES
+from specgen.runtime.semantics import REFERENCES
 from specgen.codegen.templates import render_program
 
 pytestmark = pytest.mark.slow
@@ -39,7 +40,7 @@ VARIANTS = (
 
 
 def _id(v):
-    return variant_key(v[0], v[1], v[2], v[3], v[4])
+    return VariantSpec(*v[:5]).key
 
 
 def _build(v, folder):

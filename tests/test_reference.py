@@ -7,9 +7,9 @@ import doctest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from specgen.codegen import reference
-from specgen.codegen.families import FAMILIES
-from specgen.codegen.reference import REFERENCES
+from specgen.runtime import semantics as reference
+from specgen.specializations.families import FAMILIES
+from specgen.runtime.semantics import REFERENCES
 
 I32 = torch.int32
 

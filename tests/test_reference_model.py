@@ -10,7 +10,7 @@ import torch
 
 from specgen.runtime.reference import (
     AcceptanceDraft, AttentionBatch, BlockAllocator, ModelConfig, MTPHead, PagedKVCache,
-    Qwen3Model, greedy_generate, make_block_table, slot_for, speculative_generate_reference,
+    Qwen3Model, greedy_generate, make_block_table, slot, speculative_generate_reference,
     verify_metadata,
 )
 
@@ -48,7 +48,7 @@ def run_rows(model, bt, rows: list[list[int]], starts: list[int]):
     """One forward over equal-length rows, sequence b at positions ``starts[b] + i``."""
     r = len(rows[0])
     pos = torch.tensor(starts)[:, None] + torch.arange(r)
-    slots = slot_for(bt, pos, BS)
+    slots = slot(bt, pos, BS)
     qsl = torch.arange(len(rows) + 1) * r
     _, logits = model(torch.tensor(rows).reshape(-1), pos.reshape(-1), slots.reshape(-1), bt,
                       pos[:, -1] + 1, qsl, r)
@@ -68,7 +68,7 @@ def test_presets():
 def test_slots_and_masked_writes():
     bt = torch.tensor([[3, 0], [1, 2]], dtype=torch.int32)
     pos = torch.tensor([[0, 9, 16, -1], [7, 8, 15, 100]])
-    assert slot_for(bt, pos, BS).tolist() == [[24, 1, -1, -1], [15, 16, 23, -1]]
+    assert slot(bt, pos, BS).tolist() == [[24, 1, -1, -1], [15, 16, 23, -1]]
     cache = PagedKVCache(1, 4, BS, 2, 4)
     cache.write(0, torch.tensor([5, -1, -1]), torch.ones(3, 2, 4), torch.ones(3, 2, 4))
     assert cache.k[0].shape == (4, BS, 2, 4)
@@ -83,11 +83,11 @@ def test_paged_attention_matches_dense():
     ks = [torch.randn(n, kvh, d) for n in lens]
     vs = [torch.randn(n, kvh, d) for n in lens]
     for b, n in enumerate(lens):  # context before the query rows, written ahead
-        cache.write(0, slot_for(bt[b:b + 1], torch.arange(n - rows)[None], BS)[0],
+        cache.write(0, slot(bt[b:b + 1], torch.arange(n - rows)[None], BS)[0],
                     ks[b][: n - rows], vs[b][: n - rows])
     pos = torch.stack([torch.arange(n - rows, n) for n in lens])
     q = torch.randn(3 * rows, heads, d)
-    batch = AttentionBatch.build(pos.reshape(-1), slot_for(bt, pos, BS).reshape(-1), bt,
+    batch = AttentionBatch.build(pos.reshape(-1), slot(bt, pos, BS).reshape(-1), bt,
                                  torch.tensor(lens), torch.arange(4) * rows, rows, d, 1e6)
     out = batch.attend(cache, 0, q, torch.cat([k[-rows:] for k in ks]),
                        torch.cat([v[-rows:] for v in vs]))

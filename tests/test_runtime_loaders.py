@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from specgen.runtime import guards as G
-from specgen.runtime.library import KernelLibrary, UnknownFamily, VariantNotBuilt, load_library, render_package_init
+from specgen.codegen.package import render_package_init
+from specgen.runtime.library import KernelLibrary, UnknownFamily, VariantNotBuilt, load_library
 from specgen.runtime.manifest import ArtifactError, ManifestError, load_manifest
 
 W = 4
@@ -79,7 +80,7 @@ def make_build(root: Path, name: str = "specgen_kernels", targets=("c",)) -> Pat
             rel = f"{target}/{key}.{'so' if target == 'c' else 'cubin'}"
             blob = _compile(out / rel, target, key, dtype)
             variants.append(_variant(key, dtype, target, rel, blob, "sm_90" if target == "cuda" else None))
-    manifest = {"schema_version": 1, "specgen_version": "0.1.0", "tilelang_version": "0.1.15",
+    manifest = {"schema_version": 2, "specgen_version": "0.1.0", "tilelang_version": "0.1.15",
                 "targets": list(targets), "variants": variants, "plans": {}}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     (out / "__init__.py").write_text(render_package_init(manifest))
@@ -191,7 +192,7 @@ def test_guards_evaluator():
 
 def test_manifest_errors_name_file_and_field(build, tmp_path):
     data = json.loads((build / "manifest.json").read_text())
-    cases = [("schema_version", 2, "schema_version"), ("sha256", None, "'sha256'"),
+    cases = [("schema_version", 1, "schema_version"), ("sha256", None, "'sha256'"),
              ("guards", [{"expr": "__import__('os')"}], "guards\\[0\\]: field 'expr'"),
              ("artifact", "../../etc/passwd", "'artifact'")]
     for field, value, match in cases:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from specgen.codegen import reference as ref
+from specgen.runtime import semantics as ref
 from specgen.runtime.capabilities import SpeculativeVerifyCapabilities, capabilities_of
 from specgen.runtime.library import load_library
 from specgen.runtime.verify_graph import SpecVerifyRuntime
@@ -23,7 +23,7 @@ ON = SpeculativeVerifyCapabilities(supports_in_graph_input_update=True, block_si
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    from specgen.codegen.build import build
+    from specgen.driver import plan_and_build as build
     from specgen.specializations import Matrix
 
     out = tmp_path_factory.mktemp("verify_graph_build")
@@ -106,7 +106,7 @@ def test_capabilities_of():
 def test_sequence_comes_from_plans(lib):
     rt = SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8)
     assert rt.layout == (BT, BS)
-    assert rt.sequence == (f"spec_verify_head_update__w{W}_bt{BT}_bs{BS}", "target_forward",
+    assert tuple(s.name for s in rt.sequence) == (f"spec_verify_head_update__w{W}_bt{BT}_bs{BS}", "target_forward",
                            f"greedy_prefix_verify__w{W}", f"prepare_next_draft__w{W}_bt{BT}_bs{BS}")
     assert rt.buckets == (1, 2, 4, 8)
 
@@ -198,7 +198,7 @@ def test_guard_uses_declared_bounds(lib):
 
 @pytest.mark.gpu
 def test_cuda_graph_replay(tmp_path):
-    from specgen.codegen.build import build
+    from specgen.driver import plan_and_build as build
     from specgen.specializations import Matrix
 
     # the GPU machine has no TileLang: there the kernels come prebuilt, e.g.
@@ -300,7 +300,7 @@ def _default_cuda_library(tmp_path):
     prebuilt = os.environ.get("SPECGEN_TEST_CUDA_DEFAULT_KERNELS")
     if prebuilt:
         return load_library(prebuilt)
-    from specgen.codegen.build import build
+    from specgen.driver import plan_and_build as build
     from specgen.specializations import DEFAULT
 
     build(DEFAULT, ("cuda",), out=tmp_path, jobs=2, progress=None,

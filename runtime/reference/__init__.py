@@ -10,11 +10,11 @@ from .decode import SpecStats, greedy_generate, greedy_prefix, speculative_gener
 from .draft import AcceptanceDraft, MTPHead
 from .model import PRESETS, ModelConfig, Qwen3Model
 from .paged_kv import (AttentionBatch, BlockAllocator, PagedKVCache, make_block_table,
-                       paged_attention, slot_for, verify_metadata)
+                       paged_attention, slot, verify_metadata)
 
 __all__ = [
     "AcceptanceDraft", "AttentionBatch", "BlockAllocator", "MTPHead", "ModelConfig", "PRESETS",
     "PagedKVCache", "Qwen3Model", "SpecStats", "greedy_generate", "greedy_prefix",
-    "make_block_table", "paged_attention", "slot_for", "speculative_generate_reference",
+    "make_block_table", "paged_attention", "slot", "speculative_generate_reference",
     "verify_metadata",
 ]

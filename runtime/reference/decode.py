@@ -16,7 +16,7 @@ import torch
 
 from .draft import AcceptanceDraft, MTPHead
 from .model import Qwen3Model
-from .paged_kv import BlockAllocator, make_block_table, slot_for, verify_metadata
+from .paged_kv import BlockAllocator, make_block_table, slot, verify_metadata
 
 
 @dataclass(slots=True)
@@ -72,7 +72,7 @@ class _Layout:
         lens = torch.tensor([len(x) for x in rows], device=dev)
         idx = torch.arange(r, device=dev)
         pos = start + idx.expand(len(rows), r)
-        slots = torch.where(idx < lens[:, None], slot_for(self.block_table, pos, self.block_size),
+        slots = torch.where(idx < lens[:, None], slot(self.block_table, pos, self.block_size),
                             torch.full_like(pos, -1))
         qsl = torch.arange(len(rows) + 1, device=dev) * r
         return (tokens.reshape(-1), pos.reshape(-1), slots.reshape(-1), self.block_table,
@@ -102,7 +102,7 @@ def greedy_generate(model: Qwen3Model, prompts: list[list[int]], max_new_tokens:
     seq_lens, bt = lay.lens.clone(), lay.block_table
     qsl = torch.arange(len(prompts) + 1, device=bt.device)
     for _ in range(max_new_tokens - 1):
-        slots = slot_for(bt, seq_lens[:, None], block_size).reshape(-1)
+        slots = slot(bt, seq_lens[:, None], block_size).reshape(-1)
         _, logits = model(tok, seq_lens, slots, bt, seq_lens + 1, qsl, 1)
         tok = logits.argmax(-1)
         seq_lens += 1
@@ -119,7 +119,7 @@ def _draft_chain(draft: MTPHead, logits, hidden, seq_lens, n: int, lay: _Layout)
     drafts.append(d)
     for _ in range(n - 1):
         pos = pos + 1
-        slots = slot_for(lay.block_table, pos[:, None], lay.block_size).reshape(-1)
+        slots = slot(lay.block_table, pos[:, None], lay.block_size).reshape(-1)
         hidden, logits = draft(d, pos, slots, hidden, lay.block_table, pos + 1, qsl, 1)
         d = logits.argmax(-1)
         drafts.append(d)
@@ -136,7 +136,7 @@ def _next_draft_rows(draft: MTPHead, tokens, hidden, accepted, next_lens, bonus,
     b = accepted.shape[0]
     base = torch.arange(b, device=accepted.device) * width
     pos = torch.stack([next_lens - 1, next_lens], 1)
-    slots = slot_for(lay.block_table, pos, lay.block_size)
+    slots = slot(lay.block_table, pos, lay.block_size)
     slots[:, 0] = torch.where(accepted == width - 1, slots[:, 0], torch.full_like(slots[:, 0], -1))
     rows = torch.stack([base + (accepted - 1).clamp(min=0), base + accepted], 1).reshape(-1)
     toks = torch.stack([tokens[base + accepted], bonus], 1).reshape(-1)

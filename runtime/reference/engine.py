@@ -42,13 +42,13 @@ from typing import Callable
 
 import torch
 
-from specgen.codegen import reference as ref
-from specgen.runtime.capabilities import capabilities_of
-from specgen.runtime.verify_graph import DeviceAPI, SpecVerifyRuntime, alloc_step_buffers
+from .. import semantics as ref
+from ..capabilities import capabilities_of
+from ..verify_graph import DeviceAPI, SpecVerifyRuntime, alloc_step_buffers
 
 from .draft import MTPHead
 from .model import Qwen3Model
-from .paged_kv import BlockAllocator, slot_for
+from .paged_kv import BlockAllocator, slot
 
 __all__ = ["MODES", "EngineError", "OracleMix", "RunResult", "SpecDecodeEngine", "StepTiming"]
 
@@ -258,7 +258,7 @@ class SpecDecodeEngine:
         idx = torch.arange(r, device=dev)
         pos = idx.expand(B, r)
         valid = idx < self.prompt_lens[:, None]
-        slots = torch.where(valid, slot_for(bt, pos, BS), torch.full_like(pos, -1))
+        slots = torch.where(valid, slot(bt, pos, BS), torch.full_like(pos, -1))
         qsl = torch.arange(B + 1, device=dev) * r
         hidden, logits = self.model(toks.reshape(-1), pos.reshape(-1), slots.reshape(-1), bt, self.prompt_lens,
                                     qsl, r)
@@ -267,7 +267,7 @@ class SpecDecodeEngine:
         if r > 1:  # draft prefill: token at p = 1 .. P-1 with the target hidden of p - 1
             dtoks = torch.tensor([p[1:] + [0] * (r - len(p) + 1) for p in prompts], device=dev)
             dpos = (idx + 1).expand(B, r)
-            dslots = torch.where(idx < (self.prompt_lens - 1)[:, None], slot_for(bt, dpos, BS),
+            dslots = torch.where(idx < (self.prompt_lens - 1)[:, None], slot(bt, dpos, BS),
                                  torch.full_like(dpos, -1))
             self.head(dtoks.reshape(-1), dpos.reshape(-1), dslots.reshape(-1), hidden, bt, self.prompt_lens, qsl, r)
         # The first draft graph input: row 1 is the bonus at position P with the hidden of P - 1.
@@ -306,7 +306,7 @@ class SpecDecodeEngine:
         drafts, pos, qsl = [d], new_len, torch.arange(B + 1, device=dev)
         for _ in range(W - 2):
             pos = pos + 1
-            h, logits = self.head(d, pos, slot_for(bt, pos[:, None], BS).reshape(-1), h, bt, pos + 1, qsl, 1)
+            h, logits = self.head(d, pos, slot(bt, pos[:, None], BS).reshape(-1), h, bt, pos + 1, qsl, 1)
             d = logits.argmax(-1)
             drafts.append(d)
         out = torch.stack(drafts, 1)

@@ -207,7 +207,7 @@ class Qwen3Model(nn.Module):
     def speculative_verify_capabilities(self):
         """The fixed-shape forward reads only persistent metadata, so inputs may be updated in
         the captured graph; full attention, no linear state; the layout of the allocated cache."""
-        from specgen.runtime.capabilities import SpeculativeVerifyCapabilities
+        from ..capabilities import SpeculativeVerifyCapabilities
 
         if self.kv_cache is None or getattr(self, "block_table_width", None) is None:
             return SpeculativeVerifyCapabilities()  # no fixed cache layout yet: nothing to capture over

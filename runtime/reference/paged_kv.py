@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..semantics import slot
+
 
 class BlockAllocator:
     """A free list of cache blocks.
@@ -48,17 +50,6 @@ def make_block_table(allocator: BlockAllocator, num_seqs: int, blocks_per_seq: i
     return torch.tensor(rows, dtype=torch.int32, device=device).reshape(num_seqs, blocks_per_seq)
 
 
-def slot_for(block_table: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
-    """Flat cache slot of ``positions[b, ...]`` in sequence b (int64; -1 = no write)."""
-    bt = block_table.long()
-    pos = positions.long().reshape(bt.shape[0], -1)
-    idx = torch.div(pos, block_size, rounding_mode="floor")
-    blk = bt.gather(1, idx.clamp(0, bt.shape[1] - 1))
-    valid = (pos >= 0) & (idx < bt.shape[1]) & (blk >= 0)
-    slots = torch.where(valid, blk * block_size + pos % block_size, torch.full_like(pos, -1))
-    return slots.reshape(positions.shape)
-
-
 def verify_metadata(seq_lens: torch.Tensor, block_table: torch.Tensor, width: int,
                     block_size: int) -> tuple[torch.Tensor, ...]:
     """``spec_verify_metadata_update`` as int32 tensors.
@@ -67,7 +58,7 @@ def verify_metadata(seq_lens: torch.Tensor, block_table: torch.Tensor, width: in
     """
     b = seq_lens.shape[0]
     pos = seq_lens.long()[:, None] + torch.arange(width, device=seq_lens.device)
-    slots = slot_for(block_table, pos, block_size)
+    slots = slot(block_table, pos, block_size)
     qsl = torch.arange(b + 1, device=seq_lens.device) * width
     kv_lens = seq_lens.long() + width
     return pos.reshape(-1).int(), slots.reshape(-1).int(), kv_lens.int(), qsl.int()

@@ -1,15 +1,22 @@
 """The kernel families: names, specialization keys and argument lists.
 
-The semantics are those of KERNELS.md; ``specgen.codegen.reference`` holds the
-torch implementation of each family, which is the ground truth for every
-generated variant.  Shapes are Python expressions over ``B`` (batch, a
-run-time dimension), ``W`` (verify width), ``BT`` (block-table width) and
-``NS`` (split count of the attention tiling).
+The semantics are those of ``docs/kernels.md`` (the kernel contract);
+``specgen.runtime.semantics`` holds the torch implementation of each family,
+the ground truth for every generated variant.  Shapes are expressions over
+``B`` (batch, a run-time dimension), ``W`` (verify width), ``BT`` (block-table
+width) and ``NS`` (split count of the attention tiling), evaluated by
+``specializations.expr`` only.
+
+Adding a family: ``register(Family(...))`` here (or from a plugin), a template
+``templates/<name>.py.jinja``, its torch semantics in ``runtime/semantics.py``
+(``register_semantics``) and its tests; nothing else changes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from .expr import eval_shape
 
 MIN_WIDTH, MAX_WIDTH = 2, 16
 DEFAULT_NUM_SPLITS = 8
@@ -129,28 +136,22 @@ COMPOSITES: dict[str, tuple[str, ...]] = {
 FAMILIES.update({name: _composite(name, members, FAMILIES) for name, members in COMPOSITES.items()})
 
 
-def key_suffix(family: str, width: int, block_table_width: int | None = None,
-               block_size: int | None = None, draft_dtype: str = "int32") -> str:
-    """``w4_bt64_bs128`` style key of KERNELS.md; int64 drafts add ``_i64``."""
-    fam = FAMILIES[family]
-    values = {"W": ("w", width), "BT": ("bt", block_table_width), "BS": ("bs", block_size)}
-    parts = []
-    for p in fam.key_params:
-        prefix, v = values[p]
-        if v is None:
-            raise ValueError(f"{family} needs {p} for its key")
-        parts.append(f"{prefix}{int(v)}")
-    if fam.has_draft_dtype and draft_dtype != "int32":
-        parts.append("i64")
-    return "_".join(parts)
+def register(family: Family) -> Family:
+    """Add ``family`` to ``FAMILIES`` (a composite's members must be registered first)."""
+    if family.name in FAMILIES:
+        raise ValueError(f"kernel family {family.name!r} is already registered")
+    if family.members:
+        family = _composite(family.name, family.members, FAMILIES)
+        COMPOSITES[family.name] = family.members
+    FAMILIES[family.name] = family
+    return family
 
 
-def variant_key(family: str, width: int, block_table_width: int | None = None,
-                block_size: int | None = None, draft_dtype: str = "int32") -> str:
-    """``spec_verify_metadata_update__w4_bt64_bs128``."""
-    return f"{family}__{key_suffix(family, width, block_table_width, block_size, draft_dtype)}"
+def unregister(name: str) -> None:
+    """Remove a family added by ``register`` (tests of plugin families clean up with it)."""
+    FAMILIES.pop(name, None)
+    COMPOSITES.pop(name, None)
 
 
 def shape_of(arg: ArgSpec, B: int, W: int, BT: int | None = None, NS: int = DEFAULT_NUM_SPLITS) -> tuple[int, ...]:
-    env = {"B": B, "W": W, "BT": BT if BT is not None else 0, "NS": NS}
-    return tuple(int(x) for x in eval(arg.shape, {"__builtins__": {}}, env))  # noqa: S307 - fixed table above
+    return eval_shape(arg.shape, B=B, W=W, BT=BT, NS=NS)

@@ -1,6 +1,6 @@
-"""Torch reference implementations of the kernel families: the ground truth.
+"""The kernel families' torch semantics: the ground truth of ``docs/kernels.md``.
 
-Each function transcribes one section of KERNELS.md with vectorised torch ops
+Each function transcribes one section of the contract with vectorised torch ops
 (no loop over the batch), takes the family's arguments in ``FAMILIES`` order
 and writes its outputs in place, exactly like a generated kernel:
 
@@ -20,27 +20,27 @@ from typing import Callable
 
 import torch
 
-from .families import DEFAULT_NUM_SPLITS
+from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES
 
 I32 = torch.int32
 
 
-def slot(block_table: torch.Tensor, seq_positions: torch.Tensor, block_size: int) -> torch.Tensor:
-    """``block_table[b, p // BS] * BS + p % BS`` per row b of ``seq_positions``.
+def slot(block_table: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
+    """``slot(b, p)`` of the contract for every position of row b: int32, the shape of ``positions``.
 
-    ``seq_positions`` is ``(B,)`` or ``(B, K)``; positions outside
-    ``[0, BT * BS)`` give -1 (no write).
+    ``positions`` is ``(B,)`` or ``(B, ...)``; a position outside
+    ``[0, BT * BS)`` or whose block-table entry is negative (unallocated)
+    gives -1, the no-write slot.
     """
-    p = seq_positions.long()
-    squeeze = p.dim() == 1
-    if squeeze:
-        p = p[:, None]
-    limit = block_table.shape[1] * block_size
+    bt = block_table.long()
+    p = positions.long().reshape(bt.shape[0], -1)
+    limit = bt.shape[1] * block_size
     valid = (p >= 0) & (p < limit)
     safe = torch.where(valid, p, torch.zeros_like(p))
-    entry = torch.gather(block_table.long(), 1, torch.div(safe, block_size, rounding_mode="floor"))
-    out = torch.where(valid, entry * block_size + safe % block_size, torch.full_like(p, -1)).to(I32)
-    return out[:, 0] if squeeze else out
+    entry = torch.gather(bt, 1, torch.div(safe, block_size, rounding_mode="floor"))
+    valid &= entry >= 0
+    out = torch.where(valid, entry * block_size + safe % block_size, torch.full_like(p, -1))
+    return out.to(I32).reshape(positions.shape)
 
 
 def _rows(seq_lens: torch.Tensor, width: int) -> torch.Tensor:
@@ -136,8 +136,6 @@ def spec_verify_head_update(last_tokens, draft_tokens, seq_lens, block_table, to
 
 def reference_kwargs(family: str, block_size: int, num_splits: int = DEFAULT_NUM_SPLITS) -> dict:
     """The keywords ``family``'s reference takes besides its tensors."""
-    from .families import FAMILIES
-
     fam = FAMILIES[family]
     kw = {"block_size": block_size} if "BS" in fam.key_params else {}
     if fam.uses_num_splits:
@@ -147,10 +145,17 @@ def reference_kwargs(family: str, block_size: int, num_splits: int = DEFAULT_NUM
 
 def run_reference(family: str, bufs, *, block_size: int, num_splits: int = DEFAULT_NUM_SPLITS) -> None:
     """``family``'s reference over a dict of step buffers named like its arguments."""
-    from .families import FAMILIES
-
     REFERENCES[family](*(bufs[a.name] for a in FAMILIES[family].args),
                        **reference_kwargs(family, block_size, num_splits))
+
+
+def register_semantics(fn: Callable[..., None], name: str | None = None) -> Callable[..., None]:
+    """Make ``fn`` the semantics of the family ``name`` (default: ``fn.__name__``); usable as a decorator."""
+    name = name or fn.__name__
+    if name not in FAMILIES:
+        raise LookupError(f"no kernel family {name!r}: register its Family in specgen.specializations first")
+    REFERENCES[name] = fn
+    return fn
 
 
 REFERENCES: dict[str, Callable[..., None]] = {

@@ -1,0 +1,148 @@
+"""The typed records that alone spell and parse layout and variant keys.
+
+A ``Layout`` is one point of the matrix (verify width, block-table width,
+block size, draft dtype); a ``VariantSpec`` is one kernel family specialized
+at a layout, keeping only the parameters its key names (KERNELS.md)::
+
+    >>> lay = Layout(4, 64, 128)
+    >>> lay.key
+    'w4_bt64_bs128_int32'
+    >>> VariantSpec.of("spec_verify_token_update", Layout(4, 64, 128, "int64")).key
+    'spec_verify_token_update__w4_i64'
+    >>> VariantSpec.parse("spec_verify_metadata_update__w4_bt64_bs128").block_size
+    128
+
+Every other layer formats and parses keys through these two records.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from .families import DEFAULT_NUM_SPLITS, DRAFT_DTYPES, FAMILIES, Family
+
+_LAYOUT_KEY = re.compile(r"^w(\d+)_bt(\d+)_bs(\d+)_(int32|int64)$")
+_PART = re.compile(r"^(w|bt|bs)(\d+)$")
+_PARAM_FIELD = {"W": ("w", "width"), "BT": ("bt", "block_table_width"), "BS": ("bs", "block_size")}
+
+
+class KeyFormatError(ValueError):
+    """A key that does not follow the ``family__w4_bt64_bs128`` / ``w4_bt64_bs128_int32`` grammar."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Layout:
+    width: int
+    block_table_width: int
+    block_size: int
+    draft_dtype: str = "int32"
+
+    @property
+    def key(self) -> str:
+        return f"w{self.width}_bt{self.block_table_width}_bs{self.block_size}_{self.draft_dtype}"
+
+    @classmethod
+    def parse(cls, key: str) -> "Layout":
+        m = _LAYOUT_KEY.match(key)
+        if not m:
+            raise KeyFormatError(f"not a layout key: {key!r} (expected w4_bt64_bs128_int32)")
+        return cls(int(m[1]), int(m[2]), int(m[3]), m[4])
+
+    def as_dict(self) -> dict:
+        return {"width": self.width, "block_table_width": self.block_table_width,
+                "block_size": self.block_size, "draft_dtype": self.draft_dtype}
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class VariantSpec:
+    family: str
+    width: int
+    block_table_width: int | None = None
+    block_size: int | None = None
+    draft_dtype: str = "int32"
+    num_splits: int | None = None
+
+    def __post_init__(self):
+        fam = family_of(self.family)
+        for p, (_, name) in _PARAM_FIELD.items():
+            if p in fam.key_params and getattr(self, name) is None:
+                raise KeyFormatError(f"{self.family} needs {name} for its key")
+        if self.draft_dtype not in DRAFT_DTYPES:
+            raise KeyFormatError(f"draft dtype {self.draft_dtype!r} is not one of {', '.join(DRAFT_DTYPES)}")
+
+    @classmethod
+    def of(cls, family: str, layout: Layout, num_splits: int = DEFAULT_NUM_SPLITS) -> "VariantSpec":
+        """``family`` at ``layout``, keeping only what the family's key names."""
+        fam = family_of(family)
+        return cls(family, layout.width,
+                   layout.block_table_width if "BT" in fam.key_params else None,
+                   layout.block_size if "BS" in fam.key_params else None,
+                   layout.draft_dtype if fam.has_draft_dtype else "int32",
+                   num_splits if fam.uses_num_splits else None)
+
+    @property
+    def spec(self) -> Family:
+        return FAMILIES[self.family]
+
+    @property
+    def suffix(self) -> str:
+        """``w4_bt64_bs128``; int64 drafts add ``_i64``."""
+        parts = [f"{_PARAM_FIELD[p][0]}{getattr(self, _PARAM_FIELD[p][1])}" for p in self.spec.key_params]
+        if self.spec.has_draft_dtype and self.draft_dtype != "int32":
+            parts.append("i64")
+        return "_".join(parts)
+
+    @property
+    def key(self) -> str:
+        return f"{self.family}__{self.suffix}"
+
+    def with_dtype(self, draft_dtype: str) -> "VariantSpec":
+        return replace(self, draft_dtype=draft_dtype if self.spec.has_draft_dtype else "int32")
+
+    @classmethod
+    def parse(cls, key: str) -> "VariantSpec":
+        family, sep, suffix = key.partition("__")
+        if not sep:
+            raise KeyFormatError(f"not a variant key: {key!r} (expected family__w4_bt64_bs128)")
+        values: dict = {}
+        dtype = "int32"
+        for part in suffix.split("_"):
+            m = _PART.match(part)
+            if m:
+                values[next(f for k, f in _PARAM_FIELD.values() if k == m[1])] = int(m[2])
+            elif part == "i64":
+                dtype = "int64"
+            else:
+                raise KeyFormatError(f"not a variant key: {key!r} (unknown part {part!r})")
+        if "width" not in values:
+            raise KeyFormatError(f"not a variant key: {key!r} (no width)")
+        spec = cls(family, draft_dtype=dtype, **values)
+        if spec.key != key:
+            raise KeyFormatError(f"not a variant key: {key!r} (the family's key reads {spec.key!r})")
+        return spec
+
+
+def family_of(name: str) -> Family:
+    """The family called ``name``; ``LookupError`` naming the known families otherwise."""
+    if name not in FAMILIES:
+        raise UnknownFamily(f"unknown kernel family {name!r}; known: {', '.join(sorted(FAMILIES))}")
+    return FAMILIES[name]
+
+
+class UnknownFamily(LookupError):
+    """The family name is not one of specgen's kernel families."""
+
+
+def build_command(spec: VariantSpec, target: str = "c") -> str:
+    """The ``specgen build`` command line that makes ``spec`` for ``target``."""
+    cmd = f"specgen build --widths {spec.width}"
+    if spec.block_table_width is not None:
+        cmd += f" --block-table-widths {spec.block_table_width}"
+    if spec.block_size is not None:
+        cmd += f" --block-sizes {spec.block_size}"
+    if target != "c":
+        cmd += f" --target {target}"
+    if spec.draft_dtype != "int32":
+        cmd += f" --draft-dtypes {spec.draft_dtype}"
+    return cmd
