@@ -2,7 +2,7 @@
 
 For every (depth, batch) the same model, MTP head and prompts run in each
 mode (``baseline``, ``compile``, ``specgen``; see
-``specgen.runtime.reference.engine``).  Reported per run: TPOT, tokens/s,
+``specgen.runtime.engine.engine``).  Reported per run: TPOT, tokens/s,
 the draft->verify boundary (median verify span minus the bare verify graph),
 the verify->next-draft gap, the draft graph, host synchronizations per step
 (counted by torch.cuda's sync debug mode), the measured acceptance, and
@@ -114,7 +114,7 @@ def _summary(res, bare_us: float | None) -> dict:
 def run_bench(args) -> dict:
     import torch
 
-    from specgen.runtime.reference import ModelConfig
+    from specgen.runtime.engine import ModelConfig
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cuda = device.type == "cuda"
@@ -169,8 +169,8 @@ def _error_text(e: BaseException) -> str:
 
 
 def _run_all(args, torch, device, cuda, cfg, dtype, depths, batches, widths, bt, lib, run_modes, skipped) -> dict:
-    from specgen.runtime.reference import MTPHead, Qwen3Model, greedy_generate
-    from specgen.runtime.reference.engine import EngineError, OracleMix, SpecDecodeEngine
+    from specgen.runtime.engine import MTPHead, Qwen3Model, greedy_generate
+    from specgen.runtime.engine.engine import EngineError, OracleMix, SpecDecodeEngine
 
     t_model = time.perf_counter()
     model = Qwen3Model.create(cfg, seed=args.seed, dtype=dtype, device=device)

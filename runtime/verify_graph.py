@@ -57,7 +57,6 @@ measurements); ``kernels="built"`` (the default) needs every variant built.
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -70,6 +69,8 @@ from ..specializations.targets import TARGET_OF_DEVICE
 from ..specializations.variants import Layout, VariantSpec
 from . import semantics as reference
 from .capabilities import SpeculativeVerifyCapabilities
+from .buffers import alloc_step_buffers, buckets_for
+from .device import DeviceAPI
 from .library import KernelLibrary, VariantNotBuilt
 
 __all__ = ["BACKENDS", "DeviceAPI", "DEFAULT_SEQUENCE", "FALLBACK_REASONS", "HostResult", "SpecVerifyRuntime", "StepResult",
@@ -109,95 +110,6 @@ class HostResult:
     next_tokens: torch.Tensor
     next_last_token: torch.Tensor
     next_seq_lens: torch.Tensor
-
-
-def buckets_for(max_batch: int) -> tuple[int, ...]:
-    """Batch buckets 1, 2, 4, ... below ``max_batch``, then ``max_batch``."""
-    out, b = [], 1
-    while b < max_batch:
-        out.append(b)
-        b *= 2
-    out.append(max_batch)
-    return tuple(out)
-
-
-def alloc_step_buffers(batch: int, width: int, block_table_width: int, *, block_size: int, scratch_block: int = 0,
-                       num_splits: int = DEFAULT_NUM_SPLITS, device=None,
-                       fill_padding: bool = False) -> dict[str, torch.Tensor]:
-    """Every buffer of one verify step for ``batch`` rows: the families' arguments, int32, zeroed.
-
-    ``scratch_slot`` holds the scratch block's first slot; with ``fill_padding``
-    every block-table entry starts as the scratch block.
-    """
-    names: dict[str, tuple[int, ...]] = {}
-    for fam in FAMILIES.values():
-        for a in fam.args:
-            names.setdefault(a.name, shape_of(a, batch, width, block_table_width, num_splits))
-    bufs = {n: torch.zeros(s, dtype=I32, device=device) for n, s in names.items()}
-    bufs["scratch_slot"].fill_(scratch_block * block_size)
-    if fill_padding:
-        bufs["block_table"].fill_(scratch_block)
-    return bufs
-
-
-class DeviceAPI:
-    """Streams, events and graph capture of one accelerator backend (``torch.cuda`` or ``torch.npu``)."""
-
-    def __init__(self, backend: str):
-        self.backend = backend
-        if backend == "npu":
-            from .loaders import _torch_npu
-
-            _torch_npu()  # registers torch.npu; imported only for this backend
-            self.mod = torch.npu
-            self.Graph = torch.npu.NPUGraph
-        else:
-            self.mod = torch.cuda
-            self.Graph = torch.cuda.CUDAGraph
-
-    def current_stream(self, device):
-        return self.mod.current_stream(device)
-
-    def new_stream(self, device):
-        return self.mod.Stream(device=device)
-
-    def stream(self, s):
-        return self.mod.stream(s)
-
-    def event(self):
-        return self.mod.Event()
-
-    def graph(self, g, pool):
-        return self.mod.graph(g, pool=pool)
-
-    def pool_handle(self):
-        return self.mod.graph_pool_handle()
-
-    def capture(self, fn: Callable[[], None], device, pool, warmup: int = 2):
-        """``fn`` run ``warmup`` times on a side stream, then captured into a new graph.
-
-        A dead graph freed by the garbage collector during a capture would
-        invalidate it (destroying a graph is not permitted while a stream
-        captures), so the collector runs first and stays off until the end.
-        """
-        main = self.current_stream(device)
-        side = self.new_stream(device)
-        side.wait_stream(main)
-        with self.stream(side):
-            for _ in range(max(1, warmup)):
-                fn()
-        main.wait_stream(side)
-        graph = self.Graph()
-        gc.collect()
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            with self.graph(graph, pool):
-                fn()
-        finally:
-            if enabled:
-                gc.enable()
-        return graph
 
 
 class SpecVerifyRuntime:

@@ -8,9 +8,9 @@ import random
 import pytest
 import torch
 
-from conftest import ENGINE_LAYOUT
-from specgen.runtime.reference import MTPHead, Qwen3Model, greedy_generate
-from specgen.runtime.reference.engine import EngineError, OracleMix, SpecDecodeEngine
+ENGINE_LAYOUT = {"widths": (2, 3, 4, 5, 6), "block_table_width": 8, "block_size": 16}  # as conftest.engine_kernels builds
+from specgen.runtime.engine import MTPHead, Qwen3Model, greedy_generate
+from specgen.runtime.engine.engine import EngineError, OracleMix, SpecDecodeEngine
 
 BT, BS = ENGINE_LAYOUT["block_table_width"], ENGINE_LAYOUT["block_size"]
 NEW = 12
@@ -184,7 +184,7 @@ def test_cuda_modes_lossless(engine_kernels, width):
 def test_capture_warmup_leaves_state_alone(model, engine_kernels, monkeypatch):
     """Capturing runs each graph during warm-up; a compile-mode verify graph then writes the next
     draft's inputs.  The engine restores them, so the first step still starts from the prefill."""
-    from specgen.runtime.reference import engine as eng_mod
+    from specgen.runtime.engine import engine as eng_mod
 
     class WarmingGraph(eng_mod._Graph):
         def __init__(self, fn, device, pool=None, warmup=2):

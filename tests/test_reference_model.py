@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from specgen.runtime.reference import (
+from specgen.runtime.engine import (
     AcceptanceDraft, AttentionBatch, BlockAllocator, ModelConfig, MTPHead, PagedKVCache,
     Qwen3Model, greedy_generate, make_block_table, slot, speculative_generate_reference,
     verify_metadata,

@@ -1,0 +1,43 @@
+"""The persistent step buffers of a verify graph: one set per batch bucket, allocated once.
+
+Every family argument of the plan gets a stable-address int32 tensor; padding
+rows of a bucket point at the scratch block so their writes land nowhere that
+matters.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, shape_of
+
+I32 = torch.int32
+
+
+def buckets_for(max_batch: int) -> tuple[int, ...]:
+    """Batch buckets 1, 2, 4, ... below ``max_batch``, then ``max_batch``."""
+    out, b = [], 1
+    while b < max_batch:
+        out.append(b)
+        b *= 2
+    out.append(max_batch)
+    return tuple(out)
+
+
+def alloc_step_buffers(batch: int, width: int, block_table_width: int, *, block_size: int, scratch_block: int = 0,
+                       num_splits: int = DEFAULT_NUM_SPLITS, device=None,
+                       fill_padding: bool = False) -> dict[str, torch.Tensor]:
+    """Every buffer of one verify step for ``batch`` rows: the families' arguments, int32, zeroed.
+
+    ``scratch_slot`` holds the scratch block's first slot; with ``fill_padding``
+    every block-table entry starts as the scratch block.
+    """
+    names: dict[str, tuple[int, ...]] = {}
+    for fam in FAMILIES.values():
+        for a in fam.args:
+            names.setdefault(a.name, shape_of(a, batch, width, block_table_width, num_splits))
+    bufs = {n: torch.zeros(s, dtype=I32, device=device) for n, s in names.items()}
+    bufs["scratch_slot"].fill_(scratch_block * block_size)
+    if fill_padding:
+        bufs["block_table"].fill_(scratch_block)
+    return bufs

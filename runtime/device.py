@@ -1,0 +1,68 @@
+"""Streams, events and graph capture of one accelerator backend (``torch.cuda`` or ``torch.npu``)."""
+
+from __future__ import annotations
+
+import gc
+from typing import Callable
+
+import torch
+
+
+class DeviceAPI:
+    """Streams, events and graph capture of one accelerator backend (``torch.cuda`` or ``torch.npu``)."""
+
+    def __init__(self, backend: str):
+        self.backend = backend
+        if backend == "npu":
+            from .loaders import _torch_npu
+
+            _torch_npu()  # registers torch.npu; imported only for this backend
+            self.mod = torch.npu
+            self.Graph = torch.npu.NPUGraph
+        else:
+            self.mod = torch.cuda
+            self.Graph = torch.cuda.CUDAGraph
+
+    def current_stream(self, device):
+        return self.mod.current_stream(device)
+
+    def new_stream(self, device):
+        return self.mod.Stream(device=device)
+
+    def stream(self, s):
+        return self.mod.stream(s)
+
+    def event(self):
+        return self.mod.Event()
+
+    def graph(self, g, pool):
+        return self.mod.graph(g, pool=pool)
+
+    def pool_handle(self):
+        return self.mod.graph_pool_handle()
+
+    def capture(self, fn: Callable[[], None], device, pool, warmup: int = 2):
+        """``fn`` run ``warmup`` times on a side stream, then captured into a new graph.
+
+        A dead graph freed by the garbage collector during a capture would
+        invalidate it (destroying a graph is not permitted while a stream
+        captures), so the collector runs first and stays off until the end.
+        """
+        main = self.current_stream(device)
+        side = self.new_stream(device)
+        side.wait_stream(main)
+        with self.stream(side):
+            for _ in range(max(1, warmup)):
+                fn()
+        main.wait_stream(side)
+        graph = self.Graph()
+        gc.collect()
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with self.graph(graph, pool):
+                fn()
+        finally:
+            if enabled:
+                gc.enable()
+        return graph
