@@ -1,3 +1,3 @@
-from specgen.cli import main
+from .cli import main
 
 raise SystemExit(main())

@@ -81,4 +81,4 @@ def plan_and_build(matrix: Matrix, targets=("c",), out: str | Path = "build/spec
 
     specs, needed_by, plans = cached_plans(Path(out), matrix, boundaries)
     return build(specs, needed_by, plans, matrix, targets, out, arch=arch, jobs=jobs, families=families,
-                 progress=progress)
+                 progress=progress, version=__version__)

@@ -6,7 +6,10 @@
 #       --boundary draft-to-verify,verify-to-draft --out build/engine_test_kernels
 #   specgen build --target cuda --widths 4,5,6 --block-table-widths 32 --block-sizes 16 --draft-dtypes int32 \
 #       --boundary draft-to-verify,verify-to-draft --out build/bench_kernels
-# Usage: benchmarks/h200.sh OUT_DIR [tests] [heads] [bench] [bench-mtp]
+# Stages: tests (every GPU test), engine-tests (tests/engine only: the decode engine's modes),
+# heads (benchmarks/head_updates.py), bench / bench-mtp (`specgen bench`: cli/bench.py over
+# runtime/engine/bench.py; --modes names registered modes, runtime/engine/modes.py).
+# Usage: benchmarks/h200.sh OUT_DIR [tests] [engine-tests] [heads] [bench] [bench-mtp]
 set -u
 out=$1; shift
 mkdir -p "$out"
@@ -18,6 +21,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 for stage in "$@"; do
   case $stage in
     tests) python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/ 2>&1 | tee "$out/gpu_tests.txt" | tail -40 ;;
+    engine-tests) python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/engine 2>&1 \
+             | tee "$out/gpu_engine_tests.txt" | tail -20 ;;
     heads) python3 benchmarks/head_updates.py --kernels build/specgen_kernels --out "$out/head_updates.json" 2>&1 | tail -30 ;;
     bench) specgen bench --model qwen3-0.6b --depth 3,4,5 --batch 1,8,32 --steps 64 --warmup 3 \
              --modes baseline,compile,specgen --acceptance 0.7 --kernels build/bench_kernels \

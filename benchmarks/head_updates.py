@@ -1,4 +1,4 @@
-"""Check every built cuda variant against the torch reference, then time the graph-head updates.
+"""Check every built cuda variant against the families' torch semantics, then time the graph-head updates.
 
     python benchmarks/head_updates.py --kernels build/specgen_kernels --out benchmarks/results/head_updates.json
 
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from specgen.specializations.families import FAMILIES, shape_of
-from specgen.runtime.semantics import REFERENCES
 from specgen.runtime.library import load_library
+from specgen.runtime.semantics import REFERENCES, reference_kwargs
+from specgen.specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, shape_of
 
 
 def _inputs(fam, W, BT, BS, B, dtype, g, dev):
@@ -56,10 +56,7 @@ def check_all(lib, dev) -> dict:
             W, BT, BS = e.width, e.block_table_width or 8, e.block_size or 16
             args = _inputs(e.family, W, BT, BS, B, e.draft_dtype, g, dev)
             want = [t.clone() for t in args]
-            kw = {"block_size": BS} if "BS" in FAMILIES[e.family].key_params else {}
-            if e.num_splits:
-                kw["num_splits"] = e.num_splits
-            REFERENCES[e.family](*want, **kw)
+            REFERENCES[e.family](*want, **reference_kwargs(e.family, BS, e.num_splits or DEFAULT_NUM_SPLITS))
             lib.get(e.family, W, e.block_table_width, e.block_size)(*args)
             ok &= all(torch.equal(a, b) for a, b in zip(args, want))
         results[e.key] = ok

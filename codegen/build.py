@@ -21,12 +21,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import __version__
 from ..specializations.families import FAMILIES
 from ..specializations.matrix import Matrix
 from ..specializations.plan import Plan
 from ..specializations.variants import VariantSpec
-from . import indexing
+from .guards import guards
 from .package import render_package_init
 from .templates import render_variant
 
@@ -42,9 +41,9 @@ def _toolchain(target: str, arch: str | None) -> dict:
     """What goes into the cache key besides the program; a missing compiler stops the build here."""
     import subprocess
 
-    from .lower import _compiler
+    from .lower import compiler
 
-    cc = _compiler(target)  # raises ToolchainMissing with what to install
+    cc = compiler(target)  # raises ToolchainMissing with what to install
     lines = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout.splitlines()
     lines = [ln for ln in lines if ln.strip()] or ["unknown"]
     return {"tilelang": _tilelang_version(), "compiler": cc, "arch": arch, "flags_version": FLAGS_VERSION,
@@ -121,15 +120,14 @@ def _entry(spec: VariantSpec, target: str, stamp: dict, boundaries: set[str]) ->
     fam = FAMILIES[spec.family]
     args = [{"name": a.name, "dtype": spec.draft_dtype if a.dtype == "draft" else a.dtype,
              "shape": a.shape, "output": a.output} for a in fam.args]
-    guards = [{"expr": g.expr, "why": g.why}
-              for g in indexing.guards(spec.family, spec.width, spec.block_table_width, spec.block_size)]
     return {
         "key": spec.key, "family": spec.family, "width": spec.width,
         "block_table_width": spec.block_table_width, "block_size": spec.block_size,
         "draft_dtype": spec.draft_dtype, "num_splits": spec.num_splits, "target": target,
         "arch": stamp.get("arch"), "artifact": f"{target}/{spec.key}{artifact_suffix(target)}",
         "sha256": stamp["sha256"], "entry": stamp["entry"], "params": stamp["params"], "args": args,
-        "launch": {"threads": stamp["threads"], "grid": stamp["grid"]}, "guards": guards,
+        "launch": {"threads": stamp["threads"], "grid": stamp["grid"]},
+        "guards": [{"expr": g.expr, "why": g.why} for g in guards(spec)],
         "boundaries": sorted(boundaries), "program": f"{target}/{spec.key}.tl.py",
         "source": f"{target}/{spec.key}{source_suffix(target)}",
     }
@@ -143,8 +141,11 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def build(specs: list[VariantSpec], needed_by: dict[str, set[str]], plans: list[Plan], matrix: Matrix,
           targets=("c",), out: str | Path = "build/specgen_kernels", arch: str | None = None, jobs: int = 1,
-          families: tuple[str, ...] | None = None, progress=sys.stderr) -> BuildSummary:
-    """Render, lower and compile ``specs`` for ``targets`` into ``out``; write the manifest and package."""
+          families: tuple[str, ...] | None = None, progress=sys.stderr, *, version: str) -> BuildSummary:
+    """Render, lower and compile ``specs`` for ``targets`` into ``out``; write the manifest and package.
+
+    ``version`` is the specgen release the manifest records (the package face knows it).
+    """
     t0 = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -182,7 +183,7 @@ def build(specs: list[VariantSpec], needed_by: dict[str, set[str]], plans: list[
     plan_records: dict[str, dict] = {}
     for plan in plans:
         plan_records.setdefault(plan.boundary, {})[plan.layout.key] = plan.as_dict()
-    manifest = {"schema_version": SCHEMA_VERSION, "specgen_version": __version__,
+    manifest = {"schema_version": SCHEMA_VERSION, "specgen_version": version,
                 "tilelang_version": _tilelang_version(), "targets": sorted(set(targets)),
                 "matrix": {"widths": list(matrix.widths), "block_table_widths": list(matrix.block_table_widths),
                            "block_sizes": list(matrix.block_sizes), "draft_dtypes": list(matrix.draft_dtypes),

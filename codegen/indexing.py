@@ -9,20 +9,15 @@ here, simplified under the variant's specialization and printed by
     >>> TileLangPrinter().doprint(FloorDiv(FloorDiv(p, 16), 8))
     '(p >> 7)'
 
-The specialization's assumptions become ``Guard`` records (``guards``) over
-``min_seq_len``, ``max_seq_len`` and ``batch``; the runtime checks them with
-``eval_guard``, which needs neither sympy nor TileLang to evaluate.
+The printed guards of a variant (``codegen.guards``) use the same
+``FloorDiv`` and ``specialize``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import sympy as sp
 from sympy.core.relational import Relational
 from sympy.printing.str import StrPrinter
-
-from ..specializations.expr import safe_eval
 
 
 def _int(name: str) -> sp.Symbol:
@@ -143,7 +138,7 @@ def row(seq, jj, width=W):
 
 
 def slot(seq, p, bt=BT, bs=BS):
-    """KERNELS.md slot(b, p); -1 (no write) outside [0, BT * BS)."""
+    """``docs/kernels.md`` slot(b, p); -1 (no write) outside [0, BT * BS)."""
     entry = block_table[seq, FloorDiv(p, bs)] * bs + Mod(p, bs)
     return sp.Piecewise((entry, sp.And(p >= 0, p < bt * bs)), (-1, True))
 
@@ -206,7 +201,8 @@ def _integral_relation(rel):
     return rel.func(rest, -c, evaluate=False)
 
 
-def _atom(printer, e) -> str:
+def atom(printer, e) -> str:
+    """``e`` printed as an operand: parenthesised unless it is a name, a number, an access or a call."""
     text = printer._print(e)
     return text if isinstance(e, (sp.Symbol, sp.Integer, sp.Indexed)) or e.is_Function else f"({text})"
 
@@ -230,14 +226,14 @@ class TileLangPrinter(StrPrinter):
         x, y = e.args
         k = _power_of_two(y)
         if k is not None and x.is_nonnegative:
-            return f"({_atom(self, x)} >> {k})"
+            return f"({atom(self, x)} >> {k})"
         return f"T.floordiv({self._print(x)}, {self._print(y)})"
 
     def _print_Mod(self, e):
         x, y = e.args
         k = _power_of_two(y)
         if k is not None and x.is_nonnegative:
-            return f"({_atom(self, x)} & {int(y) - 1})"
+            return f"({atom(self, x)} & {int(y) - 1})"
         return f"T.floormod({self._print(x)}, {self._print(y)})"
 
     def _print_Max(self, e):
@@ -297,90 +293,3 @@ class TileLangPrinter(StrPrinter):
 def tl(expr) -> str:
     """TileLang Python text of an index expression."""
     return TileLangPrinter().doprint(expr)
-
-
-
-# --- guards: the specialization's assumptions, checked at run time ---------
-
-# Plain integers: a guard must not be presumed true by the symbols' assumptions.
-min_seq_len, max_seq_len, batch = sp.symbols("min_seq_len max_seq_len batch", integer=True)
-INT32_MAX = 2**31 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class Guard:
-    expr: str  # Python over min_seq_len, max_seq_len, batch; see eval_guard
-    why: str
-
-
-class GuardPrinter(StrPrinter):
-    """Plain Python integer arithmetic, the subset ``eval_guard`` accepts."""
-
-    def _print_FloorDiv(self, e):
-        return f"({_atom(self, e.args[0])} // {_atom(self, e.args[1])})"
-
-    def _print_Mod(self, e):
-        raise ValueError("guards are written without %")
-
-
-def _isolate(rel):
-    """``x + 4 <= 8192`` -> ``x <= 8188``: constants move to the right."""
-    c, rest = (rel.lhs - rel.rhs).as_coeff_Add()
-    return rel.func(rest, -c, evaluate=False)
-
-
-_BLOCK_ENTRY = {
-    "spec_verify_metadata_update": (
-        max_seq_len + W <= BT * BS, "S + W <= BT * BS: every verify position has a block-table entry"),
-    "context_kv_update": (
-        max_seq_len + W <= BT * BS, "S + W <= BT * BS: every accepted context row has a block-table entry"),
-    "prepare_next_draft": (
-        max_seq_len + W + 1 <= BT * BS,
-        "S + W + 1 <= BT * BS: the next draft position S' <= S + W has a block-table entry"),
-}
-
-
-def guards(family: str, width: int, block_table_width: int | None = None,
-           block_size: int | None = None) -> list[Guard]:
-    """Run-time conditions under which the variant equals the reference.
-
-    >>> [g.expr for g in guards("spec_verify_metadata_update", 4, 64, 128)]
-    ['min_seq_len >= 0', 'batch >= 1', 'max_seq_len <= 8188']
-    """
-    from ..specializations.families import FAMILIES
-
-    members = FAMILIES[family].members if family in FAMILIES else ()
-    if members:  # a composite holds where all its members hold
-        seen: dict[str, Guard] = {}
-        for m in members:
-            for g in guards(m, width, block_table_width, block_size):
-                seen.setdefault(g.expr, g)
-        return list(seen.values())
-    rules = [(min_seq_len >= 0, "S >= 0: positions and slots are computed for non-negative lengths"),
-             (batch >= 1, "B >= 1: a launch covers at least one sequence")]
-    if family in _BLOCK_ENTRY:
-        rules.append(_BLOCK_ENTRY[family])
-    if family == "spec_verify_attention_tiling_update":
-        rules.append((max_seq_len + W <= INT32_MAX, "S + W fits int32: row_kv_lens and max_kv_len are int32"))
-        rules.append((batch * W * ceil_div(max_seq_len + W, BS) <= INT32_MAX,
-                      "B * W * ceil((S + W) / BS) fits int32: row_block_offsets ends with the total"))
-    out = []
-    for rel, why in rules:
-        rel = specialize(rel, width, block_table_width, block_size)
-        if rel == sp.false:
-            raise ValueError(f"{family} w{width}: no sequence satisfies {why}")
-        if rel != sp.true:
-            out.append(Guard(GuardPrinter().doprint(_isolate(rel)), why))
-    return out
-
-
-def eval_guard(expr: str, **names: int) -> bool:
-    """Evaluate a ``Guard.expr`` with plain ints, by the one evaluator of ``specializations.expr``.
-
-    Only integer literals, the guard names, ``+ - * //``, comparisons and
-    ``and/or/not`` parse; anything else raises ``ValueError``.
-
-    >>> eval_guard("max_seq_len <= 8188 and batch >= 1", max_seq_len=10, batch=2)
-    True
-    """
-    return bool(safe_eval(expr, names))

@@ -3,8 +3,9 @@
 TileLang is imported lazily, inside the functions that need it, so importing
 ``specgen.codegen`` (and the runtime) never pays for it.
 
-    >>> from specgen.codegen.templates import render_program
-    >>> low = lower(render_program("spec_verify_token_update", 4), "c")
+    >>> from specgen.codegen.templates import render_variant
+    >>> from specgen.specializations.variants import VariantSpec
+    >>> low = lower(render_variant(VariantSpec("spec_verify_token_update", 4)), "c")
     >>> low.entry, low.params
     ('spec_verify_token_update_kernel', ['draft_tokens', 'last_tokens', 'tokens', 'B'])
 
@@ -86,7 +87,7 @@ def _program(program_text: str, target: str):
     dialect_ascend = "tilelang.ascend.language" in program_text
     if dialect_ascend != (target == "ascend"):
         raise LoweringError(f"program was rendered for another target than {target!r}: "
-                            "render_program(..., target=...) must match lower's target")
+                            "render_variant(..., target=...) must match lower's target")
     return namespace["program"](), namespace
 
 
@@ -129,7 +130,8 @@ def include_dirs() -> list[str]:
     return [str(root / "src"), str(root / "3rdparty" / "cutlass" / "include")]
 
 
-def _compiler(target: str) -> str:
+def compiler(target: str) -> str:
+    """The compiler command for ``target``; ``ToolchainMissing`` says what to install."""
     if target == "c":
         for cc in ("g++", "clang++", "c++"):
             if shutil.which(cc):
@@ -145,7 +147,7 @@ def _compiler(target: str) -> str:
 
 
 def compile_command(lowered: Lowered, src: Path, out: Path) -> list[str]:
-    cc = _compiler(lowered.target)
+    cc = compiler(lowered.target)
     inc = [f"-I{d}" for d in include_dirs()]
     if lowered.target == "c":
         return [cc, "-x", "c++", "-O2", "-shared", "-fPIC", inc[0], "-o", str(out), str(src)]
@@ -166,15 +168,3 @@ def compile_artifact(lowered: Lowered, out_path: str | Path) -> list[str]:
         raise CompileError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{tail}")
     return cmd
 
-
-def toolchain_versions(target: str) -> dict:
-    """Versions that go into artifact cache keys."""
-    versions = {"tilelang": _tilelang().__version__}
-    try:
-        cc = _compiler(target)
-    except ToolchainMissing:
-        return versions | {"compiler": None}
-    first = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout
-    lines = [ln for ln in first.strip().splitlines() if ln.strip()]
-    return versions | {"compiler": cc, "compiler_version": lines[-1] if cc == "nvcc" and lines else
-                       (lines[0] if lines else "unknown")}

@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import semantics as sem
 from ..specializations.capabilities import SpeculativeVerifyCapabilities as Capabilities
 from ..specializations.plan import PlanStep
 from ..specializations.families import DEFAULT_NUM_SPLITS, MAX_WIDTH, MIN_WIDTH
 from .ir import HOST, BoundaryGraph, BoundaryGraphError, Op, OpKind, Placement, Value
+from .ir import semantics as sem
 
 K, P = OpKind, Placement
 MAX_BATCH = 4096

@@ -8,6 +8,9 @@ head) and forwards (its tail) and takes kernels and copies whose every buffer
 has a stable address.  Event waits met on the way move ahead of the graph
 (waiting earlier is always safe).  The walk stops at the first op that
 cannot enter, and the reason is noted.  Kernel-family ops enter first.
+The replay records what its graph now runs: ``graph_ops`` (names),
+``graph_steps`` (``PlanStep`` records) and ``kernel_families`` (the
+``VariantSpec`` of every fused op that joined).
 """
 
 from __future__ import annotations
@@ -16,11 +19,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..specializations.plan import PlanStep
-from .analysis import Ordering
-from .cost import IN_GRAPH_COPY_US, IN_GRAPH_KERNEL_US, bubble_us
-from .base import PassContext
-from .ir import BoundaryGraph, Op, OpKind
-from .ordering import order_with_events
+from .base import PassContext, no_worse
+from .ir import BoundaryGraph, Op, OpKind, variant_of
+from .ir.analysis import Ordering
+from .ir.cost import IN_GRAPH_COPY_US, IN_GRAPH_KERNEL_US
+from .ir.ordering import order_with_events
 
 ENTERS = {OpKind.DEVICE_KERNEL, OpKind.H2D, OpKind.D2H}
 
@@ -69,10 +72,9 @@ class Capture:
                 break
             tail.append(o)
         head, tail = self._movable(ctx, graph, head, replay, tail)
-        before = bubble_us(graph)
         while head or tail:
             candidate = self._rebuild(graph, replay, head, tail, waits)
-            if bubble_us(candidate) <= before + 1e-9:
+            if no_worse(None, self.name, graph, candidate) is candidate:
                 return candidate
             dropped = head.pop(0) if head else tail.pop()
             ctx.note(self.name, f"'{dropped.name}' stays outside the graph: inside it would lengthen the bubble")
@@ -123,10 +125,9 @@ class Capture:
             reads += [r for r in m.reads if r not in produced and r not in reads]
             writes += [w for w in m.writes if w not in writes]
             produced.update(m.writes)
-        gops = [*(m.attr("key") or m.name for m in head), *replay.attr("graph_ops", (replay.name,)),
-                *(m.attr("key") or m.name for m in tail)]
+        gops = [*map(_label, head), *replay.attr("graph_ops", (replay.name,)), *map(_label, tail)]
         steps = [*map(_step, head), *replay.attr("graph_steps", ()), *map(_step, tail)]
-        fams = [m for m in members if m.attr("family") and m.attr("key")]
+        variants = tuple(v for m in members if (v := variant_of(m)) is not None)
 
         def fn(*args):
             env = dict(zip(reads, args))
@@ -143,13 +144,18 @@ class Capture:
                    "tail_us": replay.attr("tail_us", 0.0) + sum(
                        IN_GRAPH_COPY_US if m.kind is not OpKind.DEVICE_KERNEL else IN_GRAPH_KERNEL_US for m in tail),
                    "captured_copies": replay.attr("captured_copies", 0) + n_copies,
-                   "kernel_families": tuple(replay.attr("kernel_families", ())) + tuple(
-                       {k: m.attr(k) for k in ("family", "key", "width", "block_table_width", "block_size",
-                                               "draft_dtype")} for m in fams)})
+                   "kernel_families": tuple(replay.attr("kernel_families", ())) + variants})
+
+
+def _label(op: Op) -> str:
+    """How an op that joins the graph is listed in ``graph_ops``: its variant key, else its name."""
+    variant = variant_of(op)
+    return variant.key if variant is not None else op.name
 
 
 def _step(op: Op) -> PlanStep:
     """The plan record of an op that joins the graph."""
-    if op.attr("variant") is not None:
-        return PlanStep.kernel(op.attr("variant"))
+    variant = variant_of(op)
+    if variant is not None:
+        return PlanStep.kernel(variant)
     return PlanStep("copy" if op.kind in (OpKind.H2D, OpKind.D2H) else "other", op.name)

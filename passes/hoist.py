@@ -15,11 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .analysis import between, token_dependent
-from .cost import bubble_us
-from .base import PassContext
+from .base import PassContext, no_worse
 from .ir import BoundaryGraph, OpKind
-from .ordering import order_with_events
+from .ir.analysis import between, token_dependent
+from .ir.ordering import order_with_events
 
 MOVABLE = {OpKind.HOST_COMPUTE, OpKind.GRAPH_TASK_UPDATE, OpKind.H2D}
 
@@ -34,7 +33,7 @@ class Hoist:
         in_bubble = set(between(graph))
         for allowed in (None, in_bubble):
             candidate, moved = self._hoist(graph, allowed)
-            if candidate is graph or bubble_us(candidate) <= bubble_us(graph) + 1e-9:
+            if no_worse(None, self.name, graph, candidate) is candidate:
                 if moved:
                     ctx.note(self.name, f"moved {len(moved)} op(s) ahead of '{graph.start}'s completion: "
                              + ", ".join(moved))

@@ -16,13 +16,16 @@ from typing import Callable
 
 from .base import Pass, PassContext
 from .capture import Capture
-from .fuse import Fuse, FuseChain
+from .fuse import Fuse
+from .fuse_chain import FuseChain
 from .hoist import Hoist
 from .ir import BoundaryGraph, BoundaryGraphError
+from .ir.render import render_text
+from .ir.verify import verify
 from .sync_to_event import SyncToEvent
-from .verify import verify
 
-PASSES: dict[str, type] = {p.name: p for p in (SyncToEvent, Hoist, Fuse, FuseChain, Capture)}
+# The registry: a pipeline names passes by these keys (a test checks each key is its pass's ``name``).
+PASSES: dict[str, type[Pass]] = {p.name: p for p in (SyncToEvent, Hoist, Fuse, FuseChain, Capture)}
 
 # The default pipeline, in the order that makes each step possible:
 DEFAULT_PIPELINE = (
@@ -37,10 +40,11 @@ _SPEC = re.compile(r"^([a-z][a-z0-9-]*)(?:\{([^}]*)\})?$")
 
 
 class PassPipelineError(ValueError):
-    pass
+    """A pipeline text that names an unknown pass or option."""
 
 
 def parse_pipeline(text: str) -> list[Pass]:
+    """``"hoist,fuse{max-group=8}"`` -> ``[Hoist(), Fuse(max_group=8)]``."""
     passes = []
     for item in filter(None, (s.strip() for s in re.split(r",(?![^{]*\})", text))):
         m = _SPEC.match(item)
@@ -114,12 +118,11 @@ class PassManager:
         if self.on_stage:
             self.on_stage(idx, name, graph)
         if self.dump_dir is not None:
-            from .render import render_text
-
             self.dump_dir.mkdir(parents=True, exist_ok=True)
             (self.dump_dir / f"{idx:03d}_{name}.txt").write_text(render_text(graph))
 
 
 def run_pipeline(graph: BoundaryGraph, pipeline: str = DEFAULT_PIPELINE, **kw) -> tuple[BoundaryGraph, PassContext]:
+    """Run ``pipeline`` on ``graph``; returns the result and the notes the passes left."""
     ctx = PassContext()
     return PassManager.from_text(pipeline, **kw).run(graph, ctx), ctx

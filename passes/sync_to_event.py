@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from .base import PassContext, no_worse
 from .ir import BoundaryGraph, Op, OpKind, Placement, Value
-from .ordering import order_with_events
+from .ir.ordering import order_with_events
 
 
 def _mirrors(graph: BoundaryGraph) -> dict[str, tuple[str, str]]:

@@ -12,6 +12,7 @@ import torch
 from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, shape_of
 
 I32 = torch.int32
+INPUTS = ("last_tokens", "draft_tokens", "seq_lens", "block_table", "scratch_slot")  # what a step reads
 
 
 def buckets_for(max_batch: int) -> tuple[int, ...]:
@@ -22,6 +23,11 @@ def buckets_for(max_batch: int) -> tuple[int, ...]:
         b *= 2
     out.append(max_batch)
     return tuple(out)
+
+
+def bucket_of(buckets: tuple[int, ...], batch: int) -> int:
+    """The smallest bucket that holds ``batch`` rows (``batch`` must fit the largest)."""
+    return next(b for b in buckets if b >= batch)
 
 
 def alloc_step_buffers(batch: int, width: int, block_table_width: int, *, block_size: int, scratch_block: int = 0,
@@ -41,3 +47,23 @@ def alloc_step_buffers(batch: int, width: int, block_table_width: int, *, block_
     if fill_padding:
         bufs["block_table"].fill_(scratch_block)
     return bufs
+
+
+def pad_rows(bufs: dict[str, torch.Tensor], batch: int, scratch_block: int) -> None:
+    """Rows ``batch:`` become padding: no tokens, length 0, every block the scratch block."""
+    bufs["last_tokens"][batch:].fill_(0)
+    bufs["draft_tokens"][batch:].fill_(0)
+    bufs["seq_lens"][batch:].fill_(0)
+    bufs["block_table"][batch:].fill_(scratch_block)
+
+
+def load_inputs(bufs: dict[str, torch.Tensor], batch: int, last_tokens: torch.Tensor, draft_tokens: torch.Tensor,
+                seq_lens: torch.Tensor, block_table: torch.Tensor, *, scratch_block: int,
+                non_blocking: bool = False) -> None:
+    """Copy a step's inputs into rows ``:batch`` of a bucket's buffers and pad the rows after them."""
+    bufs["last_tokens"][:batch].copy_(last_tokens, non_blocking=non_blocking)
+    bufs["draft_tokens"][:batch].copy_(draft_tokens, non_blocking=non_blocking)
+    bufs["seq_lens"][:batch].copy_(seq_lens, non_blocking=non_blocking)
+    bufs["block_table"][:batch].copy_(block_table, non_blocking=non_blocking)
+    if batch < bufs["seq_lens"].shape[0]:
+        pad_rows(bufs, batch, scratch_block)

@@ -3,7 +3,7 @@
 A model opts into the captured verify path by exposing
 ``speculative_verify_capabilities`` (an attribute or a zero-argument method)
 that returns a ``SpeculativeVerifyCapabilities``; a model without it gets the
-all-off default and runs the eager reference path.
+all-off default and runs the families' torch semantics (eager).
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Streams, events and graph capture of one accelerator backend (``torch.cuda`` or ``torch.npu``)."""
+"""Streams, events and graph capture of one accelerator backend (``torch.cuda`` or ``torch.npu``).
+
+``DeviceAPI`` hides which backend module serves the streams, events and graphs;
+``BucketGraphs`` keeps the captured graph of each batch bucket of a verify runtime.
+"""
 
 from __future__ import annotations
 
@@ -66,3 +70,24 @@ class DeviceAPI:
             if enabled:
                 gc.enable()
         return graph
+
+
+class BucketGraphs:
+    """One captured graph per batch bucket, all drawing on one memory pool (made on the first capture)."""
+
+    def __init__(self, api: DeviceAPI, device, warmup: int = 2):
+        self._api, self._device, self._warmup = api, device, warmup
+        self._pool = None
+        self._graphs: dict[int, object] = {}
+
+    def __contains__(self, bucket: int) -> bool:
+        return bucket in self._graphs
+
+    def capture(self, bucket: int, fn: Callable[[], None]) -> None:
+        """Capture ``fn`` as ``bucket``'s graph (see ``DeviceAPI.capture``)."""
+        if self._pool is None:
+            self._pool = self._api.pool_handle()
+        self._graphs[bucket] = self._api.capture(fn, self._device, self._pool, self._warmup)
+
+    def replay(self, bucket: int) -> None:
+        self._graphs[bucket].replay()

@@ -2,15 +2,16 @@
 
 A variant is specialized under assumptions (``max_seq_len <= 8188`` because
 ``S + W <= BT * BS``); the build writes them into the manifest as guard
-expressions.  They are evaluated here by a small AST walker: integer literals,
-a fixed set of names, ``+ - * //``, comparisons and ``and/or/not``.  Nothing
-else parses, so a tampered manifest cannot run code::
+expressions.  They are evaluated by the one expression evaluator,
+``specializations/expr.py`` (``safe_eval``): a small AST walker over integer
+literals, a fixed set of names, ``+ - * //``, comparisons and
+``and/or/not``.  Nothing else parses, so a tampered manifest cannot run code::
 
     >>> check_guards([("max_seq_len <= 8188", "S + W <= BT * BS")],
     ...              min_seq_len=0, max_seq_len=9000, batch=4).failed
     [('max_seq_len <= 8188', 'S + W <= BT * BS')]
 
-The same walker evaluates the manifest's shape expressions (``(B * W,)``), and
+The same evaluator reads the manifest's shape expressions (``(B * W,)``), and
 ``check_tensors`` refuses a launch whose tensors do not match the variant.
 """
 

@@ -34,8 +34,17 @@ class VariantNotBuilt(LookupError):
     """The requested specialization is not in the build; the message says how to build it."""
 
 
+def _spec(family: str, width: int, block_table_width: int | None, block_size: int | None,
+          draft_dtype: str = "int32") -> VariantSpec:
+    """``family`` at these parameters, keeping only those its key names (like ``VariantSpec.of``)."""
+    fam = family_of(family)
+    return VariantSpec(family, width, block_table_width if "BT" in fam.key_params else None,
+                       block_size if "BS" in fam.key_params else None,
+                       draft_dtype if fam.has_draft_dtype else "int32")
+
+
 class KernelCallable:
-    """One specialization of one family; call it with the family's tensors in KERNELS.md order."""
+    """One specialization of one family; call it with the family's tensors in ``docs/kernels.md`` order."""
 
     def __init__(self, library: "KernelLibrary", family: str, width: int, block_table_width: int | None = None,
                  block_size: int | None = None, target: str | None = None):
@@ -47,8 +56,7 @@ class KernelCallable:
         self._resolved: dict[tuple[str, str], tuple[VariantEntry, object]] = {}
 
     def variant(self, draft_dtype: str = "int32") -> VariantSpec:
-        return VariantSpec(self.family, self.width, self.block_table_width, self.block_size,
-                           draft_dtype if FAMILIES[self.family].has_draft_dtype else "int32")
+        return _spec(self.family, self.width, self.block_table_width, self.block_size, draft_dtype)
 
     def key(self, draft_dtype: str = "int32") -> str:
         return self.variant(draft_dtype).key
@@ -121,20 +129,15 @@ class KernelLibrary:
 
     def has(self, family: str, width: int, block_table_width: int | None = None, block_size: int | None = None,
             *, target: str | None = None, draft_dtype: str | None = None) -> bool:
-        fam = family_of(family)
         dtypes = [draft_dtype] if draft_dtype else ["int32", "int64"]
-        keys = {VariantSpec(family, width, block_table_width if "BT" in fam.key_params else None,
-                            block_size if "BS" in fam.key_params else None,
-                            d if fam.has_draft_dtype else "int32").key for d in dtypes}
+        keys = {_spec(family, width, block_table_width, block_size, d).key for d in dtypes}
         return any(k in keys and (target is None or t == target) for k, t in self._by_key)
 
     def get(self, family: str, width: int, block_table_width: int | None = None, block_size: int | None = None,
             *, target: str | None = None) -> KernelCallable:
         """A callable for the specialization; ``VariantNotBuilt`` if no target has it."""
         if not self.has(family, width, block_table_width, block_size, target=target):
-            fam = family_of(family)
-            spec = VariantSpec(family, width, block_table_width if "BT" in fam.key_params else None,
-                               block_size if "BS" in fam.key_params else None)
+            spec = _spec(family, width, block_table_width, block_size)
             raise VariantNotBuilt(f"{spec.key} is not built{f' for target {target}' if target else ''}: run "
                                   f"`{build_command(spec, target or 'c')}`")
         return KernelCallable(self, family, width, block_table_width, block_size, target)

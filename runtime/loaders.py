@@ -1,8 +1,8 @@
 """Launchers: one per target, each built from a verified manifest entry.
 
 Every launcher checks the artifact's sha256 before anything else touches it
-and exposes ``launch(tensors, batch)`` with the tensors in KERNELS.md order,
-already checked by ``specgen.runtime.guards.check_tensors``; the entry's own
+and exposes ``launch(tensors, batch)`` with the tensors in ``docs/kernels.md``
+order, already checked by ``runtime/guards.py`` (``check_tensors``); the entry's own
 parameter order (``params``) is applied here.
 
 - ``c``: the build compiles TileLang's C output into ``c/<key>.so`` whose
@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Sequence
 
 from ..specializations.expr import SHAPE_NAMES, safe_eval
+from ..specializations.targets import TARGETS
 from .manifest import ArtifactError, KernelLaunchError, VariantEntry, read_artifact
 
 
 _ARCH = re.compile(r"^sm_(\d+)(\d)([af]?)$")
 _PACK_CACHE_SIZE = 64
-_ASCEND_BINARIES = (".o", ".so", ".bin")
+_ASCEND_BINARIES = (TARGETS["ascend"].artifact_suffix, ".so", ".bin")  # what bisheng may emit
 
 
 class TargetUnavailableError(ArtifactError):
@@ -71,7 +72,7 @@ class CLauncher:
         self._fn = fn
 
     def launch(self, tensors: Sequence, batch: int) -> None:
-        """Run the entry on ``tensors`` (KERNELS.md order, already checked)."""
+        """Run the entry on ``tensors`` (``docs/kernels.md`` order, already checked)."""
         values = [batch if s is None else tensors[s].data_ptr() for s in self._slots]
         rc = self._fn(*values)
         if rc != 0:

@@ -3,8 +3,9 @@
 ``DIR/manifest.json`` lists one record per (variant key, target): the
 specialization (width, block-table width, block size, draft dtype), the
 artifact path relative to DIR with its sha256, the entry symbol and its
-parameter order, the argument list in KERNELS.md order, the CUDA launch
-geometry and the guards.  ``load_manifest`` reads and validates it; every
+parameter order, the argument list in ``docs/kernels.md`` order, the CUDA
+launch geometry and the guards; ``plans`` holds, per boundary and layout, the
+structured plan the build captured (read back as ``Plan`` records).  ``load_manifest`` reads and validates it; every
 problem is a ``ManifestError`` naming the file and the field.
 """
 
@@ -167,6 +168,27 @@ def _parse_variant(rec: Any, where: str) -> VariantEntry:
         boundaries=tuple(rec.get("boundaries") or ()), program=rec.get("program"), source=rec.get("source"))
 
 
+def _parse_plan(boundary: str, rec: Any, num_splits: int | None, where: str) -> Plan:
+    """One plan record: its fields checked here (so the error names them), then read as a ``Plan``."""
+    if not isinstance(rec, dict):
+        raise ManifestError(f"{where}: a plan must be an object")
+    layout = _need(rec, "layout", where, dict)
+    for f in ("width", "block_table_width", "block_size"):
+        _need(layout, f, f"{where} layout", int)
+    for i, step in enumerate(_need(rec, "steps", where, list)):
+        sw = f"{where} steps[{i}]"
+        if not isinstance(step, dict):
+            raise ManifestError(f"{sw}: must be an object")
+        _need(step, "name", sw, str)
+        if _need(step, "kind", sw, str) == "kernel":
+            _need(step, "family", sw, str)
+            _need(step, "key", sw, str)
+    try:
+        return Plan.from_dict(boundary, rec, num_splits)
+    except PlanError as exc:
+        raise ManifestError(f"{where}: {exc}") from None
+
+
 def _check_expr(text: str, names: frozenset[str], where: str) -> None:
     try:
         validate_expression(text, names)
@@ -195,11 +217,10 @@ def parse_manifest(data: Any, path: Path) -> Manifest:
     num_splits = next((v.num_splits for v in variants if v.num_splits), None)
     parsed = []
     for boundary, by_layout in plans.items():
+        if by_layout is not None and not isinstance(by_layout, dict):
+            raise ManifestError(f"{where}: field 'plans[{boundary!r}]' must be an object")
         for key, rec in (by_layout or {}).items():
-            try:
-                parsed.append(Plan.from_dict(boundary, rec, num_splits))
-            except PlanError as exc:
-                raise ManifestError(f"{where}: plans[{boundary!r}][{key!r}]: {exc}") from None
+            parsed.append(_parse_plan(boundary, rec, num_splits, f"{where} plans[{boundary!r}][{key!r}]"))
     return Manifest(path=path, schema_version=version, specgen_version=str(data.get("specgen_version", "")),
                     tilelang_version=data.get("tilelang_version"),
                     targets=tuple(data.get("targets") or sorted({v.target for v in variants})),

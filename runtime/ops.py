@@ -1,6 +1,6 @@
 """The kernel families as torch custom ops: ``torch.ops.specgen.<family>``.
 
-Each family is one mutating op whose tensors follow KERNELS.md and whose
+Each family is one mutating op whose tensors follow ``docs/kernels.md`` and whose
 specialization (width, and block-table width / block size where the family's
 key has them) trails as ints::
 
@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 
 from ..specializations.families import FAMILIES
+from ..specializations.variants import KEY_PARAM_FIELDS
 from .library import KernelLibrary, load_library
 
 NAMESPACE = "specgen"
-_KEY_ARGS = {"W": "width", "BT": "block_table_width", "BS": "block_size"}
 
 _library: KernelLibrary | None = None
 _callables: dict[tuple, object] = {}
@@ -49,7 +49,7 @@ def schema(family: str) -> str:
     """``(Tensor seq_lens, ..., Tensor(a2!) positions, ..., int width, ...) -> ()``."""
     spec = FAMILIES[family]
     params = [f"Tensor(a{i}!) {a.name}" if a.output else f"Tensor {a.name}" for i, a in enumerate(spec.args)]
-    params += [f"int {_KEY_ARGS[p]}" for p in spec.key_params]
+    params += [f"int {KEY_PARAM_FIELDS[p]}" for p in spec.key_params]
     return f"({', '.join(params)}) -> ()"
 
 
@@ -62,7 +62,7 @@ def _state():
 def _make_impl(family: str):
     spec = FAMILIES[family]
     n = len(spec.args)
-    key_names = [_KEY_ARGS[p] for p in spec.key_params]
+    key_names = [KEY_PARAM_FIELDS[p] for p in spec.key_params]
 
     def impl(*args) -> None:
         state = _state()

@@ -8,19 +8,24 @@ width) and ``NS`` (split count of the attention tiling), evaluated by
 ``specializations.expr`` only.
 
 Adding a family: ``register(Family(...))`` here (or from a plugin), a template
-``templates/<name>.py.jinja``, its torch semantics in ``runtime/semantics.py``
-(``register_semantics``) and its tests; nothing else changes.
+``templates/<name>.py.jinja`` (or one in a folder given to
+``codegen.templates.add_template_dir``), its torch semantics in
+``runtime/semantics.py`` (``register_semantics``) and its tests; nothing else
+changes.  Its run-time guards are ``BASE_GUARDS`` plus what its arguments
+imply, unless it lists its own ``guards``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .expr import eval_shape
+from .expr import GUARD_NAMES, eval_shape, validate_expression
 
 MIN_WIDTH, MAX_WIDTH = 2, 16
 DEFAULT_NUM_SPLITS = 8
 DRAFT_DTYPES = ("int32", "int64")
+# A guard rule may also name the layout's parameters; codegen substitutes them per variant.
+GUARD_RULE_NAMES = GUARD_NAMES | {"W", "BT", "BS", "NS"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,16 +37,62 @@ class ArgSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class GuardRule:
+    """A condition under which a family's variants equal its semantics, checked before every launch.
+
+    ``expr`` is integer Python over ``min_seq_len``, ``max_seq_len``, ``batch``
+    and the layout's ``W``, ``BT``, ``BS``; ``codegen.guards`` substitutes the
+    layout, so ``max_seq_len + W <= BT * BS`` becomes ``max_seq_len <= 8188``
+    for w4_bt64_bs128.
+    """
+
+    expr: str
+    why: str
+
+    def __post_init__(self):
+        validate_expression(self.expr, GUARD_RULE_NAMES)
+
+
+BASE_GUARDS = (
+    GuardRule("min_seq_len >= 0", "S >= 0: positions and slots are computed for non-negative lengths"),
+    GuardRule("batch >= 1", "B >= 1: a launch covers at least one sequence"),
+)
+# What a block_table argument implies: every position a variant writes, S .. S + W - 1, has an entry.
+BLOCK_ENTRY = GuardRule("max_seq_len + W <= BT * BS",
+                        "S + W <= BT * BS: every verify position has a block-table entry")
+
+
+@dataclass(frozen=True, slots=True)
 class Family:
     name: str
     key_params: tuple[str, ...]  # subset of ("W", "BT", "BS"), in key order
     args: tuple[ArgSpec, ...]
     has_draft_dtype: bool = False  # int32/int64 draft tokens are separate variants
     members: tuple[str, ...] = ()  # a composite: these families in order, one kernel (see COMPOSITES)
+    guards: tuple[GuardRule, ...] | None = None  # None: what the arguments imply (see guard_rules)
 
     @property
     def uses_num_splits(self) -> bool:
         return TILING in (self.name, *self.members)
+
+    @property
+    def guard_rules(self) -> tuple[GuardRule, ...]:
+        """``BASE_GUARDS``, then the family's own rules.
+
+        Without explicit ``guards`` the arguments decide: a ``block_table``
+        argument implies ``BLOCK_ENTRY``.  A composite holds where all its
+        members hold.
+        """
+        if self.members:
+            rules: dict[str, GuardRule] = {}
+            for m in self.members:
+                for r in FAMILIES[m].guard_rules:
+                    rules.setdefault(r.expr, r)
+            return tuple(rules.values())
+        own = self.guards
+        if own is None:
+            own = (BLOCK_ENTRY,) if any(a.name == "block_table" for a in self.args) else ()
+        return BASE_GUARDS + tuple(own)
 
     @property
     def inputs(self) -> tuple[ArgSpec, ...]:
@@ -62,7 +113,7 @@ TILING = "spec_verify_attention_tiling_update"
 def _composite(name: str, members: tuple[str, ...], bases: dict[str, "Family"]) -> "Family":
     """One kernel doing ``members`` in order: the union of their arguments, inputs first.
 
-    Its semantics are the composition of the members' sections of KERNELS.md
+    Its semantics are the composition of the members' sections of ``docs/kernels.md``
     (no member reads another's output), its key the widest member key.
     """
     fams = [bases[m] for m in members]
@@ -103,6 +154,10 @@ FAMILIES: dict[str, Family] = {
              _a("row_last_block_len", "(B * W,)", out=True),
              _a("row_block_offsets", "(B * W + 1,)", out=True),
              _a("max_kv_len", "(1,)", out=True), _a("kv_split_len", "(1,)", out=True)),
+            guards=(GuardRule("max_seq_len + W <= 2147483647",
+                              "S + W fits int32: row_kv_lens and max_kv_len are int32"),
+                    GuardRule("batch * W * ((max_seq_len + W + BS - 1) // BS) <= 2147483647",
+                              "B * W * ceil((S + W) / BS) fits int32: row_block_offsets ends with the total")),
         ),
         Family(
             "greedy_prefix_verify",
@@ -118,12 +173,16 @@ FAMILIES: dict[str, Family] = {
              _a("next_last_token", "(B,)", out=True), _a("next_seq_lens", "(B,)", out=True),
              _a("draft_positions", "(B, 2)", out=True), _a("draft_slots", "(B, 2)", out=True),
              _a("hidden_rows", "(B, 2)", out=True)),
+            guards=(GuardRule("max_seq_len + W + 1 <= BT * BS", "S + W + 1 <= BT * BS: the next draft position "
+                              "S' <= S + W has a block-table entry"),),
         ),
         Family(
             "context_kv_update",
             ("W", "BT", "BS"),
             (_a("accepted", "(B,)"), _a("seq_lens", "(B,)"), _a("block_table", "(B, BT)"),
              _a("context_slots", "(B * W,)", out=True)),
+            guards=(GuardRule("max_seq_len + W <= BT * BS",
+                              "S + W <= BT * BS: every accepted context row has a block-table entry"),),
         ),
     )
 }

@@ -2,7 +2,7 @@
 
 A ``Layout`` is one point of the matrix (verify width, block-table width,
 block size, draft dtype); a ``VariantSpec`` is one kernel family specialized
-at a layout, keeping only the parameters its key names (KERNELS.md)::
+at a layout, keeping only the parameters its key names (``docs/kernels.md``)::
 
     >>> lay = Layout(4, 64, 128)
     >>> lay.key
@@ -25,6 +25,8 @@ from .families import DEFAULT_NUM_SPLITS, DRAFT_DTYPES, FAMILIES, Family
 _LAYOUT_KEY = re.compile(r"^w(\d+)_bt(\d+)_bs(\d+)_(int32|int64)$")
 _PART = re.compile(r"^(w|bt|bs)(\d+)$")
 _PARAM_FIELD = {"W": ("w", "width"), "BT": ("bt", "block_table_width"), "BS": ("bs", "block_size")}
+# a key parameter (W, BT, BS) -> the VariantSpec field that holds it
+KEY_PARAM_FIELDS = {p: name for p, (_, name) in _PARAM_FIELD.items()}
 
 
 class KeyFormatError(ValueError):

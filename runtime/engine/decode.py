@@ -1,7 +1,8 @@
-"""Host-driven reference decoding: target-only greedy and speculative.
+"""Host-driven decode loops over the test model: target-only greedy and speculative.
 
 Both loops are deliberately plain; they define the tokens that every
-optimised runtime must reproduce.  The speculative loop follows KERNELS.md:
+optimised runtime must reproduce.  The speculative loop follows
+``docs/kernels.md``:
 verification row ``r = b * W + j`` holds token ``t_j`` at position
 ``S[b] + j`` (``t_0`` the last committed token), greedy prefix acceptance,
 then the bonus token, then ``prepare_next_draft``'s two draft rows.
@@ -14,7 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .draft import AcceptanceDraft, MTPHead
+from .acceptance import AcceptanceMix
+from .draft import MTPHead
 from .model import Qwen3Model
 from .paged_kv import BlockAllocator, make_block_table, slot, verify_metadata
 
@@ -147,20 +149,20 @@ def _next_draft_rows(draft: MTPHead, tokens, hidden, accepted, next_lens, bonus,
 
 
 @torch.inference_mode()
-def speculative_generate_reference(model: Qwen3Model, draft: MTPHead | AcceptanceDraft,
-                                   prompts: list[list[int]], max_new_tokens: int, depth: int,
-                                   block_size: int = 16) -> tuple[list[list[int]], SpecStats]:
+def speculative_generate(model: Qwen3Model, draft: MTPHead | AcceptanceMix, prompts: list[list[int]],
+                         max_new_tokens: int, depth: int, block_size: int = 16) -> tuple[list[list[int]], SpecStats]:
     """Greedy speculative decoding with ``depth`` drafts per step (W = depth + 1).
 
     The outputs equal ``greedy_generate(model, prompts, max_new_tokens)``.
     Like ``greedy_generate``, it allocates fresh KV caches on ``model`` (and
-    on an ``MTPHead``) sized for this batch.
+    on an ``MTPHead``) sized for this batch.  An ``AcceptanceMix`` without an
+    oracle that covers these prompts gets one from ``greedy_generate``.
     """
     if max_new_tokens <= 0:
         return [[] for _ in prompts], SpecStats(depth + 1)
     w, mtp = depth + 1, isinstance(draft, MTPHead)
     if not mtp:  # the oracle run reallocates the target's cache, so it goes first
-        draft.prepare(model, prompts, max_new_tokens + w)
+        draft = _with_oracle(draft, model, prompts, max_new_tokens + w)
     lay = _Layout(prompts, max_new_tokens + w + 1, block_size, model.embed_tokens.weight.device)
     model.allocate_kv_cache(lay.num_blocks, block_size)
     packed = lay.pack(prompts, 0)
@@ -179,8 +181,7 @@ def speculative_generate_reference(model: Qwen3Model, draft: MTPHead | Acceptanc
         if mtp:
             drafts = _draft_chain(draft, d_logits, d_hidden, seq_lens, w - 1, lay)
         else:
-            drafts = torch.tensor([draft.propose(b, len(o), w - 1) for b, o in enumerate(out)],
-                                  device=seq_lens.device).reshape(len(out), w - 1)
+            drafts = draft.propose(torch.tensor([len(o) for o in out], device=seq_lens.device), w - 1)
         tokens = torch.cat([bonus[:, None], drafts], 1).reshape(-1)
         meta = verify_metadata(seq_lens, lay.block_table, w, block_size)
         hidden, logits = model(tokens, *meta[:2], lay.block_table, *meta[2:], w)
@@ -193,6 +194,14 @@ def speculative_generate_reference(model: Qwen3Model, draft: MTPHead | Acceptanc
             d_logits, d_hidden = _next_draft_rows(draft, tokens, hidden, accepted, seq_lens,
                                                   bonus, w, lay)
     return [o[:max_new_tokens] for o in out], stats
+
+
+def _with_oracle(mix: AcceptanceMix, model: Qwen3Model, prompts: list[list[int]], horizon: int) -> AcceptanceMix:
+    """``mix`` itself when its oracle covers ``horizon`` tokens of every prompt, else bound to greedy decoding."""
+    if mix.covers(len(prompts), horizon):
+        return mix
+    oracle = torch.tensor(greedy_generate(model, prompts, horizon), device=model.embed_tokens.weight.device)
+    return mix.bound(oracle, model.config.vocab_size)
 
 
 def _record(stats: SpecStats, out, target, accepted, max_new_tokens: int) -> None:

@@ -1,15 +1,13 @@
-"""Draft proposers for the reference speculative loop.
+"""The draft model: a multi-token-prediction head over the target's hidden states.
 
-``MTPHead`` is a learned-style multi-token-prediction head (random weights by
-default, so its acceptance is low); ``AcceptanceDraft`` is a synthetic
-proposer whose agreement with the target is set by a probability, for
-benchmarks that sweep acceptance rates.
+``MTPHead`` is a learned-style head (random weights by default, so its
+acceptance is low).  Drafts with a chosen acceptance rate come from
+``acceptance.AcceptanceMix`` instead.
 """
 
 from __future__ import annotations
 
 import math
-import random
 
 import torch
 import torch.nn.functional as F
@@ -71,46 +69,3 @@ class MTPHead(nn.Module):
         x = self.eh_proj(torch.cat([e, self.hnorm(hidden_in.to(e.dtype))], dim=-1))
         x = self.layer(x, batch, self.kv_cache, 0)
         return x, F.linear(self.norm(x), target.lm_head_weight)
-
-
-class AcceptanceDraft:
-    """Drafts that agree with the target's greedy choice with probability ``p``.
-
-    An oracle run of the target (``greedy_generate``) gives each prompt's
-    greedy continuation.  Every draft token is, independently, the oracle's
-    token at its generated index with probability ``p``, and otherwise a
-    uniformly chosen different token.  Because the committed tokens always
-    equal the greedy ones, the oracle token is exactly what the target will
-    pick, so the accepted length per step follows ``P(a >= k) = p**k``
-    (truncated at ``W - 1``).  Random draws come from one seeded stream per
-    sequence, so results do not depend on batch composition.
-    """
-
-    def __init__(self, p: float, seed: int = 0, oracle: list[list[int]] | None = None):
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"p must lie in [0, 1], got {p}")
-        self.p, self.seed, self.oracle = p, seed, oracle
-        self.vocab_size = 0
-        self._rngs: list[random.Random] = []
-
-    def prepare(self, model: Qwen3Model, prompts: list[list[int]], horizon: int) -> None:
-        """Compute the oracle (unless given) and reset the random streams."""
-        from .decode import greedy_generate
-
-        if self.oracle is None or any(len(o) < horizon for o in self.oracle):
-            self.oracle = greedy_generate(model, prompts, horizon)
-        self.vocab_size = model.config.vocab_size
-        self._rngs = [random.Random(self.seed * 1_000_003 + b) for b in range(len(prompts))]
-
-    def propose(self, seq: int, num_generated: int, k: int) -> list[int]:
-        """``k`` drafts for generated indices ``num_generated ..`` of sequence ``seq``."""
-        rng, oracle = self._rngs[seq], self.oracle[seq]
-        out = []
-        for i in range(num_generated, num_generated + k):
-            if i >= len(oracle):
-                out.append(rng.randrange(self.vocab_size))
-            elif rng.random() < self.p:
-                out.append(oracle[i])
-            else:
-                out.append((oracle[i] + 1 + rng.randrange(self.vocab_size - 1)) % self.vocab_size)
-        return out

@@ -1,0 +1,146 @@
+"""``specgen bench``: decode with every boundary mode and measure them side by side.
+
+The harness lives beside the engine (``runtime/engine/bench.py``); this
+command parses the options, builds the kernels the run needs when they are
+missing (planning and code generation happen here, above the runtime), runs
+the harness and writes ``bench.json`` and ``timeline.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..specializations.plan import DRAFT_TO_VERIFY, VERIFY_TO_DRAFT
+from .common import UsageError, int_list
+
+__all__ = ["register"]
+
+BENCH_BOUNDARIES = (DRAFT_TO_VERIFY, VERIFY_TO_DRAFT)
+
+
+def register(sub) -> None:
+    """Add the ``bench`` subcommand to the ``sub`` parsers."""
+    p = sub.add_parser("bench", help="decode with every boundary mode and measure them side by side")
+    p.add_argument("--model", default="tiny", choices=["tiny", "qwen3-0.6b"], help="model preset (random weights)")
+    p.add_argument("--depth", default="3", help="draft depths (verify width = depth + 1), e.g. 3 or 3,4,5")
+    p.add_argument("--batch", default="1", help="batch sizes, e.g. 1,8,32")
+    p.add_argument("--steps", type=int, default=32, help="timed decode steps per run")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (capture, compilation)")
+    p.add_argument("--modes", help="registered boundary modes, comma-separated (default: every one)")
+    p.add_argument("--acceptance", type=float, help="drafts agree with the target with probability p "
+                   "(default: the MTP head's own drafts)")
+    p.add_argument("--check", action="store_true", help="also compare every mode with plain greedy decoding")
+    p.add_argument("--out", default="bench_results", help="folder for bench.json and timeline.png")
+    p.add_argument("--kernels", help="kernel build folder (default build/bench_kernels, built when missing)")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--block-table-width", type=int, default=32, help="blocks per sequence (0: just enough)")
+    p.add_argument("--prompt-len", type=int, default=32, help="longest prompt; lengths vary down to half")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="auto: bfloat16 for qwen3-0.6b on CUDA, else float32")
+    p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bare-repeats", type=int, default=30,
+                   help="draft + bare verify replays timed for the boundary figures")
+    p.add_argument("--replot", metavar="BENCH_JSON", help="only redraw timeline.png from a bench.json")
+    p.set_defaults(func=run)
+
+
+def _modes(text: str | None) -> tuple[str, ...]:
+    """The ``--modes`` list, each a registered mode (default: all of them)."""
+    from ..runtime.engine.modes import MODES
+
+    if text is None:
+        return tuple(MODES)
+    modes = tuple(m for m in text.split(",") if m)
+    for m in modes:
+        if m not in MODES:
+            raise UsageError(f"unknown mode '{m}' (known: {', '.join(MODES)})")
+    return modes
+
+
+def _replot(path: str) -> int:
+    from ..runtime.engine.bench_report import plot
+
+    try:
+        result = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--replot {path}: {e}") from None
+    png = plot(result, Path(path).with_name("timeline.png"))
+    if png is None:
+        raise UsageError("--replot needs matplotlib (pip install 'specgen[plot]')")
+    print(f"wrote {png}")
+    return 0
+
+
+def run(args) -> int:
+    """``specgen bench``: configure, build missing kernels, measure, report."""
+    if args.replot:
+        return _replot(args.replot)
+    depths, batches = int_list(args.depth), int_list(args.batch)
+    modes = _modes(args.modes)
+    from ..runtime.engine import bench, bench_report
+
+    command = "specgen bench " + " ".join(args.cli_argv[1:])  # the words after "bench", as given
+    try:
+        config = bench.configure(
+            model=args.model, depths=depths, batches=batches, modes=modes, steps=args.steps, warmup=args.warmup,
+            acceptance=args.acceptance, check=args.check, block_size=args.block_size,
+            block_table_width=args.block_table_width, prompt_len=args.prompt_len, dtype=args.dtype,
+            device=args.device, seed=args.seed, bare_repeats=args.bare_repeats, command=command)
+        library = _ensure_kernels(args.kernels, config) if config.needs_library else None
+        result = bench.run_bench(config, library)
+    except bench.BenchError as e:
+        raise UsageError(str(e)) from None
+    print(bench_report.table(result))
+    for p in bench_report.write(result, Path(args.out)):
+        print(f"wrote {p}")
+    return 0
+
+
+def _ensure_kernels(kernels: str | None, config):
+    """The kernel library for the bench's layouts; builds missing variants ahead of the run when it can."""
+    from ..runtime.library import load_library
+    from ..specializations.variants import Layout
+
+    out = Path(kernels or "build/bench_kernels")
+    target = config.kernel_target
+    layouts = [Layout(w, config.block_table_width, config.block_size) for w in config.widths]
+    todo = layouts
+    if (out / "manifest.json").exists():
+        lib = load_library(out)
+        todo = [lay for lay in layouts if not _built_for(lib, lay, target)]
+    if todo:
+        _build(out, todo, config)
+    return load_library(out)
+
+
+def _build(out: Path, todo, config) -> None:
+    """Plan and build ``todo``'s layouts for the bench's target into ``out``."""
+    target, widths = config.kernel_target, config.widths
+    try:
+        from ..driver import plan_and_build
+        from ..specializations import Matrix
+    except ImportError as e:  # no TileLang on this machine: kernels must come prebuilt
+        raise UsageError(f"kernels for {', '.join(lay.key for lay in todo)} ({target}) are not built in {out} and "
+                         f"this machine cannot build them ({e}); run specgen build --target {target} --widths "
+                         f"{','.join(map(str, widths))} --block-table-widths {config.block_table_width} "
+                         f"--block-sizes {config.block_size} --out {out} where TileLang is installed") from None
+    print(f"bench: building {len(todo)} missing layout(s) for target {target} into {out}", file=sys.stderr,
+          flush=True)
+    matrix = Matrix(widths=tuple(widths), block_table_widths=(config.block_table_width,),
+                    block_sizes=(config.block_size,), draft_dtypes=("int32",))
+    summary = plan_and_build(matrix, (target,), out=out, jobs=2, boundaries=BENCH_BOUNDARIES, progress=sys.stderr)
+    if summary.failed:
+        raise UsageError(f"building the bench kernels failed: {summary.failed[0]}")
+
+
+def _built_for(lib, layout, target: str) -> bool:
+    """Both boundary plans exist for ``layout`` and every kernel they name is built for ``target``."""
+    plans = [lib.manifest.plan(b, layout) for b in BENCH_BOUNDARIES]
+    if any(p is None for p in plans):
+        return False
+    names = {v.key for p in plans for v in p.kernels}
+    built = {e.key for e in lib.manifest.variants if e.target == target}
+    return names <= built

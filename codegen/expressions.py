@@ -1,0 +1,122 @@
+"""What a family's template prints: index expressions of one variant, built with sympy.
+
+Every template sees the common context (``helpers``): ``expr(e)``, which
+specializes an index expression to the variant and prints it as TileLang,
+the index algebra as ``ix`` (symbols ``ix.b``, ``ix.j``, ``ix.S``, ``ix.W``
+..., ``ix.row``, ``ix.slot``, ``ix.FloorDiv`` ...) and sympy as ``sp``.  A
+family needs no Python here: its template can write
+
+    positions[{{ expr(ix.row(ix.b, ix.j)) }}] = {{ expr(ix.S + ix.j) }}
+
+A family whose expressions are easier to build in Python registers a builder
+with ``@expressions("family")``; its names join the template's context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import sympy as sp
+
+from . import indexing as ix
+from ..specializations.families import DEFAULT_NUM_SPLITS
+from ..specializations.variants import VariantSpec
+from .indexing import S, Sq, a, b, j, slot, specialize, tl
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One variant on one target, as its template sees it."""
+
+    spec: VariantSpec
+    target: str
+    threads: int = 128
+
+    @property
+    def num_splits(self) -> int:
+        return self.spec.num_splits or DEFAULT_NUM_SPLITS
+
+    def specialize(self, expr) -> sp.Expr:
+        s = self.spec
+        return specialize(expr, s.width, s.block_table_width, s.block_size, self.num_splits)
+
+    def expr(self, expr) -> str:
+        """``expr`` with the variant's constants substituted, as TileLang text."""
+        return tl(self.specialize(expr))
+
+
+Builder = Callable[[Instance], dict]
+EXPRESSIONS: dict[str, Builder] = {}
+
+
+def expressions(family: str) -> Callable[[Builder], Builder]:
+    """Register the expression builder of ``family`` (a decorator)."""
+    def register(fn: Builder) -> Builder:
+        EXPRESSIONS[family] = fn
+        return fn
+    return register
+
+
+def helpers(v: Instance) -> dict:
+    """The names every template may use besides the launch frame."""
+    return {"expr": v.expr, "ix": ix, "sp": sp, "tensor": sp.IndexedBase}
+
+
+def context(v: Instance) -> dict:
+    """The common helpers plus the family's own expressions, when it registered a builder."""
+    build = EXPRESSIONS.get(v.spec.family)
+    return helpers(v) | (build(v) if build else {})
+
+
+def _idx(name):
+    return sp.IndexedBase(name)
+
+
+@expressions("spec_verify_token_update")
+def _token_update(v: Instance) -> dict:
+    draft = "draft_tokens[b, j]"
+    return {"row_first": v.expr(ix.row(b, 0)), "row_draft": v.expr(ix.row(b, j + 1)),
+            "draft_value": draft if v.spec.draft_dtype == "int32" else f'T.Cast("int32", {draft})'}
+
+
+@expressions("spec_verify_metadata_update")
+def _metadata(v: Instance) -> dict:
+    return {"row": v.expr(ix.row(b, j)), "position": v.expr(S + j), "slot": v.expr(slot(b, S + j)),
+            "kv_len": v.expr(S + ix.W), "start": v.expr(ix.row(b, 0)), "total_rows": v.expr(ix.row(ix.B, 0))}
+
+
+@expressions("spec_verify_attention_tiling_update")
+def _tiling(v: Instance) -> dict:
+    longest = sp.Symbol("longest", integer=True, nonnegative=True)
+    seq_blocks = ix.sequence_blocks(Sq, v.spec.width, v.spec.block_size)
+    return {"row": v.expr(ix.row(b, j)), "kv_len": v.expr(ix.row_kv_len()),
+            "blocks": v.expr(ix.num_blocks()), "seq_blocks_q": v.expr(seq_blocks),
+            "last_len": v.expr(ix.last_block_len()), "total_rows": v.expr(ix.row(ix.B, 0)),
+            "kv_len_q_last": v.expr(ix.row_kv_len(Sq, ix.W - 1)), "split_len": v.expr(ix.kv_split_len(longest))}
+
+
+@expressions("greedy_prefix_verify")
+def _greedy(v: Instance) -> dict:
+    draft, target = _idx("draft_tokens"), _idx("target_tokens")
+    width = v.spec.width
+    pairs = [(i, sp.Ne(draft[b, i], target[b, i])) for i in range(width - 1)]
+    accepted = sp.Piecewise(*pairs, (width - 1, True))
+    keep = sp.Piecewise((target[b, j], j <= a), (-1, True))
+    return {"accepted": v.expr(accepted), "next_token": v.expr(keep)}
+
+
+@expressions("prepare_next_draft")
+def _next_draft(v: Instance) -> dict:
+    new_len = S + a + 1  # S': tokens with valid target KV after this step
+    repair = sp.Piecewise((slot(b, new_len - 1), sp.Eq(a, ix.W - 1)), (_idx("scratch_slot")[0], True))
+    return {"bonus": v.expr(_idx("target_tokens")[b, a]), "new_len": v.expr(new_len),
+            "repair_pos": v.expr(new_len - 1), "repair_slot": v.expr(repair),
+            "draft_slot": v.expr(slot(b, new_len)), "repair_row": v.expr(ix.row(b, sp.Max(a - 1, 0))),
+            "draft_row": v.expr(ix.row(b, a))}
+
+
+@expressions("context_kv_update")
+def _context(v: Instance) -> dict:
+    kept = sp.Piecewise((slot(b, S + j), j <= a), (-1, True))
+    return {"row": v.expr(ix.row(b, j)), "context_slot": v.expr(kept)}

@@ -1,0 +1,57 @@
+"""fuse-chain: family kernels that form a composite family become one launch.
+
+    before:  spec_verify_token_update{w4}; spec_verify_metadata_update{w4_bt64_bs128};
+             spec_verify_attention_tiling_update{w4_bs128}                      (3 launches)
+    after:   spec_verify_head_update{w4_bt64_bs128}                             (1 launch)
+
+A composite (``specializations.families.COMPOSITES``) applies when every
+member is present once as a fused op (the output of ``fuse``, carrying a
+``variant``), all on one stream, no member reads another's output, and no op
+between them depends on them both ways.  The semantics are the members'
+composition.  Refusals are noted with their reason, like ``fuse``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..specializations.families import COMPOSITES
+from .base import PassContext, no_worse
+from .fuse import WhyNoFuse, one_stream, replace_with_fused
+from .ir import BoundaryGraph, Op, OpKind, variant_of
+from .ir.ordering import order_with_events
+
+
+@dataclass(frozen=True)
+class FuseChain:
+    name: ClassVar[str] = "fuse-chain"
+
+    def apply(self, ctx: PassContext, graph: BoundaryGraph) -> BoundaryGraph:
+        for comp, member_fams in COMPOSITES.items():
+            found = [[o for o in graph.ops if o.kind is OpKind.DEVICE_KERNEL and variant_of(o) is not None
+                      and o.attr("family") == fam] for fam in member_fams]
+            if not any(found):
+                continue
+            try:
+                if any(len(f) != 1 for f in found):
+                    missing = [fam for fam, f in zip(member_fams, found) if len(f) != 1]
+                    raise WhyNoFuse(comp, "members %s are not each one fused op", ", ".join(missing))
+                fused = order_with_events(self._chain(graph, comp, [f[0] for f in found]))
+                if no_worse(None, self.name, graph, fused) is graph:
+                    raise WhyNoFuse(comp, "the composite would lengthen the bubble")
+                graph = fused
+            except WhyNoFuse as why:
+                ctx.note(self.name, str(why))
+        return graph
+
+    @staticmethod
+    def _chain(graph: BoundaryGraph, comp: str, members: list[Op]) -> BoundaryGraph:
+        stream = one_stream(comp, members)
+        written = {w for m in members for w in m.writes}
+        if any(r in written for m in members for r in m.reads):
+            raise WhyNoFuse(comp, "a member reads another member's output")
+        reads = tuple(dict.fromkeys(r for m in members for r in m.reads))
+        writes = tuple(dict.fromkeys(w for m in members for w in m.writes))
+        member_names = tuple(n for m in members for n in m.attr("members", (m.name,)))
+        return replace_with_fused(graph, members, comp, stream, reads, writes, member_names)

@@ -1,0 +1,113 @@
+"""Cost model, schedule simulation, critical path and the predicted bubble.
+
+Costs are microseconds.  A device op costs the host ``issue`` time to launch
+and then ``run`` time on its stream; a host op costs ``run`` time on the
+host.  The simulation starts each op at the latest of (the host having issued
+it, all its happens-before predecessors finished); the bubble is the time from
+the boundary's start op finishing to its end op starting.
+
+Defaults are leads from an H200 with torch 2.11 (see README); a JSON file
+such as ``{"run": {"host_compute": 20}, "issue": {"device_kernel": 6}}``
+overrides any of them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .analysis import Ordering
+from .core import BoundaryGraph, Op, OpKind
+
+DEFAULT_RUN_US = {
+    "device_kernel": 4.0, "host_compute": 12.0, "h2d": 3.0, "d2h": 3.0, "host_sync": 10.0,
+    "event_record": 0.5, "event_wait": 0.5, "graph_replay": 0.0, "graph_task_update": 25.0,
+}
+DEFAULT_ISSUE_US = {
+    "device_kernel": 5.0, "h2d": 8.0, "d2h": 8.0, "event_record": 2.0, "event_wait": 2.0, "graph_replay": 10.0,
+}
+IN_GRAPH_KERNEL_US = 1.5
+IN_GRAPH_COPY_US = 2.0
+
+
+@dataclass(frozen=True)
+class CostModel:
+    run: dict = field(default_factory=lambda: dict(DEFAULT_RUN_US))
+    issue: dict = field(default_factory=lambda: dict(DEFAULT_ISSUE_US))
+    in_graph_kernel: float = IN_GRAPH_KERNEL_US
+    in_graph_copy: float = IN_GRAPH_COPY_US
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> "CostModel":
+        data = json.loads(Path(path).read_text())
+        unknown = set(data) - {"run", "issue", "in_graph_kernel", "in_graph_copy"}
+        if unknown:
+            raise ValueError(f"{path}: unknown cost keys {sorted(unknown)}")
+        base = cls()
+        for part in ("run", "issue"):
+            bad = set(data.get(part, {})) - set(DEFAULT_RUN_US)
+            if bad:
+                raise ValueError(f"{path}: unknown op kinds under '{part}': {sorted(bad)}")
+            getattr(base, part).update({k: float(v) for k, v in data.get(part, {}).items()})
+        return cls(base.run, base.issue, float(data.get("in_graph_kernel", base.in_graph_kernel)),
+                   float(data.get("in_graph_copy", base.in_graph_copy)))
+
+    def run_us(self, op: Op) -> float:
+        base = op.cost_us if op.cost_us is not None else self.run[op.kind.value]
+        if op.kind is OpKind.GRAPH_REPLAY:
+            base += self.in_graph_kernel * op.attr("captured_kernels", 0)
+            base += self.in_graph_copy * op.attr("captured_copies", 0)
+        return base
+
+    def issue_us(self, op: Op) -> float:
+        return 0.0 if op.kind.on_host else self.issue.get(op.kind.value, 0.0)
+
+
+@dataclass
+class Schedule:
+    start: dict[str, float]
+    finish: dict[str, float]
+    blame: dict[str, str | None]  # the predecessor (or issuing host step) that set each op's start
+
+    def critical_path(self, graph: BoundaryGraph) -> list[str]:
+        """Ops from the boundary start to its end along the binding constraints, in time order."""
+        path, node = [], graph.end
+        stop = self.finish[graph.start]
+        while node is not None and self.finish.get(node, 0.0) > stop - 1e-9 and node != graph.start:
+            path.append(node)
+            node = self.blame.get(node)
+        return list(reversed(path))
+
+
+def simulate(graph: BoundaryGraph, model: CostModel | None = None) -> Schedule:
+    model = model or CostModel()
+    hb = Ordering(graph).hb
+    start, finish, blame = {}, {}, {}
+    host_clock, host_last = 0.0, None
+    for o in graph.ops:
+        host_clock += model.issue_us(o)
+        t, who = host_clock, host_last
+        for p in hb.predecessors(o.name):
+            if finish[p] > t:
+                t, who = finish[p], p
+        start[o.name], blame[o.name] = t, who
+        finish[o.name] = t + model.run_us(o)
+        if o.kind.on_host:
+            host_clock = finish[o.name]
+        host_last = o.name if o.kind.on_host or model.issue_us(o) > 0 else host_last
+    return Schedule(start, finish, blame)
+
+
+def bubble_us(graph: BoundaryGraph, model: CostModel | None = None, sched: Schedule | None = None) -> float:
+    """From the start op finishing to the end op's own work starting.
+
+    A replay whose graph begins with captured update kernels starts its
+    forward only after them, so they count as bubble too.
+    """
+    model = model or CostModel()
+    s = sched or simulate(graph, model)
+    end, start = graph.op(graph.end), graph.op(graph.start)
+    head = end.attr("head_ops", 0) * model.in_graph_kernel if end.kind is OpKind.GRAPH_REPLAY else 0.0
+    tail = start.attr("tail_us", 0.0) if start.kind is OpKind.GRAPH_REPLAY else 0.0
+    return max(0.0, s.start[graph.end] + head - (s.finish[graph.start] - tail))

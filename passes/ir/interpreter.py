@@ -1,0 +1,76 @@
+"""The reference interpreter: runs any boundary graph on the CPU with torch.
+
+Ops run in program order through their reference semantics.  For a
+race-free graph every legal device schedule gives the same values, so this
+sequential run is the definition of what a graph computes, and "before" and
+"after" a pass are compared value for value.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+from .core import BoundaryGraph, BoundaryGraphError, OpKind, Value
+from .semantics import VOCAB
+
+_COPIES = {OpKind.H2D, OpKind.D2H}
+_NO_EFFECT = {OpKind.EVENT_RECORD, OpKind.EVENT_WAIT, OpKind.HOST_SYNC}
+
+
+def random_inputs(graph: BoundaryGraph, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random inputs respecting the boundary's layout (positions fit the block table)."""
+    gen = torch.Generator().manual_seed(seed)
+    p = graph.params
+    W, BS, BT = p.get("width", 2), p.get("block_size", 16), p.get("block_table_width", 4)
+    num_blocks = p.get("num_blocks", max(BT * p.get("batch", 1), 1))
+    max_seq = max(BT * BS - W, 0)
+
+    def draw(v: Value) -> torch.Tensor:
+        dtype = getattr(torch, v.dtype)
+        shape = tuple(int(s) for s in v.shape)
+        if v.init == "seq_len":
+            return torch.randint(0, max_seq + 1, shape, generator=gen).to(dtype)
+        if v.init == "block_table":
+            return torch.randint(0, num_blocks, shape, generator=gen).to(dtype)
+        if v.init == "scratch_slot":
+            return torch.full(shape, num_blocks * BS, dtype=dtype)
+        if v.init in ("token", "state_slot"):
+            return torch.randint(0, VOCAB, shape, generator=gen).to(dtype)
+        if v.init == "rand":
+            return torch.randint(-50, 50, shape, generator=gen).to(dtype)
+        return torch.zeros(shape, dtype=dtype)
+
+    return {k: draw(v) for k, v in graph.values.items() if v.is_input}
+
+
+def interpret(graph: BoundaryGraph, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Run ``graph``; returns the final value of every value it defines."""
+    env = {k: t.clone() for k, t in inputs.items()}
+    for o in graph.ops:
+        if o.kind in _NO_EFFECT:
+            continue
+        if o.fn is None:
+            if o.kind not in _COPIES:
+                raise BoundaryGraphError(f"{graph.name}: op '{o.name}' has no reference semantics", op=o.name)
+            outs = tuple(env[r].clone() for r in o.reads)
+        else:
+            outs = o.fn(*(env[r] for r in o.reads))
+        if len(outs) != len(o.writes):
+            raise BoundaryGraphError(f"{graph.name}: op '{o.name}' produced {len(outs)} values "
+                                     f"for {len(o.writes)} writes", op=o.name)
+        for name, t in zip(o.writes, outs):
+            want = graph.values[name]
+            if tuple(t.shape) != tuple(int(s) for s in want.shape):
+                raise BoundaryGraphError(f"{graph.name}: op '{o.name}' wrote '{name}' with shape "
+                                         f"{tuple(t.shape)}, declared {tuple(want.shape)}", op=o.name)
+            env[name] = t.to(getattr(torch, want.dtype))
+    return env
+
+
+def outputs_equal(a: BoundaryGraph, b: BoundaryGraph, seed: int = 0) -> list[str]:
+    """Names of ``a``'s outputs whose values differ when both graphs run on the same inputs."""
+    inputs = random_inputs(a, seed)
+    ra, rb = interpret(a, inputs), interpret(b, inputs)
+    return [n for n in a.outputs if n not in rb or not torch.equal(ra[n], rb[n])]

@@ -1,0 +1,341 @@
+"""The benchmark harness: one speculative decode loop, every boundary mode, measured side by side.
+
+For every (depth, batch) the same model, MTP head and prompts run in each
+mode of the registry (``modes.MODES``).  Reported per run: TPOT, tokens/s,
+the draft->verify boundary (median verify span minus the bare verify graph),
+the verify->next-draft gap, the draft graph, host synchronizations per step
+(counted by torch.cuda's sync debug mode), the measured acceptance, and
+whether the mode's tokens equal the other modes' (and plain greedy decoding
+with ``check``).  ``configure`` validates the settings into a ``BenchConfig``;
+``run_bench`` measures; ``bench_report`` prints, plots and writes the result.
+"""
+
+from __future__ import annotations
+
+import platform
+import random
+import sys
+import time
+from dataclasses import dataclass
+from statistics import median
+
+import torch
+
+from .acceptance import AcceptanceMix
+from .decode import greedy_generate
+from .draft import MTPHead
+from .engine import SpecDecodeEngine
+from .errors import EngineError
+from .model import ModelConfig, Qwen3Model
+from .modes import MODES
+from .results import RunResult
+
+__all__ = ["SUBJECT", "BenchConfig", "BenchError", "configure", "ratios", "run_bench"]
+
+SUBJECT = "specgen"  # the mode the others are compared with
+
+
+class BenchError(Exception):
+    """A configuration the bench cannot run (one line for the CLI)."""
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Everything one bench invocation runs with, validated by ``configure``."""
+
+    model: ModelConfig
+    dtype: torch.dtype
+    device: torch.device
+    depths: tuple[int, ...]
+    batches: tuple[int, ...]
+    modes: tuple[str, ...]                 # the modes that run here
+    skipped: tuple[tuple[str, str], ...]   # (mode, why) asked for but not run here
+    steps: int
+    warmup: int
+    acceptance: float | None
+    check: bool
+    block_size: int
+    block_table_width: int
+    prompt_len: int
+    seed: int
+    bare_repeats: int
+    command: str
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        return tuple(sorted({d + 1 for d in self.depths}))
+
+    @property
+    def kernel_target(self) -> str:
+        """The build target whose kernels the library must hold."""
+        return "cuda" if self.cuda else "c"
+
+    @property
+    def needs_library(self) -> bool:
+        return any(MODES[m].needs_library for m in self.modes)
+
+
+def configure(*, model: str = "tiny", depths=(3,), batches=(1,), modes=tuple(MODES), steps: int = 32,
+              warmup: int = 3, acceptance: float | None = None, check: bool = False, block_size: int = 16,
+              block_table_width: int = 32, prompt_len: int = 32, dtype: str = "auto", device: str | None = None,
+              seed: int = 0, bare_repeats: int = 30, command: str = "specgen bench") -> BenchConfig:
+    """Validate the bench settings (``BenchError`` says what is wrong); ``block_table_width=0``: just enough."""
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    cuda = dev.type == "cuda"
+    for m in modes:
+        if m not in MODES:
+            raise BenchError(f"unknown mode '{m}' (known: {', '.join(MODES)})")
+    if any(d < 1 for d in depths) or any(b < 1 for b in batches):
+        raise BenchError("--depth and --batch values must be at least 1")
+    if warmup < 1:
+        raise BenchError("--warmup must be at least 1 (the first step of every run captures its graphs)")
+    if steps < 1:
+        raise BenchError("--steps must be at least 1")
+    if acceptance is not None and not 0.0 <= acceptance <= 1.0:
+        raise BenchError(f"--acceptance must lie in [0, 1], got {acceptance}")
+    skipped = tuple((m, MODES[m].cpu_skip_reason) for m in modes if not cuda and MODES[m].cpu_skip_reason)
+    for m, why in skipped:
+        log(f"bench: mode {m}: {why}")
+    cfg = ModelConfig.preset(model)
+    torch_dtype = {"auto": torch.bfloat16 if cuda and model != "tiny" else torch.float32,
+                   "float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    widest = max(d + 1 for d in depths)
+    need = prompt_len + (warmup + steps + 2) * widest + 1
+    if acceptance is not None:  # the oracle run decodes max_new_tokens, which reserves 3 W + 1 more
+        need += 3 * widest + 1
+    bt = block_table_width or -(-need // block_size)
+    if bt * block_size < need:
+        raise BenchError(f"--block-table-width {bt} x --block-size {block_size} = {bt * block_size} "
+                         f"positions; {steps} steps at depth {max(depths)} need {need}")
+    return BenchConfig(cfg, torch_dtype, dev, tuple(depths), tuple(batches),
+                       tuple(m for m in modes if m not in dict(skipped)), skipped, steps, warmup, acceptance, check,
+                       block_size, bt, prompt_len, seed, bare_repeats, command)
+
+
+def run_bench(config: BenchConfig, library=None) -> dict:
+    """Every (batch, depth, mode) of ``config``; ``library`` holds the kernels the modes that need one use."""
+    log(f"bench: model {config.model.name} ({config.dtype}) on {config.device}; depths {list(config.depths)}, "
+        f"batches {list(config.batches)}, {config.steps} steps (+{config.warmup} warm-up), layout "
+        f"bt{config.block_table_width} bs{config.block_size}")
+    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        return _Sweep(config, library).run()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
+
+def error_text(e: BaseException) -> str:
+    """The first lines of an error that say something (no C++ frames), joined."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip() and not ln.lstrip().startswith("frame #")]
+    return f"{type(e).__name__}: " + " | ".join(lines[:3]) if lines else type(e).__name__
+
+
+def _prompts(batch: int, prompt_len: int, vocab: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab) for _ in range(rng.randint(max(1, prompt_len // 2), prompt_len))]
+            for _ in range(batch)]
+
+
+def summary(res: RunResult, bare_us: float | None) -> dict:
+    """One run's row of ``bench.json``: rates, median phases, syncs per step."""
+    t = res.timings
+    per_seq_tokens = res.timed_tokens / res.batch if res.batch else 0
+    out = {
+        "mode": res.mode, "width": res.width, "depth": res.width - 1, "batch": res.batch, "steps": res.steps,
+        "acceptance": round(res.acceptance, 4),
+        "tokens_per_step": round(per_seq_tokens / res.steps, 4) if res.steps else None,
+        "elapsed_ms": round(res.elapsed_s * 1e3, 3),
+        "tpot_ms": round(res.elapsed_s * 1e3 / per_seq_tokens, 4) if per_seq_tokens else None,
+        "tokens_per_s": round(res.timed_tokens / res.elapsed_s, 1) if res.elapsed_s else None,
+        "step_us": round(res.elapsed_s * 1e6 / res.steps, 2) if res.steps else None,
+    }
+    if t:
+        gaps = [x.gap_us for x in t[:-1]]
+        span = median(x.verify_span_us for x in t)
+        syncs = [x.host_syncs for x in t if x.host_syncs is not None]
+        out.update({
+            "draft_us": round(median(x.draft_us for x in t), 2),
+            "verify_span_us": round(span, 2),
+            "bare_verify_us": round(bare_us, 2) if bare_us is not None else None,
+            "draft_to_verify_us": round(span - bare_us, 2) if bare_us is not None else None,
+            "verify_to_draft_us": round(median(gaps), 2) if gaps else None,
+            "host_syncs_per_step": round(sum(syncs) / len(syncs), 3) if syncs else None,
+        })
+    if res.lagged_event_waits:
+        out["lagged_event_waits_per_step"] = round(res.lagged_event_waits / max(res.steps, 1), 3)
+    if res.runtime_stats is not None:
+        out["runtime_stats"] = res.runtime_stats
+    return out
+
+
+def _failed(mode: str, width: int, batch: int, why: str) -> dict:
+    return {"mode": mode, "width": width, "depth": width - 1, "batch": batch, "error": why}
+
+
+class _Sweep:
+    """One bench invocation's state: the model, the rows so far, and whether the device gave out."""
+
+    def __init__(self, config: BenchConfig, library):
+        self.config, self.library = config, library
+        t = time.perf_counter()
+        self.model = Qwen3Model.create(config.model, seed=config.seed, dtype=config.dtype, device=config.device)
+        self.head = MTPHead.create(self.model, seed=config.seed + 1)
+        log(f"bench: model ready in {time.perf_counter() - t:.1f}s")
+        self.runs: list[dict] = []
+        self.checks: list[dict] = []
+        self.total = len(config.depths) * len(config.batches) * len(config.modes)
+        self.done = 0
+        self.aborted: str | None = None
+
+    def run(self) -> dict:
+        for batch in self.config.batches:
+            if self.aborted:
+                break
+            self._batch(batch)
+        return self._result()
+
+    def _device_ok(self) -> bool:
+        """After a failure: is the device still usable? (a sticky error is not)"""
+        if not self.config.cuda:
+            return True
+        try:
+            torch.cuda.synchronize()
+            return True
+        except RuntimeError as e:
+            self.aborted = f"the device failed and cannot continue: {error_text(e)}"
+            log(f"bench: {self.aborted}; writing what finished")
+            return False
+
+    def _batch(self, batch: int) -> None:
+        c = self.config
+        prompts = _prompts(batch, c.prompt_len, c.model.vocab_size, c.seed + batch)
+        greedy = None
+        if c.check:
+            t = time.perf_counter()
+            greedy = greedy_generate(self.model, prompts, (c.warmup + c.steps) * max(c.widths) + max(c.widths) + 1)
+            log(f"bench: plain greedy decoding for batch {batch} in {time.perf_counter() - t:.1f}s")
+        for depth in c.depths:
+            if self.aborted:
+                break
+            self._depth(prompts, greedy, depth + 1, batch)
+
+    def _oracle(self, prompts, width: int, batch: int) -> torch.Tensor | None:
+        """The target's own greedy tokens at this verify shape (a baseline run with the MTP head's drafts).
+
+        In bfloat16 a 1-row greedy forward can round differently from a W-row
+        verify forward, and an oracle from it would drift off the sequence the
+        target actually decodes.  None when the run failed (recorded).
+        """
+        c = self.config
+        t = time.perf_counter()
+        eng = SpecDecodeEngine(self.model, self.head, mode="baseline", width=width, batch=batch,
+                               block_size=c.block_size, block_table_width=c.block_table_width)
+        try:
+            run = eng.run(prompts, max_new_tokens=(c.warmup + c.steps + 2) * width + 1)
+        except EngineError as e:
+            raise BenchError(f"acceptance oracle: {e}") from None
+        except RuntimeError as e:
+            why = f"acceptance oracle failed: {error_text(e)}"
+            log(f"bench: depth {width - 1} batch {batch}: {why}")
+            self.runs += [_failed(m, width, batch, why) for m in c.modes]
+            self.done += len(c.modes)
+            eng.close()
+            self._device_ok()
+            return None
+        eng.close()
+        log(f"bench: acceptance oracle for depth {width - 1} batch {batch} in {time.perf_counter() - t:.1f}s")
+        return torch.tensor(run.outputs, device=c.device)
+
+    def _depth(self, prompts, greedy, width: int, batch: int) -> None:
+        c = self.config
+        oracle = None
+        if c.acceptance is not None:
+            oracle = self._oracle(prompts, width, batch)
+            if oracle is None:
+                return
+        tokens_by_mode: dict[str, list] = {}
+        self._bare = None
+        for mode in c.modes:
+            outputs = self._mode(mode, prompts, greedy, oracle, width, batch)
+            if outputs is False:
+                break
+            if outputs is not None:
+                tokens_by_mode[mode] = outputs
+        first = next(iter(tokens_by_mode.values()), None)
+        same = all(v == first for v in tokens_by_mode.values())
+        self.checks.append({"depth": width - 1, "batch": batch, "modes_agree": same})
+        for row in self.runs[-len(c.modes):]:
+            row["modes_agree"] = same
+
+    def _mode(self, mode: str, prompts, greedy, oracle, width: int, batch: int):
+        """One timed run; its outputs, None when it failed, False when the device is lost."""
+        c = self.config
+        mix = AcceptanceMix(c.acceptance, oracle, c.model.vocab_size, seed=c.seed) if oracle is not None else None
+        eng = SpecDecodeEngine(self.model, self.head, mode=mode, width=width, batch=batch,
+                               block_size=c.block_size, block_table_width=c.block_table_width,
+                               library=self.library, acceptance=mix)
+        t = time.perf_counter()
+        try:
+            res = eng.run(prompts, steps=c.steps, warmup_steps=c.warmup, timing=True)
+        except EngineError as e:
+            raise BenchError(str(e)) from None
+        except RuntimeError as e:  # a device failure in one run: record it, keep the others
+            self.done += 1
+            why = error_text(e)
+            log(f"bench: [{self.done}/{self.total}] depth {width - 1} batch {batch} {mode}: FAILED: {why}")
+            self.runs.append(_failed(mode, width, batch, why))
+            eng.close()
+            return None if self._device_ok() else False
+        if self._bare is None:
+            self._bare = eng.bare_verify_us(c.bare_repeats)
+        eng.close()
+        row = summary(res, self._bare)
+        if oracle is not None:
+            row["equals_target_reference"] = all(o == g[: len(o)] for o, g in zip(res.outputs, oracle.tolist()))
+        if greedy is not None:
+            row["equals_greedy"] = all(o == g[: len(o)] for o, g in zip(res.outputs, greedy))
+        self.runs.append(row)
+        self.done += 1
+        log(f"bench: [{self.done}/{self.total}] depth {width - 1} batch {batch} {mode}: TPOT {row['tpot_ms']} ms, "
+            f"acceptance {row['acceptance']}, {time.perf_counter() - t:.1f}s")
+        return res.outputs
+
+    def _result(self) -> dict:
+        c = self.config
+        env = {"device": torch.cuda.get_device_name(c.device) if c.cuda else platform.processor() or "cpu",
+               "torch": torch.__version__, "python": platform.python_version(),
+               "clock": "cuda-events" if c.cuda else "host perf_counter"}
+        return {"command": c.command, "model": c.model.name, "dtype": str(c.dtype).split(".")[-1],
+                "environment": env, "layout": {"block_size": c.block_size, "block_table_width": c.block_table_width},
+                "steps": c.steps, "warmup_steps": c.warmup, "acceptance_p": c.acceptance, "aborted": self.aborted,
+                "skipped_modes": dict(c.skipped), "runs": self.runs, "agreement": self.checks,
+                "ratios": ratios(self.runs)}
+
+
+def ratios(runs: list[dict]) -> list[dict]:
+    """``SUBJECT``'s TPOT against every other mode, per (depth, batch) measured in the same run."""
+    out = []
+    by = {}
+    for r in runs:
+        if "error" not in r:
+            by.setdefault((r["depth"], r["batch"]), {})[r["mode"]] = r
+    for (depth, batch), modes in sorted(by.items()):
+        s = modes.get(SUBJECT)
+        if not s or not s.get("tpot_ms"):
+            continue
+        row = {"depth": depth, "batch": batch}
+        for other in MODES:
+            o = modes.get(other)
+            if other != SUBJECT and o and o.get("tpot_ms"):
+                row[f"tpot_vs_{other}"] = round(s["tpot_ms"] / o["tpot_ms"] - 1.0, 4)
+        out.append(row)
+    return out

@@ -1,0 +1,60 @@
+"""Whether a verify step may take the captured (fast) path, and if not, why.
+
+The fast path runs only when the model supports in-graph input updates, every
+variant of the step plan is built for the device's target, the batch fits a
+bucket, the model's block layout equals the plan's, and every guard of every
+built variant holds for the step's sequence-length bounds.  Otherwise
+``fallback_reason`` names the first condition that failed (one of
+``FALLBACK_REASONS``) and the step runs the families' torch semantics (eager).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..specializations.capabilities import SpeculativeVerifyCapabilities
+from .buffers import bucket_of
+from .step_plan import StepPlan
+
+__all__ = ["FALLBACK_REASONS", "fallback_reason", "seq_len_bounds"]
+
+FALLBACK_REASONS = ("capability_off", "variant_not_built", "layout_mismatch", "batch_exceeds_buckets", "empty_batch",
+                    "guard_failed")
+
+
+def fallback_reason(caps: SpeculativeVerifyCapabilities, plan: StepPlan, buckets: tuple[int, ...], batch: int,
+                    block_table: torch.Tensor | None, bounds: tuple[int, int]) -> str | None:
+    """Why ``batch`` rows with ``block_table`` and sequence lengths in ``bounds`` cannot replay; None if they can."""
+    if not caps.supports_in_graph_input_update:
+        return "capability_off"
+    if plan.unavailable is not None:
+        return plan.unavailable
+    bt, bs = plan.layout
+    if (caps.block_size, caps.block_table_width) != (bs, bt) or \
+            (block_table is not None and block_table.shape[1] != bt):
+        return "layout_mismatch"
+    if batch > buckets[-1]:
+        return "batch_exceeds_buckets"
+    bucket = bucket_of(buckets, batch)
+    lo, hi = bounds
+    for k in plan.kernels.values():
+        if not k.check_guards(min_seq_len=lo, max_seq_len=hi, batch=bucket):
+            return "guard_failed"
+    return None
+
+
+def seq_len_bounds(seq_lens: torch.Tensor, given: tuple[int, int] | None, on_host: bool) -> tuple[int, int]:
+    """The smallest and largest sequence length of a step, for the guards.
+
+    On the host (``on_host``) the data are read and widen ``given``; on a
+    device ``given`` is trusted, since reading the data would synchronize
+    (without ``given`` it is read all the same).
+    """
+    if seq_lens.numel() == 0:
+        return given or (0, 0)
+    if on_host or given is None:
+        lo, hi = int(seq_lens.min()), int(seq_lens.max())
+        if given is not None:
+            lo, hi = min(lo, int(given[0])), max(hi, int(given[1]))
+        return lo, hi
+    return int(given[0]), int(given[1])

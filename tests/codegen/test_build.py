@@ -1,0 +1,125 @@
+"""specgen build end to end: the default matrix for c, checked through the generated package."""
+
+import importlib
+import json
+import shutil
+import sys
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specgen.driver import plan_and_build as build
+from specgen.runtime.library import VariantNotBuilt
+from specgen.runtime.semantics import REFERENCES
+from specgen.specializations import DEFAULT
+from specgen.specializations.families import FAMILIES, shape_of
+
+pytestmark = pytest.mark.slow
+POISON = -777
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kernels")
+    out = root / "specgen_kernels"
+    summary = build(DEFAULT, ("c",), out, jobs=2, progress=None)
+    assert not summary.failed and summary.built == 27
+    sys.path.insert(0, str(root))
+    try:
+        yield out, importlib.import_module("specgen_kernels")
+    finally:
+        sys.path.remove(str(root))
+        sys.modules.pop("specgen_kernels", None)
+
+
+def test_manifest_lists_every_planned_variant(built):
+    out, pkg = built
+    manifest = json.loads((out / "manifest.json").read_text())
+    keys = {v["key"] for v in manifest["variants"]}
+    for w in (4, 5, 6):
+        assert {f"spec_verify_token_update__w{w}", f"spec_verify_token_update__w{w}_i64",
+                f"spec_verify_metadata_update__w{w}_bt64_bs128", f"spec_verify_attention_tiling_update__w{w}_bs128",
+                f"greedy_prefix_verify__w{w}", f"prepare_next_draft__w{w}_bt64_bs128",
+                f"context_kv_update__w{w}_bt64_bs128"} <= keys
+    for v in manifest["variants"]:
+        assert (out / v["artifact"]).exists() and (out / v["program"]).exists() and (out / v["source"]).exists()
+        assert v["guards"] and v["boundaries"] and v["sha256"]
+    by_key = {v["key"]: v for v in manifest["variants"]}
+    assert by_key["context_kv_update__w4_bt64_bs128"]["boundaries"] == ["context-kv"]
+    assert "draft-to-verify" in by_key["spec_verify_metadata_update__w4_bt64_bs128"]["boundaries"]
+    assert pkg.variants() == sorted(keys)
+
+
+def test_rebuild_is_a_noop_and_manifest_is_byte_identical(built):
+    out, _ = built
+    first = (out / "manifest.json").read_bytes()
+    summary = build(DEFAULT, ("c",), out, jobs=1, progress=None)
+    assert summary.built == 0 and summary.cached == 27
+    assert (out / "manifest.json").read_bytes() == first
+    assert b"time" not in first
+
+
+def test_missing_variant_names_the_build_command(built):
+    _, pkg = built
+    with pytest.raises(VariantNotBuilt, match=r"spec_verify_token_update__w7 is not built: run `specgen build --widths 7"):
+        pkg.get("spec_verify_token_update", width=7)(torch.zeros(1, dtype=torch.int32),
+                                                      torch.zeros(1, 6, dtype=torch.int32),
+                                                      torch.zeros(7, dtype=torch.int32))
+
+
+def _inputs(family, W, BT, BS, B, dtype, draw):
+    """Inputs that hit the edges: block boundaries, the last valid position, every acceptance length."""
+    cap = BT * BS
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**31)))
+    edges = torch.tensor([0, BS - 1, BS, 2 * BS - 1, cap - W, cap - W - 1], dtype=torch.int32)
+    seq = torch.randint(0, cap - W + 1, (B,), generator=g, dtype=torch.int32)
+    at_edge = torch.rand(B, generator=g) < 0.5  # half the rows sit on a block boundary or the last position
+    seq = torch.where(at_edge, edges[torch.randint(0, len(edges), (B,), generator=g)], seq)
+    drafts = torch.randint(0, 50, (B, W - 1), generator=g).to(getattr(torch, dtype))
+    acc = torch.randint(0, W, (B,), generator=g, dtype=torch.int32)
+    target = torch.randint(50, 100, (B, W), generator=g, dtype=torch.int32)
+    for b in range(B):  # target agrees with the drafts for exactly acc[b] tokens
+        target[b, : acc[b]] = drafts[b, : acc[b]].to(torch.int32)
+    values = {"seq_lens": seq, "block_table": torch.randint(0, 4096, (B, BT), generator=g, dtype=torch.int32),
+              "last_tokens": torch.randint(0, 50, (B,), generator=g, dtype=torch.int32),
+              "draft_tokens": drafts if FAMILIES[family].has_draft_dtype else drafts.to(torch.int32),
+              "target_tokens": target, "accepted": acc, "scratch_slot": torch.tensor([4096 * BS], dtype=torch.int32)}
+    tensors = []
+    for a in FAMILIES[family].args:
+        if a.output:
+            tensors.append(torch.full(shape_of(a, B, W, BT), POISON, dtype=torch.int32))
+        else:
+            tensors.append(values[a.name])
+    return tensors
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_every_variant_matches_the_reference(built, data):
+    _, pkg = built
+    lib = pkg.library()
+    for entry in lib.entries():
+        fam = entry.family
+        B = data.draw(st.sampled_from([1, 2, 7, 64, 255, 256]) | st.integers(1, 256))
+        W, BT, BS = entry.width, entry.block_table_width or 8, entry.block_size or 16
+        args = _inputs(fam, W, BT, BS, B, entry.draft_dtype, data.draw)
+        expect = [t.clone() for t in args]
+        kw = {"block_size": BS} if "BS" in FAMILIES[fam].key_params else {}
+        if FAMILIES[fam].uses_num_splits:
+            kw["num_splits"] = entry.num_splits
+        REFERENCES[fam](*expect, **kw)
+        lib.get(fam, W, entry.block_table_width, entry.block_size)(*args)
+        for a, got, want in zip(FAMILIES[fam].args, args, expect):
+            assert torch.equal(got, want), f"{entry.key}: {a.name} differs at B={B}"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+def test_every_default_variant_compiles_for_cuda(tmp_path):
+    summary = build(DEFAULT, ("cuda",), tmp_path / "k", arch="sm_90", jobs=2, progress=None)
+    assert summary.built == 27 and not summary.failed
+    manifest = json.loads((tmp_path / "k" / "manifest.json").read_text())
+    for v in manifest["variants"]:
+        data = (tmp_path / "k" / v["artifact"]).read_bytes()
+        assert v["artifact"].endswith(".cubin") and data[:4] == b"\x7fELF" and v["arch"] == "sm_90"

@@ -1,0 +1,38 @@
+"""Bucketed step buffers: buckets, allocation, padding rows and input loading."""
+
+from __future__ import annotations
+
+import torch
+
+from specgen.runtime.buffers import alloc_step_buffers, bucket_of, buckets_for, load_inputs, pad_rows
+from specgen.specializations.families import FAMILIES
+
+I32 = torch.int32
+
+
+def test_buckets():
+    assert buckets_for(1) == (1,) and buckets_for(8) == (1, 2, 4, 8) and buckets_for(6) == (1, 2, 4, 6)
+    assert [bucket_of((1, 2, 4, 6), b) for b in (1, 2, 3, 5, 6)] == [1, 2, 4, 6, 6]
+
+
+def test_alloc_covers_every_family_argument():
+    bufs = alloc_step_buffers(4, 3, 8, block_size=16, scratch_block=2, num_splits=5, fill_padding=True)
+    assert {a.name for f in FAMILIES.values() for a in f.args} == set(bufs)
+    assert all(t.dtype == I32 for t in bufs.values())
+    assert bufs["tokens"].shape == (12,) and bufs["block_table"].shape == (4, 8)
+    assert bufs["scratch_slot"].tolist() == [32] and (bufs["block_table"] == 2).all()
+    assert (alloc_step_buffers(2, 3, 8, block_size=16)["block_table"] == 0).all()
+
+
+def test_load_inputs_pads_the_rows_after_the_batch():
+    bufs = alloc_step_buffers(4, 3, 2, block_size=16, scratch_block=1)
+    for name in ("last_tokens", "draft_tokens", "seq_lens", "block_table"):
+        bufs[name].fill_(9)
+    load_inputs(bufs, 2, torch.tensor([1, 2], dtype=I32), torch.ones(2, 2, dtype=I32),
+                torch.tensor([5, 6], dtype=I32), torch.full((2, 2), 3, dtype=I32), scratch_block=1)
+    assert bufs["last_tokens"].tolist() == [1, 2, 0, 0] and bufs["seq_lens"].tolist() == [5, 6, 0, 0]
+    assert bufs["block_table"].tolist() == [[3, 3], [3, 3], [1, 1], [1, 1]]
+    assert bufs["draft_tokens"][2:].eq(0).all()
+    pad_rows(bufs, 1, scratch_block=7)
+    assert bufs["block_table"].tolist() == [[3, 3], [7, 7], [7, 7], [7, 7]]
+    assert bufs["seq_lens"].tolist() == [5, 0, 0, 0]

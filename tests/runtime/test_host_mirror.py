@@ -1,0 +1,119 @@
+"""The host mirror: double-buffered host copies, the order of their events, one-step-late reads."""
+
+from __future__ import annotations
+
+import contextlib
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from specgen.runtime.host_mirror import HOST_FIELDS, HostMirror, HostResult
+
+W, MAX_BATCH = 3, 4
+I32 = torch.int32
+
+
+class FakeAPI:
+    """A DeviceAPI stand-in on the CPU that logs what the mirror asks of streams and events."""
+
+    def __init__(self):
+        self.log = []
+        self.current = self.Stream(self, "main")
+        self.events = 0
+
+    class Stream:
+        def __init__(self, api, name):
+            self.api, self.name = api, name
+
+        def wait_stream(self, other):
+            self.api.log.append((self.name, "wait_stream", other.name))
+
+        def wait_event(self, event):
+            self.api.log.append((self.name, "wait_event", event.name))
+
+    class Event:
+        def __init__(self, api, name):
+            self.api, self.name = api, name
+
+        def record(self, stream):
+            self.api.log.append((stream.name, "record", self.name))
+
+        def synchronize(self):
+            self.api.log.append(("host", "synchronize", self.name))
+
+    def new_stream(self, device):
+        return self.Stream(self, "copy")
+
+    def current_stream(self, device):
+        return self.current
+
+    @contextlib.contextmanager
+    def stream(self, s):
+        self.log.append((s.name, "enter", None))
+        yield
+        self.log.append((s.name, "exit", None))
+
+    def event(self):
+        self.events += 1
+        return self.Event(self, f"event{self.events - 1}")
+
+
+class Tracked(torch.Tensor):
+    recorded: list = []
+
+    def record_stream(self, stream):
+        Tracked.recorded.append(stream.name)
+
+
+def result(k, batch, fast_path=True):
+    """A step result whose host fields hold ``k`` (so each step is recognisable)."""
+    fields = {n: torch.full((batch, W) if n == "next_tokens" else (batch,), k, dtype=I32) for n in HOST_FIELDS}
+    if not fast_path:
+        fields = {n: t.as_subclass(Tracked) for n, t in fields.items()}
+    return SimpleNamespace(**fields, fast_path=fast_path)
+
+
+@pytest.fixture
+def mirror():
+    api = FakeAPI()
+    return HostMirror(api, "cpu", MAX_BATCH, W, pin=False), api
+
+
+def test_results_alternate_between_two_slots(mirror):
+    m, api = mirror
+    assert m.result(0) is None and m.result(1) is None
+    m.wait_latest()  # nothing copied yet: nothing to wait for
+    assert api.log == []
+    m.copy(result(1, 2), 2)
+    assert m.result(1) is None
+    m.copy(result(2, 4), 4)
+    m.copy(result(3, 1), 1)  # the third step reuses the first slot
+    latest, previous = m.result(0), m.result(1)
+    assert isinstance(latest, HostResult)
+    assert latest.accepted.tolist() == [3] and latest.next_tokens.tolist() == [[3] * W]
+    assert previous.accepted.tolist() == [2] * 4 and previous.next_seq_lens.shape == (4,)
+    syncs = [e for e in api.log if e[1] == "synchronize"]
+    assert syncs == [("host", "synchronize", "event0"), ("host", "synchronize", "event1")]
+    with pytest.raises(ValueError, match="steps_back"):
+        m.result(2)
+
+
+def test_copy_orders_after_the_step_and_records_its_event(mirror):
+    m, api = mirror
+    m.copy(result(1, 2), 2)
+    assert api.log == [("copy", "wait_stream", "main"), ("copy", "enter", None), ("copy", "record", "event0"),
+                       ("copy", "exit", None)]
+    api.log.clear()
+    m.copy(result(2, 2), 2)
+    m.wait_latest()  # the next writes wait for the newest copy (slot 1), on the device
+    assert api.log[-1] == ("main", "wait_event", "event1")
+    assert not any(e[1] == "synchronize" for e in api.log)  # no host synchronization on the way
+
+
+def test_fallback_results_keep_their_memory_for_the_copy(mirror):
+    m, _ = mirror
+    Tracked.recorded.clear()
+    m.copy(result(5, 3, fast_path=False), 3)
+    assert Tracked.recorded == ["copy"] * len(HOST_FIELDS)
+    assert m.result(0).next_last_token.tolist() == [5] * 3

@@ -1,0 +1,395 @@
+"""SpecVerifyRuntime: the fast path equals the eager references, every fallback reason is exact."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from specgen.runtime import semantics as ref
+from specgen.runtime.capabilities import SpeculativeVerifyCapabilities
+from specgen.runtime.library import load_library
+from specgen.runtime.verify_graph import SpecVerifyRuntime
+
+W, BT, BS = 4, 8, 16
+VOCAB = 50
+I32 = torch.int32
+FIELDS = ("accepted", "next_tokens", "next_last_token", "next_seq_lens", "draft_positions", "draft_slots",
+          "hidden_rows")
+ON = SpeculativeVerifyCapabilities(supports_in_graph_input_update=True, block_size=BS, block_table_width=BT)
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    from specgen.driver import plan_and_build as build
+    from specgen.specializations import Matrix
+
+    out = tmp_path_factory.mktemp("verify_graph_build")
+    try:
+        build(Matrix(widths=(W,), block_table_widths=(BT,), block_sizes=(BS,)), ("c",), out=out, jobs=2,
+              progress=None)
+    except Exception as exc:  # no C toolchain
+        pytest.skip(f"cannot build the c kernels here: {exc}")
+    return load_library(out)
+
+
+def model_forward(bufs):
+    """Deterministic stand-in for the target model: a function of each row's token and position."""
+    tokens, positions = bufs["tokens"].long(), bufs["positions"].long()
+    return ((tokens * 7 + positions) % VOCAB).to(I32).view(-1, W)
+
+
+def reference_step(last_tokens, draft_tokens, seq_lens, block_table, block_size=BS, width=W):
+    """The whole step from the torch references, independent of the runtime."""
+    B, bt = seq_lens.shape[0], block_table.shape[1]
+    tokens = torch.empty(B * width, dtype=I32)
+    ref.spec_verify_token_update(last_tokens, draft_tokens, tokens)
+    positions = torch.empty(B * width, dtype=I32)
+    slots = torch.empty(B * width, dtype=I32)
+    ref.spec_verify_metadata_update(seq_lens, block_table, positions, slots, torch.empty(B, dtype=I32),
+                                    torch.empty(B + 1, dtype=I32), block_size=block_size)
+    target = ((tokens.long() * 7 + positions.long()) % VOCAB).to(I32).view(B, width)
+    out = {"accepted": torch.empty(B, dtype=I32), "next_tokens": torch.empty(B, width, dtype=I32),
+           "next_last_token": torch.empty(B, dtype=I32), "next_seq_lens": torch.empty(B, dtype=I32),
+           "draft_positions": torch.empty(B, 2, dtype=I32), "draft_slots": torch.empty(B, 2, dtype=I32),
+           "hidden_rows": torch.empty(B, 2, dtype=I32)}
+    ref.greedy_prefix_verify(draft_tokens, target, out["accepted"], out["next_tokens"])
+    ref.prepare_next_draft(out["accepted"], target, seq_lens, block_table, torch.zeros(1, dtype=I32),
+                           out["next_last_token"], out["next_seq_lens"], out["draft_positions"],
+                           out["draft_slots"], out["hidden_rows"], block_size=block_size)
+    return out
+
+
+def make_drafts(last_tokens, seq_lens, gen, p_correct, width=W):
+    """Drafts that follow the model with probability ``p_correct`` per token, so acceptance varies."""
+    B = seq_lens.shape[0]
+    drafts = torch.empty(B, width - 1, dtype=I32)
+    prev = last_tokens.long()
+    for j in range(width - 1):
+        right = (prev * 7 + seq_lens.long() + j) % VOCAB
+        wrong = torch.randint(0, VOCAB, (B,), generator=gen)
+        pick = torch.rand(B, generator=gen) < p_correct
+        drafts[:, j] = torch.where(pick, right, wrong).to(I32)
+        prev = drafts[:, j].long()
+    return drafts
+
+
+def inputs(B, gen, max_len=100, bt=BT):
+    last = torch.randint(0, VOCAB, (B,), generator=gen, dtype=I32)
+    seq_lens = torch.randint(0, max_len + 1, (B,), generator=gen, dtype=I32)
+    table = torch.randint(1, 64, (B, bt), generator=gen, dtype=I32)  # block 0 is the scratch block
+    return last, make_drafts(last, seq_lens, gen, 0.7), seq_lens, table
+
+
+def assert_same(result, expected):
+    for n in FIELDS:
+        assert torch.equal(getattr(result, n), expected[n]), n
+
+
+def test_sequence_comes_from_plans(lib):
+    rt = SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8)
+    assert rt.layout == (BT, BS)
+    assert tuple(s.name for s in rt.sequence) == (f"spec_verify_head_update__w{W}_bt{BT}_bs{BS}", "target_forward",
+                           f"greedy_prefix_verify__w{W}", f"prepare_next_draft__w{W}_bt{BT}_bs{BS}")
+    assert rt.buckets == (1, 2, 4, 8)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.integers(1, 8), min_size=1, max_size=4), seed=st.integers(0, 2**31 - 1),
+       p=st.sampled_from([0.0, 0.5, 0.9, 1.0]))
+def test_fast_path_matches_reference_over_steps(lib, batches, seed, p):
+    gen = torch.Generator().manual_seed(seed)
+    rt = SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8)
+    B = batches[0]
+    last, _, seq_lens, table = inputs(B, gen)
+    for _ in batches:  # the same sequences advance step by step
+        drafts = make_drafts(last, seq_lens, gen, p)
+        int64 = bool(torch.rand(1, generator=gen) < 0.5)
+        res = rt.step(last, drafts.long() if int64 else drafts, seq_lens, table,
+                      seq_len_bounds=(int(seq_lens.min()), int(seq_lens.max())))
+        assert res.fast_path and res.reason is None
+        exp = reference_step(last, drafts, seq_lens, table)
+        assert_same(res, exp)
+        last, seq_lens = res.next_last_token, res.next_seq_lens
+    # a different batch size per step reuses (and re-pads) the buckets
+    for B in batches:
+        last, drafts, seq_lens, table = inputs(B, gen)
+        assert_same(rt.step(last, drafts, seq_lens, table), reference_step(last, drafts, seq_lens, table))
+    assert rt.stats() == {"fast_path": 2 * len(batches), "fallback": {}}
+
+
+def test_padding_rows_only_touch_scratch_block(lib):
+    gen = torch.Generator().manual_seed(1)
+    rt = SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8)
+    rt.step(*inputs(8, gen))  # fill the 8-bucket with real rows first
+    last, drafts, seq_lens, table = inputs(5, gen)
+    assert_same(rt.step(last, drafts, seq_lens, table), reference_step(last, drafts, seq_lens, table))
+    bufs = rt._bufs[8]
+    assert (bufs["seq_lens"][5:] == 0).all() and (bufs["block_table"][5:] == 0).all()
+    pad_slots = torch.cat([bufs["slot_mapping"][5 * W:], bufs["draft_slots"][5:].reshape(-1)])
+    assert ((pad_slots >= 0) & (pad_slots < BS)).all()  # the scratch block (block 0) only
+
+
+@pytest.mark.parametrize("case", ["capability_off", "variant_not_built", "batch_exceeds_buckets",
+                                  "layout_mismatch", "layout_mismatch_table", "guard_failed"])
+def test_fallback_reasons(lib, case):
+    gen = torch.Generator().manual_seed(7)
+    width, caps, max_batch, B, bt, bs, max_len = W, ON, 8, 3, BT, BS, 100
+    if case == "capability_off":
+        caps = SpeculativeVerifyCapabilities(block_size=BS, block_table_width=BT)
+    elif case == "variant_not_built":
+        width = 5
+    elif case == "batch_exceeds_buckets":
+        max_batch, B = 2, 3
+    elif case == "layout_mismatch":
+        bs = 32
+        caps = SpeculativeVerifyCapabilities(supports_in_graph_input_update=True, block_size=bs,
+                                             block_table_width=BT)
+    elif case == "layout_mismatch_table":
+        bt = BT + 2
+    elif case == "guard_failed":
+        max_len = BT * BS  # beyond BT * BS - W: positions past the table write nowhere
+    fwd = model_forward if width == W else (lambda b: ((b["tokens"].long() * 7 + b["positions"].long())
+                                                      % VOCAB).to(I32).view(-1, width))
+    rt = SpecVerifyRuntime(lib, fwd, caps, width, max_batch=max_batch)
+    last = torch.randint(0, VOCAB, (B,), generator=gen, dtype=I32)
+    seq_lens = torch.randint(0, max_len + 1, (B,), generator=gen, dtype=I32)
+    if case == "guard_failed":
+        seq_lens[0] = BT * BS - W + 1
+    table = torch.randint(1, 64, (B, bt), generator=gen, dtype=I32)
+    drafts = make_drafts(last, seq_lens, gen, 0.8, width)
+    res = rt.step(last, drafts, seq_lens, table)
+    reason = "layout_mismatch" if case == "layout_mismatch_table" else case
+    assert not res.fast_path and res.reason == reason
+    assert_same(res, reference_step(last, drafts, seq_lens, table, block_size=bs, width=width))
+    assert rt.stats() == {"fast_path": 0, "fallback": {reason: 1}}
+
+
+def test_guard_uses_declared_bounds(lib):
+    gen = torch.Generator().manual_seed(3)
+    rt = SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8)
+    last, drafts, seq_lens, table = inputs(2, gen)
+    res = rt.step(last, drafts, seq_lens, table, seq_len_bounds=(0, BT * BS))
+    assert res.reason == "guard_failed"
+    assert_same(res, reference_step(last, drafts, seq_lens, table))
+    # declared bounds narrower than the data are widened on the host, never trusted blindly
+    seq_lens[0] = BT * BS - 1
+    res = rt.step(last, drafts, seq_lens, table, seq_len_bounds=(0, 10))
+    assert res.reason == "guard_failed"
+    assert_same(res, reference_step(last, drafts, seq_lens, table))
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay(tmp_path):
+    from specgen.driver import plan_and_build as build
+    from specgen.specializations import Matrix
+
+    # the GPU machine has no TileLang: there the kernels come prebuilt, e.g.
+    # specgen build --target cuda --widths 4 --block-table-widths 8 --block-sizes 16 --out build/verify_test_kernels
+    prebuilt = os.environ.get("SPECGEN_TEST_CUDA_KERNELS")
+    if not prebuilt:
+        build(Matrix(widths=(W,), block_table_widths=(BT,), block_sizes=(BS,)), ("cuda",), out=tmp_path, jobs=2,
+              progress=None)
+    lib = load_library(prebuilt or tmp_path)
+    dev = torch.device("cuda")
+    rt = SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8, backend="cuda", device=dev)
+    rt.capture_all()
+    gen = torch.Generator().manual_seed(11)
+    draft_stream = torch.cuda.Stream()
+    mem = None
+    for i, B in enumerate([3, 8, 1, 3, 5, 3]):
+        last, drafts, seq_lens, table = inputs(B, gen)
+        exp = reference_step(last, drafts, seq_lens, table)
+        dl, dd, ds, dt = (t.to(dev) for t in (last, drafts, seq_lens, table))
+        ready = torch.cuda.Event()
+        with torch.cuda.stream(draft_stream):
+            ready.record(draft_stream)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            res = rt.step(dl, dd, ds, dt, seq_len_bounds=(int(seq_lens.min()), int(seq_lens.max())),
+                          ready_event=ready)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        assert res.fast_path
+        assert torch.cuda.memory_allocated() == before
+        mem = before if mem is None else mem
+        assert before == mem
+        host = rt.host_result(0)
+        assert torch.equal(host.accepted, exp["accepted"])
+        assert torch.equal(host.next_tokens, exp["next_tokens"])
+        assert torch.equal(host.next_seq_lens, exp["next_seq_lens"])
+        assert_same(type(res)(**{n: getattr(res, n).cpu() for n in FIELDS}), exp)
+    assert rt.stats()["fast_path"] == 6
+
+
+def test_torch_kernels_in_the_sequence_equal_built(lib):
+    """kernels="torch" runs the references in the (captured) sequence: same results, same fast path."""
+    gen = torch.Generator().manual_seed(3)
+    built = SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8)
+    torch_rt = SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8, kernels="torch")
+    assert torch_rt.sequence == built.sequence
+    for B in (1, 5, 8):
+        args = inputs(B, gen)
+        a, b = built.step(*args), torch_rt.step(*args)
+        assert a.fast_path and b.fast_path
+        assert_same(b, reference_step(*args))
+        assert_same(a, reference_step(*args))
+
+
+def test_step_in_place_uses_the_persistent_buffers(lib):
+    gen = torch.Generator().manual_seed(4)
+    rt = SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8)
+    last, drafts, seq_lens, table = inputs(5, gen)
+    bufs = rt.buffers(5)
+    assert bufs is rt.buffers(6)  # one bucket (8) serves both
+    for name, t in (("last_tokens", last), ("draft_tokens", drafts), ("seq_lens", seq_lens), ("block_table", table)):
+        bufs[name][:5].copy_(t)
+    res = rt.step_in_place(5, (int(seq_lens.min()), int(seq_lens.max())))
+    assert res.fast_path
+    exp = reference_step(last, drafts, seq_lens, table)
+    assert_same(res, exp)
+    assert torch.equal(bufs["accepted"][:5], exp["accepted"])
+    # a guard failure falls back, and the results still land in the buffers
+    bufs["tokens"].fill_(-1)
+    res = rt.step_in_place(5, (0, 10_000))
+    assert res.reason == "guard_failed"
+    assert torch.equal(bufs["next_seq_lens"][:5], exp["next_seq_lens"])
+    # every buffer the step writes is current after a fallback too (the draft reads the verify rows)
+    assert torch.equal(bufs["tokens"][: 5 * W].view(5, W), torch.cat([last[:, None], drafts], 1))
+    assert torch.equal(bufs["kv_lens"][:5], seq_lens + W)
+    # rows past the batch are padding again, whatever an earlier, larger step left there
+    bufs["block_table"][5:].fill_(7)
+    rt.step_in_place(5, (int(seq_lens.min()), int(seq_lens.max())))
+    assert (bufs["block_table"][5:] == 0).all() and (bufs["seq_lens"][5:] == 0).all()
+    with pytest.raises(LookupError, match="batch 9"):
+        rt.buffers(9)
+
+
+def test_npu_backend_needs_torch_npu(lib):
+    import importlib.util
+
+    if importlib.util.find_spec("torch_npu") is not None:
+        pytest.skip("torch_npu is installed here")
+    with pytest.raises(RuntimeError, match="needs torch_npu"):
+        SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8, backend="npu")
+    with pytest.raises(ValueError, match="kernels must be"):
+        SpecVerifyRuntime(lib, model_forward, ON, W, kernels="fast")
+
+
+def _default_cuda_library(tmp_path):
+    """The default matrix's cuda variants (w4/5/6, bt64, bs128): prebuilt on the GPU machine, else built here."""
+    prebuilt = os.environ.get("SPECGEN_TEST_CUDA_DEFAULT_KERNELS")
+    if prebuilt:
+        return load_library(prebuilt)
+    from specgen.driver import plan_and_build as build
+    from specgen.specializations import DEFAULT
+
+    # the plans fuse the three head updates into spec_verify_head_update, so that one is built too
+    build(DEFAULT, ("cuda",), out=tmp_path, jobs=2, progress=None,
+          families=("spec_verify_token_update", "spec_verify_metadata_update", "spec_verify_attention_tiling_update",
+                    "spec_verify_head_update", "greedy_prefix_verify", "prepare_next_draft"))
+    return load_library(tmp_path)
+
+
+def _forward_for(width):
+    def fwd(bufs):
+        tokens, positions = bufs["tokens"].long(), bufs["positions"].long()
+        return ((tokens * 7 + positions) % VOCAB).to(I32).view(-1, width)
+    return fwd
+
+
+SOAK_STEPS = int(os.environ.get("SPECGEN_SOAK_STEPS", "10000"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("width", [4, 5, 6])
+def test_cuda_soak_replays(tmp_path, width):
+    """SOAK_STEPS replays over every bucket and acceptance length: exact, sync-free, allocation-free."""
+    lib = _default_cuda_library(tmp_path)
+    dev = torch.device("cuda")
+    bt, bs, max_batch = 64, 128, 64
+    caps = SpeculativeVerifyCapabilities(supports_in_graph_input_update=True, block_size=bs, block_table_width=bt)
+    rt = SpecVerifyRuntime(lib, _forward_for(width), caps, width, max_batch=max_batch, backend="cuda", device=dev)
+    rt.capture_all()
+    gen = torch.Generator().manual_seed(100 + width)
+    chunk = 500
+    seen_accept = torch.zeros(width, dtype=torch.long)
+    buckets_hit = set()
+    checked = 0
+    while checked < SOAK_STEPS:
+        n = min(chunk, SOAK_STEPS - checked)
+        batches = torch.randint(1, max_batch + 1, (n,), generator=gen).tolist()
+        # inputs for the whole chunk, made on the host and moved before the sync-checked loop
+        cases = []
+        for B in batches:
+            last = torch.randint(0, VOCAB, (B,), generator=gen, dtype=I32)
+            top = bt * bs - width - 1  # the largest length every guard allows (prepare_next_draft: S + W + 1 <= BT*BS)
+            seq_lens = torch.randint(0, top + 1, (B,), generator=gen, dtype=I32)
+            if torch.rand(1, generator=gen).item() < 0.1:
+                seq_lens[0] = top
+            table = torch.randint(1, 4096, (B, bt), generator=gen, dtype=I32)
+            p = [0.0, 0.5, 0.9, 1.0][int(torch.randint(0, 4, (1,), generator=gen))]
+            drafts = make_drafts(last, seq_lens, gen, p, width)
+            cases.append((last, drafts, seq_lens, table))
+        dev_cases = [tuple(t.to(dev) for t in c) for c in cases]
+        hist_acc = torch.full((n, max_batch), -1, dtype=I32, device=dev)
+        hist_next = torch.full((n, max_batch, width), -1, dtype=I32, device=dev)
+        hist_len = torch.full((n, max_batch), -1, dtype=I32, device=dev)
+        hist_slots = torch.full((n, max_batch, 2), -1, dtype=I32, device=dev)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()  # this chunk's inputs and histories included
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for i, (c, B) in enumerate(zip(dev_cases, batches)):
+                lo, hi = int(cases[i][2].min()), int(cases[i][2].max())
+                res = rt.step(*c, seq_len_bounds=(lo, hi))
+                hist_acc[i, :B].copy_(res.accepted)
+                hist_next[i, :B].copy_(res.next_tokens)
+                hist_len[i, :B].copy_(res.next_seq_lens)
+                hist_slots[i, :B].copy_(res.draft_slots)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        torch.cuda.synchronize()
+        assert torch.cuda.memory_allocated() == before, "a replay allocated device memory"
+        acc, nxt, ln, sl = (t.cpu() for t in (hist_acc, hist_next, hist_len, hist_slots))
+        for i, (c, B) in enumerate(zip(cases, batches)):
+            exp = reference_step(*c, block_size=bs, width=width)
+            assert torch.equal(acc[i, :B], exp["accepted"]), (checked + i, B)
+            assert torch.equal(nxt[i, :B], exp["next_tokens"]), (checked + i, B)
+            assert torch.equal(ln[i, :B], exp["next_seq_lens"]), (checked + i, B)
+            assert torch.equal(sl[i, :B], exp["draft_slots"]), (checked + i, B)
+            seen_accept += torch.bincount(exp["accepted"].long(), minlength=width)
+            buckets_hit.add(rt._bucket(B))
+        checked += n
+    stats = rt.stats()
+    assert stats["fast_path"] == SOAK_STEPS and stats["fallback"] == {}
+    assert (seen_accept > 0).all(), seen_accept  # every acceptance length 0 .. W-1 occurred
+    assert buckets_hit == set(rt.buckets)
+    print(f"soak w{width}: {SOAK_STEPS} replays exact; accepted-length histogram {seen_accept.tolist()}; "
+          f"buckets {sorted(buckets_hit)}; memory_allocated unchanged across every chunk of replays")
+
+
+@pytest.mark.gpu
+def test_cuda_capture_time_all_buckets(tmp_path):
+    """Capturing every bucket (1..64) for widths 4, 5, 6 takes under 2 s in total."""
+    import time
+
+    lib = _default_cuda_library(tmp_path)
+    dev = torch.device("cuda")
+    caps = SpeculativeVerifyCapabilities(supports_in_graph_input_update=True, block_size=128, block_table_width=64)
+    rts = [SpecVerifyRuntime(lib, _forward_for(w), caps, w, max_batch=64, backend="cuda", device=dev)
+           for w in (4, 5, 6)]
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for rt in rts:
+        rt.capture_all()
+    torch.cuda.synchronize()
+    took = time.perf_counter() - t
+    n = sum(len(rt.buckets) for rt in rts)
+    print(f"captured {n} buckets (widths 4, 5, 6; batches {rts[0].buckets}) in {took:.3f} s")
+    assert n == 21
+    assert took < 2.0
