@@ -14,15 +14,6 @@ NEW = 20
 PROMPT_LENS = {1: (7,), 3: (1, 12, 5), 8: (5, 17, 1, 9, 30, 3, 12, 8)}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The tiny model's ops are far too small for intra-op threads to pay off."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @functools.cache
 def tiny() -> tuple[Qwen3Model, MTPHead]:
     model = Qwen3Model.create("tiny", seed=0)
