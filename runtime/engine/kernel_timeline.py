@@ -1,0 +1,172 @@
+"""Boundary figures from device kernel records (a ``torch.profiler`` Chrome trace).
+
+CUDA events measure spans on the host's stream order; the kernels themselves
+say where the device idles.  The decode loop marks its host-side phases with
+``torch.profiler.record_function`` ranges named ``specgen::<phase>#<step>``
+(``draft``, ``verify``).  CUPTI gives every kernel, memcpy and memset the
+correlation id of the runtime call that launched it (a graph replay's
+kernels share the id of its ``cudaGraphLaunch``), so each device record is
+attributed to the innermost phase range enclosing its launch call.
+
+Within a step's verify phase the *target forward* is found by its kernel
+names: the bare forward graph, profiled alone, gives the name sequence, and
+the first place that sequence occurs among the phase's records is the
+forward.  Everything the phase runs before it is boundary work (the head
+update in specgen mode, copies and host-built inputs elsewhere).  Per step::
+
+    kernel_draft_to_verify_us  first forward kernel start - last draft record end
+    head_us                    device time of the verify-phase records before the forward
+    kernel_verify_to_draft_us  next step's first draft record start - last forward kernel end
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["DeviceRecord", "StepKernels", "PHASE_PREFIX", "phase_name", "load_trace",
+           "device_records", "attribute", "forward_names", "step_figures", "summarize"]
+
+PHASE_PREFIX = "specgen::"
+_PHASE = re.compile(r"^specgen::(?P<phase>[a-z_]+)#(?P<step>\d+)$")
+DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
+
+
+def phase_name(phase: str, step: int) -> str:
+    """The ``record_function`` name that marks ``phase`` of decode step ``step``."""
+    return f"{PHASE_PREFIX}{phase}#{step}"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRecord:
+    name: str
+    cat: str
+    start: float  # us
+    end: float
+    correlation: int | None
+
+    @property
+    def dur(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(slots=True)
+class StepKernels:
+    draft: list[DeviceRecord] = field(default_factory=list)
+    verify: list[DeviceRecord] = field(default_factory=list)
+
+
+def load_trace(path_or_dict) -> list[dict]:
+    """The ``traceEvents`` of a Chrome trace (a path, a dict or a list of events)."""
+    data = path_or_dict
+    if isinstance(path_or_dict, (str, Path)):
+        data = json.loads(Path(path_or_dict).read_text())
+    if isinstance(data, dict):
+        data = data.get("traceEvents", [])
+    return [e for e in data if isinstance(e, dict) and e.get("ph") == "X"]
+
+
+def device_records(events: list[dict]) -> list[DeviceRecord]:
+    """Every kernel, memcpy and memset, in start order."""
+    out = []
+    for e in events:
+        if e.get("cat") in DEVICE_CATS:
+            ts = float(e["ts"])
+            corr = (e.get("args") or {}).get("correlation")
+            out.append(DeviceRecord(e.get("name", "?"), e["cat"], ts, ts + float(e.get("dur", 0.0)), corr))
+    return sorted(out, key=lambda r: r.start)
+
+
+def _phases(events: list[dict]) -> list[tuple[float, float, str, int]]:
+    out = []
+    for e in events:
+        m = _PHASE.match(str(e.get("name", "")))
+        if m and e.get("cat") != "gpu_user_annotation":
+            ts = float(e["ts"])
+            out.append((ts, ts + float(e.get("dur", 0.0)), m["phase"], int(m["step"])))
+    return sorted(out)
+
+
+def attribute(events: list[dict]) -> dict[int, StepKernels]:
+    """Device records per step and phase, through the launch calls' correlation ids."""
+    phases = _phases(events)
+    starts = [p[0] for p in phases]
+    owner: dict[int, tuple[str, int]] = {}
+    for e in events:
+        if e.get("cat") not in LAUNCH_CATS:
+            continue
+        corr = (e.get("args") or {}).get("correlation")
+        if corr is None:
+            continue
+        ts = float(e["ts"])
+        # innermost enclosing phase: the latest-starting range that still contains ts
+        i = bisect.bisect_right(starts, ts) - 1
+        while i >= 0:
+            lo, hi, phase, step = phases[i]
+            if lo <= ts <= hi:
+                owner[corr] = (phase, step)
+                break
+            i -= 1
+    steps: dict[int, StepKernels] = {}
+    for r in device_records(events):
+        if r.correlation in owner:
+            phase, step = owner[r.correlation]
+            if phase in ("draft", "verify"):
+                getattr(steps.setdefault(step, StepKernels()), phase).append(r)
+    return dict(sorted(steps.items()))
+
+
+def forward_names(events: list[dict]) -> list[str]:
+    """The kernel-name sequence of a bare forward trace (kernels only, in order)."""
+    return [r.name for r in device_records(events) if r.cat == "kernel"]
+
+
+def _find(names: list[str], pattern: list[str]) -> int | None:
+    n = len(pattern)
+    if not n or n > len(names):
+        return None
+    first = pattern[0]
+    for i, name in enumerate(names[: len(names) - n + 1]):
+        if name == first and names[i: i + n] == pattern:
+            return i
+    return None
+
+
+def step_figures(steps: dict[int, StepKernels], forward: list[str]) -> list[dict]:
+    """Per step: the kernel-level draft->verify and verify->draft gaps and the head time (us).
+
+    A figure is ``None`` where the step lacks the records it needs (no
+    draft kernels, forward not found, or no following step).
+    """
+    out = []
+    keys = list(steps)
+    for k, step in enumerate(keys):
+        s = steps[step]
+        kernels = [r for r in s.verify if r.cat == "kernel"]
+        at = _find([r.name for r in kernels], forward)
+        fig = {"step": step, "kernel_draft_to_verify_us": None, "head_us": None,
+               "kernel_verify_to_draft_us": None}
+        if at is not None:
+            fwd_first, fwd_last = kernels[at], kernels[at + len(forward) - 1]
+            fig["head_us"] = sum(r.dur for r in s.verify if r.start < fwd_first.start)
+            if s.draft:
+                fig["kernel_draft_to_verify_us"] = fwd_first.start - max(r.end for r in s.draft)
+            nxt = steps.get(keys[k + 1]) if k + 1 < len(keys) else None
+            if nxt is not None and nxt.draft:
+                fig["kernel_verify_to_draft_us"] = min(r.start for r in nxt.draft) - fwd_last.end
+        out.append(fig)
+    return out
+
+
+def summarize(figures: list[dict]) -> dict:
+    """Medians of each figure over the steps that have it (``None`` where none does)."""
+    out = {}
+    for key in ("kernel_draft_to_verify_us", "head_us", "kernel_verify_to_draft_us"):
+        vals = [f[key] for f in figures if f[key] is not None]
+        out[key] = round(statistics.median(vals), 3) if vals else None
+    return out

@@ -1,0 +1,89 @@
+"""Kernel-level boundary figures from a synthetic Chrome trace with known gaps."""
+
+import json
+
+import pytest
+
+from specgen.runtime.engine import kernel_timeline as kt
+
+FORWARD = ["embed", "gemm", "attn", "gemm", "lm_head"]
+
+
+def _x(cat, name, ts, dur, corr=None, tid=1):
+    e = {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": tid}
+    if corr is not None:
+        e["args"] = {"correlation": corr}
+    return e
+
+
+def _trace(steps=3, head=2.0, d2v_idle=5.0, v2d=30.0, draft_kernels=3):
+    """``steps`` decode steps: a draft graph, then a verify graph (head kernel + forward)."""
+    ev, t, corr = [], 1000.0, 1
+    expect = []
+    for k in range(steps):
+        # draft phase: one graph launch on the host, its kernels on the device
+        ev.append(_x("user_annotation", kt.phase_name("draft", k), t, 8.0))
+        ev.append(_x("cuda_runtime", "cudaGraphLaunch", t + 1, 3, corr))
+        dev = t + 10
+        for j in range(draft_kernels):
+            ev.append(_x("kernel", f"draft_{j}", dev, 4.0, corr))
+            dev += 5.0
+        draft_end = dev - 1.0
+        corr += 1
+        # verify phase: another launch; the head kernel, then the forward
+        ev.append(_x("user_annotation", kt.phase_name("verify", k), t + 9, 6.0))
+        ev.append(_x("cuda_runtime", "cudaGraphLaunch", t + 10, 3, corr))
+        dev = draft_end + d2v_idle
+        ev.append(_x("kernel", "spec_head_w4", dev, head, corr))
+        dev += head
+        fwd_start = dev
+        for name in FORWARD:
+            ev.append(_x("kernel", name, dev, 10.0, corr))
+            dev += 10.0
+        ev.append(_x("kernel", "greedy_verify", dev, 1.0, corr))
+        fwd_end = dev
+        corr += 1
+        expect.append((fwd_start - draft_end, head, fwd_end))
+        t = fwd_end + v2d - 10  # the next draft launches so its first kernel starts at fwd_end + v2d
+    return {"traceEvents": ev}, expect
+
+
+def test_figures_recover_the_constructed_gaps(tmp_path):
+    trace, expect = _trace(steps=4, head=2.5, d2v_idle=7.0, v2d=40.0)
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(trace))
+    events = kt.load_trace(path)
+    steps = kt.attribute(events)
+    assert sorted(steps) == [0, 1, 2, 3]
+    assert [r.name for r in steps[0].draft] == ["draft_0", "draft_1", "draft_2"]
+    figs = kt.step_figures(steps, FORWARD)
+    for k, (d2v, head, _) in enumerate(expect):
+        assert figs[k]["kernel_draft_to_verify_us"] == pytest.approx(d2v)
+        assert figs[k]["head_us"] == pytest.approx(head)
+    for k in range(3):
+        assert figs[k]["kernel_verify_to_draft_us"] == pytest.approx(40.0)
+    assert figs[3]["kernel_verify_to_draft_us"] is None  # no following step
+    s = kt.summarize(figs)
+    assert s["kernel_draft_to_verify_us"] == pytest.approx(9.5)
+    assert s["head_us"] == pytest.approx(2.5)
+
+
+def test_forward_not_found_gives_none():
+    trace, _ = _trace(steps=2)
+    figs = kt.step_figures(kt.attribute(kt.load_trace(trace)), ["no_such_kernel"])
+    assert all(f["kernel_draft_to_verify_us"] is None and f["head_us"] is None for f in figs)
+    assert kt.summarize(figs)["head_us"] is None
+
+
+def test_records_outside_phases_are_ignored():
+    trace, _ = _trace(steps=2)
+    trace["traceEvents"] += [_x("cuda_runtime", "cudaLaunchKernel", 1.0, 1.0, 999),
+                             _x("kernel", "stray", 2.0, 1.0, 999)]
+    steps = kt.attribute(kt.load_trace(trace))
+    assert all(r.name != "stray" for s in steps.values() for r in s.draft + s.verify)
+
+
+def test_forward_names_lists_kernels_in_order():
+    ev = [_x("kernel", "b", 5.0, 1.0, 1), _x("gpu_memcpy", "Memcpy HtoD", 1.0, 1.0, 1),
+          _x("kernel", "a", 2.0, 1.0, 1)]
+    assert kt.forward_names(ev) == ["a", "b"]
