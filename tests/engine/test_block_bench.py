@@ -105,3 +105,13 @@ def test_draft_weights_errors(tiny_target, tmp_path):
     save_file({k: v for k, v in tensors.items() if k != "norm.weight"}, tmp_path / "bad" / "m.safetensors")
     with pytest.raises(EngineError, match="lacks 1 draft tensors"):
         DRAFT_KINDS["dflash"].create(tiny_target, weights=tmp_path / "bad")
+
+
+def test_default_matrix_covers_the_block_draft_widths():
+    """DSpark --depth 7 (W=8) and DFlash --depth 15 (W=16): int32 layouts of the block boundaries only."""
+    from specgen.specializations import DEFAULT, Layout
+
+    for boundary in ("draft-to-verify", "context-kv"):
+        extra = [lay for lay in DEFAULT.layouts(boundary) if lay.width not in DEFAULT.widths]
+        assert extra == [Layout(8, 64, 128, "int32"), Layout(16, 64, 128, "int32")]
+    assert {lay.width for lay in DEFAULT.layouts("verify-to-draft")} == {4, 5, 6}
