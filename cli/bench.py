@@ -17,14 +17,17 @@ from .common import UsageError, int_list
 
 __all__ = ["register"]
 
-BENCH_BOUNDARIES = (DRAFT_TO_VERIFY, VERIFY_TO_DRAFT)
+BENCH_BOUNDARIES = (DRAFT_TO_VERIFY, VERIFY_TO_DRAFT)  # the MTP draft's; a draft kind names its own
 
 
 def register(sub) -> None:
     """Add the ``bench`` subcommand to the ``sub`` parsers."""
     p = sub.add_parser("bench", help="decode with every boundary mode and measure them side by side")
     p.add_argument("--model", default="tiny", choices=["tiny", "qwen3-0.6b"], help="model preset (random weights)")
-    p.add_argument("--depth", default="3", help="draft depths (verify width = depth + 1), e.g. 3 or 3,4,5")
+    p.add_argument("--depth", default="3", help="drafts per step (verify width = depth + 1), e.g. 3 or 3,4,5")
+    p.add_argument("--draft", default="mtp", help="draft kind: mtp (default), dflash or dspark")
+    p.add_argument("--draft-weights", metavar="DIR", help="a DFlash / DSpark draft from a local safetensors folder "
+                   "(default: random weights)")
     p.add_argument("--batch", default="1", help="batch sizes, e.g. 1,8,32")
     p.add_argument("--steps", type=int, default=32, help="timed decode steps per run")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (capture, compilation)")
@@ -88,7 +91,8 @@ def run(args) -> int:
             model=args.model, depths=depths, batches=batches, modes=modes, steps=args.steps, warmup=args.warmup,
             acceptance=args.acceptance, check=args.check, block_size=args.block_size,
             block_table_width=args.block_table_width, prompt_len=args.prompt_len, dtype=args.dtype,
-            device=args.device, seed=args.seed, bare_repeats=args.bare_repeats, command=command)
+            device=args.device, seed=args.seed, bare_repeats=args.bare_repeats, command=command, draft=args.draft,
+            draft_weights=args.draft_weights)
         library = _ensure_kernels(args.kernels, config) if config.needs_library else None
         result = bench.run_bench(config, library)
     except bench.BenchError as e:
@@ -110,7 +114,7 @@ def _ensure_kernels(kernels: str | None, config):
     todo = layouts
     if (out / "manifest.json").exists():
         lib = load_library(out)
-        todo = [lay for lay in layouts if not _built_for(lib, lay, target)]
+        todo = [lay for lay in layouts if not _built_for(lib, lay, target, config.boundaries)]
     if todo:
         _build(out, todo, config)
     return load_library(out)
@@ -124,21 +128,22 @@ def _build(out: Path, todo, config) -> None:
         from ..specializations import Matrix
     except ImportError as e:  # no TileLang on this machine: kernels must come prebuilt
         raise UsageError(f"kernels for {', '.join(lay.key for lay in todo)} ({target}) are not built in {out} and "
-                         f"this machine cannot build them ({e}); run specgen build --target {target} --widths "
-                         f"{','.join(map(str, widths))} --block-table-widths {config.block_table_width} "
-                         f"--block-sizes {config.block_size} --out {out} where TileLang is installed") from None
+                         f"this machine cannot build them ({e}); run specgen build --target {target} --boundary "
+                         f"{','.join(config.boundaries)} --widths {','.join(map(str, widths))} --block-table-widths "
+                         f"{config.block_table_width} --block-sizes {config.block_size} --out {out} where TileLang "
+                         "is installed") from None
     print(f"bench: building {len(todo)} missing layout(s) for target {target} into {out}", file=sys.stderr,
           flush=True)
     matrix = Matrix(widths=tuple(widths), block_table_widths=(config.block_table_width,),
                     block_sizes=(config.block_size,), draft_dtypes=("int32",))
-    summary = plan_and_build(matrix, (target,), out=out, jobs=2, boundaries=BENCH_BOUNDARIES, progress=sys.stderr)
+    summary = plan_and_build(matrix, (target,), out=out, jobs=2, boundaries=config.boundaries, progress=sys.stderr)
     if summary.failed:
         raise UsageError(f"building the bench kernels failed: {summary.failed[0]}")
 
 
-def _built_for(lib, layout, target: str) -> bool:
-    """Both boundary plans exist for ``layout`` and every kernel they name is built for ``target``."""
-    plans = [lib.manifest.plan(b, layout) for b in BENCH_BOUNDARIES]
+def _built_for(lib, layout, target: str, boundaries=BENCH_BOUNDARIES) -> bool:
+    """Every boundary plan exists for ``layout`` and every kernel they name is built for ``target``."""
+    plans = [lib.manifest.plan(b, layout) for b in boundaries]
     if any(p is None for p in plans):
         return False
     names = {v.key for p in plans for v in p.kernels}

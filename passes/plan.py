@@ -29,7 +29,7 @@ def plan_boundary(name: str, layout: Layout, pipeline: str | None = None) -> Pla
 
 def plan_variants(matrix: Matrix, boundaries=BOUNDARY_NAMES) -> tuple[list[VariantSpec], dict[str, set[str]],
                                                                       list[Plan]]:
-    """Every variant the plans of ``boundaries`` x ``matrix.layouts()`` launch.
+    """Every variant the plans of each boundary x ``matrix.layouts(boundary)`` launch.
 
     Returns the variants (sorted by key), the boundaries that need each key,
     and the plans themselves.
@@ -38,7 +38,7 @@ def plan_variants(matrix: Matrix, boundaries=BOUNDARY_NAMES) -> tuple[list[Varia
     needed_by: dict[str, set[str]] = {}
     plans = []
     for name in boundaries:
-        for layout in matrix.layouts():
+        for layout in matrix.layouts(name):
             plan = plan_boundary(name, layout)
             plans.append(plan)
             for v in plan.kernels:

@@ -2,13 +2,17 @@
 
 The default reproduces the reference documents' table: MTP3/4/5 -> verify
 widths 4/5/6 with block-table width 64 and block size 128 (``w4``,
-``w4_bt64_bs128``, ``w4_bs128``), int32 and int64 draft tokens.  Widen it on
+``w4_bt64_bs128``, ``w4_bs128``), int32 and int64 draft tokens, plus the
+block-draft widths 8 and 16 (DSpark ``--depth 7``, DFlash ``--depth 15``) for
+the two boundaries a block draft's graph runs (``draft-to-verify`` and
+``context-kv``), int32 drafts only.  Widen it on
 the command line (``--widths 2-16 --block-sizes 16,128``) or with a TOML file:
 
     widths = [4, 5, 6]
     block_table_widths = [64]
     block_sizes = [128]
     draft_dtypes = ["int32", "int64"]
+    block_widths = [8, 16]
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from .families import DEFAULT_NUM_SPLITS, DRAFT_DTYPES, MAX_WIDTH, MIN_WIDTH
+from .plan import CONTEXT_KV, DRAFT_TO_VERIFY
 from .variants import Layout
+
+BLOCK_BOUNDARIES = (DRAFT_TO_VERIFY, CONTEXT_KV)  # what a block draft's specgen graph runs
 
 
 class MatrixError(ValueError):
@@ -31,9 +38,10 @@ class Matrix:
     block_sizes: tuple[int, ...] = (128,)
     draft_dtypes: tuple[str, ...] = DRAFT_DTYPES
     num_splits: int = DEFAULT_NUM_SPLITS
+    block_widths: tuple[int, ...] = ()  # extra widths of the block-draft boundaries, int32 only
 
     def __post_init__(self):
-        for w in self.widths:
+        for w in (*self.widths, *self.block_widths):
             if not MIN_WIDTH <= w <= MAX_WIDTH:
                 raise MatrixError(f"width {w} is outside {MIN_WIDTH}..{MAX_WIDTH}")
         for name in ("block_table_widths", "block_sizes"):
@@ -48,19 +56,27 @@ class Matrix:
         if self.num_splits < 1:
             raise MatrixError("num_splits must be positive")
 
-    def layouts(self):
-        """Every ``Layout`` (width, block-table width, block size, draft dtype), in a fixed order."""
-        for w in self.widths:
+    def layouts(self, boundary: str | None = None):
+        """Every ``Layout`` (width, block-table width, block size, draft dtype), in a fixed order.
+
+        For a block-draft boundary the ``block_widths`` not in ``widths`` follow, with int32 drafts.
+        """
+        extra = [w for w in self.block_widths if w not in self.widths] if boundary in BLOCK_BOUNDARIES else []
+        for w in (*self.widths, *extra):
             for bt in self.block_table_widths:
                 for bs in self.block_sizes:
-                    for d in self.draft_dtypes:
+                    for d in (self.draft_dtypes if w in self.widths else ("int32",)):
                         yield Layout(w, bt, bs, d)
 
     def with_overrides(self, **kw) -> "Matrix":
-        return replace(self, **{k: tuple(v) if isinstance(v, list) else v for k, v in kw.items() if v})
+        """Given fields replaced; widths given without ``block_widths`` mean exactly those widths."""
+        given = {k: tuple(v) if isinstance(v, list) else v for k, v in kw.items() if v}
+        if "widths" in given and "block_widths" not in given:
+            given["block_widths"] = ()
+        return replace(self, **given)
 
 
-DEFAULT = Matrix()
+DEFAULT = Matrix(block_widths=(8, 16))
 
 
 def _toml():

@@ -23,8 +23,7 @@ import torch
 
 from .acceptance import AcceptanceMix
 from .decode import greedy_generate
-from .draft import MTPHead
-from .engine import SpecDecodeEngine
+from .draft_kinds import DRAFT_KINDS
 from .errors import EngineError
 from .model import ModelConfig, Qwen3Model
 from .modes import MODES
@@ -64,6 +63,8 @@ class BenchConfig:
     seed: int
     bare_repeats: int
     command: str
+    draft: str = "mtp"                     # a registered draft kind (draft_kinds.DRAFT_KINDS)
+    draft_weights: str | None = None       # a local safetensors folder for a block draft
 
     @property
     def cuda(self) -> bool:
@@ -80,13 +81,19 @@ class BenchConfig:
 
     @property
     def needs_library(self) -> bool:
-        return any(MODES[m].needs_library for m in self.modes)
+        return any(DRAFT_KINDS[self.draft].modes[m].needs_library for m in self.modes)
+
+    @property
+    def boundaries(self) -> tuple[str, ...]:
+        """The plans the draft kind's specgen mode runs (what the kernel build must hold)."""
+        return DRAFT_KINDS[self.draft].boundaries
 
 
 def configure(*, model: str = "tiny", depths=(3,), batches=(1,), modes=tuple(MODES), steps: int = 32,
               warmup: int = 3, acceptance: float | None = None, check: bool = False, block_size: int = 16,
               block_table_width: int = 32, prompt_len: int = 32, dtype: str = "auto", device: str | None = None,
-              seed: int = 0, bare_repeats: int = 30, command: str = "specgen bench") -> BenchConfig:
+              seed: int = 0, bare_repeats: int = 30, command: str = "specgen bench", draft: str = "mtp",
+              draft_weights: str | None = None) -> BenchConfig:
     """Validate the bench settings (``BenchError`` says what is wrong); ``block_table_width=0``: just enough."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cuda = dev.type == "cuda"
@@ -95,6 +102,7 @@ def configure(*, model: str = "tiny", depths=(3,), batches=(1,), modes=tuple(MOD
             raise BenchError(f"unknown mode '{m}' (known: {', '.join(MODES)})")
     if any(d < 1 for d in depths) or any(b < 1 for b in batches):
         raise BenchError("--depth and --batch values must be at least 1")
+    _check_draft(draft, draft_weights, depths, block_size, block_table_width)
     if warmup < 1:
         raise BenchError("--warmup must be at least 1 (the first step of every run captures its graphs)")
     if steps < 1:
@@ -117,12 +125,29 @@ def configure(*, model: str = "tiny", depths=(3,), batches=(1,), modes=tuple(MOD
                          f"positions; {steps} steps at depth {max(depths)} need {need}")
     return BenchConfig(cfg, torch_dtype, dev, tuple(depths), tuple(batches),
                        tuple(m for m in modes if m not in dict(skipped)), skipped, steps, warmup, acceptance, check,
-                       block_size, bt, prompt_len, seed, bare_repeats, command)
+                       block_size, bt, prompt_len, seed, bare_repeats, command, draft, draft_weights)
+
+
+def _check_draft(draft: str, weights: str | None, depths, block_size: int, block_table_width: int) -> None:
+    """The draft kind, its weights folder and its widths (``BenchError`` names what is wrong)."""
+    from ...specializations.families import MAX_WIDTH
+
+    if draft not in DRAFT_KINDS:
+        raise BenchError(f"unknown --draft '{draft}' (known: {', '.join(DRAFT_KINDS)})")
+    if weights is not None and draft == "mtp":
+        raise BenchError("--draft-weights loads a DFlash or DSpark draft; use it with --draft dflash or dspark")
+    widest = max(depths) + 1
+    if block_table_width and widest > block_table_width * block_size:
+        raise BenchError(f"--depth {widest - 1}: a block of {widest} rows is wider than the KV layout allows "
+                         f"(--block-table-width {block_table_width} x --block-size {block_size})")
+    if widest > MAX_WIDTH:
+        raise BenchError(f"--depth {widest - 1}: verify width {widest} is beyond the kernel families' widths "
+                         f"(at most {MAX_WIDTH}, --depth {MAX_WIDTH - 1}); no build has variants for it")
 
 
 def run_bench(config: BenchConfig, library=None) -> dict:
     """Every (batch, depth, mode) of ``config``; ``library`` holds the kernels the modes that need one use."""
-    log(f"bench: model {config.model.name} ({config.dtype}) on {config.device}; depths {list(config.depths)}, "
+    log(f"bench: model {config.model.name} ({config.dtype}) on {config.device}, {config.draft} draft; depths {list(config.depths)}, "
         f"batches {list(config.batches)}, {config.steps} steps (+{config.warmup} warm-up), layout "
         f"bt{config.block_table_width} bs{config.block_size}")
     tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
@@ -188,7 +213,11 @@ class _Sweep:
         self.config, self.library = config, library
         t = time.perf_counter()
         self.model = Qwen3Model.create(config.model, seed=config.seed, dtype=config.dtype, device=config.device)
-        self.head = MTPHead.create(self.model, seed=config.seed + 1)
+        self.kind = DRAFT_KINDS[config.draft]
+        try:
+            self.head = self.kind.create(self.model, seed=config.seed + 1, weights=config.draft_weights)
+        except EngineError as e:
+            raise BenchError(str(e)) from None
         log(f"bench: model ready in {time.perf_counter() - t:.1f}s")
         self.runs: list[dict] = []
         self.checks: list[dict] = []
@@ -237,7 +266,7 @@ class _Sweep:
         """
         c = self.config
         t = time.perf_counter()
-        eng = SpecDecodeEngine(self.model, self.head, mode="baseline", width=width, batch=batch,
+        eng = self.kind.engine(self.model, self.head, mode="baseline", width=width, batch=batch,
                                block_size=c.block_size, block_table_width=c.block_table_width)
         try:
             run = eng.run(prompts, max_new_tokens=(c.warmup + c.steps + 2) * width + 1)
@@ -280,7 +309,7 @@ class _Sweep:
         """One timed run; its outputs, None when it failed, False when the device is lost."""
         c = self.config
         mix = AcceptanceMix(c.acceptance, oracle, c.model.vocab_size, seed=c.seed) if oracle is not None else None
-        eng = SpecDecodeEngine(self.model, self.head, mode=mode, width=width, batch=batch,
+        eng = self.kind.engine(self.model, self.head, mode=mode, width=width, batch=batch,
                                block_size=c.block_size, block_table_width=c.block_table_width,
                                library=self.library, acceptance=mix)
         t = time.perf_counter()
@@ -298,7 +327,7 @@ class _Sweep:
         if self._bare is None:
             self._bare = eng.bare_verify_us(c.bare_repeats)
         eng.close()
-        row = summary(res, self._bare)
+        row = {"draft": c.draft, **summary(res, self._bare)}
         if oracle is not None:
             row["equals_target_reference"] = all(o == g[: len(o)] for o, g in zip(res.outputs, oracle.tolist()))
         if greedy is not None:
@@ -311,10 +340,12 @@ class _Sweep:
 
     def _result(self) -> dict:
         c = self.config
+        for r in self.runs:
+            r.setdefault("draft", c.draft)
         env = {"device": torch.cuda.get_device_name(c.device) if c.cuda else platform.processor() or "cpu",
                "torch": torch.__version__, "python": platform.python_version(),
                "clock": "cuda-events" if c.cuda else "host perf_counter"}
-        return {"command": c.command, "model": c.model.name, "dtype": str(c.dtype).split(".")[-1],
+        return {"command": c.command, "model": c.model.name, "draft": c.draft, "draft_weights": c.draft_weights, "dtype": str(c.dtype).split(".")[-1],
                 "environment": env, "layout": {"block_size": c.block_size, "block_table_width": c.block_table_width},
                 "steps": c.steps, "warmup_steps": c.warmup, "acceptance_p": c.acceptance, "aborted": self.aborted,
                 "skipped_modes": dict(c.skipped), "runs": self.runs, "agreement": self.checks,

@@ -72,24 +72,25 @@ class SpecDecodeEngine:
     """Greedy speculative decoding of ``batch`` prompts at verify width ``width``; see the module docstring."""
 
     scratch_block = SCRATCH_BLOCK
+    modes: dict[str, type[Mode]] = MODES  # the boundary modes this engine's draft kind runs
 
     def __init__(self, model: Qwen3Model, head: MTPHead, *, mode: str, width: int, batch: int,
                  block_size: int = 16, block_table_width: int = 32, library=None,
                  acceptance: AcceptanceMix | None = None, compile_backend: str = "inductor"):
-        if mode not in MODES:
-            raise EngineError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
+        if mode not in self.modes:
+            raise EngineError(f"unknown mode {mode!r}; one of {', '.join(self.modes)}")
         if width < 2:
             raise EngineError(f"width must be at least 2 (one draft), got {width}")
         if batch < 1:
             raise EngineError(f"batch must be at least 1, got {batch}")
-        if MODES[mode].needs_library and library is None:
+        if self.modes[mode].needs_library and library is None:
             raise EngineError(f"{mode} mode needs a kernel library (specgen build ...)")
         self.model, self.head, self.mode = model, head, mode
         self.width, self.batch = int(width), int(batch)
         self.block_size, self.block_table_width = int(block_size), int(block_table_width)
         self.library, self.acceptance, self.compile_backend = library, acceptance, compile_backend
         self.device = model.embed_tokens.weight.device
-        self.strategy: Mode = MODES[mode](self)
+        self.strategy: Mode = self.modes[mode](self)
 
     def close(self) -> None:
         """Drop the captured graphs, the runtime and the buffers now (they hold device memory)."""

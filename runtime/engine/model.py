@@ -217,15 +217,23 @@ class Qwen3Model(nn.Module):
             block_table_width=self.block_table_width)
 
     def forward(self, tokens, positions, slot_mapping, block_table, kv_lens, query_start_loc,
-                rows_per_seq: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``tokens[N] -> (hidden[N, H], logits[N, V])``; writes K/V at ``slot_mapping``."""
+                rows_per_seq: int, taps: tuple[int, ...] = ()):
+        """``tokens[N] -> (hidden[N, H], logits[N, V])``; writes K/V at ``slot_mapping``.
+
+        With ``taps`` (layer indices) a third output holds those layers' outputs
+        concatenated, ``[N, len(taps) * H]``: a block draft's context.
+        """
         batch = AttentionBatch.build(positions, slot_mapping, block_table, kv_lens,
                                      query_start_loc, rows_per_seq, self.config.head_dim,
                                      self.config.rope_theta)
         x = self.embed_tokens(tokens.long())
+        tapped = []
         for i, layer in enumerate(self.layers):
             x = layer(x, batch, self.kv_cache, i)
-        return x, F.linear(self.norm(x), self.lm_head_weight)
+            if i in taps:
+                tapped.append(x)
+        out = x, F.linear(self.norm(x), self.lm_head_weight)
+        return (*out, torch.cat(tapped, dim=-1)) if taps else out
 
     def load_hf_state_dict(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Copy Hugging Face Qwen3 tensors (``model.layers.N.self_attn.q_proj.weight``, ...)."""

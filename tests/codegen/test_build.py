@@ -25,7 +25,7 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("kernels")
     out = root / "specgen_kernels"
     summary = build(DEFAULT, ("c",), out, jobs=2, progress=None)
-    assert not summary.failed and summary.built == 27
+    assert not summary.failed and summary.built == 39
     sys.path.insert(0, str(root))
     try:
         yield out, importlib.import_module("specgen_kernels")
@@ -56,7 +56,7 @@ def test_rebuild_is_a_noop_and_manifest_is_byte_identical(built):
     out, _ = built
     first = (out / "manifest.json").read_bytes()
     summary = build(DEFAULT, ("c",), out, jobs=1, progress=None)
-    assert summary.built == 0 and summary.cached == 27
+    assert summary.built == 0 and summary.cached == 39
     assert (out / "manifest.json").read_bytes() == first
     assert b"time" not in first
 
@@ -118,7 +118,7 @@ def test_every_variant_matches_the_reference(built, data):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_every_default_variant_compiles_for_cuda(tmp_path):
     summary = build(DEFAULT, ("cuda",), tmp_path / "k", arch="sm_90", jobs=2, progress=None)
-    assert summary.built == 27 and not summary.failed
+    assert summary.built == 39 and not summary.failed
     manifest = json.loads((tmp_path / "k" / "manifest.json").read_text())
     for v in manifest["variants"]:
         data = (tmp_path / "k" / v["artifact"]).read_bytes()
