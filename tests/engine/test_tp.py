@@ -1,0 +1,130 @@
+"""Tensor parallelism on the CPU: two gloo ranks against one device.
+
+The two ranks are started once (``launch``: torchrun's environment, a timeout
+so a hang fails the test) and run every case; the tests compare what they
+wrote with the single-device engine and plain greedy decoding here.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from specgen.runtime.engine import MTPHead, Qwen3Model, SpecDecodeEngine, greedy_generate
+from specgen.runtime.engine.acceptance import AcceptanceMix
+from specgen.runtime.engine.launch import launch
+
+NEW = 12
+HORIZON = NEW + 3 * 6 + 1  # the acceptance oracle's length, enough for width 6
+MODES = ("baseline", "compile", "specgen")
+WORKER = Path(__file__).with_name("tp_worker.py")
+TIMEOUT_S = 240
+
+
+def prompts_for(batch: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    lens = [1] + [rng.randint(2, 12) for _ in range(batch - 1)]
+    rng.shuffle(lens)
+    return [[rng.randrange(512) for _ in range(n)] for n in lens]
+
+
+def cases() -> list[dict]:
+    """Every mode, widths 2-6, batches 1 (the MTP head's drafts) and 3 (drafts accepted with p = 0.7);
+    two with the draft body split over the ranks too."""
+    out = [{"mode": m, "width": w, "prompts": f"b{b}w{w}", "new": NEW, "draft_tp": 1,
+            "acceptance": 0.7 if b == 3 else None}
+           for m in MODES for w in range(2, 7) for b in (1, 3)]
+    out += [{"mode": "specgen", "width": 4, "prompts": "b3w4", "new": NEW, "draft_tp": 2, "acceptance": None},
+            {"mode": "baseline", "width": 3, "prompts": "b1w3", "new": NEW, "draft_tp": 2, "acceptance": None}]
+    return out
+
+
+@pytest.fixture(scope="module")
+def tp_job(engine_kernels, tmp_path_factory):
+    """Both ranks' results, from one launch of two gloo ranks."""
+    folder = tmp_path_factory.mktemp("tp")
+    prompts = {f"b{b}w{w}": prompts_for(b, seed=w * 10 + b) for w in range(2, 7) for b in (1, 3)}
+    job = {"kernels": str(engine_kernels.root), "prompts": prompts, "new": HORIZON, "cases": cases(),
+           "corrupt": {"mode": "specgen", "width": 4, "prompts": "b3w4", "new": NEW}}
+    (folder / "job.json").write_text(json.dumps(job))
+    rc = launch([sys.executable, str(WORKER), str(folder / "job.json")], 2, timeout=TIMEOUT_S)
+    assert rc == 0, f"a rank failed or hung (exit {rc})"
+    return job, [json.loads((folder / f"out_{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.fixture(scope="module")
+def tp1(engine_kernels):
+    """The single-device model and its plain greedy tokens per prompt set."""
+    m = Qwen3Model.create("tiny", seed=0)
+    return m, MTPHead.create(m, seed=1)
+
+
+def test_vocab_parallel_argmax_breaks_ties_like_argmax(tp_job):
+    _, outs = tp_job
+    for out in outs:
+        assert out["argmax"] == [True] * 6
+
+
+def test_tp2_greedy_equals_tp1_greedy(tp_job, tp1):
+    job, outs = tp_job
+    for key, prompts in job["prompts"].items():
+        exp = greedy_generate(tp1[0], prompts, HORIZON)
+        assert outs[0]["greedy"][key] == exp == outs[1]["greedy"][key], key
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tp2_engine_equals_tp1_engine_and_greedy(tp_job, tp1, engine_kernels, mode):
+    job, outs = tp_job
+    model, head = tp1
+    runs = [(a, b) for a, b in zip(outs[0]["runs"], outs[1]["runs"]) if a["mode"] == mode]
+    assert len(runs) >= 10
+    for r0, r1 in runs:
+        prompts = job["prompts"][r0["prompts"]]
+        greedy = greedy_generate(model, prompts, HORIZON)
+        mix = None
+        if r0["acceptance"] is not None:
+            mix = AcceptanceMix(r0["acceptance"], torch.tensor(greedy), model.config.vocab_size, seed=3)
+        eng = SpecDecodeEngine(model, head, mode=mode, width=r0["width"], batch=len(prompts), block_size=16,
+                               block_table_width=8, library=engine_kernels, compile_backend="eager", acceptance=mix)
+        single = eng.run(prompts, max_new_tokens=NEW).outputs
+        exp = [g[:NEW] for g in greedy]
+        assert r0["outputs"] == r1["outputs"] == single == exp, (mode, r0["width"], len(prompts), r0["draft_tp"])
+        if mode == "specgen":  # every TP step took the built kernels
+            assert r0["stats"]["fallback"] == {} and r0["stats"]["fast_path"] >= 1
+
+
+def test_check_ranks_names_the_corrupted_field(tp_job):
+    _, outs = tp_job
+    for out in outs:
+        assert out["checks"] > 100  # every step of every run was compared, and agreed
+        msg = out["corrupted"]
+        assert "field 'next_seq_lens' differs" in msg and "after step 2 of specgen mode" in msg, msg
+
+
+def test_bench_tp2_on_cpu(engine_kernels, tmp_path):
+    """`specgen bench --model tiny --tp 2` launches its two gloo ranks; rank 0 writes the results."""
+    out = tmp_path / "bench"
+    cmd = [sys.executable, "-m", "specgen", "bench", "--model", "tiny", "--tp", "2", "--steps", "3",
+           "--warmup", "1", "--depth", "3", "--batch", "1,3", "--acceptance", "0.7", "--check",
+           "--check-ranks", "2", "--block-table-width", "8", "--prompt-len", "8", "--device", "cpu",
+           "--kernels", str(engine_kernels.root), "--out", str(out)]
+    subprocess.run(cmd, timeout=TIMEOUT_S, check=True)
+    result = json.loads((out / "bench.json").read_text())
+    assert result["tp"] == 2 and len(result["runs"]) == 4
+    for run in result["runs"]:
+        assert run["tp"] == 2 and run["equals_target_reference"] and run["equals_greedy"], run
+
+
+def test_bench_tp_errors(capsys):
+    from specgen.cli import main
+
+    assert main(["bench", "--tp", "2", "--device", "cuda"]) == 2 or torch.cuda.device_count() >= 2
+    if torch.cuda.device_count() < 2:
+        assert "--tp 2 needs 2 GPUs" in capsys.readouterr().err
+    assert main(["bench", "--tp", "2", "--draft-tp", "3", "--device", "cpu"]) == 2
