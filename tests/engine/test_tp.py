@@ -34,28 +34,41 @@ def prompts_for(batch: int, seed: int) -> list[list[int]]:
     return [[rng.randrange(512) for _ in range(n)] for n in lens]
 
 
-def cases() -> list[dict]:
-    """Every mode, widths 2-6, batches 1 (the MTP head's drafts) and 3 (drafts accepted with p = 0.7);
-    two with the draft body split over the ranks too."""
-    out = [{"mode": m, "width": w, "prompts": f"b{b}w{w}", "new": NEW, "draft_tp": 1,
-            "acceptance": 0.7 if b == 3 else None}
-           for m in MODES for w in range(2, 7) for b in (1, 3)]
-    out += [{"mode": "specgen", "width": 4, "prompts": "b3w4", "new": NEW, "draft_tp": 2, "acceptance": None},
-            {"mode": "baseline", "width": 3, "prompts": "b1w3", "new": NEW, "draft_tp": 2, "acceptance": None}]
-    return out
+def case(mode: str, width: int, batch: int, draft_tp: int = 1, **kw) -> dict:
+    """Batch 1 decodes with the MTP head's own drafts, larger batches with drafts accepted at p = 0.7."""
+    return {"mode": mode, "width": width, "prompts": f"b{batch}w{width}", "new": NEW, "draft_tp": draft_tp,
+            "acceptance": 0.7 if batch > 1 else None, **kw}
 
 
-@pytest.fixture(scope="module")
-def tp_job(engine_kernels, tmp_path_factory):
-    """Both ranks' results, from one launch of two gloo ranks."""
-    folder = tmp_path_factory.mktemp("tp")
-    prompts = {f"b{b}w{w}": prompts_for(b, seed=w * 10 + b) for w in range(2, 7) for b in (1, 3)}
-    job = {"kernels": str(engine_kernels.root), "prompts": prompts, "new": HORIZON, "cases": cases(),
+def cpu_cases() -> list[dict]:
+    """Every mode, widths 2-6, batches 1 and 3; two with the draft body split over the ranks too."""
+    return [case(m, w, b) for m in MODES for w in range(2, 7) for b in (1, 3)] + [
+        case("specgen", 4, 3, draft_tp=2), case("baseline", 3, 1, draft_tp=2)]
+
+
+def run_ranks(folder: Path, kernels, cases: list[dict], batches, device: str = "cpu") -> tuple[dict, list[dict]]:
+    """Launch the two ranks of ``tp_worker.py`` over ``cases``; the job and each rank's results."""
+    prompts = {f"b{b}w{w}": prompts_for(b, seed=w * 10 + b) for w in range(2, 7) for b in batches}
+    job = {"kernels": str(kernels.root), "prompts": prompts, "new": HORIZON, "cases": cases, "device": device,
            "corrupt": {"mode": "specgen", "width": 4, "prompts": "b3w4", "new": NEW}}
     (folder / "job.json").write_text(json.dumps(job))
     rc = launch([sys.executable, str(WORKER), str(folder / "job.json")], 2, timeout=TIMEOUT_S)
     assert rc == 0, f"a rank failed or hung (exit {rc})"
     return job, [json.loads((folder / f"out_{r}.json").read_text()) for r in range(2)]
+
+
+def check_ranks_caught(outs: list[dict], runs: int) -> None:
+    """Every step of every run was compared (and agreed); the corrupted rank was named by its field."""
+    for out in outs:
+        assert out["checks"] > runs * 2
+        msg = out["corrupted"]
+        assert "field 'next_seq_lens' differs" in msg and "after step 2 of specgen mode" in msg, msg
+
+
+@pytest.fixture(scope="module")
+def tp_job(engine_kernels, tmp_path_factory):
+    """Both ranks' results, from one launch of two gloo ranks."""
+    return run_ranks(tmp_path_factory.mktemp("tp"), engine_kernels, cpu_cases(), (1, 3))
 
 
 @pytest.fixture(scope="module")
@@ -100,11 +113,7 @@ def test_tp2_engine_equals_tp1_engine_and_greedy(tp_job, tp1, engine_kernels, mo
 
 
 def test_check_ranks_names_the_corrupted_field(tp_job):
-    _, outs = tp_job
-    for out in outs:
-        assert out["checks"] > 100  # every step of every run was compared, and agreed
-        msg = out["corrupted"]
-        assert "field 'next_seq_lens' differs" in msg and "after step 2 of specgen mode" in msg, msg
+    check_ranks_caught(tp_job[1], len(cpu_cases()))
 
 
 def test_bench_tp2_on_cpu(engine_kernels, tmp_path):
@@ -128,3 +137,27 @@ def test_bench_tp_errors(capsys):
     if torch.cuda.device_count() < 2:
         assert "--tp 2 needs 2 GPUs" in capsys.readouterr().err
     assert main(["bench", "--tp", "2", "--draft-tp", "3", "--device", "cpu"]) == 2
+
+
+@pytest.mark.gpu
+def test_cuda_tp2_lossless_and_sync_free(engine_kernels, tmp_path):
+    """Two GPUs, NCCL in the captured graphs, float32 without TF32: every mode's tokens equal TP1 greedy
+    decoding on both ranks, with the rank check after every step; specgen steps never synchronize."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs (kind nvidia-h200-x2)")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    cases = [case(m, w, b) for m in ("baseline", "specgen") for w in range(2, 7) for b in (1, 3, 8)]
+    cases += [case("compile", w, 3, compile_backend="inductor") for w in range(2, 7)]
+    cases += [case("compile", 4, b, compile_backend="inductor") for b in (1, 8)]
+    job, outs = run_ranks(tmp_path, engine_kernels, cases, (1, 3, 8), device="cuda")
+    model = Qwen3Model.create("tiny", seed=0, device="cuda")
+    assert all(out["argmax"] == [True] * 6 for out in outs)
+    for r0, r1 in zip(outs[0]["runs"], outs[1]["runs"]):
+        exp = [g[:NEW] for g in greedy_generate(model, job["prompts"][r0["prompts"]], NEW)]
+        assert r0["outputs"] == r1["outputs"] == exp, (r0["mode"], r0["width"], r0["prompts"])
+        least = {"baseline": 2, "compile": 1, "specgen": 0}[r0["mode"]]
+        for r in (r0, r1):  # every rank pays the baseline's host synchronizations
+            assert min(r["syncs"]) >= least, (r["mode"], r["syncs"])
+            if r["mode"] == "specgen":
+                assert r["syncs"] == [0, 0, 0] and r["stats"]["fallback"] == {}, r
+    check_ranks_caught(outs, len(cases))
