@@ -7,11 +7,11 @@
 # Leave the machine's NCCL_NVLS_ENABLE=0 / TORCH_SYMM_MEM_DISABLE_MULTICAST=1 / NVSHMEM_DISABLE_NVLS=1 as set.
 # Stages (each fits one 10-minute command; every multi-GPU command runs under a timeout):
 #   tp-tests   tests/engine/test_tp.py on the GPUs: TP2 == TP1 greedy for every mode, widths 2-6,
-#              batches 1/3/8, the rank check after every step, 0 host syncs per specgen step; then
-#              `torchrun ... specgen bench --tp 2 --check-ranks 1` on the tiny model (NCCL, equals_greedy)
+#              batches 1/3/8, the rank check after every step, 0 host syncs per specgen step
+#   tp-check   `torchrun ... specgen bench --tp 2 --check-ranks 1 --check` on the tiny model (NCCL)
 #   tp-bench1  specgen bench at Qwen3-0.6B shapes, TP1: depth 3, B = 1, 8, 32, every mode
 #   tp-bench2  the same under torchrun --nproc-per-node 2 with --tp 2; then the TP1 vs TP2 table
-# Usage: benchmarks/tp_h200.sh OUT_DIR [tp-tests] [tp-bench1] [tp-bench2]
+# Usage: benchmarks/tp_h200.sh OUT_DIR [tp-tests] [tp-check] [tp-bench1] [tp-bench2]
 set -u
 out=$1; shift
 mkdir -p "$out"
@@ -25,8 +25,9 @@ BENCH="--model qwen3-0.6b --depth 3 --batch 1,8,32 --steps 64 --warmup 3 --modes
 for stage in "$@"; do
   case $stage in
     tp-tests)
-      timeout -k 10 420 python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/engine/test_tp.py 2>&1 \
-        | tee "$out/tp_gpu_tests.txt" | tail -20
+      timeout -k 10 570 python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/engine/test_tp.py 2>&1 \
+        | tee "$out/tp_gpu_tests.txt" | tail -20 ;;
+    tp-check)
       timeout -k 10 150 torchrun --nproc-per-node 2 -m specgen bench --model tiny --tp 2 --check-ranks 1 --check \
         --depth 3 --batch 1,3 --steps 8 --warmup 1 --acceptance 0.7 --dtype float32 --block-table-width 8 \
         --kernels build/engine_test_kernels --out "$out/tp2_tiny_check" > "$out/tp2_tiny_check.log" 2>&1

@@ -95,8 +95,10 @@ def run(args) -> int:
             block_table_width=args.block_table_width, prompt_len=args.prompt_len, dtype=args.dtype,
             device=args.device, seed=args.seed, bare_repeats=args.bare_repeats, command=command, tp=args.tp,
             draft_tp=args.draft_tp, check_ranks=args.check_ranks)
+        if config.cuda:
+            parallel.check_gpus(config.tp)
         if config.tp > 1 and parallel.launched_ranks() is None:
-            return _launch_ranks(args, config)
+            return _launch_ranks(args)
         tp = parallel.init_tensor_parallel(config.tp, args.device)
     except (bench.BenchError, parallel.TPError) as e:
         raise UsageError(str(e)) from None
@@ -109,15 +111,10 @@ def run(args) -> int:
     return 0
 
 
-def _launch_ranks(args, config) -> int:
+def _launch_ranks(args) -> int:
     """``specgen bench --tp N`` outside torchrun: this same command as N local ranks (rank 0 reports)."""
-    from ..runtime.engine import launch, parallel
+    from ..runtime.engine import launch
 
-    if config.cuda:
-        try:
-            parallel.check_gpus(args.tp)
-        except parallel.TPError as e:
-            raise UsageError(str(e)) from None
     return launch.launch([sys.executable, "-m", "specgen", *args.cli_argv], args.tp, quiet_ranks=True)
 
 

@@ -308,7 +308,8 @@ class _Sweep:
         t = time.perf_counter()
         try:
             res = eng.run(prompts, steps=c.steps, warmup_steps=c.warmup, timing=True)
-        except EngineError as e:
+        except EngineError as e:  # e.g. the ranks' states differ (--check-ranks): every rank stops here
+            eng.close()
             raise BenchError(str(e)) from None
         except RuntimeError as e:  # a device failure in one run: record it, keep the others
             self.done += 1

@@ -48,7 +48,7 @@ def check_gpus(size: int) -> None:
     if n < size:
         seen = os.environ.get("CUDA_VISIBLE_DEVICES")
         where = f" (CUDA_VISIBLE_DEVICES={seen})" if seen is not None else ""
-        raise TPError(f"--tp {size} needs {size} GPUs, {n} visible{where}")
+        raise TPError(f"--tp {size} needs {size} GPU{'s' if size > 1 else ''}, {n} visible{where}")
 
 
 @dataclass(frozen=True)
