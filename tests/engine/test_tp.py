@@ -154,6 +154,7 @@ def test_cuda_tp2_lossless_and_sync_free(engine_kernels, tmp_path):
     cases = [case(m, w, b) for m in ("baseline", "specgen") for w in range(2, 7) for b in (1, 3, 8)]
     cases += [case("compile", w, 3, compile_backend="inductor") for w in range(2, 7)]
     cases += [case("compile", 4, b, compile_backend="inductor") for b in (1, 8)]
+    cases += [case("specgen", 4, 3, draft_tp=2)]  # collectives in the draft graph too
     job, outs = run_ranks(tmp_path, engine_kernels, cases, (1, 3, 8), device="cuda", timeout=GPU_TIMEOUT_S)
     model = Qwen3Model.create("tiny", seed=0, device="cuda")
     assert all(out["argmax"] == [True] * 6 for out in outs)
