@@ -46,6 +46,11 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bare-repeats", type=int, default=30,
                    help="draft + bare verify replays timed for the boundary figures")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks of the target, one process per "
+                   "device (NCCL on GPUs, gloo on the CPU); launched here unless run under torchrun")
+    p.add_argument("--draft-tp", type=int, default=1, help="1: the MTP draft body whole on every rank; or --tp")
+    p.add_argument("--check-ranks", type=int, default=0, metavar="N",
+                   help="compare the ranks' step state every N steps; stop at the first differing field")
     p.add_argument("--replot", metavar="BENCH_JSON", help="only redraw timeline.png from a bench.json")
     p.set_defaults(func=run)
 
@@ -83,7 +88,7 @@ def run(args) -> int:
         return _replot(args.replot)
     depths, batches = int_list(args.depth), int_list(args.batch)
     modes = _modes(args.modes)
-    from ..runtime.engine import bench, bench_report
+    from ..runtime.engine import bench, bench_report, parallel
 
     command = "specgen bench " + " ".join(args.cli_argv[1:])  # the words after "bench", as given
     try:
@@ -92,15 +97,46 @@ def run(args) -> int:
             acceptance=args.acceptance, check=args.check, block_size=args.block_size,
             block_table_width=args.block_table_width, prompt_len=args.prompt_len, dtype=args.dtype,
             device=args.device, seed=args.seed, bare_repeats=args.bare_repeats, command=command, draft=args.draft,
-            draft_weights=args.draft_weights)
-        library = _ensure_kernels(args.kernels, config) if config.needs_library else None
-        result = bench.run_bench(config, library)
+            draft_weights=args.draft_weights, tp=args.tp,
+            draft_tp=args.draft_tp, check_ranks=args.check_ranks)
+        if config.cuda:
+            parallel.check_gpus(config.tp)
+        if config.tp > 1 and parallel.launched_ranks() is None:
+            return _launch_ranks(args)
+        tp = parallel.init_tensor_parallel(config.tp, args.device)
+    except (bench.BenchError, parallel.TPError) as e:
+        raise UsageError(str(e)) from None
+    result = _measure(args, config, tp)
+    tp.close()  # the engines, and their captured graphs, are gone by now (a failed rank just exits)
+    if tp.is_writer:
+        print(bench_report.table(result))
+        for p in bench_report.write(result, Path(args.out)):
+            print(f"wrote {p}")
+    return 0
+
+
+def _launch_ranks(args) -> int:
+    """``specgen bench --tp N`` outside torchrun: this same command as N local ranks (rank 0 reports)."""
+    from ..runtime.engine import launch
+
+    return launch.launch([sys.executable, "-m", "specgen", *args.cli_argv], args.tp, quiet_ranks=True)
+
+
+def _measure(args, config, tp) -> dict:
+    """Run the harness on this rank; rank 0 builds missing kernels while the others wait."""
+    from ..runtime.engine import bench
+    from ..runtime.library import load_library
+
+    try:
+        library = None
+        if config.needs_library:
+            if tp.is_writer:
+                library = _ensure_kernels(args.kernels, config)
+            tp.barrier()
+            library = library or load_library(Path(args.kernels or "build/bench_kernels"))
+        return bench.run_bench(config, library, tp)
     except bench.BenchError as e:
         raise UsageError(str(e)) from None
-    print(bench_report.table(result))
-    for p in bench_report.write(result, Path(args.out)):
-        print(f"wrote {p}")
-    return 0
 
 
 def _ensure_kernels(kernels: str | None, config):

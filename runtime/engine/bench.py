@@ -12,6 +12,7 @@ with ``check``).  ``configure`` validates the settings into a ``BenchConfig``;
 
 from __future__ import annotations
 
+import os
 import platform
 import random
 import sys
@@ -27,7 +28,10 @@ from .draft_kinds import DRAFT_KINDS
 from .errors import EngineError
 from .model import ModelConfig, Qwen3Model
 from .modes import MODES
+from .parallel import TensorParallel, TPError
+from .rank_check import RankCheck
 from .results import RunResult
+from .tp import shard_head, shard_model
 
 __all__ = ["SUBJECT", "BenchConfig", "BenchError", "configure", "ratios", "run_bench"]
 
@@ -39,7 +43,8 @@ class BenchError(Exception):
 
 
 def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    if os.environ.get("RANK", "0") == "0":  # tensor-parallel runs: rank 0 reports progress
+        print(msg, file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,9 @@ class BenchConfig:
     command: str
     draft: str = "mtp"                     # a registered draft kind (draft_kinds.DRAFT_KINDS)
     draft_weights: str | None = None       # a local safetensors folder for a block draft
+    tp: int = 1            # tensor-parallel ranks of the target
+    draft_tp: int = 1      # 1: the MTP draft body whole on every rank; tp: split like the target
+    check_ranks: int = 0   # compare the ranks' step state every N steps (0: off)
 
     @property
     def cuda(self) -> bool:
@@ -93,7 +101,8 @@ def configure(*, model: str = "tiny", depths=(3,), batches=(1,), modes=tuple(MOD
               warmup: int = 3, acceptance: float | None = None, check: bool = False, block_size: int = 16,
               block_table_width: int = 32, prompt_len: int = 32, dtype: str = "auto", device: str | None = None,
               seed: int = 0, bare_repeats: int = 30, command: str = "specgen bench", draft: str = "mtp",
-              draft_weights: str | None = None) -> BenchConfig:
+              draft_weights: str | None = None, tp: int = 1, draft_tp: int = 1,
+              check_ranks: int = 0) -> BenchConfig:
     """Validate the bench settings (``BenchError`` says what is wrong); ``block_table_width=0``: just enough."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cuda = dev.type == "cuda"
@@ -107,6 +116,10 @@ def configure(*, model: str = "tiny", depths=(3,), batches=(1,), modes=tuple(MOD
         raise BenchError("--warmup must be at least 1 (the first step of every run captures its graphs)")
     if steps < 1:
         raise BenchError("--steps must be at least 1")
+    if tp < 1 or draft_tp not in (1, tp) or check_ranks < 0:
+        raise BenchError(f"--tp must be at least 1, --draft-tp 1 or --tp ({tp}), --check-ranks at least 0")
+    if tp > 1 and draft != "mtp":
+        raise BenchError(f"--tp {tp} runs MTP drafts; --draft {draft} runs on one device (--tp 1)")
     if acceptance is not None and not 0.0 <= acceptance <= 1.0:
         raise BenchError(f"--acceptance must lie in [0, 1], got {acceptance}")
     skipped = tuple((m, MODES[m].cpu_skip_reason) for m in modes if not cuda and MODES[m].cpu_skip_reason)
@@ -125,7 +138,8 @@ def configure(*, model: str = "tiny", depths=(3,), batches=(1,), modes=tuple(MOD
                          f"positions; {steps} steps at depth {max(depths)} need {need}")
     return BenchConfig(cfg, torch_dtype, dev, tuple(depths), tuple(batches),
                        tuple(m for m in modes if m not in dict(skipped)), skipped, steps, warmup, acceptance, check,
-                       block_size, bt, prompt_len, seed, bare_repeats, command, draft, draft_weights)
+                       block_size, bt, prompt_len, seed, bare_repeats, command, draft, draft_weights, tp,
+                       draft_tp, check_ranks)
 
 
 def _check_draft(draft: str, weights: str | None, depths, block_size: int, block_table_width: int) -> None:
@@ -145,15 +159,19 @@ def _check_draft(draft: str, weights: str | None, depths, block_size: int, block
                          f"(at most {MAX_WIDTH}, --depth {MAX_WIDTH - 1}); no build has variants for it")
 
 
-def run_bench(config: BenchConfig, library=None) -> dict:
-    """Every (batch, depth, mode) of ``config``; ``library`` holds the kernels the modes that need one use."""
+def run_bench(config: BenchConfig, library=None, tp: TensorParallel | None = None) -> dict:
+    """Every (batch, depth, mode) of ``config``; ``library`` holds the kernels the modes that need one use.
+
+    With ``config.tp > 1`` every rank calls this with its ``tp`` (``parallel.init_tensor_parallel``)
+    and runs the same sweep; the results are the same on every rank but rank 0's timings.
+    """
     log(f"bench: model {config.model.name} ({config.dtype}) on {config.device}, {config.draft} draft; depths {list(config.depths)}, "
         f"batches {list(config.batches)}, {config.steps} steps (+{config.warmup} warm-up), layout "
         f"bt{config.block_table_width} bs{config.block_size}")
     tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
-        return _Sweep(config, library).run()
+        return _Sweep(config, library, tp or TensorParallel.single(config.device)).run()
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
 
@@ -209,15 +227,19 @@ def _failed(mode: str, width: int, batch: int, why: str) -> dict:
 class _Sweep:
     """One bench invocation's state: the model, the rows so far, and whether the device gave out."""
 
-    def __init__(self, config: BenchConfig, library):
+    def __init__(self, config: BenchConfig, library, tp: TensorParallel):
         self.config, self.library = config, library
         t = time.perf_counter()
-        self.model = Qwen3Model.create(config.model, seed=config.seed, dtype=config.dtype, device=config.device)
-        self.kind = DRAFT_KINDS[config.draft]
-        try:
+        try:  # every rank builds the full seeded model and keeps its share
+            self.model = shard_model(Qwen3Model.create(config.model, seed=config.seed, dtype=config.dtype,
+                                                       device=tp.device), tp)
+            self.kind = DRAFT_KINDS[config.draft]
             self.head = self.kind.create(self.model, seed=config.seed + 1, weights=config.draft_weights)
-        except EngineError as e:
+            if config.draft_tp > 1:
+                shard_head(self.head, tp)
+        except (TPError, EngineError) as e:
             raise BenchError(str(e)) from None
+        self.rank_check = RankCheck(tp, config.check_ranks) if config.check_ranks and tp.distributed else None
         log(f"bench: model ready in {time.perf_counter() - t:.1f}s")
         self.runs: list[dict] = []
         self.checks: list[dict] = []
@@ -311,11 +333,12 @@ class _Sweep:
         mix = AcceptanceMix(c.acceptance, oracle, c.model.vocab_size, seed=c.seed) if oracle is not None else None
         eng = self.kind.engine(self.model, self.head, mode=mode, width=width, batch=batch,
                                block_size=c.block_size, block_table_width=c.block_table_width,
-                               library=self.library, acceptance=mix)
+                               library=self.library, acceptance=mix, rank_check=self.rank_check)
         t = time.perf_counter()
         try:
             res = eng.run(prompts, steps=c.steps, warmup_steps=c.warmup, timing=True)
-        except EngineError as e:
+        except EngineError as e:  # e.g. the ranks' states differ (--check-ranks): every rank stops here
+            eng.close()
             raise BenchError(str(e)) from None
         except RuntimeError as e:  # a device failure in one run: record it, keep the others
             self.done += 1
@@ -342,10 +365,12 @@ class _Sweep:
         c = self.config
         for r in self.runs:
             r.setdefault("draft", c.draft)
+            r.setdefault("tp", c.tp)
         env = {"device": torch.cuda.get_device_name(c.device) if c.cuda else platform.processor() or "cpu",
                "torch": torch.__version__, "python": platform.python_version(),
                "clock": "cuda-events" if c.cuda else "host perf_counter"}
-        return {"command": c.command, "model": c.model.name, "draft": c.draft, "draft_weights": c.draft_weights, "dtype": str(c.dtype).split(".")[-1],
+        return {"command": c.command, "model": c.model.name, "draft": c.draft, "draft_weights": c.draft_weights,
+                "dtype": str(c.dtype).split(".")[-1], "tp": c.tp, "draft_tp": c.draft_tp,
                 "environment": env, "layout": {"block_size": c.block_size, "block_table_width": c.block_table_width},
                 "steps": c.steps, "warmup_steps": c.warmup, "acceptance_p": c.acceptance, "aborted": self.aborted,
                 "skipped_modes": dict(c.skipped), "runs": self.runs, "agreement": self.checks,

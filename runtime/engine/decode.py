@@ -99,14 +99,14 @@ def greedy_generate(model: Qwen3Model, prompts: list[list[int]], max_new_tokens:
     model.allocate_kv_cache(lay.num_blocks, block_size)
     packed = lay.pack(prompts, 0)
     _, logits = model(*packed)
-    tok = logits[lay.last_rows(packed[-1])].argmax(-1)
+    tok = model.greedy_tokens(logits[lay.last_rows(packed[-1])])
     out = [[t] for t in tok.tolist()]
     seq_lens, bt = lay.lens.clone(), lay.block_table
     qsl = torch.arange(len(prompts) + 1, device=bt.device)
     for _ in range(max_new_tokens - 1):
         slots = slot(bt, seq_lens[:, None], block_size).reshape(-1)
         _, logits = model(tok, seq_lens, slots, bt, seq_lens + 1, qsl, 1)
-        tok = logits.argmax(-1)
+        tok = model.greedy_tokens(logits)
         seq_lens += 1
         for o, t in zip(out, tok.tolist()):
             o.append(t)
@@ -168,7 +168,7 @@ def speculative_generate(model: Qwen3Model, draft: MTPHead | AcceptanceMix, prom
     packed = lay.pack(prompts, 0)
     hidden, logits = model(*packed)
     last = lay.last_rows(packed[-1])
-    bonus = logits[last].argmax(-1)
+    bonus = model.greedy_tokens(logits[last])
     out = [[t] for t in bonus.tolist()]
     seq_lens = lay.lens.clone()
     if mtp:  # draft prefill: token at p with the target hidden of p - 1, p = 1 .. S
@@ -185,7 +185,7 @@ def speculative_generate(model: Qwen3Model, draft: MTPHead | AcceptanceMix, prom
         tokens = torch.cat([bonus[:, None], drafts], 1).reshape(-1)
         meta = verify_metadata(seq_lens, lay.block_table, w, block_size)
         hidden, logits = model(tokens, *meta[:2], lay.block_table, *meta[2:], w)
-        target = logits.argmax(-1).view(-1, w)
+        target = model.greedy_tokens(logits).view(-1, w)
         accepted = greedy_prefix(drafts, target)
         _record(stats, out, target.tolist(), accepted.tolist(), max_new_tokens)
         bonus = target.gather(1, accepted[:, None]).squeeze(1)

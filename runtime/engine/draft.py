@@ -54,8 +54,9 @@ class MTPHead(nn.Module):
 
     def allocate_kv_cache(self, num_blocks: int, block_size: int) -> PagedKVCache:
         w = self.eh_proj.weight
-        self.kv_cache = PagedKVCache(1, num_blocks, block_size, self.config.num_kv_heads,
-                                     self.config.head_dim, w.dtype, w.device)
+        kv_heads = self.layer.self_attn.num_kv_heads  # all, or a tensor-parallel rank's share
+        self.kv_cache = PagedKVCache(1, num_blocks, block_size, kv_heads, self.config.head_dim,
+                                     w.dtype, w.device)
         return self.kv_cache
 
     def forward(self, tokens, positions, slot_mapping, hidden_in, block_table, kv_lens,

@@ -76,7 +76,7 @@ class SpecDecodeEngine:
 
     def __init__(self, model: Qwen3Model, head: MTPHead, *, mode: str, width: int, batch: int,
                  block_size: int = 16, block_table_width: int = 32, library=None,
-                 acceptance: AcceptanceMix | None = None, compile_backend: str = "inductor"):
+                 acceptance: AcceptanceMix | None = None, compile_backend: str = "inductor", rank_check=None):
         if mode not in self.modes:
             raise EngineError(f"unknown mode {mode!r}; one of {', '.join(self.modes)}")
         if width < 2:
@@ -89,6 +89,7 @@ class SpecDecodeEngine:
         self.width, self.batch = int(width), int(batch)
         self.block_size, self.block_table_width = int(block_size), int(block_table_width)
         self.library, self.acceptance, self.compile_backend = library, acceptance, compile_backend
+        self.rank_check = rank_check  # tensor-parallel debug: rank_check.RankCheck, called after every step
         self.device = model.embed_tokens.weight.device
         self.strategy: Mode = self.modes[mode](self)
 
@@ -141,7 +142,7 @@ class SpecDecodeEngine:
         hidden, logits = self.model(toks.reshape(-1), pos.reshape(-1), slots.reshape(-1), bt, self.prompt_lens,
                                     qsl, r)
         last = torch.arange(B, device=dev) * r + self.prompt_lens - 1
-        bonus = logits[last].argmax(-1)
+        bonus = self.model.greedy_tokens(logits[last])
         if r > 1:  # draft prefill: token at p = 1 .. P-1 with the target hidden of p - 1
             dtoks = torch.tensor([p[1:] + [0] * (r - len(p) + 1) for p in prompts], device=dev)
             dpos = (idx + 1).expand(B, r)
@@ -168,7 +169,7 @@ class SpecDecodeEngine:
         hidden, logits = self.model(bufs["tokens"], bufs["positions"], bufs["slot_mapping"], bufs["block_table"],
                                     bufs["kv_lens"], bufs["query_start_loc"], self.width)
         self.verify_hidden[: hidden.shape[0]].copy_(hidden)
-        return logits.argmax(-1).to(I32).view(-1, self.width)
+        return self.model.greedy_tokens(logits).to(I32).view(-1, self.width)
 
     def forward_only(self) -> None:
         """The bare verification: the target forward into ``target_tokens``, no boundary work."""
@@ -279,6 +280,8 @@ class SpecDecodeEngine:
                     self._commit(res, commit, timed, budget.max_new_tokens)
                 stamps.mark(3)
             clock.record(stamps, syncs)
+            if self.rank_check is not None:  # outside the counted step: it reads the state back
+                self.rank_check(self, i, res.outputs)
             i += 1
         self._read_lagged(res, pending, 0, budget.max_new_tokens)
 

@@ -198,9 +198,9 @@ class Qwen3Model(nn.Module):
                           block_table_width: int | None = None) -> PagedKVCache:
         """A fresh cache; ``block_table_width`` is the engine's blocks per sequence, if fixed."""
         w = self.embed_tokens.weight
-        self.kv_cache = PagedKVCache(self.config.num_layers, num_blocks, block_size,
-                                     self.config.num_kv_heads, self.config.head_dim,
-                                     w.dtype, w.device)
+        kv_heads = self.layers[0].self_attn.num_kv_heads  # all, or a tensor-parallel rank's share
+        self.kv_cache = PagedKVCache(self.config.num_layers, num_blocks, block_size, kv_heads,
+                                     self.config.head_dim, w.dtype, w.device)
         self.block_table_width = block_table_width
         return self.kv_cache
 
@@ -232,8 +232,17 @@ class Qwen3Model(nn.Module):
             x = layer(x, batch, self.kv_cache, i)
             if i in taps:
                 tapped.append(x)
-        out = x, F.linear(self.norm(x), self.lm_head_weight)
+        out = x, self.logits(x)
         return (*out, torch.cat(tapped, dim=-1)) if taps else out
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The LM head over the final norm (a tensor-parallel rank: its vocabulary range)."""
+        return F.linear(self.norm(x), self.lm_head_weight)
+
+    def greedy_tokens(self, logits: torch.Tensor) -> torch.Tensor:
+        """Greedy tokens from ``forward``'s logits: the argmax over the whole vocabulary, lowest index
+        on ties.  Decode loops call this rather than ``argmax``, so a sharded LM head works too."""
+        return logits.argmax(-1)
 
     def load_hf_state_dict(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Copy Hugging Face Qwen3 tensors (``model.layers.N.self_attn.q_proj.weight``, ...)."""
