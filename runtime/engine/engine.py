@@ -14,6 +14,12 @@ On the CPU the graphs run eagerly (``compile`` mode takes ``compile_backend``,
 e.g. ``"eager"`` in tests).  ``run`` returns the tokens, the acceptance and,
 with ``timing=True`` on CUDA, per-step CUDA-event timings and host
 synchronization counts.
+
+``engine.observer``, when set, is called around every decode step:
+``observer.before_step(engine, i)`` before the draft graph and
+``observer.after_step(engine, i)`` once the step is enqueued and committed
+(outside the timed and sync-counted span).  Tests inject faults into the step
+buffers and inspect the KV caches there.
 """
 
 from __future__ import annotations
@@ -90,6 +96,7 @@ class SpecDecodeEngine:
         self.library, self.acceptance, self.compile_backend = library, acceptance, compile_backend
         self.device = model.embed_tokens.weight.device
         self.strategy: Mode = MODES[mode](self)
+        self.observer = None  # before_step(engine, i) / after_step(engine, i); see the module docstring
 
     def close(self) -> None:
         """Drop the captured graphs, the runtime and the buffers now (they hold device memory)."""
@@ -262,6 +269,8 @@ class SpecDecodeEngine:
         i = 0
         while not budget.done(i, res.outputs):
             timed = i >= budget.warmup_steps
+            if self.observer is not None:
+                self.observer.before_step(self, i)
             clock.start(timed)
             with count_host_syncs(clock.counts_syncs(timed)) as syncs:
                 stamps = clock.step(timed)
@@ -278,6 +287,8 @@ class SpecDecodeEngine:
                     self._commit(res, commit, timed, budget.max_new_tokens)
                 stamps.mark(3)
             clock.record(stamps, syncs)
+            if self.observer is not None:
+                self.observer.after_step(self, i)
             i += 1
         self._read_lagged(res, pending, 0, budget.max_new_tokens)
 
