@@ -262,7 +262,7 @@ def test_flag_is_read_from_completed_copies_only(engine_kernels):
 @pytest.mark.gpu
 def test_cuda_device_guard_trip_without_host_sync():
     """On the GPU: clean replays never trip; a bad value written between replays trips the step after the
-    host's lagged read of it; no step synchronizes the host and no replay allocates.
+    host's lagged read of it; no step synchronizes the host and no clean replay allocates.
 
     Kernels: SPECGEN_TEST_CUDA_KERNELS (specgen build --target cuda --widths 4 --block-table-widths 8
     --block-sizes 16 --out ...), or the engine kernels in SPECGEN_TEST_ENGINE_KERNELS.
@@ -285,12 +285,16 @@ def test_cuda_device_guard_trip_without_host_sync():
         finally:
             torch.cuda.set_sync_debug_mode(0)
 
+    fill(bufs, batch, gen)
+    step()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
     for _ in range(20):
         fill(bufs, batch, gen)
         assert step().fast_path
         rt.host_result(1)  # the engine's one-step-late read
     torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
+    assert torch.cuda.memory_allocated() == before
     assert rt.stats()["fallback"] == {} and rt.stats()["device_guard"] == {}
     for name, (write, condition) in sorted(BAD.items()):
         fill(bufs, batch, gen)
@@ -307,7 +311,5 @@ def test_cuda_device_guard_trip_without_host_sync():
         fill(bufs, batch, gen)
         assert step().fast_path, name
         rt.host_result(0)
-    torch.cuda.synchronize()
-    assert torch.cuda.memory_allocated() == before
     assert rt.stats()["fallback"] == {"device_guard_trip": len(BAD)}
     print("device guard trips on cuda:", rt.stats())
