@@ -188,7 +188,7 @@ class DeviceGuard:
         self.spec, self._api, self._device = spec, api, torch.device(device)
         self.flag = torch.zeros(1, dtype=I32, device=device)
         self._weights = torch.tensor([1 << i for i in range(len(spec.names))], dtype=I32, device=device)
-        self._cols = torch.arange(spec.block_table_width, device=device)
+        self._starts = torch.arange(spec.block_table_width, device=device) * spec.block_size  # block starts
         # an entry e maps slots e * BS .. e * BS + BS - 1; all must fit int32
         self._max_entry = (INT32_MAX + 1) // spec.block_size - 1
         self._side = api.new_stream(device) if api is not None else None
@@ -238,7 +238,7 @@ class DeviceGuard:
         reach, bs = self.spec.reach, self.spec.block_size
         if reach <= 0:
             return torch.zeros((), dtype=torch.bool, device=s.device)
-        first = torch.div(s, bs, rounding_mode="floor")
-        last = torch.div(s + (reach - 1), bs, rounding_mode="floor")
-        need = (self._cols >= first[:, None]) & (self._cols <= last[:, None])
+        # block c holds positions c * BS .. c * BS + BS - 1: it is needed when that range meets S .. S + reach - 1
+        d = self._starts - s[:, None]
+        need = (d > -bs) & (d < reach)
         return (need & ((table < 0) | (table > self._max_entry))).any()
