@@ -185,17 +185,15 @@ def test_pool_steps_write_only_their_own_blocks(engine_kernels, width, n, seed, 
     run_pool(engine_kernels, width, n, seed, 50, fault_rate, SAFE_FAULTS)
 
 
-NOT_TOTAL = pytest.mark.xfail(strict=True, reason=(
-    "the kernels are not total yet: a negative S maps its rows into block 0, an entry whose slots pass "
-    "int32 wraps onto another sequence's block (docs/kernels.md, outside the guarded domain)"))
-
-
-@NOT_TOTAL
 @settings(max_examples=15, **SETTINGS)
 @given(width=st.sampled_from([2, 4, 6]), n=st.integers(2, 6), seed=st.integers(0, 2**31 - 1),
        fault=st.sampled_from(["negative_seq_len", "entry_past_int32"]))
 def test_pool_isolation_under_out_of_domain_values(engine_kernels, width, n, seed, fault):
-    """A negative length or a block id past int32 on the fast path, then the eager path the device guard picks."""
+    """A negative length or a block id past int32 on the fast path, then the eager path the device guard picks.
+
+    Before the kernels were total, a negative S mapped its rows into block 0 and an entry whose slots
+    pass int32 wrapped onto another sequence's block; both fail this test.
+    """
     run_pool(engine_kernels, width, n, seed, 30, 0.3, (fault,))
 
 
@@ -292,7 +290,7 @@ def test_engine_decode_keeps_kv_isolated(tiny, engine_kernels, width, batch, see
 @settings(max_examples=8, **SETTINGS)
 @given(width=st.sampled_from([2, 4, 6]), batch=st.integers(2, 5), seed=st.integers(0, 2**20))
 def test_engine_decode_with_negative_lengths(tiny, engine_kernels, width, batch, seed):
-    """Negative lengths in the engine (its block 0 is the scratch block, where such rows land today).
+    """Negative lengths in the engine (its block 0 is the scratch block; the pool driver owns block 0).
 
     (An entry past int32 is left to the pool driver: the engine's attention gathers every entry.)
     """
