@@ -76,24 +76,28 @@ def _idx(name):
 @expressions("spec_verify_token_update")
 def _token_update(v: Instance) -> dict:
     draft = "draft_tokens[b, j]"
+    # an int64 token outside int32 is no token: -1, never its low 32 bits
+    wide = f'T.if_then_else(T.And({draft} >= {-ix.INT32_MAX - 1}, {draft} <= {ix.INT32_MAX}), ' \
+           f'T.Cast("int32", {draft}), -1)'
     return {"row_first": v.expr(ix.row(b, 0)), "row_draft": v.expr(ix.row(b, j + 1)),
-            "draft_value": draft if v.spec.draft_dtype == "int32" else f'T.Cast("int32", {draft})'}
+            "draft_value": draft if v.spec.draft_dtype == "int32" else wide}
 
 
 @expressions("spec_verify_metadata_update")
 def _metadata(v: Instance) -> dict:
-    return {"row": v.expr(ix.row(b, j)), "position": v.expr(S + j), "slot": v.expr(slot(b, S + j)),
-            "kv_len": v.expr(S + ix.W), "start": v.expr(ix.row(b, 0)), "total_rows": v.expr(ix.row(ix.B, 0))}
+    return {"row": v.expr(ix.row(b, j)), "position": v.expr(sp.Max(S + j, 0)), "slot": v.expr(slot(b, S + j)),
+            "kv_len": v.expr(sp.Max(S + ix.W, 0)), "start": v.expr(ix.row(b, 0)),
+            "total_rows": v.expr(ix.row(ix.B, 0))}
 
 
 @expressions("spec_verify_attention_tiling_update")
 def _tiling(v: Instance) -> dict:
-    longest = sp.Symbol("longest", integer=True, nonnegative=True)
+    wide = sp.Symbol("wide", integer=True, nonnegative=True)  # the longest row, int64
     seq_blocks = ix.sequence_blocks(Sq, v.spec.width, v.spec.block_size)
-    return {"row": v.expr(ix.row(b, j)), "kv_len": v.expr(ix.row_kv_len()),
+    return {"row": v.expr(ix.row(b, j)), "kv_len": v.expr(sp.Max(ix.row_kv_len(), 0)),
             "blocks": v.expr(ix.num_blocks()), "seq_blocks_q": v.expr(seq_blocks),
             "last_len": v.expr(ix.last_block_len()), "total_rows": v.expr(ix.row(ix.B, 0)),
-            "kv_len_q_last": v.expr(ix.row_kv_len(Sq, ix.W - 1)), "split_len": v.expr(ix.kv_split_len(longest))}
+            "kv_len_q_last": v.expr(ix.row_kv_len(Sq, ix.W - 1)), "split_len": v.expr(ix.kv_split_len(wide))}
 
 
 @expressions("greedy_prefix_verify")
@@ -108,10 +112,10 @@ def _greedy(v: Instance) -> dict:
 
 @expressions("prepare_next_draft")
 def _next_draft(v: Instance) -> dict:
-    new_len = S + a + 1  # S': tokens with valid target KV after this step
+    new_len = S + a + 1  # S': tokens with valid target KV after this step; a is clamped, S saturated
     repair = sp.Piecewise((slot(b, new_len - 1), sp.Eq(a, ix.W - 1)), (_idx("scratch_slot")[0], True))
-    return {"bonus": v.expr(_idx("target_tokens")[b, a]), "new_len": v.expr(new_len),
-            "repair_pos": v.expr(new_len - 1), "repair_slot": v.expr(repair),
+    return {"bonus": v.expr(_idx("target_tokens")[b, a]), "new_len": v.expr(sp.Max(new_len, 0)),
+            "repair_pos": v.expr(sp.Max(new_len - 1, 0)), "repair_slot": v.expr(repair),
             "draft_slot": v.expr(slot(b, new_len)), "repair_row": v.expr(ix.row(b, sp.Max(a - 1, 0))),
             "draft_row": v.expr(ix.row(b, a))}
 

@@ -24,10 +24,21 @@ def _int(name: str) -> sp.Symbol:
     return sp.Symbol(name, integer=True, nonnegative=True)
 
 
-# Kernel-side names: the templates bind these Python names before use.
-b, j, S, a, Sq = (_int(n) for n in ("b", "j", "S", "a", "Sq"))
+INT32_MAX = 2**31 - 1
+
+# Kernel-side names: the templates bind these Python names before use.  A
+# sequence length is any int32 (the kernels are total), so S and Sq carry no
+# sign; the templates saturate them at ``seq_cap(W)`` so that S + W fits int32.
+# The accepted count ``a`` is clamped into 0..W-1 where it is bound.
+b, j, a = (_int(n) for n in ("b", "j", "a"))
+S, Sq = sp.Symbol("S", integer=True), sp.Symbol("Sq", integer=True)
 W, BT, BS, NS, B = (_int(n) for n in ("W", "BT", "BS", "NS", "B"))
 block_table = sp.IndexedBase("block_table")
+
+
+def seq_cap(width: int) -> int:
+    """Largest sequence length a kernel reads: S is saturated there, so S + W never exceeds int32."""
+    return INT32_MAX - width
 
 
 def _pos_int(e) -> bool:
@@ -57,6 +68,9 @@ class FloorDiv(sp.Function):
         whole, rest = _split_multiple(x, int(y))
         if whole != 0:
             return whole + cls(rest, y)
+        # y - 1 - (u mod y) lies in [0, y): its quotient is 0 (the slot's entry bound).
+        if _mod_complement(rest, int(y)):
+            return sp.Integer(0)
         # floor((floor(u / d) + r) / y) == floor((u + d*r) / (d*y)), r integer.
         inner = _single_floordiv(x)
         if inner is not None:
@@ -117,6 +131,16 @@ def _split_multiple(x, y: int):
     return whole, rest
 
 
+def _mod_complement(x, y: int) -> bool:
+    """x == y - 1 - (u mod y) for some u."""
+    terms = sp.Add.make_args(x)
+    if len(terms) != 2 or sp.Integer(y - 1) not in terms:
+        return False
+    other = terms[0] if terms[1] == y - 1 else terms[1]
+    coeff, tail = other.as_coeff_Mul()
+    return coeff == -1 and isinstance(tail, Mod) and tail.args[1] == y
+
+
 def _single_floordiv(x):
     """(fd, r) when x == fd + r with exactly one FloorDiv term and r integer."""
     terms = sp.Add.make_args(x)
@@ -137,48 +161,72 @@ def row(seq, jj, width=W):
     return seq * width + jj
 
 
+def entry_limit(offset, bs=BS):
+    """Largest block-table entry e with e * BS + offset <= 2**31 - 1 (0 <= offset < BS).
+
+    When BS divides 2**31 the bound is the same for every offset: a constant.
+    """
+    if isinstance(bs, int) and 2**31 % bs == 0:
+        return sp.Integer(2**31 // bs - 1)
+    return FloorDiv(INT32_MAX - offset, bs)
+
+
 def slot(seq, p, bt=BT, bs=BS):
-    """``docs/kernels.md`` slot(b, p); -1 (no write) outside [0, BT * BS)."""
-    entry = block_table[seq, FloorDiv(p, bs)] * bs + Mod(p, bs)
-    return sp.Piecewise((entry, sp.And(p >= 0, p < bt * bs)), (-1, True))
+    """``docs/kernels.md`` slot(b, p); -1 (no write) unless 0 <= p < BT * BS and the entry is
+    non-negative with a slot that fits int32.
+
+    The nesting is the evaluation order: the block table is read only for a
+    position inside the row (``T.if_then_else`` evaluates one branch), and the
+    entry is tested before it is used.
+    """
+    entry = block_table[seq, FloorDiv(p, bs)]
+    offset = Mod(p, bs)
+    usable = sp.And(entry >= 0, entry <= entry_limit(offset, bs))
+    inner = sp.Piecewise((entry * bs + offset, usable), (-1, True))
+    return sp.Piecewise((inner, sp.And(p >= 0, p < bt * bs)), (-1, True))
 
 
 def row_kv_len(s=S, jj=j):
-    """Causal KV length of verify row j: S + j + 1."""
+    """Causal KV length of verify row j: S + j + 1 (the kernels store it clamped at 0)."""
     return s + jj + 1
 
 
 def num_blocks(s=S, jj=j, bs=BS):
-    return ceil_div(row_kv_len(s, jj), bs)
+    """ceil(kv / BS) for kv = max(S + j + 1, 0), spelled (kv - 1) // BS + 1 so kv + BS - 1 never overflows."""
+    kv = row_kv_len(s, jj)
+    return sp.Piecewise((FloorDiv(kv - 1, bs) + 1, kv >= 1), (0, True))
 
 
 def sequence_blocks(s, width: int, bs=BS):
-    """Blocks of all W rows of one sequence: sum_j ceil((S + j + 1) / BS).
+    """Blocks of all W rows of one sequence: sum_j ceil(max(S + j + 1, 0) / BS).
 
     With a known block size of at least W the sum has a closed form: writing
     S = q * BS + r, row j needs q + 1 blocks plus one more when r + j >= BS,
-    so the total is W * (S // BS + 1) + max(0, S % BS + W - BS).  Otherwise
-    the W terms are unrolled.
+    so the total is W * (S // BS + 1) + max(0, S % BS + W - BS).  That holds
+    for every S >= -BS (a row of -BS < kv <= 0 keys has ceil(kv / BS) = 0
+    blocks); below -W every row is empty, so S is raised to -W first.
+    Otherwise the W terms are unrolled.
 
     >>> from sympy import Symbol
-    >>> s = Symbol("s", integer=True, nonnegative=True)
-    >>> [int(sequence_blocks(s, 4, 16).subs(s, v)) for v in (0, 12, 13, 15, 16)]
-    [4, 4, 5, 7, 8]
+    >>> s = Symbol("s", integer=True)
+    >>> [int(sequence_blocks(s, 4, 16).subs(s, v)) for v in (-99, -3, 0, 12, 13, 15, 16)]
+    [0, 1, 4, 4, 5, 7, 8]
     """
     if isinstance(bs, int) and width <= bs:
-        return width * (FloorDiv(s, bs) + 1) + sp.Max(0, Mod(s, bs) + width - bs)
+        low = sp.Max(s, -width)
+        return width * (FloorDiv(low, bs) + 1) + sp.Max(0, Mod(low, bs) + width - bs)
     return sp.Add(*(num_blocks(s, jj, bs) for jj in range(width)))
 
 
 def last_block_len(s=S, jj=j, bs=BS):
-    """kv - (ceil(kv / BS) - 1) * BS, which equals (kv - 1) % BS + 1 for kv >= 1."""
+    """kv - (ceil(kv / BS) - 1) * BS, which equals (kv - 1) % BS + 1 for kv >= 1; 0 for an empty row."""
     kv = row_kv_len(s, jj)
-    return Mod(kv - 1, bs) + 1
+    return sp.Piecewise((Mod(kv - 1, bs) + 1, kv >= 1), (0, True))
 
 
 def kv_split_len(max_kv, bs=BS, ns=NS):
-    """ceil(ceil(max / BS) / NS) * BS; nests into ceil(max / (BS * NS)) * BS."""
-    return ceil_div(ceil_div(max_kv, bs), ns) * bs
+    """ceil(ceil(max / BS) / NS) * BS = ceil(max / (BS * NS)) * BS, as (max - 1) // (BS * NS) + 1 for max >= 1."""
+    return sp.Piecewise(((FloorDiv(max_kv - 1, bs * ns) + 1) * bs, max_kv >= 1), (0, True))
 
 
 def specialize(expr, width=None, block_table_width=None, block_size=None, num_splits=None):

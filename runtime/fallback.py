@@ -6,6 +6,9 @@ bucket, the model's block layout equals the plan's, and every guard of every
 built variant holds for the step's sequence-length bounds.  Otherwise
 ``fallback_reason`` names the first condition that failed (one of
 ``FALLBACK_REASONS``) and the step runs the families' torch semantics (eager).
+The last reason, ``device_guard_trip``, is not decided here: it is the
+device-side guard's verdict on an earlier step (``runtime/device_guard.py``),
+which the runtime applies when every condition here holds.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from .step_plan import StepPlan
 __all__ = ["FALLBACK_REASONS", "fallback_reason", "seq_len_bounds"]
 
 FALLBACK_REASONS = ("capability_off", "variant_not_built", "layout_mismatch", "batch_exceeds_buckets", "empty_batch",
-                    "guard_failed")
+                    "guard_failed", "device_guard_trip")
 
 
 def fallback_reason(caps: SpeculativeVerifyCapabilities, plan: StepPlan, buckets: tuple[int, ...], batch: int,

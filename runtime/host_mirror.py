@@ -11,6 +11,11 @@ complete.  A result stays readable until two later steps are copied.
 The next writes to the device buffers a copy reads must wait for it:
 ``wait_latest`` orders the current stream after the latest copy's event, on
 the device, without a host synchronization.
+
+A copy may carry the device guard's flag too (``copy(..., flag=...)``);
+``poll_flag`` reads the flags of the copies already complete (``Event.query``,
+which never blocks) and so sees a step's flag one or two steps late, with no
+host synchronization of its own.
 """
 
 from __future__ import annotations
@@ -55,12 +60,16 @@ class HostMirror:
             self._events.append(api.event())
         self._turn = 0
         self._steps: list[tuple[int, int]] = []  # (slot, batch) of the latest two steps, newest last
+        self._flags = [torch.zeros(1, dtype=I32, pin_memory=pin) for _ in range(2)]
+        self._flag_copy = [0, 0]  # which copy (1, 2, ...) each slot's flag belongs to; 0: none
+        self.copies = 0  # copies made so far
 
-    def copy(self, result, batch: int) -> None:
+    def copy(self, result, batch: int, flag: torch.Tensor | None = None) -> None:
         """Non-blocking copies of ``result``'s host fields on the copy stream, then that slot's event.
 
         ``result`` is a ``StepResult``; when it is not a fast-path result its
         tensors are fresh, so the copy stream keeps their memory until it ran.
+        ``flag`` (a persistent device tensor of shape ``(1,)``) is copied along.
         """
         slot = self._turn
         self._turn ^= 1
@@ -72,8 +81,24 @@ class HostMirror:
                 if not result.fast_path:
                     src.record_stream(copy)
                 host[n][:batch].copy_(src, non_blocking=True)
+            if flag is not None:
+                self._flags[slot].copy_(flag, non_blocking=True)
             self._events[slot].record(copy)
         self._steps = (self._steps + [(slot, batch)])[-2:]
+        self.copies += 1
+        self._flag_copy[slot] = self.copies if flag is not None else 0
+
+    def poll_flag(self, newer_than: int = 0) -> int:
+        """The OR of the flags of complete copies made after copy number ``newer_than``; never blocks.
+
+        A copy still in flight counts as 0; its flag is seen by a later poll
+        (the device flag is sticky, so a later copy carries it too).
+        """
+        bits = 0
+        for slot in (0, 1):
+            if self._flag_copy[slot] > newer_than and self._events[slot].query():
+                bits |= int(self._flags[slot][0])
+        return bits
 
     def wait_latest(self) -> None:
         """Order the current stream's next work after the latest copy (which reads the device buffers)."""

@@ -12,6 +12,12 @@ and writes its outputs in place, exactly like a generated kernel:
 
 Block-table families take ``block_size`` as a keyword; the block-table width
 is ``block_table.shape[1]``.  Works on CPU and CUDA tensors alike.
+
+Every function is total over its int32 inputs (``docs/kernels.md``, "Outside
+the guarded domain"): sequence lengths saturate at ``2**31 - 1 - W``,
+accepted counts are clamped into ``0..W-1``, positions and lengths are
+clamped at 0, and a slot is either computed from a non-negative entry or -1.
+Arithmetic runs in int64, so nothing wraps before the int32 store.
 """
 
 from __future__ import annotations
@@ -23,14 +29,15 @@ import torch
 from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES
 
 I32 = torch.int32
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
 def slot(block_table: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
     """``slot(b, p)`` of the contract for every position of row b: int32, the shape of ``positions``.
 
-    ``positions`` is ``(B,)`` or ``(B, ...)``; a position outside
-    ``[0, BT * BS)`` or whose block-table entry is negative (unallocated)
-    gives -1, the no-write slot.
+    ``positions`` is ``(B,)`` or ``(B, ...)``, any integers; a position outside
+    ``[0, BT * BS)``, a negative (unallocated) block-table entry, or a slot
+    that would not fit int32 gives -1, the no-write slot.
     """
     bt = block_table.long()
     p = positions.long().reshape(bt.shape[0], -1)
@@ -38,21 +45,33 @@ def slot(block_table: torch.Tensor, positions: torch.Tensor, block_size: int) ->
     valid = (p >= 0) & (p < limit)
     safe = torch.where(valid, p, torch.zeros_like(p))
     entry = torch.gather(bt, 1, torch.div(safe, block_size, rounding_mode="floor"))
-    valid &= entry >= 0
-    out = torch.where(valid, entry * block_size + safe % block_size, torch.full_like(p, -1))
-    return out.to(I32).reshape(positions.shape)
+    out = entry * block_size + safe % block_size
+    valid &= (entry >= 0) & (out <= INT32_MAX)
+    return torch.where(valid, out, torch.full_like(p, -1)).to(I32).reshape(positions.shape)
+
+
+def seq_lens_read(seq_lens: torch.Tensor, width: int) -> torch.Tensor:
+    """``S[b]`` as every family reads it, int64: saturated at ``2**31 - 1 - W`` so ``S + W`` fits int32."""
+    return seq_lens.long().clamp(max=INT32_MAX - width)
+
+
+def accepted_read(accepted: torch.Tensor, width: int) -> torch.Tensor:
+    """``a[b]`` as every family reads it, int64: clamped into ``0..W-1``."""
+    return accepted.long().clamp(0, width - 1)
 
 
 def _rows(seq_lens: torch.Tensor, width: int) -> torch.Tensor:
-    """``(B, W)`` positions ``S[b] + j`` of the verification layout, int64."""
-    return seq_lens.long()[:, None] + torch.arange(width, device=seq_lens.device)
+    """``(B, W)`` positions ``S[b] + j`` of the verification layout (S saturated), int64."""
+    return seq_lens_read(seq_lens, width)[:, None] + torch.arange(width, device=seq_lens.device)
 
 
 def spec_verify_token_update(last_tokens, draft_tokens, tokens) -> None:
     width = draft_tokens.shape[1] + 1
     view = tokens.view(-1, width)
     view[:, 0] = last_tokens
-    view[:, 1:] = draft_tokens.to(tokens.dtype)
+    wide = draft_tokens.long()  # an int64 token outside int32 is no token: -1
+    fits = (wide >= INT32_MIN) & (wide <= INT32_MAX)
+    view[:, 1:] = torch.where(fits, wide, torch.full_like(wide, -1))
 
 
 def spec_verify_metadata_update(seq_lens, block_table, positions, slot_mapping, kv_lens,
@@ -60,9 +79,9 @@ def spec_verify_metadata_update(seq_lens, block_table, positions, slot_mapping, 
     batch = seq_lens.shape[0]
     width = positions.shape[0] // batch
     pos = _rows(seq_lens, width)
-    positions.copy_(pos.reshape(-1))
+    positions.copy_(pos.clamp(min=0).reshape(-1))
     slot_mapping.copy_(slot(block_table, pos, block_size).reshape(-1))
-    kv_lens.copy_(seq_lens.long() + width)
+    kv_lens.copy_((seq_lens_read(seq_lens, width) + width).clamp(min=0))
     query_start_loc.copy_(torch.arange(batch + 1, device=seq_lens.device) * width)
 
 
@@ -70,18 +89,18 @@ def spec_verify_attention_tiling_update(seq_lens, row_kv_lens, row_num_blocks, r
                                         row_block_offsets, max_kv_len, kv_split_len, *,
                                         block_size: int, num_splits: int = DEFAULT_NUM_SPLITS) -> None:
     width = row_kv_lens.shape[0] // seq_lens.shape[0]
-    kv = (_rows(seq_lens, width) + 1).reshape(-1)
+    kv = (_rows(seq_lens, width) + 1).reshape(-1).clamp(min=0)  # an empty row has 0 keys, 0 blocks
     blocks = torch.div(kv + block_size - 1, block_size, rounding_mode="floor")
     row_kv_lens.copy_(kv)
     row_num_blocks.copy_(blocks)
-    row_last_block_len.copy_(kv - (blocks - 1) * block_size)
+    row_last_block_len.copy_(torch.where(kv > 0, kv - (blocks - 1) * block_size, torch.zeros_like(kv)))
     row_block_offsets[:1].zero_()
-    row_block_offsets[1:].copy_(torch.cumsum(blocks, 0))
+    row_block_offsets[1:].copy_(torch.cumsum(blocks, 0).clamp(max=INT32_MAX))
     longest = kv.max()
     max_kv_len.copy_(longest.reshape(1))
     max_blocks = torch.div(longest + block_size - 1, block_size, rounding_mode="floor")
     split = torch.div(max_blocks + num_splits - 1, num_splits, rounding_mode="floor") * block_size
-    kv_split_len.copy_(split.reshape(1))
+    kv_split_len.copy_(split.clamp(max=INT32_MAX).reshape(1))  # one split longer than any row: saturated
 
 
 def _accepted(draft_tokens, target_tokens) -> torch.Tensor:
@@ -102,12 +121,12 @@ def prepare_next_draft(accepted, target_tokens, seq_lens, block_table, scratch_s
                        next_last_token, next_seq_lens, draft_positions, draft_slots, hidden_rows,
                        *, block_size: int) -> None:
     batch, width = target_tokens.shape
-    acc = accepted.long()
-    new_len = seq_lens.long() + acc + 1  # S': tokens with valid target KV
+    acc = accepted_read(accepted, width)
+    new_len = seq_lens_read(seq_lens, width) + acc + 1  # S': tokens with valid target KV
     base = torch.arange(batch, device=acc.device) * width
     next_last_token.copy_(torch.gather(target_tokens, 1, acc[:, None])[:, 0])
-    next_seq_lens.copy_(new_len)
-    draft_positions.copy_(torch.stack([new_len - 1, new_len], dim=1))
+    next_seq_lens.copy_(new_len.clamp(min=0))
+    draft_positions.copy_(torch.stack([new_len - 1, new_len], dim=1).clamp(min=0))
     hidden_rows.copy_(torch.stack([base + (acc - 1).clamp(min=0), base + acc], dim=1))
     repair = torch.where(acc == width - 1, slot(block_table, new_len - 1, block_size),
                          scratch_slot.to(I32).expand(batch))
@@ -118,7 +137,7 @@ def context_kv_update(accepted, seq_lens, block_table, context_slots, *, block_s
     batch = seq_lens.shape[0]
     width = context_slots.shape[0] // batch
     slots = slot(block_table, _rows(seq_lens, width), block_size)
-    keep = torch.arange(width, device=slots.device)[None, :] <= accepted.long()[:, None]
+    keep = torch.arange(width, device=slots.device)[None, :] <= accepted_read(accepted, width)[:, None]
     context_slots.copy_(torch.where(keep, slots, torch.full_like(slots, -1)).reshape(-1))
 
 

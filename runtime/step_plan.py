@@ -134,12 +134,19 @@ def semantics_call(block_size: int, num_splits: int) -> StepCall:
     return call
 
 
-def run_steps(bufs: Mapping[str, torch.Tensor], steps, model_forward: Callable, call: StepCall) -> None:
-    """Each step in order over ``bufs``: the forward writes ``target_tokens``, a kernel step goes to ``call``."""
+def run_steps(bufs: Mapping[str, torch.Tensor], steps, model_forward: Callable, call: StepCall,
+              after_forward: Callable[[], None] | None = None) -> None:
+    """Each step in order over ``bufs``: the forward writes ``target_tokens``, a kernel step goes to ``call``.
+
+    ``after_forward()`` runs right after the forward (the verify graph joins
+    its device guard's side stream there).
+    """
     for step in steps:
         if step.kind == "forward":
             out = model_forward(bufs)
             bufs["target_tokens"].copy_(out.reshape(bufs["target_tokens"].shape))
+            if after_forward is not None:
+                after_forward()
         else:
             call(step, [bufs[a.name] for a in FAMILIES[step.variant.family].args])
 

@@ -11,7 +11,7 @@ buffers (``tokens``, ``positions``, ``slot_mapping``, ``kv_lens``,
 
     rt = SpecVerifyRuntime(lib, model_forward, capabilities_of(model), width=4)
     res = rt.step(last_tokens, draft_tokens, seq_lens, block_table, seq_len_bounds=(lo, hi))
-    rt.stats()  # {"fast_path": n, "fallback": {"guard_failed": k, ...}}
+    rt.stats()  # {"fast_path": n, "fallback": {"guard_failed": k, ...}, "device_guard": {...}}
 
 Buffers exist per batch bucket (1, 2, 4, ... up to ``max_batch``) and are
 allocated once (``runtime/buffers.py``); padding rows have ``seq_lens`` 0 and
@@ -30,6 +30,14 @@ before the latest one, which an engine that enqueues step ``i`` before
 consuming step ``i - 1`` finds already complete.  Engines whose producers
 write straight into the persistent buffers use ``buffers(batch)`` and
 ``step_in_place(batch, ...)``, which skips the input copies.
+
+The graph also checks its own domain on the device (``runtime/device_guard.py``:
+the host's guard expressions over the buffers' true ``seq_lens``, allocated
+block entries, accepted counts in range), on a side stream beside the target
+forward.  Its flag travels with the host copy; when a copy that has completed
+shows it set, the next step runs eager (``device_guard_trip``) and
+``stats()["device_guard"]`` counts the conditions that failed.  On the CPU
+the flag is read directly, so the very next step sees it.
 
 Backend ``"npu"`` is the same sequence over ``torch_npu`` streams, events and
 ``torch.npu.NPUGraph`` capture; it has not been run on Ascend hardware.
@@ -51,6 +59,7 @@ from ..specializations.plan import PlanStep
 from .buffers import INPUTS, alloc_step_buffers, bucket_of, buckets_for, load_inputs, pad_rows
 from .capabilities import SpeculativeVerifyCapabilities
 from .device import BucketGraphs, DeviceAPI
+from .device_guard import DeviceGuard, DeviceGuardSpec
 from .fallback import FALLBACK_REASONS, fallback_reason, seq_len_bounds as bounds_of
 from .host_mirror import HOST_FIELDS, HostMirror, HostResult
 from .library import KernelLibrary
@@ -115,6 +124,10 @@ class SpecVerifyRuntime:
         self._graphs = BucketGraphs(self._api, self.device, self.warmup_iters) if self._api is not None else None
         self._mirror = HostMirror(self._api, self.device, self.max_batch, self.width) \
             if self._api is not None else None
+        self._guard = DeviceGuard(DeviceGuardSpec.of(plan, self.width), self.device, self._api) \
+            if self._bufs else None
+        self._guard_reset = 0  # host copies made before the flag was last cleared show a stale flag
+        self._guard_trips: Counter[str] = Counter()
 
     # ----------------------------------------------------------- decisions
     def _bucket(self, batch: int) -> int:
@@ -130,9 +143,20 @@ class SpecVerifyRuntime:
             self.step_plan.kernels[step.name](*args)
 
     # ------------------------------------------------------------- capture
+    def _sequence(self, bucket: int):
+        """The bucket's whole step as one call: the device guard forks, the steps run, the guard joins."""
+        bufs, guard = self._bufs[bucket], self._guard
+
+        def run() -> None:
+            guard.fork(bufs, bucket)
+            run_steps(bufs, self.sequence, self.model_forward, self._call_kernel, after_forward=guard.join)
+            guard.join()
+        return run
+
     def _capture(self, bucket: int) -> None:
-        bufs = self._bufs[bucket]
-        self._graphs.capture(bucket, lambda: run_steps(bufs, self.sequence, self.model_forward, self._call_kernel))
+        self._graphs.capture(bucket, self._sequence(bucket))
+        self._wait_host_copy()
+        self._guard.flag.zero_()  # the warm-up runs saw whatever the buffers held before the first step
 
     def capture(self, batch: int) -> None:
         """Capture ``batch``'s bucket now (CUDA / NPU), over what its buffers hold."""
@@ -175,6 +199,8 @@ class SpecVerifyRuntime:
             reason = "empty_batch"  # nothing to launch; the eager path returns empty results
         else:
             reason = self._reason(batch, block_table, self._bounds(seq_lens, seq_len_bounds))
+        if self._device_trip() and reason is None:
+            reason = "device_guard_trip"
         if reason is None:
             load_inputs(self._bufs[self._bucket(batch)], batch, last_tokens, draft_tokens, seq_lens, block_table,
                         scratch_block=self.scratch_block, non_blocking=self.backend != "cpu")
@@ -184,8 +210,7 @@ class SpecVerifyRuntime:
             eager = self._eager_bufs(batch, last_tokens, draft_tokens, seq_lens, block_table)
             result = StepResult(**{n: eager[n] for n in RESULT_FIELDS}, fast_path=False, reason=reason)
             self._fallback[reason] += 1
-        if self._mirror is not None:
-            self._mirror.copy(result, batch)
+        self._copy_to_host(result, batch)
         return result
 
     def step_in_place(self, batch: int, seq_len_bounds: tuple[int, int], ready_event=None) -> StepResult:
@@ -202,6 +227,8 @@ class SpecVerifyRuntime:
             self._wait_host_copy()
             pad_rows(bufs, batch, self.scratch_block)
         reason = self._reason(batch, bufs["block_table"][:batch], self._bounds(bufs["seq_lens"][:0], seq_len_bounds))
+        if self._device_trip() and reason is None:
+            reason = "device_guard_trip"
         if reason is None:
             result = self._fast_step(batch)
             self._fast += 1
@@ -216,9 +243,31 @@ class SpecVerifyRuntime:
             for n, t in eager.items():
                 if n not in INPUTS and n in bufs:
                     bufs[n].view(-1)[: t.numel()].copy_(t.view(-1))
-        if self._mirror is not None:
-            self._mirror.copy(result, batch)
+        self._copy_to_host(result, batch)
         return result
+
+    def _copy_to_host(self, result: StepResult, batch: int) -> None:
+        if self._mirror is not None:
+            self._mirror.copy(result, batch, flag=self._guard.flag if self._guard is not None else None)
+
+    def _device_trip(self) -> bool:
+        """Whether the device guard flagged an earlier step; clears the flag and counts its conditions.
+
+        On a device the flag is read from host copies that have completed
+        (never waited for); on the CPU from the flag itself.
+        """
+        guard = self._guard
+        if guard is None:
+            return False
+        bits = self._mirror.poll_flag(self._guard_reset) if self._mirror is not None else int(guard.flag[0])
+        if not bits:
+            return False
+        self._wait_host_copy()  # the latest host copy may still read the flag
+        guard.flag.zero_()
+        if self._mirror is not None:
+            self._guard_reset = self._mirror.copies
+        self._guard_trips.update(guard.names(bits))
+        return True
 
     def _bounds(self, seq_lens: torch.Tensor, given: tuple[int, int] | None) -> tuple[int, int]:
         return bounds_of(seq_lens, given, on_host=self.backend == "cpu")
@@ -242,7 +291,7 @@ class SpecVerifyRuntime:
             self._graphs.replay(bucket)
             out = {n: bufs[n][:batch] for n in RESULT_FIELDS}
         else:
-            run_steps(bufs, self.sequence, self.model_forward, self._call_kernel)
+            self._sequence(bucket)()
             out = {n: bufs[n][:batch].clone() for n in RESULT_FIELDS}
         return StepResult(**out, fast_path=True, reason=None)
 
@@ -261,4 +310,5 @@ class SpecVerifyRuntime:
         return self._mirror.result(steps_back) if self._mirror is not None else None
 
     def stats(self) -> dict:
-        return {"fast_path": self._fast, "fallback": dict(self._fallback)}
+        """Steps on the fast path, eager steps by reason, and the device guard's failed conditions by name."""
+        return {"fast_path": self._fast, "fallback": dict(self._fallback), "device_guard": dict(self._guard_trips)}

@@ -14,6 +14,12 @@ On the CPU the graphs run eagerly (``compile`` mode takes ``compile_backend``,
 e.g. ``"eager"`` in tests).  ``run`` returns the tokens, the acceptance and,
 with ``timing=True`` on CUDA, per-step CUDA-event timings and host
 synchronization counts.
+
+``engine.observer``, when set, is called around every decode step:
+``observer.before_step(engine, i)`` before the draft graph and
+``observer.after_step(engine, i)`` once the step is enqueued and committed
+(outside the timed and sync-counted span).  Tests inject faults into the step
+buffers and inspect the KV caches there.
 """
 
 from __future__ import annotations
@@ -92,6 +98,7 @@ class SpecDecodeEngine:
         self.rank_check = rank_check  # tensor-parallel debug: rank_check.RankCheck, called after every step
         self.device = model.embed_tokens.weight.device
         self.strategy: Mode = self.modes[mode](self)
+        self.observer = None  # before_step(engine, i) / after_step(engine, i); see the module docstring
 
     def close(self) -> None:
         """Drop the captured graphs, the runtime and the buffers now (they hold device memory)."""
@@ -264,6 +271,8 @@ class SpecDecodeEngine:
         i = 0
         while not budget.done(i, res.outputs):
             timed = i >= budget.warmup_steps
+            if self.observer is not None:
+                self.observer.before_step(self, i)
             clock.start(timed)
             with count_host_syncs(clock.counts_syncs(timed)) as syncs:
                 stamps = clock.step(timed)
@@ -282,6 +291,8 @@ class SpecDecodeEngine:
             clock.record(stamps, syncs)
             if self.rank_check is not None:  # outside the counted step: it reads the state back
                 self.rank_check(self, i, res.outputs)
+            if self.observer is not None:
+                self.observer.after_step(self, i)
             i += 1
         self._read_lagged(res, pending, 0, budget.max_new_tokens)
 

@@ -61,30 +61,45 @@ def test_simplification_rules():
     assert FloorDiv(x, 1) == x and Mod(x, 1) == 0 and FloorDiv(0, x) == 0
     assert FloorDiv(FloorDiv(x, 16), 8) == FloorDiv(x, 128)
     assert FloorDiv(4 * x + 8, 4) == x + 2
-    assert specialize(ix.kv_split_len(n), block_size=128, num_splits=8) == 128 * FloorDiv(n + 1023, 1024)
+    split = sp.Piecewise((128 * FloorDiv(n - 1, 1024) + 128, n >= 1), (0, True))
+    assert specialize(ix.kv_split_len(n), block_size=128, num_splits=8) == split
+    # the slot's overflow bound: y - 1 - (u mod y) lies in [0, y)
+    assert FloorDiv(127 - Mod(x, 128), 128) == 0 and FloorDiv(126 - Mod(x, 128), 128) != 0
+    assert ix.entry_limit(Mod(x, 128), 128) == 2**24 - 1
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.integers(0, 5000), st.integers(0, 15), st.integers(0, 15), st.sampled_from([1, 2, 16, 128, 100, 7]),
-       st.integers(1, 64), st.integers(1, 16))
-def test_closed_forms_match_integer_math(s, jj, a, bs, bt, ns):
-    kv = s + jj + 1
-    blocks = -(-kv // bs)
+INT32 = st.integers(-(2**31), 2**31 - 1)
+EDGES = st.sampled_from([-(2**31), -17, -16, -5, -1, 0, 1, 15, 16, 2**31 - 17, 2**31 - 6, 2**31 - 1])
+
+
+def _blocks(kv, bs):
+    return -(-max(kv, 0) // bs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(INT32, EDGES, st.integers(-40, 5000)), st.integers(0, 15), st.sampled_from([1, 2, 5, 16, 128, 100, 7]),
+       st.integers(1, 16), st.one_of(st.integers(0, 5000), st.just(2**31 - 1)))
+def test_closed_forms_match_integer_math(raw, jj, bs, ns, longest):
+    """Over the whole int32 range, with S saturated at 2**31 - 1 - W as the templates read it."""
+    width = jj + 1
+    s = min(raw, ix.seq_cap(width))
+    kv = max(s + jj + 1, 0)
+    blocks = _blocks(kv, bs)
     env = {"S": s, "j": jj}
-    for expr, want in [(ix.row_kv_len(), kv), (ix.num_blocks(), blocks),
-                       (ix.last_block_len(), kv - (blocks - 1) * bs)]:
+    for expr, want in [(sp.Max(ix.row_kv_len(), 0), kv), (ix.num_blocks(), blocks),
+                       (ix.last_block_len(), kv - (blocks - 1) * bs if kv else 0)]:
         spec = specialize(expr, block_size=bs)
         assert int(spec.subs({ix.S: s, ix.j: jj})) == want
         assert run_printed(spec, **env) == want
-    m = s + 1
     split = specialize(ix.kv_split_len(ix.Sq), block_size=bs, num_splits=ns)
-    assert run_printed(split, Sq=m) == -(-(-(-m // bs)) // ns) * bs
-    seq = specialize(ix.sequence_blocks(ix.S, 5), block_size=bs)
-    assert run_printed(seq, S=s) == sum(-(-(s + k + 1) // bs) for k in range(5))
+    assert run_printed(split, Sq=longest) == -(-_blocks(longest, bs) // ns) * bs
+    seq = ix.sequence_blocks(ix.S, width, bs)  # the closed form when W <= BS, else unrolled
+    assert run_printed(seq, S=s) == sum(_blocks(s + k + 1, bs) for k in range(width))
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.integers(-3, 3000), st.sampled_from([(8, 16), (64, 128), (3, 100), (4, 7)]), st.integers(0, 10**5))
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(INT32, st.integers(-3, 3000)), st.sampled_from([(8, 16), (64, 128), (3, 100), (4, 7), (3, 5)]),
+       st.one_of(INT32, st.integers(-2, 10**5), st.sampled_from([2**24 - 1, 2**24, 429496729, 429496730])))
 def test_slot_printed_equals_python(p, layout, entry):
     bt, bs = layout
 
@@ -92,18 +107,23 @@ def test_slot_printed_equals_python(p, layout, entry):
         def __getitem__(self, idx):
             return entry + 7 * idx[1]
 
-    want = (entry + 7 * (p // bs)) * bs + p % bs if 0 <= p < bt * bs else -1
+    e = entry + 7 * (p // bs)
+    value = e * bs + p % bs
+    want = value if 0 <= p < bt * bs and e >= 0 and value <= 2**31 - 1 else -1
     ns = {"T": _IntT, "block_table": Table(), "__builtins__": {}}
     general = specialize(ix.slot(ix.b, x), block_table_width=bt, block_size=bs)  # sign unknown
     assert eval(tl(general), ns, {"b": 0, "x": p}) == want  # noqa: S307
-    if p >= 0:
-        nonneg = specialize(ix.slot(ix.b, ix.S + ix.j), block_table_width=bt, block_size=bs)
-        assert eval(tl(nonneg), ns, {"b": 0, "S": p // 2, "j": p - p // 2}) == want  # noqa: S307
+    split = specialize(ix.slot(ix.b, ix.S + ix.j), block_table_width=bt, block_size=bs)
+    assert eval(tl(split), ns, {"b": 0, "S": p // 2, "j": p - p // 2}) == want  # noqa: S307
 
 
 def test_power_of_two_prints_shift_and_mask():
-    text = TileLangPrinter().doprint(specialize(ix.slot(ix.b, ix.S + ix.j), 4, 64, 128))
-    assert "((S + j) >> 7)" in text and "((S + j) & 127)" in text and "//" not in text
+    p = sp.Symbol("p", integer=True, nonnegative=True)
+    text = TileLangPrinter().doprint(specialize(ix.slot(ix.b, p + ix.j), 4, 64, 128))
+    assert "((j + p) >> 7)" in text and "((j + p) & 127)" in text and "//" not in text
+    # S has no sign (a kernel is total over int32): its slot tests the lower bound and keeps floor semantics
+    text = tl(specialize(ix.slot(ix.b, ix.S + ix.j), 4, 64, 128))
+    assert "(S + j >= 0)" in text and "T.floordiv(S + j, 128)" in text and "<= 16777215" in text
     # an operand of unknown sign keeps floor semantics explicitly
     assert tl(FloorDiv(x, 128)) == "T.floordiv(x, 128)" and tl(Mod(x, 128)) == "T.floormod(x, 128)"
     assert tl(sp.Max(n - 1, 0)).startswith("T.max(") and tl(sp.Min(n, 3)).startswith("T.min(")

@@ -14,33 +14,49 @@ from specgen.runtime.semantics import REFERENCES
 I32 = torch.int32
 
 
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
 def slot_py(bt, b, p, bs):
-    return bt[b][p // bs] * bs + p % bs if 0 <= p < len(bt[b]) * bs else -1
+    if not 0 <= p < len(bt[b]) * bs:
+        return -1
+    entry = bt[b][p // bs]
+    value = entry * bs + p % bs
+    return value if entry >= 0 and value <= INT32_MAX else -1
+
+
+def read_s(s, W):  # a sequence length as every family reads it: saturated so S + W fits int32
+    return min(s, INT32_MAX - W)
+
+
+def read_a(a, W):  # an accepted count as every family reads it
+    return min(max(a, 0), W - 1)
 
 
 def token_update_py(last, draft, W):
-    return {"tokens": [x for b in range(len(last)) for x in [last[b]] + draft[b]]}
+    tok = lambda x: x if INT32_MIN <= x <= INT32_MAX else -1  # noqa: E731
+    return {"tokens": [x for b in range(len(last)) for x in [last[b]] + [tok(d) for d in draft[b]]]}
 
 
 def metadata_py(S, bt, W, bs):
     B = len(S)
-    return {"positions": [S[b] + j for b in range(B) for j in range(W)],
-            "slot_mapping": [slot_py(bt, b, S[b] + j, bs) for b in range(B) for j in range(W)],
-            "kv_lens": [S[b] + W for b in range(B)],
+    return {"positions": [max(read_s(S[b], W) + j, 0) for b in range(B) for j in range(W)],
+            "slot_mapping": [slot_py(bt, b, read_s(S[b], W) + j, bs) for b in range(B) for j in range(W)],
+            "kv_lens": [max(read_s(S[b], W) + W, 0) for b in range(B)],
             "query_start_loc": [i * W for i in range(B + 1)]}
 
 
 def tiling_py(S, W, bs, ns):
-    kv = [S[b] + j + 1 for b in range(len(S)) for j in range(W)]
+    kv = [max(read_s(S[b], W) + j + 1, 0) for b in range(len(S)) for j in range(W)]
     nb = [-(-k // bs) for k in kv]
     offsets = [0]
     for n in nb:
-        offsets.append(offsets[-1] + n)
+        offsets.append(min(offsets[-1] + n, INT32_MAX) if offsets[-1] < INT32_MAX else INT32_MAX)
     m = max(kv)
     return {"row_kv_lens": kv, "row_num_blocks": nb,
-            "row_last_block_len": [k - (n - 1) * bs for k, n in zip(kv, nb)],
+            "row_last_block_len": [k - (n - 1) * bs if k else 0 for k, n in zip(kv, nb)],
             "row_block_offsets": offsets, "max_kv_len": [m],
-            "kv_split_len": [-(-(-(-m // bs)) // ns) * bs]}
+            "kv_split_len": [min(-(-(-(-m // bs)) // ns) * bs, INT32_MAX)]}
 
 
 def greedy_py(draft, target, W):
@@ -54,32 +70,40 @@ def greedy_py(draft, target, W):
 
 def next_draft_py(acc, target, S, bt, sc, W, bs):
     out = {k: [] for k in ("next_last_token", "next_seq_lens", "draft_positions", "draft_slots", "hidden_rows")}
-    for b, a in enumerate(acc):
-        s1 = S[b] + a + 1
+    for b in range(len(acc)):
+        a = read_a(acc[b], W)
+        s1 = read_s(S[b], W) + a + 1
         out["next_last_token"].append(target[b][a])
-        out["next_seq_lens"].append(s1)
-        out["draft_positions"].append([s1 - 1, s1])
+        out["next_seq_lens"].append(max(s1, 0))
+        out["draft_positions"].append([max(s1 - 1, 0), max(s1, 0)])
         out["draft_slots"].append([slot_py(bt, b, s1 - 1, bs) if a == W - 1 else sc, slot_py(bt, b, s1, bs)])
         out["hidden_rows"].append([b * W + max(a - 1, 0), b * W + a])
     return out
 
 
 def context_py(acc, S, bt, W, bs):
-    return {"context_slots": [slot_py(bt, b, S[b] + j, bs) if j <= acc[b] else -1
+    return {"context_slots": [slot_py(bt, b, read_s(S[b], W) + j, bs) if j <= read_a(acc[b], W) else -1
                               for b in range(len(S)) for j in range(W)]}
+
+
+INT32 = st.integers(INT32_MIN, INT32_MAX)
 
 
 @st.composite
 def cases(draw):
-    """A batch with positions at block boundaries, the last valid position and past it."""
+    """A batch anywhere in int32: block boundaries, the end of the table, past it, negative lengths,
+    -1 and overflowing entries, accepted counts outside 0..W-1, int64 drafts outside int32."""
     B, W = draw(st.integers(1, 64)), draw(st.integers(2, 16))
     BT, BS = draw(st.sampled_from([(1, 16), (4, 16), (8, 16), (64, 128), (3, 7)]))
     cap = BT * BS
-    special = st.sampled_from([0, BS - 1, BS, max(cap - W, 0), cap - W + 1, cap, cap + 3])
+    special = st.sampled_from([0, BS - 1, BS, max(cap - W, 0), cap - W + 1, cap, cap + 3, -1, -W, -BS - 1,
+                               INT32_MIN, INT32_MAX - W, INT32_MAX - W + 1, INT32_MAX])
     boundary = st.builds(lambda k, d: max(k * BS + d, 0), st.integers(0, BT), st.sampled_from([-1, 0, 1]))
-    S = draw(st.lists(st.one_of(special, boundary, st.integers(0, cap + W)), min_size=B, max_size=B))
-    bt = draw(st.lists(st.lists(st.integers(0, 4096), min_size=BT, max_size=BT), min_size=B, max_size=B))
-    acc = draw(st.lists(st.integers(0, W - 1), min_size=B, max_size=B))
+    S = draw(st.lists(st.one_of(special, boundary, st.integers(0, cap + W), INT32), min_size=B, max_size=B))
+    entry = st.one_of(st.integers(0, 4096), st.sampled_from([-1, INT32_MAX // BS, INT32_MAX // BS + 1]), INT32)
+    bt = draw(st.lists(st.lists(entry, min_size=BT, max_size=BT), min_size=B, max_size=B))
+    acc = draw(st.lists(st.one_of(st.integers(0, W - 1), st.sampled_from([-1, W, INT32_MIN, INT32_MAX]), INT32),
+                        min_size=B, max_size=B))
     target = draw(st.lists(st.lists(st.integers(0, 5), min_size=W, max_size=W), min_size=B, max_size=B))
     # drafts agree with the target up to a drawn prefix, so every acceptance occurs
     draft = [t[:W - 1] for t in target]
@@ -87,7 +111,9 @@ def cases(draw):
         if cut < W - 1:
             draft[b][cut] = target[b][cut] + 1
     dtype = draw(st.sampled_from([torch.int32, torch.int64]))
-    return dict(B=B, W=W, BT=BT, BS=BS, S=S, bt=bt, acc=acc, target=target, draft=draft,
+    wide = [[draw(st.sampled_from([2**31, INT32_MIN - 1, 2**40])) if draw(st.integers(0, 7)) == 0 else d
+             for d in row] for row in draft] if dtype == torch.int64 else draft
+    return dict(B=B, W=W, BT=BT, BS=BS, S=S, bt=bt, acc=acc, target=target, draft=draft, wide=wide,
                 dtype=dtype, last=draw(st.lists(st.integers(-5, 2**31 - 1), min_size=B, max_size=B)),
                 sc=draw(st.integers(0, 10**6)), ns=draw(st.sampled_from([1, 3, 8])))
 
@@ -105,10 +131,10 @@ def _call(family, inputs, expected, **kw):
 def test_references_match_kernels_md(c):
     t = lambda v, dt=I32: torch.tensor(v, dtype=dt)  # noqa: E731
     W, BS = c["W"], c["BS"]
-    ins = {"last_tokens": t(c["last"]), "draft_tokens": t(c["draft"], c["dtype"]).reshape(c["B"], W - 1),
+    ins = {"last_tokens": t(c["last"]), "draft_tokens": t(c["wide"], c["dtype"]).reshape(c["B"], W - 1),
            "seq_lens": t(c["S"]), "block_table": t(c["bt"]), "accepted": t(c["acc"]),
            "target_tokens": t(c["target"]), "scratch_slot": t([c["sc"]])}
-    _call("spec_verify_token_update", ins, token_update_py(c["last"], c["draft"], W))
+    _call("spec_verify_token_update", ins, token_update_py(c["last"], c["wide"], W))
     _call("spec_verify_metadata_update", ins, metadata_py(c["S"], c["bt"], W, BS), block_size=BS)
     _call("spec_verify_attention_tiling_update", ins, tiling_py(c["S"], W, BS, c["ns"]),
           block_size=BS, num_splits=c["ns"])
@@ -123,6 +149,29 @@ def test_slot_is_minus_one_outside_the_table():
     bt = torch.tensor([[5, 9]], dtype=I32)
     got = reference.slot(bt, torch.tensor([[-1, 0, 15, 16, 31, 32]]), 16)
     assert got.tolist() == [[-1, 80, 95, 144, 159, -1]]
+
+
+def test_slot_is_minus_one_for_unallocated_or_overflowing_entries():
+    lim = INT32_MAX // 128  # 2**24 - 1: the largest entry whose slots all fit int32
+    bt = torch.tensor([[-1, lim, lim + 1]], dtype=I32)
+    got = reference.slot(bt, torch.tensor([[0, 127, 128, 255, 256]]), 128)
+    assert got.tolist() == [[-1, -1, lim * 128, INT32_MAX, -1]]
+
+
+def test_the_issue_examples_stay_inside_the_sequence():
+    """S = -5, a -1 entry, accepted counts of +-2**31, S = 2**31 - 1 (docs/kernels.md, outside the domain)."""
+    i32 = lambda *v: torch.tensor(v, dtype=I32)  # noqa: E731
+    bt = i32([0, 1], [-1, 3])
+    pos, slots, kv, qsl = (torch.full((n,), -777, dtype=I32) for n in (8, 8, 2, 3))
+    reference.spec_verify_metadata_update(i32(-5, 0), bt, pos, slots, kv, qsl, block_size=4)
+    assert slots.tolist() == [-1] * 4 + [-1] * 4 and pos.tolist() == [0] * 4 + [0, 1, 2, 3]
+    outs = [torch.full(s, -777, dtype=I32) for s in [(2,), (2,), (2, 2), (2, 2), (2, 2)]]
+    reference.prepare_next_draft(i32(2**31 - 1, -(2**31)), i32([5, 6, 7, 8], [9, 10, 11, 12]),
+                                 i32(2**31 - 1, 1), bt, i32(99), *outs, block_size=4)
+    last, lens, positions, dslots, rows = (o.tolist() for o in outs)
+    assert last == [8, 9] and rows == [[2, 3], [4, 4]]
+    assert lens == [INT32_MAX, 2] and positions == [[INT32_MAX - 1, INT32_MAX], [1, 2]]
+    assert dslots == [[-1, -1], [99, -1]]  # position 2 of sequence 1 is in its unallocated block 0
 
 
 def test_references_cover_every_family():

@@ -117,7 +117,7 @@ def test_fast_path_matches_reference_over_steps(lib, batches, seed, p):
     for B in batches:
         last, drafts, seq_lens, table = inputs(B, gen)
         assert_same(rt.step(last, drafts, seq_lens, table), reference_step(last, drafts, seq_lens, table))
-    assert rt.stats() == {"fast_path": 2 * len(batches), "fallback": {}}
+    assert rt.stats() == {"fast_path": 2 * len(batches), "fallback": {}, "device_guard": {}}
 
 
 def test_padding_rows_only_touch_scratch_block(lib):
@@ -164,7 +164,7 @@ def test_fallback_reasons(lib, case):
     reason = "layout_mismatch" if case == "layout_mismatch_table" else case
     assert not res.fast_path and res.reason == reason
     assert_same(res, reference_step(last, drafts, seq_lens, table, block_size=bs, width=width))
-    assert rt.stats() == {"fast_path": 0, "fallback": {reason: 1}}
+    assert rt.stats() == {"fast_path": 0, "fallback": {reason: 1}, "device_guard": {}}
 
 
 def test_guard_uses_declared_bounds(lib):
@@ -366,7 +366,7 @@ def test_cuda_soak_replays(tmp_path, width):
             buckets_hit.add(rt._bucket(B))
         checked += n
     stats = rt.stats()
-    assert stats["fast_path"] == SOAK_STEPS and stats["fallback"] == {}
+    assert stats["fast_path"] == SOAK_STEPS and stats["fallback"] == {} and stats["device_guard"] == {}
     assert (seen_accept > 0).all(), seen_accept  # every acceptance length 0 .. W-1 occurred
     assert buckets_hit == set(rt.buckets)
     print(f"soak w{width}: {SOAK_STEPS} replays exact; accepted-length histogram {seen_accept.tolist()}; "

@@ -1,0 +1,244 @@
+"""The verify graph's own check of its fast-path domain, on the device.
+
+The host guards (``runtime/fallback.py``) judge a step by the host's
+``seq_len_bounds``; inside a captured graph nobody looks at what the buffers
+really hold.  ``DeviceGuard`` adds that look as captured device ops: it
+evaluates the same guard expressions the host evaluates (the variants'
+manifest guards, specialized from the families' ``GuardRule`` records) over
+the true ``min`` / ``max`` of ``seq_lens``, checks that every block-table entry
+a step maps is allocated (non-negative) and keeps its slots inside int32, and
+that the accepted counts lie in ``0 .. W - 1``.  Each failed condition sets one
+bit of a persistent int32 ``flag`` (sticky until the host clears it)::
+
+    guard = DeviceGuard(DeviceGuardSpec.of(plan, width=4), device)
+    guard.fork(bufs, bucket)    # enqueue the checks (on a side stream on a device)
+    ...target forward...
+    guard.join()                # the graph's main stream waits for them
+    guard.names(int(guard.flag))  # ['block_table_entry'] when a -1 entry was mapped
+
+The host never reads the flag synchronously: the runtime copies it with the
+step's lagged host copy (``runtime/host_mirror.py``) and a set bit sends the
+next step to the eager path (``device_guard_trip``).
+
+Which positions need a block-table entry is read off the families' rules
+too: a rule ``max_seq_len + K <= BT * BS`` says the family maps positions
+``S .. S + K - 1``; the widest such reach over the plan's families is checked.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import operator
+from dataclasses import dataclass
+from typing import Mapping
+
+import torch
+
+from ..specializations.expr import GUARD_NAMES, safe_eval, validate_expression
+from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, GUARD_RULE_NAMES
+
+__all__ = ["BLOCK_ENTRY", "ACCEPTED_RANGE", "DeviceGuard", "DeviceGuardSpec", "device_eval", "kernel_guards"]
+
+I32 = torch.int32
+INT32_MAX = 2**31 - 1
+BLOCK_ENTRY = "block_table_entry"
+ACCEPTED_RANGE = "accepted_range"
+_DATA_NAMES = ("min_seq_len", "max_seq_len")
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
+_CMPOPS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+           ast.Eq: operator.eq, ast.NotEq: operator.ne}
+
+
+# Bool tensors combine with Python bools through ``&`` / ``|`` (a scalar operand makes no host tensor,
+# which a graph capture would refuse); two Python bools stay Python.
+def _and(a, b):
+    if isinstance(a, torch.Tensor):
+        return a & b
+    return b & a if isinstance(b, torch.Tensor) else a and b
+
+
+def _or(a, b):
+    if isinstance(a, torch.Tensor):
+        return a | b
+    return b | a if isinstance(b, torch.Tensor) else a or b
+
+
+def _not(a):
+    return torch.logical_not(a) if isinstance(a, torch.Tensor) else not a
+
+
+def device_eval(text: str, env: Mapping[str, object]):
+    """A guard expression over tensors: a bool tensor (or a Python bool when no tensor is named).
+
+    The same integer subset as ``specializations.expr.safe_eval`` (checked
+    first by ``validate_expression``), evaluated with tensor ops so nothing is
+    read back to the host: ``and`` / ``or`` / ``not`` and chained comparisons
+    become ``logical_*``.
+    """
+    def walk(node):
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            return env[node.id]
+        if isinstance(node, ast.BinOp):
+            return _BINOPS[type(node.op)](walk(node.left), walk(node.right))
+        if isinstance(node, ast.UnaryOp):
+            return -walk(node.operand) if isinstance(node.op, ast.USub) else _not(walk(node.operand))
+        if isinstance(node, ast.BoolOp):
+            combine = _and if isinstance(node.op, ast.And) else _or
+            out = walk(node.values[0])
+            for v in node.values[1:]:
+                out = combine(out, walk(v))
+            return out
+        if isinstance(node, ast.Compare):
+            left, out = walk(node.left), None
+            for op, comp in zip(node.ops, node.comparators):
+                right = walk(comp)
+                this = _CMPOPS[type(op)](left, right)
+                out = this if out is None else _and(out, this)
+                left = right
+            return out
+        raise ValueError(f"{text!r}: {type(node).__name__} has no device form")  # validate_expression refused it
+
+    return walk(_parsed(text))
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(text: str) -> ast.expr:
+    validate_expression(text, GUARD_NAMES)
+    return ast.parse(text, mode="eval").body
+
+
+def kernel_guards(kernel) -> tuple[str, ...]:
+    """The guard expressions ``kernel.check_guards`` evaluates: every built target's, in manifest order."""
+    library, key = getattr(kernel, "library", None), getattr(kernel, "key", None)
+    if library is None or key is None:
+        return ()
+    return tuple(expr for e in library.entries() if e.key == key() for expr, _ in e.guards)
+
+
+def _reach(family: str, width: int, block_table_width: int, block_size: int) -> int:
+    """How many positions from ``S`` on a family maps through the block table (0 if none).
+
+    A rule that names ``BT`` bounds the positions: the largest ``max_seq_len``
+    it admits, ``L``, leaves ``BT * BS - L`` positions ``S .. S + K - 1`` inside
+    the table.  Found by bisection over the rule itself, so the reach is the
+    rule's, whatever its form.
+    """
+    cap = block_table_width * block_size
+    reach = 0
+    for rule in FAMILIES[family].guard_rules:
+        if "BT" not in rule.expr:
+            continue
+        env = {"min_seq_len": 0, "batch": 1, "W": width, "BT": block_table_width, "BS": block_size,
+               "NS": DEFAULT_NUM_SPLITS}
+        holds = lambda s: safe_eval(rule.expr, {**env, "max_seq_len": s}, GUARD_RULE_NAMES)  # noqa: E731
+        if not holds(0):
+            continue
+        lo, hi = 0, cap  # holds(lo); find the largest admitted length below cap + 1
+        if holds(hi):
+            continue  # the rule does not bound positions by the table
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if holds(mid) else (lo, mid)
+        reach = max(reach, cap - lo)
+    return reach
+
+
+@dataclass(frozen=True)
+class DeviceGuardSpec:
+    """What the device checks for one verify width and layout (see the module docstring)."""
+
+    width: int
+    block_table_width: int
+    block_size: int
+    guards: tuple[str, ...]  # the host's guard expressions that read the data (min / max seq_len)
+    reach: int               # positions S .. S + reach - 1 need an allocated block
+
+    @classmethod
+    def of(cls, plan, width: int) -> "DeviceGuardSpec":
+        """The spec of a ``StepPlan``: its kernels' manifest guards, its families' block reach."""
+        bt, bs = plan.layout
+        exprs: dict[str, None] = {}
+        for k in plan.kernels.values():
+            for expr in kernel_guards(k):
+                if any(n in expr for n in _DATA_NAMES):
+                    exprs.setdefault(expr)
+        families = [s.variant.family for s in plan.steps if s.kind == "kernel"]
+        reach = max((_reach(f, width, bt, bs) for f in families), default=0)
+        return cls(int(width), int(bt), int(bs), tuple(exprs), reach)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The condition of each flag bit, bit 0 first."""
+        return (*self.guards, BLOCK_ENTRY, ACCEPTED_RANGE)
+
+
+class DeviceGuard:
+    """The device-side checks of one runtime and their persistent ``flag`` (int32, shape ``(1,)``).
+
+    ``api`` is a ``DeviceAPI`` (None on the CPU, where the checks run in line).
+    Every tensor the checks need besides the step buffers is made here, before
+    any capture.
+    """
+
+    def __init__(self, spec: DeviceGuardSpec, device, api=None):
+        self.spec, self._api, self._device = spec, api, torch.device(device)
+        self.flag = torch.zeros(1, dtype=I32, device=device)
+        self._weights = torch.tensor([1 << i for i in range(len(spec.names))], dtype=I32, device=device)
+        self._starts = torch.arange(spec.block_table_width, device=device) * spec.block_size  # block starts
+        # an entry e maps slots e * BS .. e * BS + BS - 1; all must fit int32
+        self._max_entry = (INT32_MAX + 1) // spec.block_size - 1
+        self._side = api.new_stream(device) if api is not None else None
+        self._forked = False
+
+    def names(self, bits: int) -> list[str]:
+        """The conditions whose bits are set in ``bits``."""
+        return [n for i, n in enumerate(self.spec.names) if bits >> i & 1]
+
+    def fork(self, bufs: Mapping[str, torch.Tensor], bucket: int) -> None:
+        """Enqueue the checks of ``bufs`` (a bucket of ``bucket`` rows); on a device, on the side stream.
+
+        They read ``seq_lens``, ``block_table`` and ``accepted`` as the step
+        finds them; ``join`` must follow before anything writes ``accepted``.
+        """
+        if self._side is None:
+            self._check(bufs, bucket)
+            return
+        self._side.wait_stream(self._api.current_stream(self._device))
+        with self._api.stream(self._side):
+            self._check(bufs, bucket)
+        self._forked = True
+
+    def join(self) -> None:
+        """Make the current stream wait for the checks (a no-op on the CPU or when nothing is forked)."""
+        if self._forked:
+            self._api.current_stream(self._device).wait_stream(self._side)
+            self._forked = False
+
+    def _check(self, bufs: Mapping[str, torch.Tensor], bucket: int) -> None:
+        spec = self.spec
+        s = bufs["seq_lens"].long()
+        lo, hi = torch.aminmax(s)
+        env = {"min_seq_len": lo, "max_seq_len": hi, "batch": bucket}
+        oks = []
+        for expr in spec.guards:
+            ok = device_eval(expr, env)
+            oks.append(ok if isinstance(ok, torch.Tensor) else torch.full((), bool(ok), device=s.device))
+        oks.append(~self._bad_entries(s, bufs["block_table"]))
+        acc = bufs["accepted"]
+        oks.append(~((acc < 0) | (acc > spec.width - 1)).any())
+        bad = torch.logical_not(torch.stack(oks)).to(I32)
+        self.flag.bitwise_or_((bad * self._weights).sum(dtype=I32))
+
+    def _bad_entries(self, s: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        """Whether a block that positions ``S .. S + reach - 1`` of some row map is unallocated or too large."""
+        reach, bs = self.spec.reach, self.spec.block_size
+        if reach <= 0:
+            return torch.zeros((), dtype=torch.bool, device=s.device)
+        # block c holds positions c * BS .. c * BS + BS - 1: it is needed when that range meets S .. S + reach - 1
+        d = self._starts - s[:, None]
+        need = (d > -bs) & (d < reach)
+        return (need & ((table < 0) | (table > self._max_entry))).any()

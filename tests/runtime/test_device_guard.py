@@ -1,0 +1,315 @@
+"""The verify graph's device-side guard: the host's guard rules on the device, a sticky flag, a lagged read."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from specgen.runtime.capabilities import SpeculativeVerifyCapabilities
+from specgen.runtime.device_guard import (ACCEPTED_RANGE, BLOCK_ENTRY, DeviceGuard, DeviceGuardSpec, device_eval,
+                                          kernel_guards)
+from specgen.runtime.host_mirror import HostMirror
+from specgen.runtime.step_plan import eager_step
+from specgen.runtime.verify_graph import SpecVerifyRuntime
+from specgen.specializations.expr import safe_eval
+
+W, BT, BS = 4, 8, 16  # a layout of the engine_kernels fixture (tests/conftest.py)
+VOCAB = 50
+I32 = torch.int32
+CAPS = SpeculativeVerifyCapabilities(supports_in_graph_input_update=True, block_size=BS, block_table_width=BT)
+FIELDS = ("accepted", "next_tokens", "next_last_token", "next_seq_lens", "draft_positions", "draft_slots",
+          "hidden_rows")
+
+
+def model_forward(bufs):
+    """A stand-in target: a function of each row's token and position."""
+    return ((bufs["tokens"].long() * 7 + bufs["positions"].long()) % VOCAB).to(I32).view(-1, W)
+
+
+def fill(bufs, batch, gen, max_len=60):
+    """Valid inputs (inside every guard, blocks 1..63 allocated) in rows ``:batch``; returns them."""
+    vals = {"last_tokens": torch.randint(0, VOCAB, (batch,), generator=gen, dtype=I32),
+            "draft_tokens": torch.randint(0, VOCAB, (batch, W - 1), generator=gen, dtype=I32),
+            "seq_lens": torch.randint(0, max_len + 1, (batch,), generator=gen, dtype=I32),
+            "block_table": torch.randint(1, 64, (batch, BT), generator=gen, dtype=I32)}
+    for n, t in vals.items():
+        bufs[n][:batch].copy_(t.to(bufs[n].device))
+    return vals
+
+
+def expected(bufs, batch):
+    """The step on the torch semantics over what rows ``:batch`` of the buffers hold."""
+    out = eager_step(model_forward, W, BS, 8, *(bufs[n][:batch].cpu() for n in
+                                                 ("last_tokens", "draft_tokens", "seq_lens", "block_table")))
+    return {n: out[n] for n in FIELDS}
+
+
+# ------------------------------------------------------------------ the conditions
+@settings(max_examples=300, deadline=None)
+@given(lo=st.integers(-2**31, 2**31 - 1), hi=st.integers(-2**31, 2**31 - 1), batch=st.integers(0, 1024),
+       extra=st.sampled_from(["max_seq_len - min_seq_len <= 7 and not batch > 600",
+                              "0 <= min_seq_len <= max_seq_len < 100 or batch == 3",
+                              "-max_seq_len // 16 >= -4"]))
+def test_device_evaluation_agrees_with_the_host(engine_kernels, lo, hi, batch, extra):
+    """Every guard expression the host evaluates gives the same verdict on tensors (no drift)."""
+    exprs = {g for e in engine_kernels.entries() for g, _ in e.guards}
+    env = {"min_seq_len": lo, "max_seq_len": hi, "batch": batch}
+    tensors = {"min_seq_len": torch.tensor(lo, dtype=torch.long), "max_seq_len": torch.tensor(hi, dtype=torch.long),
+               "batch": batch}
+    for expr in sorted(exprs) + [extra]:
+        assert bool(device_eval(expr, tensors)) == bool(safe_eval(expr, env)), expr
+
+
+def test_spec_comes_from_the_plan(engine_kernels):
+    rt = SpecVerifyRuntime(engine_kernels, model_forward, CAPS, W, max_batch=4)
+    spec = rt._guard.spec
+    host = {g for k in rt.step_plan.kernels.values() for g in kernel_guards(k)}
+    assert set(spec.guards) == {g for g in host if "seq_len" in g} and spec.guards
+    assert "min_seq_len >= 0" in spec.guards
+    assert spec.reach == W + 1  # prepare_next_draft maps S .. S + W (its rule: S + W + 1 <= BT * BS)
+    assert spec.names[-2:] == (BLOCK_ENTRY, ACCEPTED_RANGE)
+    torch_rt = SpecVerifyRuntime(engine_kernels, model_forward, CAPS, W, max_batch=4, kernels="torch")
+    assert torch_rt._guard.spec.guards == () and torch_rt._guard.spec.reach == W + 1
+
+
+def _bufs(batch=4, accepted=0):
+    from specgen.runtime.buffers import alloc_step_buffers
+
+    bufs = alloc_step_buffers(batch, W, BT, block_size=BS, fill_padding=True)
+    bufs["block_table"].copy_(torch.arange(1, batch * BT + 1, dtype=I32).view(batch, BT))
+    bufs["accepted"].fill_(accepted)
+    return bufs
+
+
+@pytest.mark.parametrize("where, value, bits", [
+    ("seq_lens", -1, {"min_seq_len >= 0"}),
+    ("seq_lens", BT * BS - W, {"max_seq_len <= 123"}),  # its last position has no block: not an entry fault
+    ("entry_needed", -1, {BLOCK_ENTRY}),
+    ("entry_needed", 2**31 // BS, {BLOCK_ENTRY}),
+    ("entry_unneeded", -1, set()),
+    ("accepted", W, {ACCEPTED_RANGE}),
+    ("accepted", -1, {ACCEPTED_RANGE}),
+    ("accepted", W - 1, set()),
+])
+def test_each_condition_sets_its_bit(where, value, bits):
+    spec = DeviceGuardSpec(W, BT, BS, ("min_seq_len >= 0", "max_seq_len <= 123", "batch >= 1"), W + 1)
+    guard = DeviceGuard(spec, "cpu")
+    bufs = _bufs()
+    bufs["seq_lens"].copy_(torch.tensor([3, 30, 14, 0], dtype=I32))
+    if where == "seq_lens":
+        bufs["seq_lens"][2] = value
+    elif where == "entry_needed":  # row 2 maps positions 14 .. 18: blocks 0 and 1
+        bufs["block_table"][2, 1] = value
+    elif where == "entry_unneeded":
+        bufs["block_table"][2, 2] = value
+    else:
+        bufs["accepted"][1] = value
+    guard.fork(bufs, 4)
+    guard.join()
+    assert set(guard.names(int(guard.flag[0]))) == bits
+    sticky = int(guard.flag[0])
+    bufs["seq_lens"][2] = 5
+    bufs["block_table"][2].fill_(9)
+    bufs["accepted"].zero_()
+    guard.fork(bufs, 4)
+    assert int(guard.flag[0]) == sticky  # the flag stays set until the host clears it
+
+
+# --------------------------------------------------------------- trips on the CPU
+BAD = {  # a bad value written into the persistent buffers between two steps, and the condition it breaks
+    "negative_seq_len": (lambda b: b["seq_lens"].__setitem__(1, -5), "min_seq_len >= 0"),
+    "end_of_table": (lambda b: b["seq_lens"].__setitem__(0, BT * BS - 2), None),
+    "unallocated_block": (lambda b: b["block_table"].__setitem__((2, int(b["seq_lens"][2]) // BS), -1), BLOCK_ENTRY),
+    "entry_past_int32": (lambda b: b["block_table"].__setitem__((0, int(b["seq_lens"][0]) // BS), 2**31 // BS),
+                         BLOCK_ENTRY),
+    "accepted_out_of_range": (lambda b: b["accepted"].__setitem__(2, W + 3), ACCEPTED_RANGE),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD))
+def test_bad_value_between_steps_trips_the_next_step(engine_kernels, bad):
+    gen = torch.Generator().manual_seed(5)
+    rt = SpecVerifyRuntime(engine_kernels, model_forward, CAPS, W, max_batch=4)
+    bufs, batch = rt.buffers(3), 3
+    bounds = (0, 60)  # what the host believes; the bad value is written behind its back
+    for _ in range(3):
+        fill(bufs, batch, gen)
+        assert rt.step_in_place(batch, bounds).fast_path
+    assert rt.stats()["fallback"] == {} and rt.stats()["device_guard"] == {}
+    write, condition = BAD[bad]
+    write(bufs)
+    first = rt.step_in_place(batch, bounds)  # replays with the bad value: the host guards saw nothing
+    assert first.fast_path
+    fill(bufs, batch, gen)
+    want = expected(bufs, batch)
+    second = rt.step_in_place(batch, bounds)  # the flag of the step before sends this one to the eager path
+    assert not second.fast_path and second.reason == "device_guard_trip"
+    for n in FIELDS:
+        assert torch.equal(getattr(second, n), want[n]), n
+    stats = rt.stats()
+    assert stats["fallback"] == {"device_guard_trip": 1}
+    if condition is None:  # past the table: the guards on max_seq_len fail
+        assert stats["device_guard"] and all(n.startswith("max_seq_len") for n in stats["device_guard"])
+    else:
+        assert stats["device_guard"] == {condition: 1}
+    fill(bufs, batch, gen)
+    assert rt.step_in_place(batch, bounds).fast_path  # cleared: clean inputs run fast again
+    assert rt.stats()["fallback"] == {"device_guard_trip": 1}
+
+
+def test_step_with_a_bad_table_trips_the_next_step(engine_kernels):
+    """``step`` copies the inputs in: an engine's -1 entry (which no host guard reads) is caught all the same."""
+    gen = torch.Generator().manual_seed(9)
+    rt = SpecVerifyRuntime(engine_kernels, model_forward, CAPS, W, max_batch=4)
+    last = torch.randint(0, VOCAB, (2,), generator=gen, dtype=I32)
+    drafts = torch.randint(0, VOCAB, (2, W - 1), generator=gen, dtype=I32)
+    seq_lens = torch.tensor([20, 40], dtype=I32)
+    table = torch.randint(1, 64, (2, BT), generator=gen, dtype=I32)
+    bad = table.clone()
+    bad[1, 40 // BS] = -1
+    assert rt.step(last, drafts, seq_lens, bad).fast_path
+    res = rt.step(last, drafts, seq_lens, table)
+    assert res.reason == "device_guard_trip"
+    assert rt.stats()["device_guard"] == {BLOCK_ENTRY: 1}
+    assert rt.step(last, drafts, seq_lens, table).fast_path
+
+
+# ------------------------------------------- the lagged read: host copies and their events
+class LaggedAPI:
+    """A CPU stand-in for a device API whose copy events complete only when the test says so."""
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+        def wait_event(self, event):
+            pass
+
+    class Event:
+        def __init__(self, api):
+            self.api, self.done = api, True
+
+        def record(self, stream):
+            self.done = False
+            self.api.pending.append(self)
+
+        def query(self):
+            self.api.queries += 1
+            return self.done
+
+        def synchronize(self):
+            raise AssertionError("the device guard must never wait on a copy")
+
+    def __init__(self):
+        self.pending, self.queries, self.main = [], 0, self.Stream()
+
+    def complete(self):
+        for e in self.pending:
+            e.done = True
+        self.pending.clear()
+
+    def new_stream(self, device):
+        return self.Stream()
+
+    def current_stream(self, device):
+        return self.main
+
+    def stream(self, s):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def event(self):
+        return self.Event(self)
+
+
+class CPUMirror(HostMirror):
+    """The host mirror over ``LaggedAPI``; CPU tensors have no stream to record, so none is recorded."""
+
+    def copy(self, result, batch, flag=None):
+        super().copy(dataclasses.replace(result, fast_path=True), batch, flag)
+
+
+def test_flag_is_read_from_completed_copies_only(engine_kernels):
+    """With host copies in flight the runtime keeps replaying; once a copy shows the flag, one step runs eager."""
+    gen = torch.Generator().manual_seed(2)
+    rt = SpecVerifyRuntime(engine_kernels, model_forward, CAPS, W, max_batch=4)
+    api = LaggedAPI()
+    rt._mirror = CPUMirror(api, torch.device("cpu"), 4, W, pin=False)  # the device path's lagged read, on the CPU
+    bufs, batch, bounds = rt.buffers(4), 4, (0, 60)
+    fill(bufs, batch, gen)
+    rt.step_in_place(batch, bounds)
+    api.complete()
+    bufs["block_table"][0].fill_(-1)
+    assert rt.step_in_place(batch, bounds).fast_path  # flags; its copy is in flight
+    fill(bufs, batch, gen)
+    assert rt.step_in_place(batch, bounds).fast_path  # the copy with the flag has not completed
+    assert api.queries > 0
+    api.complete()
+    res = rt.step_in_place(batch, bounds)
+    assert res.reason == "device_guard_trip"
+    api.complete()  # the copies made before the flag was cleared still show it: they are stale
+    assert rt._mirror.poll_flag(0) != 0
+    assert rt.step_in_place(batch, bounds).fast_path
+    assert rt.stats()["fallback"] == {"device_guard_trip": 1} and rt.stats()["device_guard"] == {BLOCK_ENTRY: 1}
+
+
+# ----------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+def test_cuda_device_guard_trip_without_host_sync():
+    """On the GPU: clean replays never trip; a bad value written between replays trips the step after the
+    host's lagged read of it; no step synchronizes the host and no clean replay allocates.
+
+    Kernels: SPECGEN_TEST_CUDA_KERNELS (specgen build --target cuda --widths 4 --block-table-widths 8
+    --block-sizes 16 --out ...), or the engine kernels in SPECGEN_TEST_ENGINE_KERNELS.
+    """
+    from specgen.runtime.library import load_library
+
+    folder = os.environ.get("SPECGEN_TEST_CUDA_KERNELS") or os.environ.get("SPECGEN_TEST_ENGINE_KERNELS")
+    if not folder:
+        pytest.skip("set SPECGEN_TEST_CUDA_KERNELS to a prebuilt cuda build (w4, bt8, bs16)")
+    dev = torch.device("cuda")
+    rt = SpecVerifyRuntime(load_library(folder), model_forward, CAPS, W, max_batch=8, backend="cuda", device=dev)
+    rt.capture_all()
+    gen = torch.Generator().manual_seed(3)
+    bufs, batch, bounds = rt.buffers(6), 6, (0, 60)
+
+    def step(mode="error"):  # the eager step after a trip is only warned about: the fast path is what must not sync
+        torch.cuda.set_sync_debug_mode(mode)
+        try:
+            return rt.step_in_place(batch, bounds)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+
+    fill(bufs, batch, gen)
+    step()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for _ in range(20):
+        fill(bufs, batch, gen)
+        assert step().fast_path
+        rt.host_result(1)  # the engine's one-step-late read
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == before
+    assert rt.stats()["fallback"] == {} and rt.stats()["device_guard"] == {}
+    for name, (write, condition) in sorted(BAD.items()):
+        fill(bufs, batch, gen)
+        write(bufs)
+        assert step().fast_path
+        rt.host_result(0)  # the host reads this step's copy (it waits on its event, as a lagged engine does)
+        fill(bufs, batch, gen)
+        want = expected(bufs, batch)
+        res = step("warn")
+        assert res.reason == "device_guard_trip", name
+        for n in FIELDS:
+            assert torch.equal(getattr(res, n).cpu(), want[n]), (name, n)
+        assert condition is None or condition in rt.stats()["device_guard"], name
+        fill(bufs, batch, gen)
+        assert step().fast_path, name
+        rt.host_result(0)
+    assert rt.stats()["fallback"] == {"device_guard_trip": len(BAD)}
+    print("device guard trips on cuda:", rt.stats())
