@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import platform
 import random
-import sys
 import time
 from dataclasses import dataclass
 from statistics import median
 
 import torch
 
+from ...specializations.families import MAX_WIDTH
 from .acceptance import AcceptanceMix
+from .bench_support import BenchError, check_device as _device, log, quarters as _quarters, still_running
 from .decode import greedy_generate
 from .draft import MTPHead
 from .engine import SpecDecodeEngine
@@ -33,14 +34,6 @@ from .results import RunResult
 __all__ = ["SUBJECT", "BenchConfig", "BenchError", "configure", "ratios", "run_bench"]
 
 SUBJECT = "specgen"  # the mode the others are compared with
-
-
-class BenchError(Exception):
-    """A configuration the bench cannot run (one line for the CLI)."""
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -88,22 +81,29 @@ def configure(*, model: str = "tiny", depths=(3,), batches=(1,), modes=tuple(MOD
               block_table_width: int = 32, prompt_len: int = 32, dtype: str = "auto", device: str | None = None,
               seed: int = 0, bare_repeats: int = 30, command: str = "specgen bench") -> BenchConfig:
     """Validate the bench settings (``BenchError`` says what is wrong); ``block_table_width=0``: just enough."""
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dev = _device(device)
     cuda = dev.type == "cuda"
     for m in modes:
         if m not in MODES:
             raise BenchError(f"unknown mode '{m}' (known: {', '.join(MODES)})")
+    if not depths or not batches:
+        raise BenchError("--depth and --batch need at least one value each")
     if any(d < 1 for d in depths) or any(b < 1 for b in batches):
         raise BenchError("--depth and --batch values must be at least 1")
+    if max(depths) + 1 > MAX_WIDTH:
+        raise BenchError(f"--depth {max(depths)}: the verify width {max(depths) + 1} is above {MAX_WIDTH} "
+                         f"(use depths 1..{MAX_WIDTH - 1})")
+    if block_size < 1 or block_table_width < 0:
+        raise BenchError("--block-size must be at least 1 and --block-table-width at least 0 (0: just enough)")
     if warmup < 1:
         raise BenchError("--warmup must be at least 1 (the first step of every run captures its graphs)")
     if steps < 1:
         raise BenchError("--steps must be at least 1")
+    if prompt_len < 1 or bare_repeats < 1:
+        raise BenchError("--prompt-len and --bare-repeats must be at least 1")
     if acceptance is not None and not 0.0 <= acceptance <= 1.0:
         raise BenchError(f"--acceptance must lie in [0, 1], got {acceptance}")
     skipped = tuple((m, MODES[m].cpu_skip_reason) for m in modes if not cuda and MODES[m].cpu_skip_reason)
-    for m, why in skipped:
-        log(f"bench: mode {m}: {why}")
     cfg = ModelConfig.preset(model)
     torch_dtype = {"auto": torch.bfloat16 if cuda and model != "tiny" else torch.float32,
                    "float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
@@ -122,6 +122,11 @@ def configure(*, model: str = "tiny", depths=(3,), batches=(1,), modes=tuple(MOD
 
 def run_bench(config: BenchConfig, library=None) -> dict:
     """Every (batch, depth, mode) of ``config``; ``library`` holds the kernels the modes that need one use."""
+    for m, why in config.skipped:
+        log(f"bench: mode {m}: {why}")
+    if not config.cuda and config.model.name != "tiny":
+        log(f"bench: warning: {config.model.name} is sized for a GPU; on the CPU each run takes minutes "
+            f"(--model tiny is the CPU preset)")
     log(f"bench: model {config.model.name} ({config.dtype}) on {config.device}; depths {list(config.depths)}, "
         f"batches {list(config.batches)}, {config.steps} steps (+{config.warmup} warm-up), layout "
         f"bt{config.block_table_width} bs{config.block_size}")
@@ -169,6 +174,7 @@ def summary(res: RunResult, bare_us: float | None) -> dict:
             "draft_to_verify_us": round(span - bare_us, 2) if bare_us is not None else None,
             "verify_to_draft_us": round(median(gaps), 2) if gaps else None,
             "host_syncs_per_step": round(sum(syncs) / len(syncs), 3) if syncs else None,
+            "step_us_by_quarter": _quarters(t),
         })
     if res.lagged_event_waits:
         out["lagged_event_waits_per_step"] = round(res.lagged_event_waits / max(res.steps, 1), 3)
@@ -187,8 +193,9 @@ class _Sweep:
     def __init__(self, config: BenchConfig, library):
         self.config, self.library = config, library
         t = time.perf_counter()
-        self.model = Qwen3Model.create(config.model, seed=config.seed, dtype=config.dtype, device=config.device)
-        self.head = MTPHead.create(self.model, seed=config.seed + 1)
+        with still_running(f"creating {config.model.name}"):
+            self.model = Qwen3Model.create(config.model, seed=config.seed, dtype=config.dtype, device=config.device)
+            self.head = MTPHead.create(self.model, seed=config.seed + 1)
         log(f"bench: model ready in {time.perf_counter() - t:.1f}s")
         self.runs: list[dict] = []
         self.checks: list[dict] = []
@@ -196,7 +203,14 @@ class _Sweep:
         self.done = 0
         self.aborted: str | None = None
 
+    def _left(self) -> str:
+        """``; about N min left`` from the runs so far, when more than a minute is left."""
+        spent = time.perf_counter() - self.t_start
+        left = spent / max(self.done, 1) * (self.total - self.done)
+        return f"; about {left / 60:.0f} min left" if left > 60 else ""
+
     def run(self) -> dict:
+        self.t_start = time.perf_counter()
         for batch in self.config.batches:
             if self.aborted:
                 break
@@ -221,7 +235,9 @@ class _Sweep:
         greedy = None
         if c.check:
             t = time.perf_counter()
-            greedy = greedy_generate(self.model, prompts, (c.warmup + c.steps) * max(c.widths) + max(c.widths) + 1)
+            with still_running(f"plain greedy decoding for batch {batch}"):
+                greedy = greedy_generate(self.model, prompts,
+                                         (c.warmup + c.steps) * max(c.widths) + max(c.widths) + 1)
             log(f"bench: plain greedy decoding for batch {batch} in {time.perf_counter() - t:.1f}s")
         for depth in c.depths:
             if self.aborted:
@@ -240,7 +256,8 @@ class _Sweep:
         eng = SpecDecodeEngine(self.model, self.head, mode="baseline", width=width, batch=batch,
                                block_size=c.block_size, block_table_width=c.block_table_width)
         try:
-            run = eng.run(prompts, max_new_tokens=(c.warmup + c.steps + 2) * width + 1)
+            with still_running(f"acceptance oracle for depth {width - 1} batch {batch}"):
+                run = eng.run(prompts, max_new_tokens=(c.warmup + c.steps + 2) * width + 1)
         except EngineError as e:
             raise BenchError(f"acceptance oracle: {e}") from None
         except RuntimeError as e:
@@ -285,7 +302,8 @@ class _Sweep:
                                library=self.library, acceptance=mix)
         t = time.perf_counter()
         try:
-            res = eng.run(prompts, steps=c.steps, warmup_steps=c.warmup, timing=True)
+            with still_running(f"[{self.done + 1}/{self.total}] depth {width - 1} batch {batch} {mode}"):
+                res = eng.run(prompts, steps=c.steps, warmup_steps=c.warmup, timing=True)
         except EngineError as e:
             raise BenchError(str(e)) from None
         except RuntimeError as e:  # a device failure in one run: record it, keep the others
@@ -306,7 +324,7 @@ class _Sweep:
         self.runs.append(row)
         self.done += 1
         log(f"bench: [{self.done}/{self.total}] depth {width - 1} batch {batch} {mode}: TPOT {row['tpot_ms']} ms, "
-            f"acceptance {row['acceptance']}, {time.perf_counter() - t:.1f}s")
+            f"acceptance {row['acceptance']}, {time.perf_counter() - t:.1f}s{self._left()}")
         return res.outputs
 
     def _result(self) -> dict:
