@@ -9,7 +9,7 @@ from pathlib import Path
 from .bench import SUBJECT
 from .bench_support import log
 
-__all__ = ["LEGEND", "PHASES", "check", "notes", "ok_runs", "plot", "table", "write"]
+__all__ = ["LEGEND", "PHASES", "ResultError", "check", "figure", "notes", "ok_runs", "plot", "table", "write"]
 
 PHASES = (("draft", "draft_us", "#8da0cb"), ("draft->verify boundary", "draft_to_verify_us", "#fc8d62"),
           ("verify graph", "bare_verify_us", "#66c2a5"), ("verify->draft gap", "verify_to_draft_us", "#e78ac3"))
@@ -106,15 +106,27 @@ def _noise(ok: list[dict]) -> list[str]:
 
 
 def plot(result: dict, path: Path) -> Path | None:
-    """One step per mode as a timeline (one panel per depth x batch); None when matplotlib is absent."""
+    """``timeline.png``: one step per mode (one panel per depth x batch); None when matplotlib is absent."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.patches import Patch
     except ImportError:
         return None
+    fig = figure(result)
+    try:
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def figure(result: dict):
+    """The timeline as a matplotlib figure: title on top, the panels, the legend below them."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
     groups = {}
     for r in ok_runs(result):
         groups.setdefault((r["depth"], r["batch"]), []).append(r)
@@ -147,9 +159,7 @@ def plot(result: dict, path: Path) -> Path | None:
                loc="outside lower center", ncol=4, fontsize=7, frameon=False)
     env = result.get("environment") or {}
     fig.suptitle(f"specgen bench: {result.get('model', '?')} on {env.get('device', '?')}", fontsize=10)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def _write_atomic(path: Path, text: str) -> None:
