@@ -221,7 +221,9 @@ def _build(specs, needed_by, plans, matrix, targets, out: Path, arch, jobs, fami
                            "block_sizes": list(matrix.block_sizes), "draft_dtypes": list(matrix.draft_dtypes),
                            "num_splits": matrix.num_splits},
                 "plans": plan_records, "variants": entries}
-        manifest, notes = merge(read_manifest(out), made, out, SCHEMA_VERSION, replace=replace)
+        old, why_not = read_manifest(out)
+        manifest, notes = merge(old, made, out, SCHEMA_VERSION, replace=replace)
+        notes = [why_not] * bool(why_not) + notes
         _write_atomic(out / MANIFEST, json.dumps(manifest, sort_keys=True, indent=1) + "\n")
         _write_atomic(out / "__init__.py", render_package_init(manifest))
     for n in notes:

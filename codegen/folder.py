@@ -101,13 +101,20 @@ def drop_empty_staging(out: Path) -> None:
         pass
 
 
-def read_manifest(out: Path) -> dict | None:
-    """The folder's manifest as written, or None when there is none or it cannot be read."""
+def read_manifest(out: Path) -> tuple[dict | None, str | None]:
+    """The folder's manifest as written and None, or None and why it cannot be used (None: there is none)."""
+    from ..runtime.manifest import ManifestError, parse_manifest
+
+    path = out / MANIFEST
+    if not path.exists():
+        return None, None
     try:
-        data = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+        data = json.loads(path.read_text(encoding="utf-8"))
+        parse_manifest(data, path)
+    except (OSError, ValueError) as e:  # ManifestError is a ValueError
+        why = str(e) if isinstance(e, ManifestError) else f"{path}: cannot read it: {e}"
+        return None, f"{why}; its variants are not kept"
+    return data, None
 
 
 def variant_files(entry: dict) -> list[str]:

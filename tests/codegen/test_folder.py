@@ -93,3 +93,14 @@ def test_the_folder_lock_is_exclusive(tmp_path):
         waited = time.perf_counter() - t0
     t.join()
     assert waited > 0.15
+
+
+def test_a_manifest_that_does_not_parse_is_reported_not_merged(tmp_path):
+    from specgen.codegen.folder import read_manifest
+
+    assert read_manifest(tmp_path) == (None, None)
+    (tmp_path / "manifest.json").write_text('{"schema_version": 2, "variants": [{"key": "a__w4"}]}')
+    data, why = read_manifest(tmp_path)
+    assert data is None and "missing field" in why and why.endswith("its variants are not kept")
+    (tmp_path / "manifest.json").write_text("{not json")
+    assert "cannot read it" in read_manifest(tmp_path)[1]
