@@ -75,10 +75,13 @@ def _fields(spec: VariantSpec) -> dict:
 
 def plan_and_build(matrix: Matrix, targets=("c",), out: str | Path = "build/specgen_kernels",
                    arch: str | None = None, jobs: int = 1, boundaries=BOUNDARY_NAMES,
-                   families: tuple[str, ...] | None = None, progress=sys.stderr):
-    """Plan every boundary x layout of ``matrix``, then build the variants the plans name."""
+                   families: tuple[str, ...] | None = None, progress=sys.stderr, replace: bool = False):
+    """Plan every boundary x layout of ``matrix``, then build the variants the plans name.
+
+    The build adds to ``out``: variants already there stay unless ``replace``.
+    """
     from .codegen.build import build
 
     specs, needed_by, plans = cached_plans(Path(out), matrix, boundaries)
     return build(specs, needed_by, plans, matrix, targets, out, arch=arch, jobs=jobs, families=families,
-                 progress=progress, version=__version__)
+                 progress=progress, version=__version__, replace=replace)

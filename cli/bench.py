@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..specializations.plan import DRAFT_TO_VERIFY, VERIFY_TO_DRAFT
-from .common import UsageError, int_list
+from .common import UsageError, int_list, name_list, writable_dir
 
 __all__ = ["register"]
 
@@ -61,7 +61,7 @@ def _modes(text: str | None) -> tuple[str, ...]:
 
     if text is None:
         return tuple(MODES)
-    modes = tuple(m for m in text.split(",") if m)
+    modes = tuple(name_list(text, "--modes"))
     for m in modes:
         if m not in MODES:
             raise UsageError(f"unknown mode '{m}' (known: {', '.join(MODES)})")
@@ -69,24 +69,31 @@ def _modes(text: str | None) -> tuple[str, ...]:
 
 
 def _replot(path: str) -> int:
-    from ..runtime.engine.bench_report import plot
+    from ..runtime.engine.bench_report import ResultError, check, plot
 
     try:
-        result = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
+        result = check(json.loads(Path(path).read_text()))
+    except OSError as e:
+        raise UsageError(f"--replot {path}: cannot read it ({e.strerror or e})") from None
+    except ValueError as e:  # not JSON, or not a bench result
+        raise UsageError(f"--replot {path}: not a bench.json that specgen bench wrote ({e})") from None
+    png = Path(path).with_name("timeline.png")
+    writable_dir(png.parent, "--replot")
+    try:
+        drawn = plot(result, png)
+    except ResultError as e:
         raise UsageError(f"--replot {path}: {e}") from None
-    png = plot(result, Path(path).with_name("timeline.png"))
-    if png is None:
+    if drawn is None:
         raise UsageError("--replot needs matplotlib (pip install 'specgen[plot]')")
-    print(f"wrote {png}")
+    print(f"wrote {drawn}")
     return 0
 
 
 def run(args) -> int:
-    """``specgen bench``: configure, build missing kernels, measure, report."""
+    """``specgen bench``: configure, check the output folder, build missing kernels, measure, report."""
     if args.replot:
         return _replot(args.replot)
-    depths, batches = int_list(args.depth), int_list(args.batch)
+    depths, batches = int_list(args.depth, "--depth"), int_list(args.batch, "--batch")
     modes = _modes(args.modes)
     from ..runtime.engine import bench, bench_report, parallel
 
@@ -99,6 +106,7 @@ def run(args) -> int:
             device=args.device, seed=args.seed, bare_repeats=args.bare_repeats, command=command, draft=args.draft,
             draft_weights=args.draft_weights, tp=args.tp,
             draft_tp=args.draft_tp, check_ranks=args.check_ranks)
+        out = writable_dir(args.out, "--out")  # before the run: results that cannot be written are lost
         if config.cuda:
             parallel.check_gpus(config.tp)
         if config.tp > 1 and parallel.launched_ranks() is None:
@@ -108,10 +116,15 @@ def run(args) -> int:
         raise UsageError(str(e)) from None
     result = _measure(args, config, tp)
     tp.close()  # the engines, and their captured graphs, are gone by now (a failed rank just exits)
-    if tp.is_writer:
-        print(bench_report.table(result))
-        for p in bench_report.write(result, Path(args.out)):
-            print(f"wrote {p}")
+    if not tp.is_writer:
+        return 0
+    print(bench_report.table(result))
+    if not bench_report.ok_runs(result):
+        print(f"specgen: no run finished; {out / 'bench.json'} and its timeline.png are left as they were",
+              file=sys.stderr)
+        return 1
+    for p in bench_report.write(result, out):
+        print(f"wrote {p}")
     return 0
 
 
@@ -125,7 +138,6 @@ def _launch_ranks(args) -> int:
 def _measure(args, config, tp) -> dict:
     """Run the harness on this rank; rank 0 builds missing kernels while the others wait."""
     from ..runtime.engine import bench
-    from ..runtime.library import load_library
 
     try:
         library = None
@@ -133,7 +145,7 @@ def _measure(args, config, tp) -> dict:
             if tp.is_writer:
                 library = _ensure_kernels(args.kernels, config)
             tp.barrier()
-            library = library or load_library(Path(args.kernels or "build/bench_kernels"))
+            library = library or _library(Path(args.kernels or "build/bench_kernels"))
         return bench.run_bench(config, library, tp)
     except bench.BenchError as e:
         raise UsageError(str(e)) from None
@@ -141,19 +153,28 @@ def _measure(args, config, tp) -> dict:
 
 def _ensure_kernels(kernels: str | None, config):
     """The kernel library for the bench's layouts; builds missing variants ahead of the run when it can."""
-    from ..runtime.library import load_library
     from ..specializations.variants import Layout
 
-    out = Path(kernels or "build/bench_kernels")
+    out = writable_dir(kernels or "build/bench_kernels", "--kernels")
     target = config.kernel_target
     layouts = [Layout(w, config.block_table_width, config.block_size) for w in config.widths]
     todo = layouts
     if (out / "manifest.json").exists():
-        lib = load_library(out)
+        lib = _library(out)
         todo = [lay for lay in layouts if not _built_for(lib, lay, target, config.boundaries)]
     if todo:
         _build(out, todo, config)
-    return load_library(out)
+    return _library(out)
+
+
+def _library(out: Path):
+    from ..runtime.library import load_library
+    from ..runtime.manifest import ManifestError
+
+    try:
+        return load_library(out)
+    except ManifestError as e:
+        raise UsageError(f"--kernels {out}: {e}") from None
 
 
 def _build(out: Path, todo, config) -> None:

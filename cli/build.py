@@ -1,30 +1,67 @@
-"""``specgen build``: plan the matrix, then generate and compile its kernel variants ahead of time."""
+"""``specgen build``: plan the matrix, then generate and compile its kernel variants ahead of time.
+
+A build adds to its folder: variants other builds put there stay, and only
+what this build makes is replaced; ``--replace`` makes the folder hold this
+build's variants alone.
+"""
 
 from __future__ import annotations
 
+import re
 import sys
 
-from .common import UsageError, int_list
+from .common import UsageError, int_list, name_list, writable_dir
+
+ARCH = re.compile(r"^sm_\d{2,3}[a-z]?$")
+_MATRIX_TYPES = {"widths": int, "block_table_widths": int, "block_sizes": int, "draft_dtypes": str}
 
 
-def _names(text: str | None, known, what: str) -> list[str]:
-    """Comma-separated names, each checked against ``known``."""
-    names = [n for n in (text or "").split(",") if n]
+def _names(text: str | None, known, what: str, option: str) -> list[str]:
+    """Comma-separated names, each checked against ``known``; ``None``: none given."""
+    if text is None:
+        return []
+    names = name_list(text, option)
     for n in names:
         if n not in known:
             raise UsageError(f"unknown {what} '{n}' (known: {', '.join(known)})")
     return names
 
 
-def _matrix(args):
-    from ..specializations import DEFAULT, load_toml
+def _matrix_file(path: str):
+    """The TOML matrix, every value checked for its type first (the error names the key)."""
+    from ..specializations import load_toml
+    from ..specializations.matrix import _toml
 
-    matrix = load_toml(args.matrix) if args.matrix else DEFAULT
+    try:
+        with open(path, "rb") as f:
+            data = _toml().load(f)
+    except OSError as e:
+        raise UsageError(f"--matrix {path}: cannot read it ({e.strerror or e})") from None
+    except ValueError as e:  # TOMLDecodeError
+        raise UsageError(f"--matrix {path}: not valid TOML: {e}") from None
+    for key, kind in _MATRIX_TYPES.items():
+        value = data.get(key)
+        if value is not None and (not isinstance(value, list) or not value
+                                  or any(not isinstance(v, kind) or isinstance(v, bool) for v in value)):
+            raise UsageError(f"--matrix {path}: '{key}' must be a non-empty list of "
+                             f"{'integers' if kind is int else 'strings'}, e.g. {key} = "
+                             f"{[4, 5] if kind is int else ['int32']}; got {value!r}")
+    splits = data.get("num_splits")
+    if splits is not None and (not isinstance(splits, int) or isinstance(splits, bool)):
+        raise UsageError(f"--matrix {path}: 'num_splits' must be an integer, got {splits!r}")
+    return load_toml(path)
+
+
+def _matrix(args):
+    from ..specializations import DEFAULT
+
+    matrix = _matrix_file(args.matrix) if args.matrix else DEFAULT
     return matrix.with_overrides(
-        widths=int_list(args.widths) if args.widths else None,
-        block_table_widths=int_list(args.block_table_widths) if args.block_table_widths else None,
-        block_sizes=int_list(args.block_sizes) if args.block_sizes else None,
-        draft_dtypes=[d for d in args.draft_dtypes.split(",") if d] if args.draft_dtypes else None)
+        widths=int_list(args.widths, "--widths") if args.widths is not None else None,
+        block_table_widths=(int_list(args.block_table_widths, "--block-table-widths")
+                            if args.block_table_widths is not None else None),
+        block_sizes=int_list(args.block_sizes, "--block-sizes") if args.block_sizes is not None else None,
+        draft_dtypes=name_list(args.draft_dtypes, "--draft-dtypes") if args.draft_dtypes is not None else None)
 
 
 def run(args) -> int:
@@ -34,15 +71,22 @@ def run(args) -> int:
     from ..passes import BoundaryGraphError
     from ..specializations import BOUNDARY_NAMES, FAMILIES, TARGETS, MatrixError
 
-    targets = _names(args.target, TARGETS, "target")
-    boundaries = _names(args.boundary or ",".join(BOUNDARY_NAMES), BOUNDARY_NAMES, "boundary")
-    families = tuple(_names(args.families, FAMILIES, "family"))
+    targets = _names(args.target, TARGETS, "target", "--target")
+    boundaries = _names(args.boundary, BOUNDARY_NAMES, "boundary", "--boundary") or list(BOUNDARY_NAMES)
+    families = tuple(_names(args.families, FAMILIES, "family", "--families"))
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    if not ARCH.match(args.arch):
+        raise UsageError(f"--arch {args.arch}: not a CUDA architecture (write it like sm_80, sm_90 or sm_90a)")
     try:
-        summary = plan_and_build(_matrix(args), targets, args.out, arch=args.arch, jobs=args.jobs,
+        matrix = _matrix(args)
+    except MatrixError as e:
+        raise UsageError(str(e)) from None
+    out = writable_dir(args.out, "--out")
+    try:
+        summary = plan_and_build(matrix, targets, out, arch=args.arch, jobs=args.jobs,
                                  boundaries=tuple(boundaries), families=families or None,
-                                 progress=None if args.quiet else sys.stderr)
+                                 progress=None if args.quiet else sys.stderr, replace=args.replace)
     except (MatrixError, ToolchainMissing, BuildError, BoundaryGraphError) as e:
         raise UsageError(str(e)) from None
     print(summary.line())
@@ -52,10 +96,13 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("build", help="generate and compile the kernel variants ahead of time")
+    p = sub.add_parser("build", help="generate and compile the kernel variants ahead of time (adds to --out)")
     p.add_argument("--target", default="c", help="c | cuda | ascend, comma-separated (default c)")
     p.add_argument("--arch", default="sm_90", help="CUDA architecture for --target cuda (default sm_90)")
-    p.add_argument("--out", default="build/specgen_kernels", help="output folder, an importable package")
+    p.add_argument("--out", default="build/specgen_kernels",
+                   help="output folder, an importable package; a build adds to what is there")
+    p.add_argument("--replace", action="store_true",
+                   help="remove the variants earlier builds put in --out (default: keep them)")
     p.add_argument("--jobs", type=int, default=1, help="parallel lowering/compile workers")
     p.add_argument("--boundary", help="boundaries to plan (default all three), comma-separated")
     p.add_argument("--widths", help="verify widths, e.g. 4,5,6 or 2-16")

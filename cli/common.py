@@ -1,8 +1,10 @@
-"""What every subcommand shares: the usage error, the argument parser, number lists."""
+"""What every subcommand shares: the usage error, the argument parser, number lists, output folders."""
 
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 
 class UsageError(Exception):
@@ -16,13 +18,40 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def int_list(text: str) -> list[int]:
-    """``"4,5,6"`` -> [4, 5, 6]; ``"2-4,8"`` -> [2, 3, 4, 8]."""
+def int_list(text: str, option: str = "the list") -> list[int]:
+    """``"4,5,6"`` -> [4, 5, 6]; ``"2-4,8"`` -> [2, 3, 4, 8]; an empty list or range is an error."""
     out = []
-    for part in filter(None, text.split(",")):
+    for part in filter(None, (p.strip() for p in text.split(","))):
         lo, sep, hi = part.partition("-")
         try:
-            out += list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
+            lo_n, hi_n = int(lo), int(hi) if sep else None
         except ValueError:
-            raise UsageError(f"not a number list: '{text}' (use 4,5,6 or 2-16)") from None
+            raise UsageError(f"{option}: not a number list: '{text}' (use 4,5,6 or 2-16)") from None
+        if hi_n is not None and hi_n < lo_n:
+            raise UsageError(f"{option}: the range {part} is empty (write the lower end first: {hi_n}-{lo_n})")
+        out += list(range(lo_n, hi_n + 1)) if hi_n is not None else [lo_n]
+    if not out:
+        raise UsageError(f"{option}: no numbers in '{text}' (use 4,5,6 or 2-16)")
     return out
+
+
+def name_list(text: str, option: str) -> list[str]:
+    """Comma-separated names; an option given with no name in it is an error."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UsageError(f"{option}: no names in '{text}' (comma-separated, e.g. {option} a,b)")
+    return names
+
+
+def writable_dir(path: str | Path, option: str) -> Path:
+    """``path`` as a folder this process can write into (made if missing), checked before any work."""
+    path = Path(path)
+    probe = path / f".specgen-write-check-{os.getpid()}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"{option} {path}: cannot write there ({e.strerror or e}); choose a folder you can "
+                         f"write to") from None
+    return path

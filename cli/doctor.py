@@ -1,4 +1,10 @@
-"""``specgen doctor``: which targets can run here and which built variants load, with the reason when not."""
+"""``specgen doctor``: which targets can run here, whether a build folder agrees with its manifest, what loads.
+
+Problems (an artifact missing, altered or not in the manifest, a variant that
+should load here and does not) are listed and make the exit status 1.
+Variants built for a device this machine lacks (cuda on a CPU-only machine,
+ascend) are information: listed as such, exit status 0.
+"""
 
 from __future__ import annotations
 
@@ -22,26 +28,30 @@ def _targets() -> None:
                                else "torch_npu not installed; nothing has been run on Ascend hardware"))
 
 
-def _check(lib, entry) -> str:
-    """Why ``entry`` does not load here, or "loads"; raises nothing."""
+def _cannot_run_here(target: str) -> str | None:
+    """Why variants of ``target`` cannot run on this machine (information), or None when they can."""
     import torch
 
-    from ..runtime.manifest import read_artifact
+    if target == "cuda" and not torch.cuda.is_available():
+        return "no CUDA device here, so they cannot run on this machine"
+    if target == "ascend":
+        return "Ascend artifacts are not launched by this runtime"
+    return None
 
+
+def _load(lib, entry) -> str | None:
+    """None when ``entry`` loads here, else the first line of the reason."""
     try:
-        read_artifact(entry, lib.root)  # the sha256 check
-        if entry.target == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError("artifact intact; no CUDA device here to load it on")
-        if entry.target == "ascend":
-            raise RuntimeError("artifact intact; Ascend artifacts cannot be launched by this build")
         lib.launcher(entry)
-        return "loads"
+        return None
     except Exception as e:  # noqa: BLE001  every reason is worth one line here
-        return f"does not load: {str(e).splitlines()[0]}"
+        return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 def run(args) -> int:
+    from ..codegen.folder import stale_staging
     from ..runtime.library import load_library
+    from ..runtime.manifest import folder_problems
 
     _targets()
     try:
@@ -49,15 +59,32 @@ def run(args) -> int:
     except Exception as e:  # noqa: BLE001  every reason is worth one line here
         print(f"kernels {args.kernels}: not loadable: {e}")
         return 1
-    bad = 0
-    for entry in lib.entries():
-        status = _check(lib, entry)
-        bad += status != "loads"
-        print(f"  {entry.key} [{entry.target}]: {status}")
-    return 1 if bad else 0
+    problems = folder_problems(lib.manifest)
+    damaged = {p.split(":")[0] for p in problems}
+    by_target: dict[str, list] = {}
+    for e in lib.entries():
+        by_target.setdefault(e.target, []).append(e)
+    print(f"kernels {args.kernels}: {len(lib.entries())} variant(s) "
+          f"({', '.join(f'{t}: {len(v)}' for t, v in sorted(by_target.items()))})")
+    for target, entries in sorted(by_target.items()):
+        why = _cannot_run_here(target)
+        intact = [e for e in entries if e.artifact not in damaged]
+        if why:
+            print(f"  {target}: {len(intact)} intact; information: {why} (not a failure of the build)")
+            continue
+        failed = [(e, r) for e in intact if (r := _load(lib, e)) is not None]
+        print(f"  {target}: {len(intact) - len(failed)} load")
+        problems += [f"{e.key} [{e.target}]: does not load: {r}" for e, r in failed]
+    for d in stale_staging(lib.root):
+        print(f"  information: {d} was left by an interrupted build; the next build into this folder removes it")
+    for p in problems:
+        print(f"  problem: {p}")
+    if problems:
+        print(f"{len(problems)} problem(s) in {args.kernels}")
+    return 1 if problems else 0
 
 
 def register(sub) -> None:
-    p = sub.add_parser("doctor", help="what can run here, and which built variants load")
+    p = sub.add_parser("doctor", help="what can run here, whether a build folder is intact, which variants load")
     p.add_argument("--kernels", default="build/specgen_kernels", help="a build folder")
     p.set_defaults(func=run)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .common import UsageError
+from .common import UsageError, writable_dir
 
 _COUNTS = ("host_syncs_on_critical_path", "h2d_copies_on_critical_path", "host_calls_after_final_draft",
            "predicted_bubble_us")
@@ -16,16 +16,16 @@ def run(args) -> int:
                           build_boundary, render_mermaid, render_text, summary)
     from ..specializations.capabilities import SpeculativeVerifyCapabilities
 
-    try:
-        model = CostModel.from_json(args.costs) if args.costs else None
-    except (OSError, ValueError) as e:
-        raise UsageError(f"cost file: {e}") from None
+    model = _costs(args.costs, CostModel) if args.costs else None
     caps = SpeculativeVerifyCapabilities(has_linear_state=args.linear_state)
+    dump_dir = writable_dir(args.dump_dir, "--dump-dir") if args.dump_dir else None
     try:
         before = build_boundary(args.boundary, width=args.width, batch=args.batch, block_size=args.block_size,
                                 block_table_width=args.block_table_width, draft_dtype=args.draft_dtype, caps=caps)
-        pm = PassManager.from_text(args.pipeline or DEFAULT_PIPELINE,
-                                   dump_dir=Path(args.dump_dir) if args.dump_dir else None)
+        try:
+            pm = PassManager.from_text(_pipeline(args.pipeline or DEFAULT_PIPELINE), dump_dir=dump_dir)
+        except ValueError as e:  # an option value that is not a number
+            raise UsageError(f"--pipeline: {e}") from None
         after = pm.run(before)
     except (BoundaryGraphError, PassPipelineError) as e:
         raise UsageError(str(e)) from None
@@ -44,6 +44,62 @@ def run(args) -> int:
             print(f"{k}: {sb[k]} -> {sa[k]}")
         print("graph: " + ", ".join(sa["graph_ops"]))
     return 0
+
+
+def _costs(path: str, cost_model):
+    """The ``--costs`` calibration, its shape checked first: {"run": {kind: us}, "issue": {...}, "in_graph_*": us}."""
+    example = 'e.g. {"run": {"kernel": 4.0}, "issue": {"kernel": 2.5}, "in_graph_kernel": 1.0}'
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise UsageError(f"--costs {path}: cannot read it ({e.strerror or e})") from None
+    except ValueError as e:
+        raise UsageError(f"--costs {path}: not JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--costs {path}: must be a JSON object, not {type(data).__name__}; {example}")
+    for part in ("run", "issue"):
+        table = data.get(part, {})
+        if not isinstance(table, dict) or not all(_number(v) for v in table.values()):
+            raise UsageError(f"--costs {path}: '{part}' must map op kinds to microseconds; {example}")
+    for key in ("in_graph_kernel", "in_graph_copy"):
+        if key in data and not _number(data[key]):
+            raise UsageError(f"--costs {path}: '{key}' must be a number of microseconds; {example}")
+    try:
+        return cost_model.from_json(path)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"--costs {str(e).splitlines()[0]}") from None
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+
+
+# smallest useful value of each integer pass option (a fuse group of one fuses nothing)
+_OPTION_MIN = {("fuse", "max-group"): 2}
+
+
+def _pipeline(text: str) -> str:
+    """``--pipeline`` checked before it runs: at least one pass, integer options that mean something."""
+    import re
+
+    items = [s.strip() for s in re.split(r",(?![^{]*\})", text) if s.strip()]
+    if not items:
+        raise UsageError(f"--pipeline '{text}' names no pass (e.g. 'sync-to-event,hoist,fuse,capture')")
+    for item in items:
+        name, _, opts = item.partition("{")
+        for opt in filter(None, (o.strip() for o in opts.rstrip("}").split(","))):
+            key, _, val = (s.strip() for s in opt.partition("="))
+            low = _OPTION_MIN.get((name.strip(), key))
+            if low is None:
+                continue  # the pass manager names unknown passes and options
+            try:
+                ok = int(val) >= low
+            except ValueError:
+                ok = False
+            if not ok:
+                raise UsageError(f"--pipeline: {name.strip()}{{{key}={val}}}: {key} must be an integer of at "
+                                 f"least {low}")
+    return text
 
 
 def register(sub) -> None:

@@ -5,7 +5,8 @@ It takes the ``VariantSpec`` records and ``Plan`` records that planning made
 lowers and compiles each variant for each target.  Artifacts are
 content-addressed (program text, target, arch, flags, toolchain versions): a
 rebuild with nothing changed lowers and compiles nothing.  Each variant is
-built in a staging folder and moved into place only when complete.
+built in the build's own staging folder and moved into place only when
+complete; the manifest merge keeps what earlier builds made (``folder.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from ..specializations.families import FAMILIES
 from ..specializations.matrix import Matrix
 from ..specializations.plan import Plan
 from ..specializations.variants import VariantSpec
+from .folder import (MANIFEST, STAGING, drop_empty_staging, folder_lock, merge, new_staging, read_manifest,
+                     sweep_staging)
 from .guards import guards
 from .package import render_package_init
 from .templates import render_variant
@@ -60,12 +63,17 @@ def _sha256(path: Path) -> str:
 
 
 def build_one(job: dict) -> dict:
-    """Lower and compile one variant into ``out/target/``; runs in a worker process."""
+    """Lower and compile one variant into ``out/target/``; runs in a worker process.
+
+    The files are made in the build's own staging folder and moved into place
+    under the folder lock, the stamp last: an artifact without a matching
+    stamp is never trusted.
+    """
     from .lower import artifact_suffix, compile_artifact, lower, source_suffix
 
     out, target, key = Path(job["out"]), job["target"], job["key"]
     final = out / target
-    stage = out / ".staging" / f"{key}-{job['cache_key'][:12]}-{os.getpid()}"
+    stage = Path(job["stage"]) / f"{key}-{target}"
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(parents=True)
     try:
@@ -78,10 +86,10 @@ def build_one(job: dict) -> dict:
                  "threads": lowered.threads, "grid": lowered.grid, "arch": lowered.arch,
                  "sha256": _sha256(stage / f"{key}{artifact_suffix(target)}")}
         (stage / f"{key}.json").write_text(json.dumps(stamp, sort_keys=True, indent=1))
-        final.mkdir(parents=True, exist_ok=True)
-        # the stamp moves last: an artifact without a matching stamp is never trusted
-        for suffix in (".tl.py", source_suffix(target), artifact_suffix(target), ".json"):
-            os.replace(stage / f"{key}{suffix}", final / f"{key}{suffix}")
+        with folder_lock(out):
+            final.mkdir(parents=True, exist_ok=True)
+            for suffix in (".tl.py", source_suffix(target), artifact_suffix(target), ".json"):
+                os.replace(stage / f"{key}{suffix}", final / f"{key}{suffix}")
         return stamp | {"status": "built", "seconds": time.perf_counter() - t0}
     finally:
         shutil.rmtree(stage, ignore_errors=True)
@@ -108,9 +116,11 @@ class BuildSummary:
     failed: list[str] = field(default_factory=list)
     seconds: float = 0.0
     out: Path | None = None
+    kept: int = 0  # variants other builds made that stay in the folder
 
     def line(self) -> str:
-        return (f"specgen build: {self.built} built, {self.cached} cached, {len(self.failed)} failed "
+        kept = f", {self.kept} kept from earlier builds" if self.kept else ""
+        return (f"specgen build: {self.built} built, {self.cached} cached, {len(self.failed)} failed{kept} "
                 f"in {self.seconds:.1f}s -> {self.out}")
 
 
@@ -141,14 +151,33 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def build(specs: list[VariantSpec], needed_by: dict[str, set[str]], plans: list[Plan], matrix: Matrix,
           targets=("c",), out: str | Path = "build/specgen_kernels", arch: str | None = None, jobs: int = 1,
-          families: tuple[str, ...] | None = None, progress=sys.stderr, *, version: str) -> BuildSummary:
-    """Render, lower and compile ``specs`` for ``targets`` into ``out``; write the manifest and package.
+          families: tuple[str, ...] | None = None, progress=sys.stderr, *, version: str,
+          replace: bool = False) -> BuildSummary:
+    """Render, lower and compile ``specs`` for ``targets`` into ``out``; merge the manifest, write the package.
 
-    ``version`` is the specgen release the manifest records (the package face knows it).
+    The folder keeps the variants other builds put there (``replace`` drops
+    them); ``version`` is the specgen release the manifest records.
     """
     t0 = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    with folder_lock(out):
+        swept = sweep_staging(out)
+    if swept:
+        _note(progress, f"removed {len(swept)} staging folder(s) that interrupted builds left in {out / STAGING}")
+    stage = new_staging(out)
+    try:
+        summary = _build(specs, needed_by, plans, matrix, targets, out, arch, jobs, families, progress, version,
+                         replace, stage)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+        drop_empty_staging(out)
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def _build(specs, needed_by, plans, matrix, targets, out: Path, arch, jobs, families, progress, version, replace,
+           stage: Path) -> BuildSummary:
     specs = {s.key: s for s in specs if not families or s.family in families}
     jobs_todo, done = [], {}
     for target in targets:
@@ -160,8 +189,8 @@ def build(specs: list[VariantSpec], needed_by: dict[str, set[str]], plans: list[
             if stamp:
                 done[(spec.key, target)] = stamp
             else:
-                jobs_todo.append({"out": str(out), "target": target, "key": spec.key, "program": program,
-                                  "arch": tool["arch"], "cache_key": ck})
+                jobs_todo.append({"out": str(out), "stage": str(stage), "target": target, "key": spec.key,
+                                  "program": program, "arch": tool["arch"], "cache_key": ck})
     summary = BuildSummary(cached=len(done), out=out)
     total = len(done) + len(jobs_todo)
     _progress(progress, len(done), total, "cached", f"{len(done)} variant(s) up to date")
@@ -179,21 +208,47 @@ def build(specs: list[VariantSpec], needed_by: dict[str, set[str]], plans: list[
                     summary.failed.append(f"{j['key']} ({j['target']}): {str(e).splitlines()[0] if str(e) else e!r}")
                     status = f"FAILED {j['key']} ({j['target']})"
                 _progress(progress, len(done) + len(summary.failed), total, "", status)
-    entries = [_entry(specs[k], t, stamp, needed_by.get(k, set())) for (k, t), stamp in sorted(done.items())]
     plan_records: dict[str, dict] = {}
     for plan in plans:
         plan_records.setdefault(plan.boundary, {})[plan.layout.key] = plan.as_dict()
-    manifest = {"schema_version": SCHEMA_VERSION, "specgen_version": version,
+    with folder_lock(out):
+        # the stamps on disk, read under the lock: another build may have moved its own copy in since
+        entries = [_entry(specs[k], t, _on_disk(out, t, k) or stamp, needed_by.get(k, set()))
+                   for (k, t), stamp in sorted(done.items())]
+        made = {"schema_version": SCHEMA_VERSION, "specgen_version": version,
                 "tilelang_version": _tilelang_version(), "targets": sorted(set(targets)),
                 "matrix": {"widths": list(matrix.widths), "block_table_widths": list(matrix.block_table_widths),
                            "block_sizes": list(matrix.block_sizes), "draft_dtypes": list(matrix.draft_dtypes),
                            "num_splits": matrix.num_splits},
                 "plans": plan_records, "variants": entries}
-    _write_atomic(out / "manifest.json", json.dumps(manifest, sort_keys=True, indent=1) + "\n")
-    _write_atomic(out / "__init__.py", render_package_init(manifest))
-    shutil.rmtree(out / ".staging", ignore_errors=True)
-    summary.seconds = time.perf_counter() - t0
+        old, why_not = read_manifest(out)
+        manifest, notes = merge(old, made, out, SCHEMA_VERSION, replace=replace)
+        notes = [why_not] * bool(why_not) + notes
+        _write_atomic(out / MANIFEST, json.dumps(manifest, sort_keys=True, indent=1) + "\n")
+        _write_atomic(out / "__init__.py", render_package_init(manifest))
+    for n in notes:
+        _note(progress, n)
+    summary.kept = len(manifest["variants"]) - len(entries)
     return summary
+
+
+def _on_disk(out: Path, target: str, key: str) -> dict | None:
+    """The build stamp in ``out`` for ``key``, if its artifact matches it."""
+    from .lower import artifact_suffix
+
+    try:
+        stamp = json.loads((out / target / f"{key}.json").read_text())
+        if _sha256(out / target / f"{key}{artifact_suffix(target)}") == stamp.get("sha256"):
+            return stamp
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _note(stream, message: str) -> None:
+    if stream is not None:
+        stream.write(f"specgen build: {message}\n")
+        stream.flush()
 
 
 def _tilelang_version() -> str | None:

@@ -19,7 +19,8 @@ from typing import Any
 
 from ..specializations.plan import Plan, PlanError
 from ..specializations.targets import TARGET_NAMES as TARGETS
-from ..specializations.variants import Layout, VariantSpec
+from ..specializations.targets import TARGETS as TARGET_ROWS
+from ..specializations.variants import Layout, VariantSpec, build_command
 from ..specializations.expr import GUARD_NAMES, SHAPE_NAMES, UnsafeExpressionError, validate_expression
 
 SCHEMA_VERSION = 2  # 2: plans carry structured steps and their layout
@@ -251,8 +252,44 @@ def read_artifact(entry: VariantEntry, root: Path) -> bytes:
     digest = hashlib.sha256(blob).hexdigest()
     if digest != entry.sha256:
         raise ArtifactError(f"{path}: sha256 {digest} does not match the manifest's {entry.sha256} "
-                            f"for {entry.key} ({entry.target}); rebuild with `specgen build`")
+                            f"for {entry.key} ({entry.target}); rebuild it with `{rebuild_command(entry, root)}` "
+                            f"(the folder's other variants stay)")
     return blob
+
+
+def rebuild_command(entry: VariantEntry, root: Path) -> str:
+    """The ``specgen build`` command that remakes ``entry`` in ``root`` (builds add to a folder)."""
+    return f"{build_command(entry.variant, entry.target)} --families {entry.family} --out {root}"
+
+
+def folder_problems(manifest: Manifest) -> list[str]:
+    """Where the build folder disagrees with its manifest: artifacts missing, altered, or not listed.
+
+    One line each, naming the file; the sha256 of every listed artifact is checked.
+    """
+    root, problems = manifest.root, []
+    listed = set()
+    for e in manifest.variants:
+        listed.add(Path(e.artifact).as_posix())
+        try:
+            read_artifact(e, root)
+        except ArtifactError as exc:
+            problems.append(str(exc).replace(f"{root}/", "", 1))
+    for name, target in TARGET_ROWS.items():
+        folder = root / name
+        if not folder.is_dir():
+            continue
+        for f in sorted(folder.glob(f"*{target.artifact_suffix}")):
+            rel = f"{name}/{f.name}"
+            if rel not in listed:
+                try:
+                    spec = VariantSpec.parse(f.name[: -len(target.artifact_suffix)])
+                    cmd = f"{build_command(spec, name)} --families {spec.family} --out {root}"
+                except (ValueError, KeyError, LookupError):
+                    cmd = f"specgen build --target {name} --out {root}"
+                problems.append(f"{rel}: on disk but not in the manifest (a build that did not finish); run "
+                                f"`{cmd}` to list it again, or delete the file")
+    return problems
 
 
 class KernelLaunchError(RuntimeError):

@@ -12,21 +12,20 @@ with ``check``).  ``configure`` validates the settings into a ``BenchConfig``;
 
 from __future__ import annotations
 
-import os
 import platform
 import random
-import sys
 import time
-from dataclasses import dataclass
 from statistics import median
 
 import torch
 
 from .acceptance import AcceptanceMix
+from .bench_config import BenchConfig, configure
+from .bench_support import BenchError, log, quarters as _quarters, still_running
 from .decode import greedy_generate
 from .draft_kinds import DRAFT_KINDS
 from .errors import EngineError
-from .model import ModelConfig, Qwen3Model
+from .model import Qwen3Model
 from .modes import MODES
 from .parallel import TensorParallel, TPError
 from .rank_check import RankCheck
@@ -38,133 +37,17 @@ __all__ = ["SUBJECT", "BenchConfig", "BenchError", "configure", "ratios", "run_b
 SUBJECT = "specgen"  # the mode the others are compared with
 
 
-class BenchError(Exception):
-    """A configuration the bench cannot run (one line for the CLI)."""
-
-
-def log(msg: str) -> None:
-    if os.environ.get("RANK", "0") == "0":  # tensor-parallel runs: rank 0 reports progress
-        print(msg, file=sys.stderr, flush=True)
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    """Everything one bench invocation runs with, validated by ``configure``."""
-
-    model: ModelConfig
-    dtype: torch.dtype
-    device: torch.device
-    depths: tuple[int, ...]
-    batches: tuple[int, ...]
-    modes: tuple[str, ...]                 # the modes that run here
-    skipped: tuple[tuple[str, str], ...]   # (mode, why) asked for but not run here
-    steps: int
-    warmup: int
-    acceptance: float | None
-    check: bool
-    block_size: int
-    block_table_width: int
-    prompt_len: int
-    seed: int
-    bare_repeats: int
-    command: str
-    draft: str = "mtp"                     # a registered draft kind (draft_kinds.DRAFT_KINDS)
-    draft_weights: str | None = None       # a local safetensors folder for a block draft
-    tp: int = 1            # tensor-parallel ranks of the target
-    draft_tp: int = 1      # 1: the MTP draft body whole on every rank; tp: split like the target
-    check_ranks: int = 0   # compare the ranks' step state every N steps (0: off)
-
-    @property
-    def cuda(self) -> bool:
-        return self.device.type == "cuda"
-
-    @property
-    def widths(self) -> tuple[int, ...]:
-        return tuple(sorted({d + 1 for d in self.depths}))
-
-    @property
-    def kernel_target(self) -> str:
-        """The build target whose kernels the library must hold."""
-        return "cuda" if self.cuda else "c"
-
-    @property
-    def needs_library(self) -> bool:
-        return any(DRAFT_KINDS[self.draft].modes[m].needs_library for m in self.modes)
-
-    @property
-    def boundaries(self) -> tuple[str, ...]:
-        """The plans the draft kind's specgen mode runs (what the kernel build must hold)."""
-        return DRAFT_KINDS[self.draft].boundaries
-
-
-def configure(*, model: str = "tiny", depths=(3,), batches=(1,), modes=tuple(MODES), steps: int = 32,
-              warmup: int = 3, acceptance: float | None = None, check: bool = False, block_size: int = 16,
-              block_table_width: int = 32, prompt_len: int = 32, dtype: str = "auto", device: str | None = None,
-              seed: int = 0, bare_repeats: int = 30, command: str = "specgen bench", draft: str = "mtp",
-              draft_weights: str | None = None, tp: int = 1, draft_tp: int = 1,
-              check_ranks: int = 0) -> BenchConfig:
-    """Validate the bench settings (``BenchError`` says what is wrong); ``block_table_width=0``: just enough."""
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    cuda = dev.type == "cuda"
-    for m in modes:
-        if m not in MODES:
-            raise BenchError(f"unknown mode '{m}' (known: {', '.join(MODES)})")
-    if any(d < 1 for d in depths) or any(b < 1 for b in batches):
-        raise BenchError("--depth and --batch values must be at least 1")
-    _check_draft(draft, draft_weights, depths, block_size, block_table_width)
-    if warmup < 1:
-        raise BenchError("--warmup must be at least 1 (the first step of every run captures its graphs)")
-    if steps < 1:
-        raise BenchError("--steps must be at least 1")
-    if tp < 1 or draft_tp not in (1, tp) or check_ranks < 0:
-        raise BenchError(f"--tp must be at least 1, --draft-tp 1 or --tp ({tp}), --check-ranks at least 0")
-    if tp > 1 and draft != "mtp":
-        raise BenchError(f"--tp {tp} runs MTP drafts; --draft {draft} runs on one device (--tp 1)")
-    if acceptance is not None and not 0.0 <= acceptance <= 1.0:
-        raise BenchError(f"--acceptance must lie in [0, 1], got {acceptance}")
-    skipped = tuple((m, MODES[m].cpu_skip_reason) for m in modes if not cuda and MODES[m].cpu_skip_reason)
-    for m, why in skipped:
-        log(f"bench: mode {m}: {why}")
-    cfg = ModelConfig.preset(model)
-    torch_dtype = {"auto": torch.bfloat16 if cuda and model != "tiny" else torch.float32,
-                   "float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
-    widest = max(d + 1 for d in depths)
-    need = prompt_len + (warmup + steps + 2) * widest + 1
-    if acceptance is not None:  # the oracle run decodes max_new_tokens, which reserves 3 W + 1 more
-        need += 3 * widest + 1
-    bt = block_table_width or -(-need // block_size)
-    if bt * block_size < need:
-        raise BenchError(f"--block-table-width {bt} x --block-size {block_size} = {bt * block_size} "
-                         f"positions; {steps} steps at depth {max(depths)} need {need}")
-    return BenchConfig(cfg, torch_dtype, dev, tuple(depths), tuple(batches),
-                       tuple(m for m in modes if m not in dict(skipped)), skipped, steps, warmup, acceptance, check,
-                       block_size, bt, prompt_len, seed, bare_repeats, command, draft, draft_weights, tp,
-                       draft_tp, check_ranks)
-
-
-def _check_draft(draft: str, weights: str | None, depths, block_size: int, block_table_width: int) -> None:
-    """The draft kind, its weights folder and its widths (``BenchError`` names what is wrong)."""
-    from ...specializations.families import MAX_WIDTH
-
-    if draft not in DRAFT_KINDS:
-        raise BenchError(f"unknown --draft '{draft}' (known: {', '.join(DRAFT_KINDS)})")
-    if weights is not None and draft == "mtp":
-        raise BenchError("--draft-weights loads a DFlash or DSpark draft; use it with --draft dflash or dspark")
-    widest = max(depths) + 1
-    if block_table_width and widest > block_table_width * block_size:
-        raise BenchError(f"--depth {widest - 1}: a block of {widest} rows is wider than the KV layout allows "
-                         f"(--block-table-width {block_table_width} x --block-size {block_size})")
-    if widest > MAX_WIDTH:
-        raise BenchError(f"--depth {widest - 1}: verify width {widest} is beyond the kernel families' widths "
-                         f"(at most {MAX_WIDTH}, --depth {MAX_WIDTH - 1}); no build has variants for it")
-
-
 def run_bench(config: BenchConfig, library=None, tp: TensorParallel | None = None) -> dict:
     """Every (batch, depth, mode) of ``config``; ``library`` holds the kernels the modes that need one use.
 
     With ``config.tp > 1`` every rank calls this with its ``tp`` (``parallel.init_tensor_parallel``)
     and runs the same sweep; the results are the same on every rank but rank 0's timings.
     """
+    for m, why in config.skipped:
+        log(f"bench: mode {m}: {why}")
+    if not config.cuda and config.model.name != "tiny":
+        log(f"bench: warning: {config.model.name} is sized for a GPU; on the CPU each run takes minutes "
+            f"(--model tiny is the CPU preset)")
     log(f"bench: model {config.model.name} ({config.dtype}) on {config.device}, {config.draft} draft; depths {list(config.depths)}, "
         f"batches {list(config.batches)}, {config.steps} steps (+{config.warmup} warm-up), layout "
         f"bt{config.block_table_width} bs{config.block_size}")
@@ -212,6 +95,7 @@ def summary(res: RunResult, bare_us: float | None) -> dict:
             "draft_to_verify_us": round(span - bare_us, 2) if bare_us is not None else None,
             "verify_to_draft_us": round(median(gaps), 2) if gaps else None,
             "host_syncs_per_step": round(sum(syncs) / len(syncs), 3) if syncs else None,
+            "step_us_by_quarter": _quarters(t),
         })
     if res.lagged_event_waits:
         out["lagged_event_waits_per_step"] = round(res.lagged_event_waits / max(res.steps, 1), 3)
@@ -231,12 +115,13 @@ class _Sweep:
         self.config, self.library = config, library
         t = time.perf_counter()
         try:  # every rank builds the full seeded model and keeps its share
-            self.model = shard_model(Qwen3Model.create(config.model, seed=config.seed, dtype=config.dtype,
-                                                       device=tp.device), tp)
-            self.kind = DRAFT_KINDS[config.draft]
-            self.head = self.kind.create(self.model, seed=config.seed + 1, weights=config.draft_weights)
-            if config.draft_tp > 1:
-                shard_head(self.head, tp)
+            with still_running(f"creating {config.model.name}"):
+                self.model = shard_model(Qwen3Model.create(config.model, seed=config.seed, dtype=config.dtype,
+                                                           device=tp.device), tp)
+                self.kind = DRAFT_KINDS[config.draft]
+                self.head = self.kind.create(self.model, seed=config.seed + 1, weights=config.draft_weights)
+                if config.draft_tp > 1:
+                    shard_head(self.head, tp)
         except (TPError, EngineError) as e:
             raise BenchError(str(e)) from None
         self.rank_check = RankCheck(tp, config.check_ranks) if config.check_ranks and tp.distributed else None
@@ -247,7 +132,14 @@ class _Sweep:
         self.done = 0
         self.aborted: str | None = None
 
+    def _left(self) -> str:
+        """``; about N min left`` from the runs so far, when more than a minute is left."""
+        spent = time.perf_counter() - self.t_start
+        left = spent / max(self.done, 1) * (self.total - self.done)
+        return f"; about {left / 60:.0f} min left" if left > 60 else ""
+
     def run(self) -> dict:
+        self.t_start = time.perf_counter()
         for batch in self.config.batches:
             if self.aborted:
                 break
@@ -272,7 +164,9 @@ class _Sweep:
         greedy = None
         if c.check:
             t = time.perf_counter()
-            greedy = greedy_generate(self.model, prompts, (c.warmup + c.steps) * max(c.widths) + max(c.widths) + 1)
+            with still_running(f"plain greedy decoding for batch {batch}"):
+                greedy = greedy_generate(self.model, prompts,
+                                         (c.warmup + c.steps) * max(c.widths) + max(c.widths) + 1)
             log(f"bench: plain greedy decoding for batch {batch} in {time.perf_counter() - t:.1f}s")
         for depth in c.depths:
             if self.aborted:
@@ -291,7 +185,8 @@ class _Sweep:
         eng = self.kind.engine(self.model, self.head, mode="baseline", width=width, batch=batch,
                                block_size=c.block_size, block_table_width=c.block_table_width)
         try:
-            run = eng.run(prompts, max_new_tokens=(c.warmup + c.steps + 2) * width + 1)
+            with still_running(f"acceptance oracle for depth {width - 1} batch {batch}"):
+                run = eng.run(prompts, max_new_tokens=(c.warmup + c.steps + 2) * width + 1)
         except EngineError as e:
             raise BenchError(f"acceptance oracle: {e}") from None
         except RuntimeError as e:
@@ -336,7 +231,8 @@ class _Sweep:
                                library=self.library, acceptance=mix, rank_check=self.rank_check)
         t = time.perf_counter()
         try:
-            res = eng.run(prompts, steps=c.steps, warmup_steps=c.warmup, timing=True)
+            with still_running(f"[{self.done + 1}/{self.total}] depth {width - 1} batch {batch} {mode}"):
+                res = eng.run(prompts, steps=c.steps, warmup_steps=c.warmup, timing=True)
         except EngineError as e:  # e.g. the ranks' states differ (--check-ranks): every rank stops here
             eng.close()
             raise BenchError(str(e)) from None
@@ -358,7 +254,7 @@ class _Sweep:
         self.runs.append(row)
         self.done += 1
         log(f"bench: [{self.done}/{self.total}] depth {width - 1} batch {batch} {mode}: TPOT {row['tpot_ms']} ms, "
-            f"acceptance {row['acceptance']}, {time.perf_counter() - t:.1f}s")
+            f"acceptance {row['acceptance']}, {time.perf_counter() - t:.1f}s{self._left()}")
         return res.outputs
 
     def _result(self) -> dict:

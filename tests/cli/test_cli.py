@@ -54,7 +54,7 @@ def test_bad_matrix_file(capsys, tmp_path):
 
 def test_bad_cost_file(capsys, tmp_path):
     assert main(["plan", "--boundary", "context-kv", "--costs", str(tmp_path / "none.json")]) == 2
-    _one_line_error(capsys, "cost file:")
+    _one_line_error(capsys, "--costs")
 
 
 def test_cuda_without_nvcc_is_a_clear_error(monkeypatch, capsys, tmp_path):
@@ -82,9 +82,12 @@ def test_plan_dump_dir(tmp_path, capsys):
 
 
 def test_int_list():
-    assert int_list("4,5,6") == [4, 5, 6] and int_list("2-4,8") == [2, 3, 4, 8] and int_list("") == []
-    with pytest.raises(UsageError, match="not a number list"):
-        int_list("4-x")
+    assert int_list("4,5,6") == [4, 5, 6] and int_list("2-4,8") == [2, 3, 4, 8] and int_list(" 4, 5") == [4, 5]
+    assert int_list("7-7") == [7]
+    for bad, match in (("4-x", "not a number list"), ("", "no numbers"), (",", "no numbers"),
+                       ("9-7", "the range 9-7 is empty")):
+        with pytest.raises(UsageError, match=match):
+            int_list(bad, "--widths")
 
 
 def test_every_subcommand_is_registered():
