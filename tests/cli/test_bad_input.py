@@ -37,7 +37,7 @@ CASES = [
     (["bench", "--depth", "5-3"], "--depth: the range 5-3 is empty"),
     (["bench", "--depth", "0"], "must be at least 1"),
     (["bench", "--block-size", "0", "--block-table-width", "0"], "--block-size must be at least 1"),
-    (["bench", "--depth", "20", "--block-table-width", "0"], "--depth 20: the verify width 21 is above 16"),
+    (["bench", "--depth", "20", "--block-table-width", "0"], "--depth 20: verify width 21 is beyond"),
     (["bench", "--modes", ","], "--modes: no names"),
     (["bench", "--out", "{unwritable}"], "--out"),
     (["bench", "--replot", "{list_json}"], "not a bench.json that specgen bench wrote"),
