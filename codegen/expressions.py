@@ -22,7 +22,7 @@ import sympy as sp
 from . import indexing as ix
 from ..specializations.families import DEFAULT_NUM_SPLITS
 from ..specializations.variants import VariantSpec
-from .indexing import S, Sq, a, b, j, slot, specialize, tl
+from .indexing import S, Sq, a, b, j, slot_entry, slot_from_entry, specialize, tl
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +73,11 @@ def _idx(name):
     return sp.IndexedBase(name)
 
 
+def _local(name):
+    """A per-thread int32 the template binds (``name: T.int32 = ...``)."""
+    return sp.Symbol(name, integer=True)
+
+
 @expressions("spec_verify_token_update")
 def _token_update(v: Instance) -> dict:
     draft = "draft_tokens[b, j]"
@@ -85,7 +90,8 @@ def _token_update(v: Instance) -> dict:
 
 @expressions("spec_verify_metadata_update")
 def _metadata(v: Instance) -> dict:
-    return {"row": v.expr(ix.row(b, j)), "position": v.expr(sp.Max(S + j, 0)), "slot": v.expr(slot(b, S + j)),
+    return {"row": v.expr(ix.row(b, j)), "position": v.expr(sp.Max(S + j, 0)),
+            "entry": v.expr(slot_entry(b, S + j)), "slot": v.expr(slot_from_entry(_local("slot_entry"), S + j)),
             "kv_len": v.expr(sp.Max(S + ix.W, 0)), "start": v.expr(ix.row(b, 0)),
             "total_rows": v.expr(ix.row(ix.B, 0))}
 
@@ -113,14 +119,19 @@ def _greedy(v: Instance) -> dict:
 @expressions("prepare_next_draft")
 def _next_draft(v: Instance) -> dict:
     new_len = S + a + 1  # S': tokens with valid target KV after this step; a is clamped, S saturated
-    repair = sp.Piecewise((slot(b, new_len - 1), sp.Eq(a, ix.W - 1)), (_idx("scratch_slot")[0], True))
+    full = sp.Eq(a, ix.W - 1)  # only then does the repair row write a real slot (and read the table)
+    repair = sp.Piecewise((slot_from_entry(_local("repair_entry"), new_len - 1), full),
+                          (_idx("scratch_slot")[0], True))
     return {"bonus": v.expr(_idx("target_tokens")[b, a]), "new_len": v.expr(sp.Max(new_len, 0)),
             "repair_pos": v.expr(sp.Max(new_len - 1, 0)), "repair_slot": v.expr(repair),
-            "draft_slot": v.expr(slot(b, new_len)), "repair_row": v.expr(ix.row(b, sp.Max(a - 1, 0))),
-            "draft_row": v.expr(ix.row(b, a))}
+            "repair_entry": v.expr(slot_entry(b, new_len - 1, when=full)),
+            "draft_entry": v.expr(slot_entry(b, new_len)),
+            "draft_slot": v.expr(slot_from_entry(_local("draft_entry"), new_len)),
+            "repair_row": v.expr(ix.row(b, sp.Max(a - 1, 0))), "draft_row": v.expr(ix.row(b, a))}
 
 
 @expressions("context_kv_update")
 def _context(v: Instance) -> dict:
-    kept = sp.Piecewise((slot(b, S + j), j <= a), (-1, True))
-    return {"row": v.expr(ix.row(b, j)), "context_slot": v.expr(kept)}
+    # a rejected row (j > a) reads no entry: -1, so its slot is -1 too
+    return {"row": v.expr(ix.row(b, j)), "entry": v.expr(slot_entry(b, S + j, when=j <= a)),
+            "context_slot": v.expr(slot_from_entry(_local("context_entry"), S + j))}

@@ -171,18 +171,27 @@ def entry_limit(offset, bs=BS):
     return FloorDiv(INT32_MAX - offset, bs)
 
 
-def slot(seq, p, bt=BT, bs=BS):
-    """``docs/kernels.md`` slot(b, p); -1 (no write) unless 0 <= p < BT * BS and the entry is
-    non-negative with a slot that fits int32.
+def slot_entry(seq, p, bt=BT, bs=BS, when=sp.true):
+    """The block-table entry of position p, or -1 when p is outside [0, BT * BS) (or ``when`` fails).
 
-    The nesting is the evaluation order: the block table is read only for a
-    position inside the row (``T.if_then_else`` evaluates one branch), and the
-    entry is tested before it is used.
+    The table is read only for a position inside the row: ``T.if_then_else``
+    evaluates one branch, so a template binds this once per position
+    (``e: T.int32 = ...``) and builds the slot from it with ``slot_from_entry``.
     """
-    entry = block_table[seq, FloorDiv(p, bs)]
+    return sp.Piecewise((block_table[seq, FloorDiv(p, bs)], sp.And(when, p >= 0, p < bt * bs)), (-1, True))
+
+
+def slot_from_entry(entry, p, bs=BS):
+    """e * BS + p % BS for an entry e >= 0 whose slot fits int32; -1 (no write) otherwise."""
     offset = Mod(p, bs)
     usable = sp.And(entry >= 0, entry <= entry_limit(offset, bs))
-    inner = sp.Piecewise((entry * bs + offset, usable), (-1, True))
+    return sp.Piecewise((entry * bs + offset, usable), (-1, True))
+
+
+def slot(seq, p, bt=BT, bs=BS):
+    """``docs/kernels.md`` slot(b, p) as one expression; -1 (no write) unless 0 <= p < BT * BS and
+    the entry is non-negative with a slot that fits int32.  Templates use the two steps above."""
+    inner = slot_from_entry(block_table[seq, FloorDiv(p, bs)], p, bs)
     return sp.Piecewise((inner, sp.And(p >= 0, p < bt * bs)), (-1, True))
 
 
@@ -192,9 +201,9 @@ def row_kv_len(s=S, jj=j):
 
 
 def num_blocks(s=S, jj=j, bs=BS):
-    """ceil(kv / BS) for kv = max(S + j + 1, 0), spelled (kv - 1) // BS + 1 so kv + BS - 1 never overflows."""
-    kv = row_kv_len(s, jj)
-    return sp.Piecewise((FloorDiv(kv - 1, bs) + 1, kv >= 1), (0, True))
+    """ceil(kv / BS) for kv = max(S + j + 1, 0), spelled max((kv - 1) // BS + 1, 0) so that
+    kv + BS - 1 never overflows (and an empty row, kv <= 0, has 0 blocks)."""
+    return sp.Max(FloorDiv(row_kv_len(s, jj) - 1, bs) + 1, 0)
 
 
 def sequence_blocks(s, width: int, bs=BS):

@@ -7,7 +7,7 @@ nest and its indentation, the guards, and the index expressions
 
     >>> from specgen.specializations.variants import VariantSpec
     >>> text = render_variant(VariantSpec("spec_verify_metadata_update", 4, 64, 128))
-    >>> "slot_mapping[4*b + j] = T.if_then_else((S + j < 8192)" in text
+    >>> "slot_entry = T.if_then_else(T.And((S + j >= 0), (S + j < 8192))" in text
     True
 
 Templates are looked up in the package's ``templates/`` folder, then in the

@@ -115,6 +115,12 @@ def test_slot_printed_equals_python(p, layout, entry):
     assert eval(tl(general), ns, {"b": 0, "x": p}) == want  # noqa: S307
     split = specialize(ix.slot(ix.b, ix.S + ix.j), block_table_width=bt, block_size=bs)
     assert eval(tl(split), ns, {"b": 0, "S": p // 2, "j": p - p // 2}) == want  # noqa: S307
+    # the templates' two steps: bind the entry (-1 outside the table), then build the slot from it
+    e_sym = sp.Symbol("e", integer=True)
+    first = tl(specialize(ix.slot_entry(ix.b, x), block_table_width=bt, block_size=bs))
+    then = tl(specialize(ix.slot_from_entry(e_sym, x), block_size=bs))
+    bound = eval(first, ns, {"b": 0, "x": p})  # noqa: S307
+    assert eval(then, ns, {"e": bound, "x": p}) == want  # noqa: S307
 
 
 def test_power_of_two_prints_shift_and_mask():
