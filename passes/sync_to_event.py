@@ -20,6 +20,7 @@ from typing import ClassVar
 
 from .base import PassContext, no_worse
 from .ir import BoundaryGraph, Op, OpKind, Placement, Value
+from .ir.analysis import sync_dependents
 from .ir.ordering import order_with_events
 
 
@@ -66,8 +67,9 @@ class SyncToEvent:
             produced = {w: n for n, o in cand.items() for w in o.writes}
             for n, o in list(cand.items()):
                 ok_in = all(r in mirrors or r in produced for r in o.reads)
-                ok_out = all(w not in graph.outputs and graph.readers(w) and all(
-                    graph.op(r).kind is OpKind.H2D or r in cand for r in graph.readers(w)) for w in o.writes)
+                ok_out = all(w not in graph.outputs and graph.readers(w) and graph.writers(w) == [n] and all(
+                    graph.op(r).kind is OpKind.H2D or r in cand for r in graph.readers(w))
+                    and sum(graph.op(r).kind is OpKind.H2D for r in graph.readers(w)) <= 1 for w in o.writes)
                 if not (ok_in and ok_out):
                     del cand[n]
                     changed = True
@@ -135,7 +137,10 @@ class SyncToEvent:
         for s in syncs:
             idx = ops.index(s)
             guarded = set(s.reads)
-            host_users = [o for o in ops[idx + 1:] if o.kind.on_host and guarded & set(o.reads)]
+            # a host op needs the sync if it reads what the sync waits for, or if, without the
+            # sync, it would race with device work (it rewrites what a copy still reads: WAR)
+            racing = sync_dependents(graph.with_ops(ops))[s.name]
+            host_users = [o for o in ops[idx + 1:] if o.kind.on_host and (guarded & set(o.reads) or o.name in racing)]
             if not host_users:
                 ops.remove(s)
                 ctx.note(self.name, f"removed '{s.name}': no host op reads what it waits for")
