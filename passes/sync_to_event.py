@@ -37,6 +37,26 @@ def _mirrors(graph: BoundaryGraph) -> dict[str, tuple[str, str]]:
     return out
 
 
+def _stale_reads(graph: BoundaryGraph) -> list[tuple[str, str, str, str]]:
+    """(host op, value, copy, rewriting op) for each host compute after the start that reads a copied
+    host value whose sides are written again after the copy (the device side is not its mirror)."""
+    mirrors, out = _mirrors(graph), []
+    first = graph.index(graph.start) + 1
+    for o in graph.ops[first:]:
+        if o.kind is not OpKind.HOST_COMPUTE or o.fn is None:
+            continue
+        for r in o.reads:
+            copies = [i for i, c in enumerate(graph.ops) if c.kind in (OpKind.H2D, OpKind.D2H)
+                      and r in (*c.reads, *c.writes)]
+            if r in mirrors or not copies:
+                continue
+            c = graph.ops[copies[-1]]
+            sides = set(c.reads) | set(c.writes)
+            writer = next((x.name for x in graph.ops[copies[-1] + 1:] if sides & set(x.writes)), "?")
+            out.append((o.name, r, c.name, writer))
+    return out
+
+
 @dataclass(frozen=True)
 class SyncToEvent:
     name: ClassVar[str] = "sync-to-event"
@@ -45,6 +65,9 @@ class SyncToEvent:
         return no_worse(ctx, self.name, graph, self._rewrite(ctx, graph))
 
     def _rewrite(self, ctx: PassContext, graph: BoundaryGraph) -> BoundaryGraph:
+        for op, value, copy, writer in _stale_reads(graph):
+            ctx.note(self.name, f"'{op}' stays on the host: '{value}' is rewritten by '{writer}' after its copy "
+                     f"'{copy}', so the device side is no mirror of it")
         excluded: set[str] = set()
         while converted := self._convertible(graph, excluded):
             result = self._convert(ctx, graph, converted)

@@ -132,3 +132,13 @@ def check_schedule(before: BoundaryGraph, after: BoundaryGraph, choose: Choose, 
         raise BoundaryGraphError(
             f"{after.name}: output '{bad[0]}' differs from the graph before the rewrite; op '{op}' wrote it "
             f"in the schedule [{', '.join(run.trace)}] ({len(bad)} output(s) differ: {', '.join(bad)})", op=op)
+
+
+def search(before: BoundaryGraph, after: BoundaryGraph, tries: int = 200, seed: int = 0) -> tuple[int, list[str]] | None:
+    """The first of ``tries`` random schedules of ``after`` whose outputs differ from ``before``'s:
+    ``(schedule seed, differing outputs)``, or None when all agree."""
+    for k in range(tries):
+        bad = differences(before, after, random_choice(random.Random(k)), seed)
+        if bad:
+            return k, bad
+    return None
