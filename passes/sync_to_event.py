@@ -159,14 +159,16 @@ class SyncToEvent:
         syncs = [o for o in ops[first:end] if o.kind is OpKind.HOST_SYNC]
         for s in syncs:
             idx = ops.index(s)
-            guarded = set(s.reads)
-            # a host op needs the sync if it reads what the sync waits for, or if, without the
-            # sync, it would race with device work (it rewrites what a copy still reads: WAR)
+            # what races without the sync needs it: a host op that reads what it waits for or rewrites
+            # what a copy still reads (WAR); a sync another one covers orders nothing
             racing = sync_dependents(graph.with_ops(ops))[s.name]
-            host_users = [o for o in ops[idx + 1:] if o.kind.on_host and (guarded & set(o.reads) or o.name in racing)]
-            if not host_users:
+            if not racing:
                 ops.remove(s)
-                ctx.note(self.name, f"removed '{s.name}': no host op reads what it waits for")
+                ctx.note(self.name, f"removed '{s.name}': nothing races without it")
+                continue
+            host_users = [o for o in ops[idx + 1:] if o.kind.on_host and o.name in racing]
+            if not host_users:
+                ctx.note(self.name, f"kept '{s.name}': device work issued after it needs it")
                 continue
             deferred = self._deferrable(graph.with_ops(ops), s, host_users)
             if deferred is None:
