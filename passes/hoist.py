@@ -7,7 +7,8 @@ Hoisted ops go right after the start op's issue (so the host prepares while
 the final draft runs on the device); H2D copies move to the prepare stream.
 Only host work and copies move: syncs and events stay where they are (they
 are effects), device kernels stay for the capture pass, and an op moves only
-if nothing it depends on stays behind.
+if nothing it depends on stays behind, a sync it needs (it would race without
+it) included.
 """
 
 from __future__ import annotations

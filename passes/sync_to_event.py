@@ -5,7 +5,9 @@
 
 A host compute converts when every value it reads has a device mirror (the
 other side of an H2D or D2H copy, or the output of another converted op) and
-every value it writes feeds only H2D copies or other converted ops.  The
+every value it writes feeds only H2D copies or other converted ops.  A host
+value written again after its copy has no mirror; the op reading it stays on
+the host, and a note says why.  The
 converted ops run on the graph stream just before the first device op that
 reads their results; the copies they replace disappear.  A sync that still
 guards a host-only consumer (the scheduler reading accepted tokens) is
@@ -126,8 +128,12 @@ class SyncToEvent:
         # As early as the inputs allow: where the data is ready, not where it used to be consumed.
         needed = {r for o in new_ops for r in o.reads} - produced
         latest = max((i for i, o in enumerate(rest) if needed.intersection(o.writes)), default=-1)
-        first_use = next((i for i, o in enumerate(rest) if produced.intersection(o.reads)), len(rest))
-        at = min(latest + 1, first_use)
+        # before the first op that reads or rewrites what the chain now writes on the device
+        first_use = next((i for i, o in enumerate(rest) if produced.intersection((*o.reads, *o.writes))), len(rest))
+        if latest + 1 > first_use:  # an input arrives too late: the op that needs it stays on the host
+            late = set(rest[latest].writes)
+            return next(orig.name for orig, new in zip(chain, new_ops) if late.intersection(new.reads))
+        at = latest + 1
         ready = {k for k, v in values.items() if v.is_input} | {w for o in rest[:at] for w in o.writes}
         for orig, new in zip(chain, new_ops):
             if not ready.issuperset(new.reads):
