@@ -126,7 +126,8 @@ class SyncToEvent:
         produced = {w for o in new_ops for w in o.writes}
         rest = [o for o in graph.ops if o.name not in names and o.name not in dropped]
         # As early as the inputs allow: where the data is ready, not where it used to be consumed.
-        needed = {r for o in new_ops for r in o.reads} - produced
+        # device values read through a mirror (a chain's own results may share their names)
+        needed = {rename[r] for o in chain for r in o.reads if r not in {w for c in chain for w in c.writes}}
         latest = max((i for i, o in enumerate(rest) if needed.intersection(o.writes)), default=-1)
         # before the first op that reads or rewrites what the chain now writes on the device
         first_use = next((i for i, o in enumerate(rest) if produced.intersection((*o.reads, *o.writes))), len(rest))
