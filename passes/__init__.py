@@ -7,7 +7,8 @@ What the command line and the driver use::
     summary(before)["predicted_bubble_us"], summary(after)["predicted_bubble_us"]
 
 Layout: ``ir/`` holds the IR and what reads it (analyses, ordering,
-verifier, cost model, interpreter, views); one file per pass, named after
+verifier, cost model, interpreter and its schedule-aware
+variant, views); one file per pass, named after
 it; ``manager`` holds the registry and the pass manager; ``plan`` turns the
 pipeline's output into the ``Plan`` records codegen and the runtime use.
 """

@@ -7,7 +7,8 @@ Hoisted ops go right after the start op's issue (so the host prepares while
 the final draft runs on the device); H2D copies move to the prepare stream.
 Only host work and copies move: syncs and events stay where they are (they
 are effects), device kernels stay for the capture pass, and an op moves only
-if nothing it depends on stays behind.
+if nothing it depends on stays behind, a sync it needs (it would race without
+it) included.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import ClassVar
 
 from .base import PassContext, no_worse
 from .ir import BoundaryGraph, OpKind
-from .ir.analysis import between, token_dependent
+from .ir.analysis import between, sync_dependents, token_dependent
 from .ir.ordering import order_with_events
 
 MOVABLE = {OpKind.HOST_COMPUTE, OpKind.GRAPH_TASK_UPDATE, OpKind.H2D}
@@ -48,8 +49,11 @@ class Hoist:
         prepare = graph.params.get("prepare_stream", "prepare")
         moved, staying, stays = [], [], set()
         moved_to: dict[str, str | None] = {}  # original stream -> where its last op went, if it moved
+        needs_sync = sync_dependents(graph)
         for o in graph.ops[first:]:
-            blocked = any(p in stays for p in deps.predecessors(o.name))
+            # a staying op it depends on, or a staying sync it needs (it would race without it), holds it back
+            blocked = any(p in stays for p in deps.predecessors(o.name)) or any(
+                o.name in needs_sync[s] for s in stays if s in needs_sync)
             stream = prepare if o.kind is OpKind.H2D else o.stream
             # a record travels with the op it marks (and to its new stream)
             if o.kind is OpKind.EVENT_RECORD and moved_to.get(o.stream):

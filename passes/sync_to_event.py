@@ -5,7 +5,9 @@
 
 A host compute converts when every value it reads has a device mirror (the
 other side of an H2D or D2H copy, or the output of another converted op) and
-every value it writes feeds only H2D copies or other converted ops.  The
+every value it writes feeds only H2D copies or other converted ops.  A host
+value written again after its copy has no mirror; the op reading it stays on
+the host, and a note says why.  The
 converted ops run on the graph stream just before the first device op that
 reads their results; the copies they replace disappear.  A sync that still
 guards a host-only consumer (the scheduler reading accepted tokens) is
@@ -20,6 +22,7 @@ from typing import ClassVar
 
 from .base import PassContext, no_worse
 from .ir import BoundaryGraph, Op, OpKind, Placement, Value
+from .ir.analysis import sync_dependents
 from .ir.ordering import order_with_events
 
 
@@ -36,6 +39,26 @@ def _mirrors(graph: BoundaryGraph) -> dict[str, tuple[str, str]]:
     return out
 
 
+def _stale_reads(graph: BoundaryGraph) -> list[tuple[str, str, str, str]]:
+    """(host op, value, copy, rewriting op) for each host compute after the start that reads a copied
+    host value whose sides are written again after the copy (the device side is not its mirror)."""
+    mirrors, out = _mirrors(graph), []
+    first = graph.index(graph.start) + 1
+    for o in graph.ops[first:]:
+        if o.kind is not OpKind.HOST_COMPUTE or o.fn is None:
+            continue
+        for r in o.reads:
+            copies = [i for i, c in enumerate(graph.ops) if c.kind in (OpKind.H2D, OpKind.D2H)
+                      and r in (*c.reads, *c.writes)]
+            if r in mirrors or not copies:
+                continue
+            c = graph.ops[copies[-1]]
+            sides = set(c.reads) | set(c.writes)
+            writer = next((x.name for x in graph.ops[copies[-1] + 1:] if sides & set(x.writes)), "?")
+            out.append((o.name, r, c.name, writer))
+    return out
+
+
 @dataclass(frozen=True)
 class SyncToEvent:
     name: ClassVar[str] = "sync-to-event"
@@ -44,6 +67,9 @@ class SyncToEvent:
         return no_worse(ctx, self.name, graph, self._rewrite(ctx, graph))
 
     def _rewrite(self, ctx: PassContext, graph: BoundaryGraph) -> BoundaryGraph:
+        for op, value, copy, writer in _stale_reads(graph):
+            ctx.note(self.name, f"'{op}' stays on the host: '{value}' is rewritten by '{writer}' after its copy "
+                     f"'{copy}', so the device side is no mirror of it")
         excluded: set[str] = set()
         while converted := self._convertible(graph, excluded):
             result = self._convert(ctx, graph, converted)
@@ -66,8 +92,9 @@ class SyncToEvent:
             produced = {w: n for n, o in cand.items() for w in o.writes}
             for n, o in list(cand.items()):
                 ok_in = all(r in mirrors or r in produced for r in o.reads)
-                ok_out = all(w not in graph.outputs and graph.readers(w) and all(
-                    graph.op(r).kind is OpKind.H2D or r in cand for r in graph.readers(w)) for w in o.writes)
+                ok_out = all(w not in graph.outputs and graph.readers(w) and graph.writers(w) == [n] and all(
+                    graph.op(r).kind is OpKind.H2D or r in cand for r in graph.readers(w))
+                    and sum(graph.op(r).kind is OpKind.H2D for r in graph.readers(w)) <= 1 for w in o.writes)
                 if not (ok_in and ok_out):
                     del cand[n]
                     changed = True
@@ -99,10 +126,15 @@ class SyncToEvent:
         produced = {w for o in new_ops for w in o.writes}
         rest = [o for o in graph.ops if o.name not in names and o.name not in dropped]
         # As early as the inputs allow: where the data is ready, not where it used to be consumed.
-        needed = {r for o in new_ops for r in o.reads} - produced
+        # device values read through a mirror (a chain's own results may share their names)
+        needed = {rename[r] for o in chain for r in o.reads if r not in {w for c in chain for w in c.writes}}
         latest = max((i for i, o in enumerate(rest) if needed.intersection(o.writes)), default=-1)
-        first_use = next((i for i, o in enumerate(rest) if produced.intersection(o.reads)), len(rest))
-        at = min(latest + 1, first_use)
+        # before the first op that reads or rewrites what the chain now writes on the device
+        first_use = next((i for i, o in enumerate(rest) if produced.intersection((*o.reads, *o.writes))), len(rest))
+        if latest + 1 > first_use:  # an input arrives too late: the op that needs it stays on the host
+            late = set(rest[latest].writes)
+            return next(orig.name for orig, new in zip(chain, new_ops) if late.intersection(new.reads))
+        at = latest + 1
         ready = {k for k, v in values.items() if v.is_input} | {w for o in rest[:at] for w in o.writes}
         for orig, new in zip(chain, new_ops):
             if not ready.issuperset(new.reads):
@@ -134,11 +166,16 @@ class SyncToEvent:
         syncs = [o for o in ops[first:end] if o.kind is OpKind.HOST_SYNC]
         for s in syncs:
             idx = ops.index(s)
-            guarded = set(s.reads)
-            host_users = [o for o in ops[idx + 1:] if o.kind.on_host and guarded & set(o.reads)]
-            if not host_users:
+            # what races without the sync needs it: a host op that reads what it waits for or rewrites
+            # what a copy still reads (WAR); a sync another one covers orders nothing
+            racing = sync_dependents(graph.with_ops(ops))[s.name]
+            if not racing:
                 ops.remove(s)
-                ctx.note(self.name, f"removed '{s.name}': no host op reads what it waits for")
+                ctx.note(self.name, f"removed '{s.name}': nothing races without it")
+                continue
+            host_users = [o for o in ops[idx + 1:] if o.kind.on_host and o.name in racing]
+            if not host_users:
+                ctx.note(self.name, f"kept '{s.name}': device work issued after it needs it")
                 continue
             deferred = self._deferrable(graph.with_ops(ops), s, host_users)
             if deferred is None:

@@ -1,4 +1,4 @@
-"""The boundary IR and what reads it: analyses, ordering, verifier, cost model, interpreter, views.
+"""The boundary IR and what reads it: analyses, ordering, verifier, cost model, interpreters, views.
 
 The IR core (ops over values, the boundary graph) lives in ``core``; its names
 are re-exported here so that passes write ``from .ir import Op, OpKind``.

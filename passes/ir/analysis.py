@@ -85,6 +85,16 @@ def find_races(graph: BoundaryGraph, ordering: Ordering | None = None) -> list[t
     return races
 
 
+def sync_dependents(graph: BoundaryGraph) -> dict[str, set[str]]:
+    """For each host sync, the ops that would race without it (what it orders, RAW or WAR)."""
+    out = {}
+    for o in graph.ops:
+        if o.kind is OpKind.HOST_SYNC:
+            without = graph.with_ops([x for x in graph.ops if x.name != o.name])
+            out[o.name] = {r[3] for r in find_races(without)}
+    return out
+
+
 def token_dependent(graph: BoundaryGraph) -> set[str]:
     """Ops whose inputs depend on the boundary's token sources (final draft / acceptance)."""
     tainted = set(graph.token_sources)

@@ -3,20 +3,21 @@
 Ops run in program order through their reference semantics.  For a
 race-free graph every legal device schedule gives the same values, so this
 sequential run is the definition of what a graph computes, and "before" and
-"after" a pass are compared value for value.
+"after" a pass are compared value for value.  ``schedule.py`` runs the same
+ops in the other orders the streams, events and syncs allow.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, MutableMapping, Sequence
 
 import torch
 
-from .core import BoundaryGraph, BoundaryGraphError, OpKind, Value
+from .core import BoundaryGraph, BoundaryGraphError, Op, OpKind, Value
 from .semantics import VOCAB
 
 _COPIES = {OpKind.H2D, OpKind.D2H}
-_NO_EFFECT = {OpKind.EVENT_RECORD, OpKind.EVENT_WAIT, OpKind.HOST_SYNC}
+NO_EFFECT = frozenset({OpKind.EVENT_RECORD, OpKind.EVENT_WAIT, OpKind.HOST_SYNC})
 
 
 def random_inputs(graph: BoundaryGraph, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -45,32 +46,41 @@ def random_inputs(graph: BoundaryGraph, seed: int = 0) -> dict[str, torch.Tensor
     return {k: draw(v) for k, v in graph.values.items() if v.is_input}
 
 
+def execute(graph: BoundaryGraph, o: Op, env: MutableMapping[str, torch.Tensor]) -> None:
+    """Run one op on ``env`` (its reads in, its writes out); events and syncs change no value."""
+    if o.kind in NO_EFFECT:
+        return
+    if o.fn is None:
+        if o.kind not in _COPIES:
+            raise BoundaryGraphError(f"{graph.name}: op '{o.name}' has no reference semantics", op=o.name)
+        outs = tuple(env[r].clone() for r in o.reads)
+    else:
+        outs = o.fn(*(env[r] for r in o.reads))
+    if len(outs) != len(o.writes):
+        raise BoundaryGraphError(f"{graph.name}: op '{o.name}' produced {len(outs)} values "
+                                 f"for {len(o.writes)} writes", op=o.name)
+    for name, t in zip(o.writes, outs):
+        want = graph.values[name]
+        if tuple(t.shape) != tuple(int(s) for s in want.shape):
+            raise BoundaryGraphError(f"{graph.name}: op '{o.name}' wrote '{name}' with shape "
+                                     f"{tuple(t.shape)}, declared {tuple(want.shape)}", op=o.name)
+        env[name] = t.to(getattr(torch, want.dtype))
+
+
 def interpret(graph: BoundaryGraph, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Run ``graph``; returns the final value of every value it defines."""
     env = {k: t.clone() for k, t in inputs.items()}
     for o in graph.ops:
-        if o.kind in _NO_EFFECT:
-            continue
-        if o.fn is None:
-            if o.kind not in _COPIES:
-                raise BoundaryGraphError(f"{graph.name}: op '{o.name}' has no reference semantics", op=o.name)
-            outs = tuple(env[r].clone() for r in o.reads)
-        else:
-            outs = o.fn(*(env[r] for r in o.reads))
-        if len(outs) != len(o.writes):
-            raise BoundaryGraphError(f"{graph.name}: op '{o.name}' produced {len(outs)} values "
-                                     f"for {len(o.writes)} writes", op=o.name)
-        for name, t in zip(o.writes, outs):
-            want = graph.values[name]
-            if tuple(t.shape) != tuple(int(s) for s in want.shape):
-                raise BoundaryGraphError(f"{graph.name}: op '{o.name}' wrote '{name}' with shape "
-                                         f"{tuple(t.shape)}, declared {tuple(want.shape)}", op=o.name)
-            env[name] = t.to(getattr(torch, want.dtype))
+        execute(graph, o, env)
     return env
+
+
+def differing(names: Sequence[str], want: Mapping[str, torch.Tensor], got: Mapping[str, torch.Tensor]) -> list[str]:
+    """The ``names`` whose value in ``got`` is missing or differs from ``want``'s (the one comparison)."""
+    return [n for n in names if n not in got or not torch.equal(want[n], got[n])]
 
 
 def outputs_equal(a: BoundaryGraph, b: BoundaryGraph, seed: int = 0) -> list[str]:
     """Names of ``a``'s outputs whose values differ when both graphs run on the same inputs."""
     inputs = random_inputs(a, seed)
-    ra, rb = interpret(a, inputs), interpret(b, inputs)
-    return [n for n in a.outputs if n not in rb or not torch.equal(ra[n], rb[n])]
+    return differing(a.outputs, interpret(a, inputs), interpret(b, inputs))

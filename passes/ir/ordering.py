@@ -2,7 +2,9 @@
 
 Device -> device across streams: an event recorded after the producer and
 waited on the consumer's stream just before the consumer.  Device -> host:
-a host sync just before the host consumer.  Host -> device needs nothing
+a host sync just before the host consumer, on the value when the device op
+wrote it, else (the host overwrites what a device op still reads: WAR) on an
+event recorded right after the device op.  Host -> device needs nothing
 (issue order), as long as the producer comes first in program order.
 """
 
@@ -29,9 +31,15 @@ def _order_pair(graph: BoundaryGraph, a: Op, b: Op, value: str) -> BoundaryGraph
     if ia > ib:
         raise BoundaryGraphError(f"{graph.name}: '{b.name}' needs '{value}' from '{a.name}', "
                                  "which is issued after it", op=b.name)
-    if b.kind.on_host:
+    if b.kind.on_host and value in a.writes:  # a sync on the value waits for its last writer, a
         sync = Op(graph.fresh_name(f"sync_{a.name}"), OpKind.HOST_SYNC, HOST, (value,))
         ops.insert(ib, sync)
+        return graph.with_ops(ops, values)
+    if b.kind.on_host:  # the host rewrites what a device op reads (WAR): wait for an event recorded after it
+        event = graph.fresh_name(f"ev_{a.name}")
+        values[event] = Value(event, Placement.EVENT)
+        ops.insert(ib, Op(graph.fresh_name(f"sync_{a.name}"), OpKind.HOST_SYNC, HOST, (event,)))
+        ops.insert(ia + 1, Op(f"record_{event}", OpKind.EVENT_RECORD, a.stream, (), (event,)))
         return graph.with_ops(ops, values)
     # One event serves every later consumer on b's stream: record it after the last op
     # of a's stream, issued before b, that any of them depends on.

@@ -29,6 +29,9 @@ RULES: dict[OpKind, tuple[bool, set[Placement], set[Placement]]] = {
     OpKind.HOST_SYNC: (True, _HOSTSIDE | {P.EVENT, P.DEVICE}, set()),
 }
 
+# kinds whose every buffer must keep its address from capture to replay
+STABLE_ADDRESS = frozenset({OpKind.GRAPH_REPLAY})
+
 _ARITY: dict[OpKind, Callable[[Op], str | None]] = {
     OpKind.H2D: lambda o: None if len(o.reads) == len(o.writes) >= 1 else "a copy reads and writes the same number of buffers",
     OpKind.D2H: lambda o: None if len(o.reads) == len(o.writes) >= 1 else "a copy reads and writes the same number of buffers",
@@ -93,6 +96,11 @@ def _check_op(graph: BoundaryGraph, o: Op, defined: set[str]) -> None:
         if graph.values[v].placement not in may_write:
             raise _fail(graph, o, f"writes {graph.values[v].placement.value} buffer '{v}' "
                         f"(a {o.kind.value} may write {sorted(p.value for p in may_write)})")
+    if o.kind in STABLE_ADDRESS:
+        unstable = [v for v in (*o.reads, *o.writes) if not graph.values[v].persistent]
+        if unstable:
+            raise _fail(graph, o, f"a captured graph replays fixed addresses, but '{unstable[0]}' "
+                        "has no stable address (not persistent)")
 
 
 def verify_races(graph: BoundaryGraph) -> None:

@@ -39,3 +39,17 @@ def test_inputs_fit_the_layout():
 def test_malformed_semantics_are_named(fn, message):
     with pytest.raises(BoundaryGraphError, match=message):
         interpret(_graph(fn), random_inputs(_graph(fn)))
+
+
+def _two_outputs(f1, f2):
+    values = {"x": Value("x", Placement.DEVICE, (2,), is_input=True, init="rand"),
+              "y1": Value("y1", Placement.DEVICE, (2,)), "y2": Value("y2", Placement.DEVICE, (2,))}
+    ops = (Op("k", OpKind.DEVICE_KERNEL, "s", ("x",), ("y1", "y2"), lambda x: (f1(x), f2(x))),)
+    return BoundaryGraph("g", ops, values, "k", "k", ("y1", "y2"))
+
+
+def test_every_output_is_compared():
+    g = _two_outputs(lambda x: x + 1, lambda x: x + 2)
+    assert outputs_equal(g, _two_outputs(lambda x: x + 9, lambda x: x + 2)) == ["y1"]
+    assert outputs_equal(g, _two_outputs(lambda x: x + 1, lambda x: x + 9)) == ["y2"]
+    assert outputs_equal(g, _two_outputs(lambda x: x, lambda x: x)) == ["y1", "y2"]

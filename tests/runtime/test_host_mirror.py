@@ -117,3 +117,17 @@ def test_fallback_results_keep_their_memory_for_the_copy(mirror):
     m.copy(result(5, 3, fast_path=False), 3)
     assert Tracked.recorded == ["copy"] * len(HOST_FIELDS)
     assert m.result(0).next_last_token.tolist() == [5] * 3
+
+
+def test_the_step_before_stays_readable_while_the_next_is_copied(mirror):
+    """The engine's order: copy step i, then read step i - 1 (``steps_back=1``) before consuming step i."""
+    m, _ = mirror
+    for k in range(1, 6):
+        m.copy(result(k, MAX_BATCH), MAX_BATCH)  # same batch every step: only the slot tells steps apart
+        latest = m.result(0)
+        assert latest.accepted.tolist() == [k] * MAX_BATCH and latest.next_tokens.tolist() == [[k] * W] * MAX_BATCH
+        if k > 1:
+            previous = m.result(1)
+            assert previous.accepted.tolist() == [k - 1] * MAX_BATCH
+            assert previous.next_last_token.tolist() == [k - 1] * MAX_BATCH
+            assert previous.next_seq_lens.data_ptr() != latest.next_seq_lens.data_ptr()
