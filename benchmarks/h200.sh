@@ -6,10 +6,18 @@
 #       --boundary draft-to-verify,verify-to-draft --out build/engine_test_kernels
 #   specgen build --target cuda --widths 4,5,6 --block-table-widths 32 --block-sizes 16 --draft-dtypes int32 \
 #       --boundary draft-to-verify,verify-to-draft --out build/bench_kernels
+#   specgen build --target c,cuda --boundary draft-to-verify,context-kv --widths 4,8,16 --block-table-widths 8 \
+#       --block-sizes 16 --draft-dtypes int32 \
+#       --families spec_verify_head_update,greedy_prefix_verify,context_kv_update --out build/block_test_kernels
+#   specgen build --target cuda --boundary draft-to-verify,context-kv --widths 8,16 --block-table-widths 80 \
+#       --block-sizes 16 --draft-dtypes int32 --out build/block_bench_kernels
+#   specgen build --target cuda --widths 6 --block-table-widths 3 --block-sizes 5 --out build/kbuild-cuda-edge
 # Stages: tests (every GPU test), engine-tests (tests/engine only: the decode engine's modes),
+# sanitize (the CUDA fuzz of every family under compute-sanitizer memcheck, racecheck, initcheck),
+# block-bench (DFlash depth 15 and DSpark depth 7 drafts, three modes),
 # heads (benchmarks/head_updates.py), bench / bench-mtp (`specgen bench`: cli/bench.py over
 # runtime/engine/bench.py; --modes names registered modes, runtime/engine/modes.py).
-# Usage: benchmarks/h200.sh OUT_DIR [tests] [engine-tests] [heads] [bench] [bench-mtp]
+# Usage: benchmarks/h200.sh OUT_DIR [tests] [engine-tests] [sanitize] [heads] [bench] [bench-mtp] [block-bench]
 set -u
 out=$1; shift
 mkdir -p "$out"
@@ -17,12 +25,27 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/install.log
 export SPECGEN_TEST_CUDA_KERNELS=build/verify_test_kernels
 export SPECGEN_TEST_CUDA_DEFAULT_KERNELS=build/specgen_kernels
 export SPECGEN_TEST_ENGINE_KERNELS=build/engine_test_kernels
+export SPECGEN_TEST_BLOCK_KERNELS=build/block_test_kernels
+export SPECGEN_TEST_CUDA_FUZZ_KERNELS=build/specgen_kernels:build/kbuild-cuda-edge
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
 for stage in "$@"; do
   case $stage in
     tests) python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/ 2>&1 | tee "$out/gpu_tests.txt" | tail -40 ;;
     engine-tests) python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/engine 2>&1 \
              | tee "$out/gpu_engine_tests.txt" | tail -20 ;;
+    sanitize)
+      for tool in memcheck racecheck initcheck; do
+        PYTORCH_NO_CUDA_MEMORY_CACHING=1 SPECGEN_FUZZ_EXAMPLES=${SPECGEN_FUZZ_EXAMPLES:-8} \
+          compute-sanitizer --tool $tool --error-exitcode 3 python3 -m pytest -q -p no:cacheprovider \
+          tests/codegen/test_fuzz_cuda.py > "$out/sanitize_$tool.txt" 2>&1
+        echo "compute-sanitizer --tool $tool: exit $?"; grep -E "ERROR SUMMARY|passed|failed" "$out/sanitize_$tool.txt" | tail -3
+      done ;;
+    block-bench)
+      for spec in "dflash 15" "dspark 7"; do set -- $spec
+        specgen bench --model qwen3-0.6b --draft $1 --depth $2 --batch 1,8,32 --steps 64 --warmup 3 --acceptance 0.7 \
+          --block-table-width 80 --kernels build/block_bench_kernels --out "$out/bench_$1" > "$out/bench_$1.log" 2>&1
+        echo "block bench $1: exit $?"; grep -v "^frame #" "$out/bench_$1.log" | tail -14
+      done ;;
     heads) python3 benchmarks/head_updates.py --kernels build/specgen_kernels --out "$out/head_updates.json" 2>&1 | tail -30 ;;
     bench) specgen bench --model qwen3-0.6b --depth 3,4,5 --batch 1,8,32 --steps 64 --warmup 3 \
              --modes baseline,compile,specgen --acceptance 0.7 --kernels build/bench_kernels \
