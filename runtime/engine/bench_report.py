@@ -79,6 +79,10 @@ def notes(result: dict) -> list[str]:
     if ok and all(r.get("kernel_draft_to_verify_us") is None for r in ok):
         out.append("k d->v, k v->d and head come from a torch.profiler trace of the device's kernels (CUDA, "
                    "--profile-steps > 0); on the CPU there are no kernels, so they stay empty")
+    windows = [r for r in ok if r.get("kernel_attribution") == "time-window"]
+    if windows:
+        out.append(f"{len(windows)} run(s) had device records without launch correlation ids; their kernel "
+                   "figures come from launch time windows, exact only where the host waits for the device")
     failed = [r for r in ok if r.get("kernel_profile_error")]
     if failed:
         out.append(f"the kernel-level profile failed for {len(failed)} run(s), e.g. {failed[0]['mode']}: "

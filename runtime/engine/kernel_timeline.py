@@ -9,8 +9,11 @@ kernels share the id of its ``cudaGraphLaunch``), so each device record is
 attributed to the innermost phase range enclosing its launch call.  A trace
 whose device records lack correlation ids (or carry ids no launch call has)
 falls back to time windows: a record belongs to the last phase whose first
-launch call precedes the record's start on the device, which holds while the
-device keeps pace with the host (``attribute`` reports which method it used).
+launch call precedes the record's start on the device.  That is exact only
+where each phase launches after the previous phase's records have started
+(a host that waits for the device); where the host runs ahead it hands a
+phase's records to the next one, so ``attribute_with_method`` says which
+method it used and the bench records it with the figures.
 
 Within a step's verify phase the *target forward* is found by its kernel
 names: the bare forward graph, profiled alone, gives the name sequence, and

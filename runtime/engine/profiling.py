@@ -27,8 +27,9 @@ from .kernel_timeline import phase_name
 __all__ = ["StepProfiler", "chrome_trace", "forward_trace"]
 
 
-def _activities():
-    return [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+def _activities(device: torch.device) -> list:
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    return acts + [torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else acts
 
 
 def chrome_trace(prof) -> dict:
@@ -56,7 +57,7 @@ class StepProfiler:
         if self.first is not None and i == self.first and self._prof is None:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)  # earlier steps' kernels stay out of the trace
-            self._prof = torch.profiler.profile(activities=_activities())
+            self._prof = torch.profiler.profile(activities=_activities(self.device))
             self._prof.__enter__()
 
     def phase(self, name: str, i: int):
@@ -89,7 +90,7 @@ def forward_trace(engine) -> dict:
     with engine._state_kept():
         g = engine.graph(lambda: engine.target_forward(bufs))
         torch.cuda.synchronize(engine.device)
-        with torch.profiler.profile(activities=_activities()) as prof:
+        with torch.profiler.profile(activities=_activities(engine.device)) as prof:
             g()
             torch.cuda.synchronize(engine.device)
         del g
