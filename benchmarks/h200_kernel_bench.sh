@@ -19,7 +19,7 @@ export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$out/.inductor_cache}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
 t0=$SECONDS
 for depth in 3 4 5; do
-  timeout 150 python3 -m specgen bench --model qwen3-0.6b --depth $depth --batch 1,8,32 --steps "$steps" --warmup 3 \
+  timeout 125 python3 -m specgen bench --model qwen3-0.6b --depth $depth --batch 1,8,32 --steps "$steps" --warmup 3 \
     --profile-steps 8 --bare-repeats 20 --modes baseline,compile,inductor,specgen --acceptance 0.7 \
     --kernels build/bench_kernels --out "$out/bench_d$depth" > "$out/bench_d$depth.log" 2>&1
   echo "depth $depth: exit $? after $((SECONDS - t0)) s"
@@ -43,7 +43,7 @@ for f in sorted(out.glob("bench_d*/bench.json")):
     print(f.parent.name, "ratios:", r["ratios"])
 print("self-check:", "OK" if bad == 0 else f"{bad} run(s) missing fields")
 PY
-timeout 120 python3 -m pytest -q -s -p no:cacheprovider tests/engine/test_bench_kernels.py tests/engine/test_mode_inductor.py \
+timeout 150 python3 -m pytest -q -s -p no:cacheprovider tests/engine/test_bench_kernels.py tests/engine/test_mode_inductor.py \
   2>&1 | tail -25 | tee "$out/gpu_tests.txt"
 rm -rf "$out/.inductor_cache"
 echo "total $((SECONDS - t0)) s"
