@@ -23,7 +23,8 @@ BENCH_BOUNDARIES = (DRAFT_TO_VERIFY, VERIFY_TO_DRAFT)  # the MTP draft's; a draf
 def register(sub) -> None:
     """Add the ``bench`` subcommand to the ``sub`` parsers."""
     p = sub.add_parser("bench", help="decode with every boundary mode and measure them side by side")
-    p.add_argument("--model", default="tiny", choices=["tiny", "qwen3-0.6b"], help="model preset (random weights)")
+    p.add_argument("--model", default="tiny", choices=["tiny", "qwen3-0.6b", "qwen3-8b"],
+                   help="model preset (random weights)")
     p.add_argument("--depth", default="3", help="drafts per step (verify width = depth + 1), e.g. 3 or 3,4,5")
     p.add_argument("--draft", default="mtp", help="draft kind: mtp (default), dflash or dspark")
     p.add_argument("--draft-weights", metavar="DIR", help="a DFlash / DSpark draft from a local safetensors folder "
@@ -51,6 +52,8 @@ def register(sub) -> None:
     p.add_argument("--draft-tp", type=int, default=1, help="1: the MTP draft body whole on every rank; or --tp")
     p.add_argument("--check-ranks", type=int, default=0, metavar="N",
                    help="compare the ranks' step state every N steps; stop at the first differing field")
+    p.add_argument("--profile-steps", type=int, default=8, help="after the timed runs, profile this many steps "
+                   "of each run with torch.profiler for the kernel-level figures (CUDA; 0: off)")
     p.add_argument("--replot", metavar="BENCH_JSON", help="only redraw timeline.png from a bench.json")
     p.set_defaults(func=run)
 
@@ -105,7 +108,7 @@ def run(args) -> int:
             block_table_width=args.block_table_width, prompt_len=args.prompt_len, dtype=args.dtype,
             device=args.device, seed=args.seed, bare_repeats=args.bare_repeats, command=command, draft=args.draft,
             draft_weights=args.draft_weights, tp=args.tp,
-            draft_tp=args.draft_tp, check_ranks=args.check_ranks)
+            draft_tp=args.draft_tp, check_ranks=args.check_ranks, profile_steps=args.profile_steps)
         out = writable_dir(args.out, "--out")  # before the run: results that cannot be written are lost
         if config.cuda:
             parallel.check_gpus(config.tp)
@@ -114,7 +117,7 @@ def run(args) -> int:
         tp = parallel.init_tensor_parallel(config.tp, args.device)
     except (bench.BenchError, parallel.TPError) as e:
         raise UsageError(str(e)) from None
-    result = _measure(args, config, tp)
+    result = _measure(args, config, tp, out if tp.is_writer else None)
     tp.close()  # the engines, and their captured graphs, are gone by now (a failed rank just exits)
     if not tp.is_writer:
         return 0
@@ -135,7 +138,7 @@ def _launch_ranks(args) -> int:
     return launch.launch([sys.executable, "-m", "specgen", *args.cli_argv], args.tp, quiet_ranks=True)
 
 
-def _measure(args, config, tp) -> dict:
+def _measure(args, config, tp, trace_dir) -> dict:
     """Run the harness on this rank; rank 0 builds missing kernels while the others wait."""
     from ..runtime.engine import bench
 
@@ -146,7 +149,7 @@ def _measure(args, config, tp) -> dict:
                 library = _ensure_kernels(args.kernels, config)
             tp.barrier()
             library = library or _library(Path(args.kernels or "build/bench_kernels"))
-        return bench.run_bench(config, library, tp)
+        return bench.run_bench(config, library, tp, trace_dir)
     except bench.BenchError as e:
         raise UsageError(str(e)) from None
 

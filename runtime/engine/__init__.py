@@ -14,12 +14,13 @@ from .engine import SpecDecodeEngine
 from .errors import EngineError
 from .model import PRESETS, ModelConfig, Qwen3Model
 from .modes import MODES, Mode, register_mode
+from .mode_inductor import InductorMode  # registers the inductor mode
 from .paged_kv import (AttentionBatch, BlockAllocator, PagedKVCache, make_block_table,
                        paged_attention, slot, verify_metadata)
 from .results import RunResult, StepTiming
 
 __all__ = [
-    "AcceptanceMix", "AttentionBatch", "BlockAllocator", "EngineError", "MODES", "MTPHead", "Mode",
+    "AcceptanceMix", "AttentionBatch", "BlockAllocator", "EngineError", "InductorMode", "MODES", "MTPHead", "Mode",
     "ModelConfig", "PRESETS", "PagedKVCache", "Qwen3Model", "RunResult", "SpecDecodeEngine", "SpecStats",
     "StepTiming", "greedy_generate", "greedy_prefix", "make_block_table", "paged_attention",
     "register_mode", "slot", "speculative_generate", "verify_metadata",

@@ -6,7 +6,10 @@ the draft->verify boundary (median verify span minus the bare verify graph),
 the verify->next-draft gap, the draft graph, host synchronizations per step
 (counted by torch.cuda's sync debug mode), the measured acceptance, and
 whether the mode's tokens equal the other modes' (and plain greedy decoding
-with ``check``).  ``configure`` validates the settings into a ``BenchConfig``;
+with ``check``), and how long capturing the run's graphs took (``capture_s``).
+On CUDA, once every timed run is done, ``bench_profile.KernelPass`` profiles
+each run again for the kernel-level figures (``kernel_draft_to_verify_us``,
+``head_us``, ``kernel_verify_to_draft_us``; None on the CPU).  ``configure`` validates the settings into a ``BenchConfig``;
 ``run_bench`` measures; ``bench_report`` prints, plots and writes the result.
 """
 
@@ -15,12 +18,14 @@ from __future__ import annotations
 import platform
 import random
 import time
+from pathlib import Path
 from statistics import median
 
 import torch
 
 from .acceptance import AcceptanceMix
 from .bench_config import BenchConfig, configure
+from .bench_profile import KERNEL_FIELDS, KernelPass
 from .bench_support import BenchError, log, quarters as _quarters, still_running
 from .decode import greedy_generate
 from .draft_kinds import DRAFT_KINDS
@@ -37,8 +42,11 @@ __all__ = ["SUBJECT", "BenchConfig", "BenchError", "configure", "ratios", "run_b
 SUBJECT = "specgen"  # the mode the others are compared with
 
 
-def run_bench(config: BenchConfig, library=None, tp: TensorParallel | None = None) -> dict:
+def run_bench(config: BenchConfig, library=None, tp: TensorParallel | None = None,
+              trace_dir: Path | None = None) -> dict:
     """Every (batch, depth, mode) of ``config``; ``library`` holds the kernels the modes that need one use.
+
+    ``trace_dir``: where the kernel-level pass saves each run's trace (``bench_profile.trace_name``).
 
     With ``config.tp > 1`` every rank calls this with its ``tp`` (``parallel.init_tensor_parallel``)
     and runs the same sweep; the results are the same on every rank but rank 0's timings.
@@ -54,7 +62,7 @@ def run_bench(config: BenchConfig, library=None, tp: TensorParallel | None = Non
     tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
-        return _Sweep(config, library, tp or TensorParallel.single(config.device)).run()
+        return _Sweep(config, library, tp or TensorParallel.single(config.device), trace_dir).run()
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
 
@@ -83,6 +91,8 @@ def summary(res: RunResult, bare_us: float | None) -> dict:
         "tpot_ms": round(res.elapsed_s * 1e3 / per_seq_tokens, 4) if per_seq_tokens else None,
         "tokens_per_s": round(res.timed_tokens / res.elapsed_s, 1) if res.elapsed_s else None,
         "step_us": round(res.elapsed_s * 1e6 / res.steps, 2) if res.steps else None,
+        "capture_s": round(res.capture_s, 4) if res.capture_s is not None else None,
+        **dict.fromkeys(KERNEL_FIELDS),  # the kernel-level pass fills these in (CUDA)
     }
     if t:
         gaps = [x.gap_us for x in t[:-1]]
@@ -111,8 +121,9 @@ def _failed(mode: str, width: int, batch: int, why: str) -> dict:
 class _Sweep:
     """One bench invocation's state: the model, the rows so far, and whether the device gave out."""
 
-    def __init__(self, config: BenchConfig, library, tp: TensorParallel):
-        self.config, self.library = config, library
+    def __init__(self, config: BenchConfig, library, tp: TensorParallel, trace_dir: Path | None = None):
+        self.config, self.library, self.trace_dir = config, library, trace_dir
+        self.inputs: dict[tuple[int, int], tuple] = {}  # (width, batch) -> (prompts, oracle), for the profile
         t = time.perf_counter()
         try:  # every rank builds the full seeded model and keeps its share
             with still_running(f"creating {config.model.name}"):
@@ -144,6 +155,8 @@ class _Sweep:
             if self.aborted:
                 break
             self._batch(batch)
+        if self.config.profile_steps and not self.aborted:
+            KernelPass(self, self.trace_dir).run(self.inputs)
         return self._result()
 
     def _device_ok(self) -> bool:
@@ -208,6 +221,7 @@ class _Sweep:
             oracle = self._oracle(prompts, width, batch)
             if oracle is None:
                 return
+        self.inputs[(width, batch)] = (prompts, oracle)
         tokens_by_mode: dict[str, list] = {}
         self._bare = None
         for mode in c.modes:
@@ -264,11 +278,12 @@ class _Sweep:
             r.setdefault("tp", c.tp)
         env = {"device": torch.cuda.get_device_name(c.device) if c.cuda else platform.processor() or "cpu",
                "torch": torch.__version__, "python": platform.python_version(),
-               "clock": "cuda-events" if c.cuda else "host perf_counter"}
+               "clock": "cuda-events" if c.cuda else "host perf_counter",
+               "kernel_clock": "torch.profiler (CUPTI)" if c.cuda and c.profile_steps else None}
         return {"command": c.command, "model": c.model.name, "draft": c.draft, "draft_weights": c.draft_weights,
                 "dtype": str(c.dtype).split(".")[-1], "tp": c.tp, "draft_tp": c.draft_tp,
                 "environment": env, "layout": {"block_size": c.block_size, "block_table_width": c.block_table_width},
-                "steps": c.steps, "warmup_steps": c.warmup, "acceptance_p": c.acceptance, "aborted": self.aborted,
+                "steps": c.steps, "warmup_steps": c.warmup, "profile_steps": c.profile_steps, "acceptance_p": c.acceptance, "aborted": self.aborted,
                 "skipped_modes": dict(c.skipped), "runs": self.runs, "agreement": self.checks,
                 "ratios": ratios(self.runs)}
 

@@ -41,6 +41,7 @@ class BenchConfig:
     tp: int = 1            # tensor-parallel ranks of the target
     draft_tp: int = 1      # 1: the MTP draft body whole on every rank; tp: split like the target
     check_ranks: int = 0   # compare the ranks' step state every N steps (0: off)
+    profile_steps: int = 0  # steps profiled per run after every timed run (CUDA only; 0: none)
 
     @property
     def cuda(self) -> bool:
@@ -70,7 +71,7 @@ def configure(*, model: str = "tiny", depths=(3,), batches=(1,), modes=tuple(MOD
               block_table_width: int = 32, prompt_len: int = 32, dtype: str = "auto", device: str | None = None,
               seed: int = 0, bare_repeats: int = 30, command: str = "specgen bench", draft: str = "mtp",
               draft_weights: str | None = None, tp: int = 1, draft_tp: int = 1,
-              check_ranks: int = 0) -> BenchConfig:
+              check_ranks: int = 0, profile_steps: int = 8) -> BenchConfig:
     """Validate the bench settings (``BenchError`` says what is wrong); ``block_table_width=0``: just enough."""
     dev = _device(device)
     cuda = dev.type == "cuda"
@@ -94,24 +95,31 @@ def configure(*, model: str = "tiny", depths=(3,), batches=(1,), modes=tuple(MOD
         raise BenchError(f"--tp {tp} runs MTP drafts; --draft {draft} runs on one device (--tp 1)")
     if prompt_len < 1 or bare_repeats < 1:
         raise BenchError("--prompt-len and --bare-repeats must be at least 1")
+    if profile_steps < 0:
+        raise BenchError("--profile-steps must be at least 0 (0: no kernel-level profile)")
     if acceptance is not None and not 0.0 <= acceptance <= 1.0:
         raise BenchError(f"--acceptance must lie in [0, 1], got {acceptance}")
     skipped = tuple((m, MODES[m].cpu_skip_reason) for m in modes if not cuda and MODES[m].cpu_skip_reason)
+    kind_modes = DRAFT_KINDS[draft].modes
+    skipped += tuple((m, f"the {draft} draft has no {m} mode") for m in modes
+                     if m not in kind_modes and m not in dict(skipped))
     cfg = ModelConfig.preset(model)
     torch_dtype = {"auto": torch.bfloat16 if cuda and model != "tiny" else torch.float32,
                    "float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     widest = max(d + 1 for d in depths)
-    need = prompt_len + (warmup + steps + 2) * widest + 1
+    profile_steps = profile_steps if cuda else 0  # the CPU runs no kernels to profile
+    need = prompt_len + (warmup + max(steps, profile_steps) + 2) * widest + 1
     if acceptance is not None:  # the oracle run decodes max_new_tokens, which reserves 3 W + 1 more
         need += 3 * widest + 1
     bt = block_table_width or -(-need // block_size)
     if bt * block_size < need:
         raise BenchError(f"--block-table-width {bt} x --block-size {block_size} = {bt * block_size} "
-                         f"positions; {steps} steps at depth {max(depths)} need {need}")
+                         f"positions; {steps} steps at depth {max(depths)} with --prompt-len {prompt_len} need "
+                         f"{need} (--block-table-width 0: just enough)")
     return BenchConfig(cfg, torch_dtype, dev, tuple(depths), tuple(batches),
                        tuple(m for m in modes if m not in dict(skipped)), skipped, steps, warmup, acceptance, check,
                        block_size, bt, prompt_len, seed, bare_repeats, command, draft, draft_weights, tp,
-                       draft_tp, check_ranks)
+                       draft_tp, check_ranks, profile_steps)
 
 
 def _check_draft(draft: str, weights: str | None, depths, block_size: int, block_table_width: int) -> None:

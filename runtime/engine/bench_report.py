@@ -15,7 +15,9 @@ PHASES = (("draft", "draft_us", "#8da0cb"), ("draft->verify boundary", "draft_to
           ("verify graph", "bare_verify_us", "#66c2a5"), ("verify->draft gap", "verify_to_draft_us", "#e78ac3"))
 LEGEND = ("columns: TPOT = time per output token; d->v = the draft->verify boundary (verify span minus the bare "
           "verify graph); v->d = the verify->next-draft gap; verify = the bare verify graph; draft = the draft "
-          "graph (medians per step)")
+          "graph; k d->v / k v->d = the same gaps between kernels on the device (profiled steps); head = the "
+          "device time of the boundary work before the forward; capture = capturing the run's graphs "
+          "(medians per step)")
 LOW_ACCEPTANCE = 0.1
 
 
@@ -45,8 +47,9 @@ def table(result: dict) -> str:
     """The runs as aligned columns with a legend, then the TPOT ratios, skipped modes and failures."""
     cols = [("depth", "depth"), ("batch", "B"), ("mode", "mode"), ("tpot_ms", "TPOT ms"),
             ("tokens_per_s", "tok/s"), ("draft_to_verify_us", "d->v us"), ("verify_to_draft_us", "v->d us"),
-            ("bare_verify_us", "verify us"), ("draft_us", "draft us"), ("host_syncs_per_step", "syncs/step"),
-            ("acceptance", "accept")]
+            ("kernel_draft_to_verify_us", "k d->v us"), ("kernel_verify_to_draft_us", "k v->d us"),
+            ("head_us", "head us"), ("bare_verify_us", "verify us"), ("draft_us", "draft us"),
+            ("host_syncs_per_step", "syncs/step"), ("acceptance", "accept"), ("capture_s", "capture s")]
     ok = ok_runs(result)
     rows = [[("" if r.get(k) is None else str(r.get(k))) for k, _ in cols] for r in ok]
     head = [h for _, h in cols]
@@ -73,6 +76,17 @@ def notes(result: dict) -> list[str]:
     out = []
     if ok and all(r.get("host_syncs_per_step") is None for r in ok):
         out.append("syncs/step is counted with torch.cuda's sync debug mode, so it stays empty on the CPU")
+    if ok and all(r.get("kernel_draft_to_verify_us") is None for r in ok):
+        out.append("k d->v, k v->d and head come from a torch.profiler trace of the device's kernels (CUDA, "
+                   "--profile-steps > 0); on the CPU there are no kernels, so they stay empty")
+    windows = [r for r in ok if r.get("kernel_attribution") == "time-window"]
+    if windows:
+        out.append(f"{len(windows)} run(s) had device records without launch correlation ids; their kernel "
+                   "figures come from launch time windows, exact only where the host waits for the device")
+    failed = [r for r in ok if r.get("kernel_profile_error")]
+    if failed:
+        out.append(f"the kernel-level profile failed for {len(failed)} run(s), e.g. {failed[0]['mode']}: "
+                   f"{failed[0]['kernel_profile_error']}")
     accept = sorted(r.get("acceptance") or 0.0 for r in ok)
     if accept and result.get("acceptance_p") is None and accept[len(accept) // 2] < LOW_ACCEPTANCE:
         out.append(f"acceptance is {accept[len(accept) // 2]}: the random-weight MTP head seldom agrees with the "
@@ -162,6 +176,19 @@ def figure(result: dict):
     return fig
 
 
+def _plot_kernels(result: dict, out: Path) -> Path | None:
+    """``kernel_timeline.png`` from the saved traces, when there are any (a failure is reported, not raised)."""
+    if not any(r.get("kernel_trace") for r in result["runs"]):
+        return None
+    from .kernel_plot import plot_kernels
+
+    try:
+        return plot_kernels(result, out)
+    except Exception as e:  # noqa: BLE001  the results are written; a picture that fails is reported
+        log(f"bench: could not draw kernel_timeline.png ({type(e).__name__}: {e})")
+        return None
+
+
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(text)
@@ -179,6 +206,9 @@ def write(result: dict, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "bench.json"]
     _write_atomic(paths[0], json.dumps(dict(result, notes=notes(result)), indent=1) + "\n")
+    kernels = _plot_kernels(result, out)
+    if kernels is not None:
+        paths.append(kernels)
     png = out / "timeline.png"
     try:
         drawn = plot(result, png)

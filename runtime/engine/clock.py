@@ -16,7 +16,7 @@ import torch
 
 from .results import RunResult, StepTiming
 
-__all__ = ["HostStamp", "StepClock", "StepStamps", "SyncCount", "count_host_syncs"]
+__all__ = ["HostStamp", "StepClock", "StepStamps", "SyncCount", "count_host_syncs", "wall_seconds"]
 
 SYNC_WARNING = "synchronizing CUDA operation"
 
@@ -89,6 +89,24 @@ def count_host_syncs(active: bool):
         if not any(w is x for x in syncs):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     count.n = len(syncs)
+
+
+class Seconds:
+    s: float | None = None
+
+
+@contextlib.contextmanager
+def wall_seconds(device: torch.device):
+    """The block's wall time into the yielded ``Seconds``, the device's work before and in it waited for."""
+    out = Seconds()
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+    t = time.perf_counter()
+    yield out
+    if cuda:
+        torch.cuda.synchronize(device)
+    out.s = time.perf_counter() - t
 
 
 class StepClock:

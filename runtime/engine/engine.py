@@ -13,7 +13,10 @@ verify graph, one; ``specgen``: the built kernel variants in
 On the CPU the graphs run eagerly (``compile`` mode takes ``compile_backend``,
 e.g. ``"eager"`` in tests).  ``run`` returns the tokens, the acceptance and,
 with ``timing=True`` on CUDA, per-step CUDA-event timings and host
-synchronization counts.
+synchronization counts; ``capture_s`` is how long capturing the run's graphs
+took.  With ``profile=True`` the steps after the warm-up run under
+``torch.profiler`` with their draft and verify phases marked
+(``profiling.StepProfiler``); the Chrome trace lands in ``RunResult.trace``.
 
 ``engine.observer``, when set, is called around every decode step:
 ``observer.before_step(engine, i)`` before the draft graph and
@@ -33,13 +36,14 @@ import torch
 
 from ..semantics import slot
 from .acceptance import AcceptanceMix
-from .clock import StepClock, count_host_syncs, stamp_factory
+from .clock import StepClock, count_host_syncs, stamp_factory, wall_seconds
 from .draft import MTPHead
 from .errors import EngineError
 from .graphs import CapturedGraph
 from .modes import MODES, Commit, Mode
 from .model import Qwen3Model
 from .paged_kv import BlockAllocator
+from .profiling import StepProfiler
 from .results import RunResult, StepTiming
 
 __all__ = ["MODES", "EngineError", "RunResult", "SpecDecodeEngine", "StepTiming"]
@@ -238,7 +242,7 @@ class SpecDecodeEngine:
     # ------------------------------------------------------------------- run
     @torch.inference_mode()
     def run(self, prompts: list[list[int]], *, max_new_tokens: int | None = None, steps: int | None = None,
-            warmup_steps: int = 0, timing: bool = False) -> RunResult:
+            warmup_steps: int = 0, timing: bool = False, profile: bool = False) -> RunResult:
         """Decode ``prompts`` until every sequence has ``max_new_tokens`` tokens, or for ``steps`` steps.
 
         The block table is sized for the slowest sequence.  One that finishes
@@ -247,23 +251,27 @@ class SpecDecodeEngine:
         semantics, and its extra tokens are dropped.
 
         ``warmup_steps`` run first (captures, compilation) and are neither
-        timed nor counted; their tokens are part of ``outputs``.
+        timed nor counted; their tokens are part of ``outputs``.  ``profile``:
+        the steps after them run under ``torch.profiler`` (see the module docstring).
         """
         budget = _Budget.of(max_new_tokens, steps, warmup_steps)
         self._setup(prompts, budget.horizon(self.width))
         bonus = self._prefill(prompts)
         self.strategy.after_prefill(bonus)
-        self._build_graphs()
-        res = RunResult(self.mode, self.width, self.batch, [[t] for t in bonus.tolist()])
+        with wall_seconds(self.device) as capture:
+            self._build_graphs()
+        res = RunResult(self.mode, self.width, self.batch, [[t] for t in bonus.tolist()], capture_s=capture.s)
         clock = StepClock(self.device, timing)
-        self._loop(res, budget, clock)
+        with StepProfiler(self.device, warmup_steps if profile else None) as prof:
+            self._loop(res, budget, clock, prof)
+        res.trace = prof.trace
         clock.finish(res)
         res.runtime_stats = self.strategy.stats()
         if max_new_tokens is not None:
             res.outputs = [o[:max_new_tokens] for o in res.outputs]
         return res
 
-    def _loop(self, res: RunResult, budget: _Budget, clock: StepClock) -> None:
+    def _loop(self, res: RunResult, budget: _Budget, clock: StepClock, prof: StepProfiler) -> None:
         """The decode steps; a lagged mode knows a step's tokens one step late, so it may run one step more."""
         lagged = self.strategy.lagged
         prompt_lens = self.prompt_lens.tolist()
@@ -273,14 +281,17 @@ class SpecDecodeEngine:
             timed = i >= budget.warmup_steps
             if self.observer is not None:
                 self.observer.before_step(self, i)
+            prof.at(i)
             clock.start(timed)
             with count_host_syncs(clock.counts_syncs(timed)) as syncs:
                 stamps = clock.step(timed)
                 stamps.mark(0)
-                self.draft_graph()
+                with prof.phase("draft", i):
+                    self.draft_graph()
                 stamps.mark(1)
-                commit = self.strategy.verify(*self._bounds(res, prompt_lens, lagged and i > 0),
-                                              mark=lambda: stamps.mark(2))
+                with prof.phase("verify", i):
+                    commit = self.strategy.verify(*self._bounds(res, prompt_lens, lagged and i > 0),
+                                                  mark=lambda: stamps.mark(2))
                 if lagged:
                     # enqueue step i, then read step i - 1 (the one-step-late read)
                     self._read_lagged(res, pending, 1, budget.max_new_tokens)

@@ -6,30 +6,40 @@ say where the device idles.  The decode loop marks its host-side phases with
 (``draft``, ``verify``).  CUPTI gives every kernel, memcpy and memset the
 correlation id of the runtime call that launched it (a graph replay's
 kernels share the id of its ``cudaGraphLaunch``), so each device record is
-attributed to the innermost phase range enclosing its launch call.
+attributed to the innermost phase range enclosing its launch call.  A trace
+whose device records lack correlation ids (or carry ids no launch call has)
+falls back to time windows: a record belongs to the last phase whose first
+launch call precedes the record's start on the device.  That is exact only
+where each phase launches after the previous phase's records have started
+(a host that waits for the device); where the host runs ahead it hands a
+phase's records to the next one, so ``attribute_with_method`` says which
+method it used and the bench records it with the figures.
 
 Within a step's verify phase the *target forward* is found by its kernel
 names: the bare forward graph, profiled alone, gives the name sequence, and
-the first place that sequence occurs among the phase's records is the
-forward.  Everything the phase runs before it is boundary work (the head
-update in specgen mode, copies and host-built inputs elsewhere).  Per step::
+the first place that sequence occurs among one stream's kernels of the phase
+is the forward (side streams, e.g. a device guard beside the forward, never
+split it).  Everything that stream runs in the phase before it is boundary
+work (the head update in specgen mode, copies and host-built inputs
+elsewhere).  Per step::
 
     kernel_draft_to_verify_us  first forward kernel start - last draft record end
-    head_us                    device time of the verify-phase records before the forward
+    head_us                    device time of the forward stream's verify-phase records before the forward
     kernel_verify_to_draft_us  next step's first draft record start - last forward kernel end
 """
 
 from __future__ import annotations
 
 import bisect
+import gzip
 import json
 import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DeviceRecord", "StepKernels", "PHASE_PREFIX", "phase_name", "load_trace",
-           "device_records", "attribute", "forward_names", "step_figures", "summarize"]
+__all__ = ["DeviceRecord", "StepKernels", "PHASE_PREFIX", "phase_name", "load_trace", "device_records",
+           "attribute", "attribute_with_method", "forward_names", "step_figures", "summarize", "classify"]
 
 PHASE_PREFIX = "specgen::"
 _PHASE = re.compile(r"^specgen::(?P<phase>[a-z_]+)#(?P<step>\d+)$")
@@ -49,6 +59,7 @@ class DeviceRecord:
     start: float  # us
     end: float
     correlation: int | None
+    stream: int | None = None
 
     @property
     def dur(self) -> float:
@@ -62,10 +73,12 @@ class StepKernels:
 
 
 def load_trace(path_or_dict) -> list[dict]:
-    """The ``traceEvents`` of a Chrome trace (a path, a dict or a list of events)."""
+    """The ``traceEvents`` of a Chrome trace (a path, ``.json`` or ``.json.gz``, a dict or a list of events)."""
     data = path_or_dict
     if isinstance(path_or_dict, (str, Path)):
-        data = json.loads(Path(path_or_dict).read_text())
+        path = Path(path_or_dict)
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        data = json.loads(raw)
     if isinstance(data, dict):
         data = data.get("traceEvents", [])
     return [e for e in data if isinstance(e, dict) and e.get("ph") == "X"]
@@ -77,8 +90,10 @@ def device_records(events: list[dict]) -> list[DeviceRecord]:
     for e in events:
         if e.get("cat") in DEVICE_CATS:
             ts = float(e["ts"])
-            corr = (e.get("args") or {}).get("correlation")
-            out.append(DeviceRecord(e.get("name", "?"), e["cat"], ts, ts + float(e.get("dur", 0.0)), corr))
+            args = e.get("args") or {}
+            stream = args.get("stream", e.get("tid"))
+            out.append(DeviceRecord(e.get("name", "?"), e["cat"], ts, ts + float(e.get("dur", 0.0)),
+                                    args.get("correlation"), stream if isinstance(stream, int) else None))
     return sorted(out, key=lambda r: r.start)
 
 
@@ -93,15 +108,23 @@ def _phases(events: list[dict]) -> list[tuple[float, float, str, int]]:
 
 
 def attribute(events: list[dict]) -> dict[int, StepKernels]:
-    """Device records per step and phase, through the launch calls' correlation ids."""
+    """Device records per step and phase (``attribute_with_method`` without the method)."""
+    return attribute_with_method(events)[0]
+
+
+def attribute_with_method(events: list[dict]) -> tuple[dict[int, StepKernels], str]:
+    """Device records per step and phase, and how they were attributed.
+
+    ``"correlation"``: through the launch calls' correlation ids;
+    ``"time-window"``: no device record's id matched a launch inside a phase,
+    so each record goes to the last phase launched before it starts.
+    """
     phases = _phases(events)
     starts = [p[0] for p in phases]
     owner: dict[int, tuple[str, int]] = {}
+    first_launch: dict[tuple[str, int], float] = {}
     for e in events:
         if e.get("cat") not in LAUNCH_CATS:
-            continue
-        corr = (e.get("args") or {}).get("correlation")
-        if corr is None:
             continue
         ts = float(e["ts"])
         # innermost enclosing phase: the latest-starting range that still contains ts
@@ -109,16 +132,32 @@ def attribute(events: list[dict]) -> dict[int, StepKernels]:
         while i >= 0:
             lo, hi, phase, step = phases[i]
             if lo <= ts <= hi:
-                owner[corr] = (phase, step)
+                corr = (e.get("args") or {}).get("correlation")
+                if corr is not None:
+                    owner[corr] = (phase, step)
+                key = (phase, step)
+                first_launch[key] = min(ts, first_launch.get(key, ts))
                 break
             i -= 1
+    records = device_records(events)
     steps: dict[int, StepKernels] = {}
-    for r in device_records(events):
-        if r.correlation in owner:
-            phase, step = owner[r.correlation]
-            if phase in ("draft", "verify"):
-                getattr(steps.setdefault(step, StepKernels()), phase).append(r)
-    return dict(sorted(steps.items()))
+    matched = [r for r in records if r.correlation in owner]
+    if matched:
+        for r in matched:
+            _add(steps, *owner[r.correlation], r)
+        return dict(sorted(steps.items())), "correlation"
+    windows = sorted((t, key) for key, t in first_launch.items())
+    times = [t for t, _ in windows]
+    for r in records:
+        i = bisect.bisect_right(times, r.start) - 1
+        if i >= 0:
+            _add(steps, *windows[i][1], r)
+    return dict(sorted(steps.items())), "time-window"
+
+
+def _add(steps: dict[int, StepKernels], phase: str, step: int, r: DeviceRecord) -> None:
+    if phase in ("draft", "verify"):
+        getattr(steps.setdefault(step, StepKernels()), phase).append(r)
 
 
 def forward_names(events: list[dict]) -> list[str]:
@@ -137,6 +176,19 @@ def _find(names: list[str], pattern: list[str]) -> int | None:
     return None
 
 
+def _locate(records: list[DeviceRecord], forward: list[str]) -> tuple[list[DeviceRecord], int] | None:
+    """The forward stream's kernels of a phase and the forward's index among them (None: not found)."""
+    by_stream: dict = {}
+    for r in records:
+        if r.cat == "kernel":
+            by_stream.setdefault(r.stream, []).append(r)
+    for kernels in by_stream.values():
+        at = _find([r.name for r in kernels], forward)
+        if at is not None:
+            return kernels, at
+    return None
+
+
 def step_figures(steps: dict[int, StepKernels], forward: list[str]) -> list[dict]:
     """Per step: the kernel-level draft->verify and verify->draft gaps and the head time (us).
 
@@ -147,19 +199,38 @@ def step_figures(steps: dict[int, StepKernels], forward: list[str]) -> list[dict
     keys = list(steps)
     for k, step in enumerate(keys):
         s = steps[step]
-        kernels = [r for r in s.verify if r.cat == "kernel"]
-        at = _find([r.name for r in kernels], forward)
         fig = {"step": step, "kernel_draft_to_verify_us": None, "head_us": None,
                "kernel_verify_to_draft_us": None}
-        if at is not None:
+        found = _locate(s.verify, forward)
+        if found is not None:
+            kernels, at = found
             fwd_first, fwd_last = kernels[at], kernels[at + len(forward) - 1]
-            fig["head_us"] = sum(r.dur for r in s.verify if r.start < fwd_first.start)
+            fig["head_us"] = sum(r.dur for r in s.verify
+                                 if r.stream == fwd_first.stream and r.start < fwd_first.start)
             if s.draft:
                 fig["kernel_draft_to_verify_us"] = fwd_first.start - max(r.end for r in s.draft)
             nxt = steps.get(keys[k + 1]) if k + 1 < len(keys) else None
             if nxt is not None and nxt.draft:
                 fig["kernel_verify_to_draft_us"] = min(r.start for r in nxt.draft) - fwd_last.end
         out.append(fig)
+    return out
+
+
+def classify(step: StepKernels, forward: list[str]) -> list[tuple[DeviceRecord, str]]:
+    """One step's device records labelled ``draft``, ``head``, ``forward`` or ``tail`` (for drawing).
+
+    Verify-phase records before the forward's first kernel are ``head``,
+    after its last ``tail``; without a located forward every verify record
+    is ``forward``.
+    """
+    out = [(r, "draft") for r in step.draft]
+    found = _locate(step.verify, forward)
+    if found is None:
+        return out + [(r, "forward") for r in step.verify]
+    kernels, at = found
+    lo, hi = kernels[at].start, kernels[at + len(forward) - 1].end
+    for r in step.verify:
+        out.append((r, "head" if r.start < lo else "tail" if r.start >= hi else "forward"))
     return out
 
 

@@ -69,6 +69,7 @@ class ModelConfig:
 PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig("tiny", 2, 64, 4, 2, 16, 128, 512),
     "qwen3-0.6b": ModelConfig("qwen3-0.6b", 28, 1024, 16, 8, 128, 3072, 151936),
+    "qwen3-8b": ModelConfig("qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936, tie_embeddings=False),
 }
 
 

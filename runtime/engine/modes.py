@@ -196,10 +196,14 @@ class SpecgenMode(Mode):
     name = "specgen"
     needs_library = True
 
+    def kernel_library(self):
+        """The library whose plans and variants the runtime runs (the engine's build)."""
+        return self.engine.library
+
     def buffers(self) -> dict[str, torch.Tensor]:
         e = self.engine
         backend = "cuda" if e.device.type == "cuda" else "cpu"
-        self.runtime = SpecVerifyRuntime(e.library, e.target_forward, capabilities_of(e.model), e.width,
+        self.runtime = SpecVerifyRuntime(self.kernel_library(), e.target_forward, capabilities_of(e.model), e.width,
                                          max_batch=e.batch, backend=backend, device=e.device,
                                          block_table_width=e.block_table_width, block_size=e.block_size,
                                          scratch_block=e.scratch_block)
@@ -207,7 +211,7 @@ class SpecgenMode(Mode):
             return self.runtime.buffers(e.batch)
         except LookupError as err:
             layout = Layout(e.width, e.block_table_width, e.block_size)
-            raise EngineError(f"specgen mode: the runtime has no fast path here ({err}); "
+            raise EngineError(f"{self.name} mode: the runtime has no fast path here ({err}); "
                               f"build the variants for {layout.key}") from None
 
     def capture(self) -> None:

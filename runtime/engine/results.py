@@ -33,6 +33,8 @@ class RunResult:
     timed_tokens: int = 0           # tokens committed in the timed steps (all sequences)
     lagged_event_waits: int = 0     # lagged modes: waits on a previous step's copy event
     runtime_stats: dict | None = None
+    capture_s: float | None = None  # capturing the run's graphs (draft and verify), device work included
+    trace: dict | None = None       # the profiled steps' Chrome trace (``run(profile=True)``)
 
     @property
     def acceptance(self) -> float:

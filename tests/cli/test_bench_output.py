@@ -58,7 +58,7 @@ def test_a_bench_without_a_finished_run_keeps_the_old_results(tmp_path, monkeypa
     (out / "bench.json").write_text('{"runs": "the last good ones"}')
     (out / "timeline.png").write_bytes(b"the last good picture")
     failed = _result([{"mode": "baseline", "depth": 3, "batch": 1, "width": 4, "error": "RuntimeError: boom"}])
-    monkeypatch.setattr(bench, "run_bench", lambda config, library, tp=None: failed)
+    monkeypatch.setattr(bench, "run_bench", lambda config, library, tp=None, trace_dir=None: failed)
     assert main(["bench", *TINY, "--modes", "baseline", "--out", str(out)]) == 1
     cap = capsys.readouterr()
     assert "failed: RuntimeError: boom" in cap.out and "no run finished" in cap.err
@@ -140,7 +140,7 @@ def test_long_runs_say_they_are_still_running(capsys):
 
 def test_a_gpu_sized_model_on_the_cpu_is_warned_about(monkeypatch, capsys):
     class NoSweep:
-        def __init__(self, config, library, tp=None):
+        def __init__(self, config, library, tp=None, trace_dir=None):
             pass
 
         def run(self):

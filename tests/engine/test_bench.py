@@ -20,7 +20,8 @@ def test_bench_cli_on_cpu(engine_kernels, tmp_path, capsys):
                "--check", "--out", str(out)])
     assert rc == 0
     text = capsys.readouterr()
-    assert "compile: needs CUDA" in text.out + text.err
+    assert "compile: needs CUDA" in text.out + text.err and "inductor: needs CUDA" in text.out + text.err
+    assert "on the CPU there are no kernels" in text.out
     result = json.loads((out / "bench.json").read_text())
     assert result["command"] == ("specgen bench --model tiny --steps 4 --warmup 1 --depth 2,3 --batch 1,2 --kernels "
                                  f"{engine_kernels.root} --block-table-width {BT} --prompt-len 8 --check --out {out}")
@@ -30,6 +31,8 @@ def test_bench_cli_on_cpu(engine_kernels, tmp_path, capsys):
     for r in result["runs"]:
         assert r["equals_greedy"] and r["modes_agree"]
         assert r["tpot_ms"] > 0 and r["steps"] == 4 and r["draft_us"] > 0
+        assert isinstance(r["capture_s"], float) and r["capture_s"] >= 0  # the CPU captures nothing: ~0 s
+        assert r["kernel_draft_to_verify_us"] is r["head_us"] is r["kernel_verify_to_draft_us"] is None
     assert [(r["depth"], r["batch"]) for r in result["ratios"]] == [(2, 1), (2, 2), (3, 1), (3, 2)]
     png = out / "timeline.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -87,6 +90,7 @@ def test_ratios_compare_specgen_with_every_other_registered_mode():
     from specgen.runtime.engine.bench import ratios
 
     runs = [{"depth": 3, "batch": 1, "mode": m, "tpot_ms": t} for m, t in
-            (("compile", 2.0), ("specgen", 1.0), ("baseline", 4.0))]
+            (("compile", 2.0), ("specgen", 1.0), ("baseline", 4.0), ("inductor", 1.25))]
     runs.append({"depth": 3, "batch": 2, "mode": "specgen", "error": "boom"})
-    assert ratios(runs) == [{"depth": 3, "batch": 1, "tpot_vs_baseline": -0.75, "tpot_vs_compile": -0.5}]
+    assert ratios(runs) == [{"depth": 3, "batch": 1, "tpot_vs_baseline": -0.75, "tpot_vs_compile": -0.5,
+                             "tpot_vs_inductor": -0.2}]

@@ -13,7 +13,7 @@ from specgen.runtime.engine.modes import BaselineMode, CompileMode, Mode
 
 
 def test_registry_names_its_classes():
-    assert list(MODES) == ["baseline", "compile", "specgen"]
+    assert list(MODES) == ["baseline", "compile", "specgen", "inductor"]
     for name, cls in MODES.items():
         assert issubclass(cls, Mode) and cls.name == name
     with pytest.raises(EngineError, match="taken"):

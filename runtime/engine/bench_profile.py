@@ -1,0 +1,110 @@
+"""The bench's kernel-level pass: every finished run again, a few steps under ``torch.profiler``.
+
+After every timed run of a sweep (CUPTI stays initialized once a profiler
+has run, which would slow the launches of timed runs after it), each
+finished (depth, batch, mode) runs once more: the same prompts and
+acceptance oracle, the warm-up steps, then ``profile_steps`` steps profiled
+with their draft and verify phases marked.  The bare target forward graph,
+profiled alone once per (depth, batch), gives the kernel-name sequence that
+locates the forward (``kernel_timeline``).  Each run's row gains the medians
+``kernel_draft_to_verify_us``, ``head_us`` and ``kernel_verify_to_draft_us``,
+how the records were attributed, and the name of its trace: the profiled
+steps' Chrome trace, gzipped, with the forward's kernel names under
+``"specgen"`` so the figures can be recomputed from the file alone.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from . import kernel_timeline as kt
+from .acceptance import AcceptanceMix
+from .bench_support import log
+from .errors import EngineError
+from .profiling import forward_trace
+
+__all__ = ["KERNEL_FIELDS", "KernelPass", "read_trace", "trace_name", "write_trace"]
+
+KERNEL_FIELDS = ("kernel_draft_to_verify_us", "head_us", "kernel_verify_to_draft_us")
+
+
+def trace_name(row: dict) -> str:
+    """Where a run's trace goes, relative to the bench's output folder."""
+    return f"traces/trace_{row['mode']}_d{row['depth']}_b{row['batch']}.json.gz"
+
+
+def write_trace(path: Path, trace: dict, forward: list[str], row: dict) -> None:
+    """``trace`` gzipped at ``path``, with the forward's kernel names and the run's key under ``"specgen"``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = dict(trace, specgen={"forward_kernels": forward, "mode": row["mode"], "depth": row["depth"],
+                                "batch": row["batch"]})
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(gzip.compress(json.dumps(data).encode(), compresslevel=6))
+    os.replace(tmp, path)
+
+
+def read_trace(path: Path) -> tuple[list[dict], list[str]]:
+    """A saved trace's complete events and the forward's kernel names."""
+    data = json.loads(gzip.decompress(Path(path).read_bytes()))
+    return kt.load_trace(data), list((data.get("specgen") or {}).get("forward_kernels") or [])
+
+
+def figures(trace: dict, forward: list[str]) -> dict:
+    """The kernel-level medians of one profiled run, how its records were attributed, and the step count."""
+    steps, method = kt.attribute_with_method(kt.load_trace(trace))
+    figs = kt.step_figures(steps, forward)
+    out = kt.summarize(figs)
+    out["kernel_attribution"] = method
+    out["kernel_steps"] = sum(f["kernel_draft_to_verify_us"] is not None for f in figs)
+    return out
+
+
+class KernelPass:
+    """Profiles the finished runs of a sweep; see the module docstring."""
+
+    def __init__(self, sweep, trace_dir: Path | None):
+        self.sweep, self.trace_dir = sweep, trace_dir
+        self.forward: dict[tuple[int, int], list[str]] = {}
+
+    def run(self, inputs: dict) -> None:
+        """``inputs[(width, batch)] = (prompts, oracle)``; fills in the rows of ``sweep.runs``."""
+        s = self.sweep
+        rows = [r for r in s.runs if "error" not in r and (r["width"], r["batch"]) in inputs]
+        log(f"bench: kernel-level profile of {len(rows)} run(s), {s.config.profile_steps} steps each")
+        for k, row in enumerate(rows):
+            try:
+                self._one(row, *inputs[(row["width"], row["batch"])])
+            except (EngineError, RuntimeError) as e:
+                row["kernel_profile_error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                log(f"bench: profile of depth {row['depth']} batch {row['batch']} {row['mode']} failed: "
+                    f"{row['kernel_profile_error']}")
+                if not s._device_ok():
+                    return
+                continue
+            log(f"bench: [{k + 1}/{len(rows)}] profiled depth {row['depth']} batch {row['batch']} {row['mode']}: "
+                + ", ".join(f"{f} {row[f]}" for f in KERNEL_FIELDS))
+
+    def _one(self, row: dict, prompts, oracle) -> None:
+        s, c = self.sweep, self.sweep.config
+        width, batch = row["width"], row["batch"]
+        mix = AcceptanceMix(c.acceptance, oracle, c.model.vocab_size, seed=c.seed) if oracle is not None else None
+        eng = s.kind.engine(s.model, s.head, mode=row["mode"], width=width, batch=batch, block_size=c.block_size,
+                            block_table_width=c.block_table_width, library=s.library, acceptance=mix,
+                            rank_check=s.rank_check)
+        try:
+            res = eng.run(prompts, steps=c.profile_steps, warmup_steps=c.warmup, profile=True)
+            if (width, batch) not in self.forward:
+                self.forward[(width, batch)] = kt.forward_names(kt.load_trace(forward_trace(eng)))
+        finally:
+            eng.close()
+        torch.cuda.synchronize(c.device)
+        forward = self.forward[(width, batch)]
+        row.update(figures(res.trace, forward))
+        if self.trace_dir is not None:
+            row["kernel_trace"] = trace_name(row)
+            write_trace(self.trace_dir / row["kernel_trace"], res.trace, forward, row)

@@ -1,0 +1,97 @@
+"""A few decode steps under ``torch.profiler``, for the kernel-level boundary figures.
+
+``StepProfiler`` is what the decode loop talks to: ``at(i)`` starts the
+profiler (CPU and CUDA activities) at the first profiled step, ``phase(name,
+i)`` marks a host phase with ``record_function(phase_name(name, i))`` while
+the profiler runs (a no-op otherwise, so unprofiled steps carry no ranges),
+and leaving the ``with`` block stops it and keeps the Chrome trace as a dict
+(``trace``).  ``forward_trace`` profiles one replay of the bare target forward
+graph alone: ``kernel_timeline.forward_names`` of it is the name sequence
+that locates the forward inside a verify phase.
+
+CUPTI is left initialized after a session (PyTorch's default), which slows
+later launches; the bench therefore profiles only after every timed run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+
+import torch
+
+from .kernel_timeline import phase_name
+
+__all__ = ["StepProfiler", "chrome_trace", "forward_trace"]
+
+
+def _activities(device: torch.device) -> list:
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    return acts + [torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else acts
+
+
+def chrome_trace(prof) -> dict:
+    """A finished ``torch.profiler.profile``'s Chrome trace as a dict."""
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            return json.load(f)
+    finally:
+        os.unlink(path)
+
+
+class StepProfiler:
+    """Profiles the decode steps from ``first`` on (``None``: none); see the module docstring."""
+
+    def __init__(self, device: torch.device, first: int | None):
+        self.device, self.first = device, first
+        self._prof = None
+        self.trace: dict | None = None
+
+    def at(self, i: int) -> None:
+        """Called before step ``i``: start profiling when it is the first profiled step."""
+        if self.first is not None and i == self.first and self._prof is None:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)  # earlier steps' kernels stay out of the trace
+            self._prof = torch.profiler.profile(activities=_activities(self.device))
+            self._prof.__enter__()
+
+    def phase(self, name: str, i: int):
+        """The context that marks phase ``name`` of step ``i`` (only while profiling)."""
+        if self._prof is None:
+            return contextlib.nullcontext()
+        return torch.profiler.record_function(phase_name(name, i))
+
+    def __enter__(self) -> "StepProfiler":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._prof is None:
+            return
+        prof, self._prof = self._prof, None
+        if self.device.type == "cuda" and exc[0] is None:
+            torch.cuda.synchronize(self.device)
+        prof.__exit__(*exc)
+        if exc[0] is None:
+            self.trace = chrome_trace(prof)
+
+
+def forward_trace(engine) -> dict:
+    """One replay of ``engine``'s bare target forward, captured as a graph, profiled alone (CUDA).
+
+    The step buffers and verify hidden states are restored afterwards (the KV
+    entries written are the last verification's, with the same values).
+    """
+    bufs = engine.bufs
+    with engine._state_kept():
+        g = engine.graph(lambda: engine.target_forward(bufs))
+        torch.cuda.synchronize(engine.device)
+        with torch.profiler.profile(activities=_activities(engine.device)) as prof:
+            g()
+            torch.cuda.synchronize(engine.device)
+        del g
+    return chrome_trace(prof)
