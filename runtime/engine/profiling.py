@@ -80,6 +80,7 @@ class StepProfiler:
             self.trace = chrome_trace(prof)
 
 
+@torch.inference_mode()  # the step buffers are inference tensors (made under the engine's run)
 def forward_trace(engine) -> dict:
     """One replay of ``engine``'s bare target forward, captured as a graph, profiled alone (CUDA).
 
