@@ -45,7 +45,13 @@ def chrome_trace(prof) -> dict:
 
 
 class StepProfiler:
-    """Profiles the decode steps from ``first`` on (``None``: none); see the module docstring."""
+    """Profiles the decode steps from ``first`` on (``None``: none); see the module docstring.
+
+    Seen on the H200 (torch 2.11, CUDA 13): the first profiled run of a process
+    reports no kernels inside its graph replays (only the copies around them);
+    every later run does, whatever its mode.  Callers that need the figures
+    profile one throwaway run first (``bench_profile.KernelPass`` does).
+    """
 
     def __init__(self, device: torch.device, first: int | None):
         self.device, self.first = device, first

@@ -157,7 +157,7 @@ def test_cuda_kernel_figures_for_every_mode(engine_kernels):
     head = MTPHead.create(m, seed=1)
     rng = random.Random(1)
     prompts = [[rng.randrange(512) for _ in range(6)] for _ in range(2)]
-    for mode in MODES:
+    for k, mode in enumerate(["baseline", *MODES]):  # the first: the process's first profiled run
         eng = SpecDecodeEngine(m, head, mode=mode, width=4, batch=2, block_size=16, block_table_width=8,
                                library=engine_kernels)
         res = eng.run(prompts, steps=5, warmup_steps=2, profile=True)
@@ -165,6 +165,8 @@ def test_cuda_kernel_figures_for_every_mode(engine_kernels):
         eng.close()
         fig = figures(res.trace, forward)
         print(mode, fig, f"capture {res.capture_s:.4f}s")
+        if k == 0:  # known: no graph kernels in the first profiled run of a process (see StepProfiler)
+            continue
         assert forward and res.capture_s > 0
         assert fig["kernel_attribution"] == "correlation" and fig["kernel_steps"] >= 4, (mode, fig)
         assert fig["kernel_draft_to_verify_us"] is not None and fig["kernel_verify_to_draft_us"] is not None
