@@ -139,7 +139,7 @@ class KernelLibrary:
         if not self.has(family, width, block_table_width, block_size, target=target):
             spec = _spec(family, width, block_table_width, block_size)
             raise VariantNotBuilt(f"{spec.key} is not built{f' for target {target}' if target else ''}: run "
-                                  f"`{build_command(spec, target or 'c')}`")
+                                  f"`{build_command(spec, target or 'c')} --out {self.root}`")
         return KernelCallable(self, family, width, block_table_width, block_size, target)
 
     def entry(self, key: str, target: str, *, draft_dtype: str = "int32") -> VariantEntry:
@@ -148,7 +148,7 @@ class KernelLibrary:
             others = sorted(t for k, t in self._by_key if k == key)
             known = next((e for e in self.manifest.variants if e.key == key), None)
             cmd = (build_command(known.variant.with_dtype(draft_dtype), target) if known
-                   else f"specgen build --target {target}")
+                   else f"specgen build --target {target}") + f" --out {self.root}"
             built = f" (built for: {', '.join(others)})" if others else ""
             raise VariantNotBuilt(f"{key} is not built for target {target}{built}: run `{cmd}`")
         return hit

@@ -4,7 +4,8 @@ Every function here keeps shapes independent of the data (no ``.item()``, no
 ``nonzero``, no boolean indexing), so a forward built on them can be captured
 in a CUDA graph over persistent metadata buffers.  Slot arithmetic follows
 ``docs/kernels.md``: ``slot(b, p) = block_table[b, p // BS] * BS + p % BS`` for
-``0 <= p < BT * BS``, else ``-1`` (no write).
+``0 <= p < BT * BS`` with a non-negative entry and a slot that fits int32, else
+``-1`` (no write).
 """
 
 from __future__ import annotations

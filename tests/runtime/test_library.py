@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -41,7 +42,8 @@ def test_empty_batch_launches_nothing(token_lib):
 
 
 def test_missing_variant_names_key_and_command(token_lib):
-    with pytest.raises(VariantNotBuilt, match=r"spec_verify_token_update__w7 is not built: run `specgen build --widths 7`"):
+    with pytest.raises(VariantNotBuilt, match=r"spec_verify_token_update__w7 is not built: run `specgen build --widths 7 "
+                                              rf"--out {re.escape(str(token_lib.root))}`"):
         token_lib.get(FAMILY, 7)
     assert issubclass(VariantNotBuilt, LookupError)
     with pytest.raises(VariantNotBuilt, match=r"--block-table-widths 64 --block-sizes 128"):
