@@ -11,6 +11,15 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="module")
+def tiny():
+    """The tiny target and its MTP head (seeds 0 and 1), once per test module."""
+    from specgen.runtime.engine import MTPHead, Qwen3Model
+
+    m = Qwen3Model.create("tiny", seed=0)
+    return m, MTPHead.create(m, seed=1)
+
+
 BLOCK_LAYOUT = {"widths": (4, 8, 16), "block_table_width": 8, "block_size": 16}
 BLOCK_FAMILIES = ("spec_verify_head_update", "greedy_prefix_verify", "context_kv_update")
 

@@ -270,11 +270,6 @@ def decode_watched(model, head, lib, width, batch, seed, p, fault_rate, faults, 
     return watch, res
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    m = Qwen3Model.create("tiny", seed=0)
-    return m, MTPHead.create(m, seed=1)
-
 
 @settings(max_examples=24, **SETTINGS)
 @given(width=st.sampled_from([2, 3, 4, 5, 6]), batch=st.integers(1, 5), seed=st.integers(0, 2**20),

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from specgen.runtime import semantics
 from specgen.runtime.buffers import alloc_step_buffers
-from specgen.runtime.engine import MTPHead, Qwen3Model, SpecDecodeEngine, greedy_generate
+from specgen.runtime.engine import SpecDecodeEngine, greedy_generate
 from specgen.runtime.engine.errors import EngineError
 from specgen.runtime.engine.pinned import pinned_acceptance, pinned_starts
 
@@ -32,11 +32,6 @@ CHECKED = ("last_tokens", "draft_tokens", "seq_lens", "block_table", "scratch_sl
            "row_block_offsets", "max_kv_len", "kv_split_len", "accepted", "next_tokens",
            "next_last_token", "next_seq_lens", "draft_positions", "draft_slots", "hidden_rows")
 
-
-@pytest.fixture(scope="module")
-def tiny():
-    m = Qwen3Model.create("tiny", seed=0)
-    return m, MTPHead.create(m, seed=1)
 
 
 class PinnedCheck:

@@ -14,11 +14,6 @@ from specgen.runtime.engine.modes import SpecgenMode
 BT, BS, NEW = 8, 16, 10  # the engine_kernels layout (tests/conftest.py)
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    m = Qwen3Model.create("tiny", seed=0)
-    return m, MTPHead.create(m, seed=1)
-
 
 def _prompts(batch: int, seed: int) -> list[list[int]]:
     rng = random.Random(seed)

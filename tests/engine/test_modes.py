@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from specgen.runtime.engine import MODES, MTPHead, Qwen3Model, SpecDecodeEngine, greedy_generate, register_mode
+from specgen.runtime.engine import MODES, SpecDecodeEngine, greedy_generate, register_mode
 from specgen.runtime.engine.errors import EngineError
 from specgen.runtime.engine.graphs import head_update, verify_tail
 from specgen.runtime.engine.modes import BaselineMode, CompileMode, Mode
@@ -19,11 +19,6 @@ def test_registry_names_its_classes():
     with pytest.raises(EngineError, match="taken"):
         register_mode(type("Again", (BaselineMode,), {"name": "baseline"}))
 
-
-@pytest.fixture(scope="module")
-def tiny():
-    m = Qwen3Model.create("tiny", seed=0)
-    return m, MTPHead.create(m, seed=1)
 
 
 def _prompts(batch: int, seed: int) -> list[list[int]]:
