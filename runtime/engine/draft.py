@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model import (EMBED_STD, LOGIT_STD, DecoderLayer, Qwen3Model, RMSNorm, build_on,
+from .model import (EMBED_STD, LOGIT_STD, DecoderLayer, Qwen3Model, RMSNorm, attention_batch, build_on,
                     init_random_weights)
-from .paged_kv import AttentionBatch, PagedKVCache
+from .paged_kv import PagedKVCache
 
 
 class MTPHead(nn.Module):
@@ -63,9 +63,8 @@ class MTPHead(nn.Module):
                 query_start_loc, rows_per_seq: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``tokens[N], hidden_in[N, H] -> (hidden[N, H], logits[N, V])``."""
         target = self._target[0]
-        batch = AttentionBatch.build(positions, slot_mapping, block_table, kv_lens,
-                                     query_start_loc, rows_per_seq, self.config.head_dim,
-                                     self.config.rope_theta)
+        batch = attention_batch(target.forward_kernels, positions, slot_mapping, block_table, kv_lens,
+                                query_start_loc, rows_per_seq, self.config.head_dim, self.config.rope_theta)
         e = self.enorm(target.embed_tokens(tokens.long()))
         x = self.eh_proj(torch.cat([e, self.hnorm(hidden_in.to(e.dtype))], dim=-1))
         x = self.layer(x, batch, self.kv_cache, 0)

@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import fast_forward
+from .fast_forward import FastBatch
 from .paged_kv import AttentionBatch, PagedKVCache
 
 # Random embeddings are kept small beside the layers' output so the residual
@@ -133,9 +135,21 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, batch: AttentionBatch, cache: PagedKVCache, layer: int):
+    def forward(self, x, batch: AttentionBatch | FastBatch, cache: PagedKVCache, layer: int):
+        if isinstance(batch, FastBatch):
+            x, delta = fast_forward.layer(self, x, None, batch, cache, layer)
+            return x + delta
         x = x + self.self_attn(self.input_layernorm(x), batch, cache, layer)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def attention_batch(kernels: str, positions, slot_mapping, block_table, kv_lens, query_start_loc,
+                    rows_per_seq: int, head_dim: int, rope_theta: float) -> AttentionBatch | FastBatch:
+    """The per-forward metadata for the forward that ``kernels`` picks on this device."""
+    if fast_forward.use_triton(kernels, positions.device):
+        return FastBatch(positions, slot_mapping, block_table, kv_lens, query_start_loc, rows_per_seq, rope_theta)
+    return AttentionBatch.build(positions, slot_mapping, block_table, kv_lens, query_start_loc, rows_per_seq,
+                                head_dim, rope_theta)
 
 
 def init_random_weights(module: nn.Module, seed: int) -> None:
@@ -160,7 +174,13 @@ def build_on(module_factory, dtype: torch.dtype, device) -> nn.Module:
 
 
 class Qwen3Model(nn.Module):
-    """Qwen3 decoder; ``forward`` returns the pre-norm hidden state and logits."""
+    """Qwen3 decoder; ``forward`` returns the pre-norm hidden state and logits.
+
+    ``forward_kernels`` picks the forward (``fast_forward``): ``"auto"`` runs the
+    fused Triton forward on CUDA and the exact torch one elsewhere.
+    """
+
+    forward_kernels = "auto"
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -224,15 +244,22 @@ class Qwen3Model(nn.Module):
         With ``taps`` (layer indices) a third output holds those layers' outputs
         concatenated, ``[N, len(taps) * H]``: a block draft's context.
         """
-        batch = AttentionBatch.build(positions, slot_mapping, block_table, kv_lens,
-                                     query_start_loc, rows_per_seq, self.config.head_dim,
-                                     self.config.rope_theta)
+        batch = attention_batch(self.forward_kernels, positions, slot_mapping, block_table, kv_lens,
+                                query_start_loc, rows_per_seq, self.config.head_dim, self.config.rope_theta)
         x = self.embed_tokens(tokens.long())
         tapped = []
-        for i, layer in enumerate(self.layers):
-            x = layer(x, batch, self.kv_cache, i)
-            if i in taps:
-                tapped.append(x)
+        if isinstance(batch, FastBatch):
+            delta = None  # each layer's MLP output, added in the next layer's first kernel
+            for i, layer in enumerate(self.layers):
+                x, delta = fast_forward.layer(layer, x, delta, batch, self.kv_cache, i)
+                if i in taps:
+                    tapped.append(x + delta)
+            x = x + delta
+        else:
+            for i, layer in enumerate(self.layers):
+                x = layer(x, batch, self.kv_cache, i)
+                if i in taps:
+                    tapped.append(x)
         out = x, self.logits(x)
         return (*out, torch.cat(tapped, dim=-1)) if taps else out
 

@@ -84,6 +84,10 @@ class PagedKVCache:
         self.k = [self._k[i, : self.num_slots].view(view) for i in range(num_layers)]
         self.v = [self._v[i, : self.num_slots].view(view) for i in range(num_layers)]
 
+    def layer_storage(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer ``layer``'s K and V as ``[num_slots + 1, kv_heads, head_dim]`` (the last slot: -1 writes)."""
+        return self._k[layer], self._v[layer]
+
     def write(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor,
               v: torch.Tensor) -> None:
         """Store rows ``k[n], v[n]`` (``[N, kv_heads, head_dim]``) at ``slot_mapping[n]``."""

@@ -1,0 +1,128 @@
+"""The bare target forward and the MTP draft step, each captured alone in a CUDA graph.
+
+For every forward (``--kernels torch,triton``), batch and width: the median
+replay time of the verify forward over a context of ``--context`` tokens, the
+MTP draft step per token (head forward + greedy token, one row per
+sequence), and the kernels per layer counted from a profiled replay::
+
+    python benchmarks/forward_speed.py --model qwen3-0.6b --batch 1,8,32 --width 4 \\
+        --context 1024 --out benchmarks/results/forward_speed.json
+
+Both forwards run in the same process on the same weights; the JSON records
+the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from specgen.runtime.engine.draft import MTPHead
+from specgen.runtime.engine.model import Qwen3Model
+from specgen.runtime.engine.paged_kv import verify_metadata
+
+
+def replay_us(graph: torch.cuda.CUDAGraph, repeats: int, inner: int = 10) -> float:
+    for _ in range(3):
+        graph.replay()
+    times = []
+    for _ in range(repeats):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(inner):
+            graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000 / inner)
+    return statistics.median(times)
+
+
+def capture(fn) -> torch.cuda.CUDAGraph:
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):  # JIT compiles and allocator warm-up, outside the capture
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g
+
+
+def kernels_in(graph: torch.cuda.CUDAGraph) -> int:
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        graph.replay()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and "memcpy" not in e.name.lower() and "memset" not in e.name.lower())
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="qwen3-0.6b")
+    p.add_argument("--batch", default="1,8,32")
+    p.add_argument("--width", type=int, default=4)
+    p.add_argument("--context", type=int, default=1024)
+    p.add_argument("--block-size", type=int, default=128)
+    p.add_argument("--block-table-width", type=int, default=64)
+    p.add_argument("--kernels", default="torch,triton")
+    p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--out", default=None)
+    a = p.parse_args(argv)
+    dev = torch.device("cuda")
+    batches = [int(b) for b in a.batch.split(",")]
+    model = Qwen3Model.create(a.model, seed=0, dtype=torch.bfloat16, device=dev)
+    head = MTPHead.create(model)
+    bs, bt_w, w = a.block_size, a.block_table_width, a.width
+    if a.context + w > bs * bt_w:
+        sys.exit(f"--context {a.context} + --width {w} exceeds the table ({bt_w} x {bs})")
+    blocks = max(batches) * bt_w
+    model.allocate_kv_cache(blocks, bs, bt_w)
+    head.allocate_kv_cache(blocks, bs)
+    rows = []
+    for kernels in a.kernels.split(","):
+        model.forward_kernels = kernels
+        for b in batches:
+            bt = torch.arange(b * bt_w, dtype=torch.int32, device=dev).view(b, bt_w).flip(1).contiguous()
+            seq = torch.full((b,), a.context, dtype=torch.int32, device=dev)
+            pos, slots, kvl, qsl = verify_metadata(seq, bt, w, bs)
+            toks = torch.randint(0, model.config.vocab_size, (b * w,), device=dev)
+            t0 = time.perf_counter()
+            g = capture(lambda: model(toks, pos, slots, bt, kvl, qsl, w))
+            cap_s = time.perf_counter() - t0
+            verify = replay_us(g, a.repeats)
+            n_kernels = kernels_in(g)
+            del g
+            d_pos, d_slots, d_kvl, d_qsl = verify_metadata(seq, bt, 1, bs)
+            hid = torch.randn(b, model.config.hidden_size, dtype=torch.bfloat16, device=dev)
+            dtok = toks[:b].clone()
+            gd = capture(lambda: model.greedy_tokens(head(dtok, d_pos, d_slots, hid, bt, d_kvl, d_qsl, 1)[1]))
+            draft = replay_us(gd, a.repeats)
+            draft_kernels = kernels_in(gd)
+            del gd
+            row = {"kernels": kernels, "batch": b, "width": w, "context": a.context,
+                   "verify_us": round(verify, 1), "draft_us_per_token": round(draft, 1),
+                   "verify_kernels": n_kernels,
+                   "kernels_per_layer": round(n_kernels / model.config.num_layers, 2),
+                   "draft_kernels": draft_kernels, "first_capture_s": round(cap_s, 2)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    out = {"command": "python benchmarks/forward_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "model": a.model, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "block_size": bs, "block_table_width": bt_w, "rows": rows}
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    main()

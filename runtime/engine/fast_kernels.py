@@ -1,0 +1,275 @@
+"""Triton kernels of the fast decoder forward (CUDA; the CPU keeps the exact torch path).
+
+Four kernels replace the chains of small torch ops around the GEMMs of a layer:
+
+* ``qk_norm_rope_store``: per-head RMS norm of q and k, rotate-half RoPE from
+  the row's position, k and v stored at the row's slot (``-1``: no write);
+* ``paged_attention``: causal GQA that reads K/V through the block table
+  chunk by chunk up to the sequence's length (never the table's whole
+  capacity), with an online softmax in float32 and, when there are few
+  sequences, the keys split over programs and merged by ``attention_merge``;
+* ``add_rms_norm``: the residual add and the next RMS norm in one pass;
+* ``silu_mul``: ``silu(gate) * up`` over the fused gate-up projection.
+
+Every load is masked: a block entry below 0, a position at or past
+``BT * BS`` or past the sequence's length is never read.  Kernels compile on
+first use (Triton's JIT, cached on disk) during warm-up, before any capture.
+This module is imported only where Triton is; ``TRITON_INTERPRET=1`` runs it
+on the CPU, which is how the tests compare it with the torch path.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_N = 64  # keys per attention chunk
+TARGET_PROGRAMS = 264  # about two waves of an H200's SMs
+
+
+@triton.jit
+def _rms_rope(x1, x2, w1, w2, cos, sin, eps, D: tl.constexpr, OUT: tl.constexpr):
+    """RMS-normalise rows ``[x1 | x2]`` (the two halves of ``D``), round like torch does, rotate."""
+    var = (tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)) / D
+    r = 1.0 / tl.sqrt(var + eps)
+    n1 = (x1 * r[:, None] * w1[None, :]).to(OUT).to(tl.float32)
+    n2 = (x2 * r[:, None] * w2[None, :]).to(OUT).to(tl.float32)
+    return n1 * cos[None, :] - n2 * sin[None, :], n2 * cos[None, :] + n1 * sin[None, :]
+
+
+@triton.jit
+def _qk_norm_rope_store_kernel(qkv, q_out, k_cache, v_cache, q_w, k_w, positions, slots, eps, log2_theta,
+                               num_slots, H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr,
+                               BH: tl.constexpr, BKV: tl.constexpr):
+    n = tl.program_id(0).to(tl.int64)
+    HALF: tl.constexpr = D // 2
+    i = tl.arange(0, HALF)
+    pos = tl.load(positions + n).to(tl.float32)
+    inv_freq = tl.exp2(-(2.0 * i.to(tl.float32) / D) * log2_theta)
+    cos, sin = tl.cos(pos * inv_freq), tl.sin(pos * inv_freq)
+    row = qkv + n * ((H + 2 * KVH) * D)
+    OUT = q_out.dtype.element_ty
+    # q heads
+    h = tl.arange(0, BH)
+    hm = (h < H)[:, None]
+    q1 = tl.load(row + h[:, None] * D + i[None, :], mask=hm, other=0.0).to(tl.float32)
+    q2 = tl.load(row + h[:, None] * D + HALF + i[None, :], mask=hm, other=0.0).to(tl.float32)
+    o1, o2 = _rms_rope(q1, q2, tl.load(q_w + i).to(tl.float32), tl.load(q_w + HALF + i).to(tl.float32),
+                       cos, sin, eps, D, OUT)
+    qo = q_out + n * (H * D) + h[:, None] * D + i[None, :]
+    tl.store(qo, o1.to(OUT), mask=hm)
+    tl.store(qo + HALF, o2.to(OUT), mask=hm)
+    # k and v heads, stored at the row's slot
+    s = tl.load(slots + n).to(tl.int64)
+    ok = (s >= 0) & (s < num_slots)
+    g = tl.arange(0, BKV)
+    gm = (g < KVH)[:, None] & ok
+    kr = row + H * D + g[:, None] * D + i[None, :]
+    k1 = tl.load(kr, mask=gm, other=0.0).to(tl.float32)
+    k2 = tl.load(kr + HALF, mask=gm, other=0.0).to(tl.float32)
+    c1, c2 = _rms_rope(k1, k2, tl.load(k_w + i).to(tl.float32), tl.load(k_w + HALF + i).to(tl.float32),
+                       cos, sin, eps, D, OUT)
+    dst = s * (KVH * D) + g[:, None] * D + i[None, :]
+    KT = k_cache.dtype.element_ty
+    tl.store(k_cache + dst, c1.to(OUT).to(KT), mask=gm)
+    tl.store(k_cache + dst + HALF, c2.to(OUT).to(KT), mask=gm)
+    vr = kr + KVH * D
+    tl.store(v_cache + dst, tl.load(vr, mask=gm, other=0.0).to(KT), mask=gm)
+    tl.store(v_cache + dst + HALF, tl.load(vr + HALF, mask=gm, other=0.0).to(KT), mask=gm)
+
+
+@triton.jit
+def _paged_attention_kernel(q, k_cache, v_cache, block_table, kv_lens, positions, query_start_loc,
+                            out, part_m, part_l, part_acc, scale, num_slots,
+                            R: tl.constexpr, G: tl.constexpr, H: tl.constexpr, KVH: tl.constexpr,
+                            D: tl.constexpr, BS: tl.constexpr, BT: tl.constexpr, BLOCK_M: tl.constexpr,
+                            BLOCK_N: tl.constexpr, NSPLIT: tl.constexpr, IEEE: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    m = tl.arange(0, BLOCK_M)
+    m_ok = m < R * G
+    r, g = m // G, m % G
+    row = tl.load(query_start_loc + b).to(tl.int64) + r
+    head = kvh * G + g
+    d = tl.arange(0, D)
+    qt = tl.load(q + (row * H + head)[:, None] * D + d[None, :], mask=m_ok[:, None], other=0.0)
+    q_pos = tl.load(positions + row, mask=m_ok, other=-1).to(tl.int64)
+    # keys past the last query's position or the table's capacity are never read
+    kv_len = tl.minimum(tl.load(kv_lens + b).to(tl.int64), tl.max(q_pos, 0) + 1)
+    kv_len = tl.minimum(kv_len, BT * BS)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    n_chunks = tl.cdiv(kv_len, BLOCK_N)
+    c = split
+    while c < n_chunks:  # chunks split, split + NSPLIT, ...
+        kpos = c * BLOCK_N + tl.arange(0, BLOCK_N)
+        in_seq = kpos < kv_len
+        entry = tl.load(block_table + b * BT + kpos // BS, mask=in_seq, other=-1).to(tl.int64)
+        slot = entry * BS + kpos % BS
+        k_ok = in_seq & (entry >= 0) & (slot < num_slots)
+        base = (slot * KVH + kvh)[:, None] * D + d[None, :]
+        kt = tl.load(k_cache + base, mask=k_ok[:, None], other=0.0)
+        vt = tl.load(v_cache + base, mask=k_ok[:, None], other=0.0)
+        if IEEE:
+            s = tl.dot(qt, tl.trans(kt), input_precision="ieee")
+        else:
+            s = tl.dot(qt, tl.trans(kt))
+        visible = k_ok[None, :] & (kpos[None, :] <= q_pos[:, None])
+        s = tl.where(visible, s * scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp(s - m_safe[:, None])
+        alpha = tl.exp(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
+        m_i = m_new
+        c += NSPLIT
+    if NSPLIT == 1:
+        o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        tl.store(out + (row * H + head)[:, None] * D + d[None, :], o.to(out.dtype.element_ty),
+                 mask=m_ok[:, None])
+    else:
+        p_row = (b * KVH + kvh) * NSPLIT + split
+        tl.store(part_m + p_row * BLOCK_M + m, m_i)
+        tl.store(part_l + p_row * BLOCK_M + m, l_i)
+        tl.store(part_acc + (p_row * BLOCK_M + m)[:, None] * D + d[None, :], acc)
+
+
+@triton.jit
+def _attention_merge_kernel(part_m, part_l, part_acc, query_start_loc, out, R: tl.constexpr,
+                            G: tl.constexpr, H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr,
+                            BLOCK_M: tl.constexpr, NSPLIT: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1)
+    m = tl.arange(0, BLOCK_M)
+    d = tl.arange(0, D)
+    first = (b * KVH + kvh) * NSPLIT
+    top = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    for s in tl.static_range(NSPLIT):
+        top = tl.maximum(top, tl.load(part_m + (first + s) * BLOCK_M + m))
+    top = tl.where(top == float("-inf"), 0.0, top)
+    l_sum = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    for s in tl.static_range(NSPLIT):
+        w = tl.exp(tl.load(part_m + (first + s) * BLOCK_M + m) - top)
+        l_sum += w * tl.load(part_l + (first + s) * BLOCK_M + m)
+        acc += w[:, None] * tl.load(part_acc + ((first + s) * BLOCK_M + m)[:, None] * D + d[None, :])
+    m_ok = m < R * G
+    r, g = m // G, m % G
+    row = tl.load(query_start_loc + b).to(tl.int64) + r
+    o = acc / tl.where(l_sum > 0, l_sum, 1.0)[:, None]
+    tl.store(out + (row * H + kvh * G + g)[:, None] * D + d[None, :], o.to(out.dtype.element_ty),
+             mask=m_ok[:, None])
+
+
+@triton.jit
+def _add_rms_norm_kernel(x, y, res_out, norm_out, w, eps, HID: tl.constexpr, BLOCK: tl.constexpr,
+                         HAS_Y: tl.constexpr):
+    n = tl.program_id(0).to(tl.int64)
+    i = tl.arange(0, BLOCK)
+    ok = i < HID
+    v = tl.load(x + n * HID + i, mask=ok, other=0.0)
+    if HAS_Y:
+        v = (v.to(tl.float32) + tl.load(y + n * HID + i, mask=ok, other=0.0).to(tl.float32)).to(v.dtype)
+        tl.store(res_out + n * HID + i, v, mask=ok)
+    vf = v.to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(vf * vf, 0) / HID + eps)
+    o = vf * r * tl.load(w + i, mask=ok, other=0.0).to(tl.float32)
+    tl.store(norm_out + n * HID + i, o.to(norm_out.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _silu_mul_kernel(gate_up, out, I: tl.constexpr, BLOCK: tl.constexpr):
+    n = tl.program_id(0).to(tl.int64)
+    i = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = i < I
+    gt = tl.load(gate_up + n * (2 * I) + i, mask=ok, other=0.0).to(tl.float32)
+    up = tl.load(gate_up + n * (2 * I) + I + i, mask=ok, other=0.0).to(tl.float32)
+    act = (gt / (1.0 + tl.exp(-gt))).to(out.dtype.element_ty).to(tl.float32)
+    tl.store(out + n * I + i, (act * up).to(out.dtype.element_ty), mask=ok)
+
+
+def _pow2(n: int, least: int = 1) -> int:
+    return max(least, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
+
+
+def qk_norm_rope_store(qkv: torch.Tensor, q_w: torch.Tensor, k_w: torch.Tensor, positions: torch.Tensor,
+                       slots: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int,
+                       num_kv_heads: int, eps: float, theta: float) -> torch.Tensor:
+    """``qkv [N, (H + 2 KVH) D]`` -> rotated ``q [N, H, D]``; k, v land in ``k_cache/v_cache [S+1, KVH, D]``."""
+    n, d = qkv.shape[0], q_w.shape[0]
+    q = torch.empty(n, num_heads, d, dtype=qkv.dtype, device=qkv.device)
+    if n:
+        _qk_norm_rope_store_kernel[(n,)](
+            qkv, q, k_cache, v_cache, q_w, k_w, positions, slots, eps, math.log2(theta),
+            k_cache.shape[0] - 1, H=num_heads, KVH=num_kv_heads, D=d, BH=_pow2(num_heads),
+            BKV=_pow2(num_kv_heads))
+    return q
+
+
+def num_splits(batch: int, kv_heads: int, max_len: int) -> int:
+    """Key splits per (sequence, KV head): enough programs to fill the GPU, never more than chunks."""
+    want = -(-TARGET_PROGRAMS // max(1, batch * kv_heads))
+    return max(1, min(want, -(-max_len // BLOCK_N), 32))
+
+
+def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
+                    kv_lens: torch.Tensor, positions: torch.Tensor, query_start_loc: torch.Tensor,
+                    rows_per_seq: int, block_size: int) -> torch.Tensor:
+    """``q [N, H, D]`` over the paged cache ``[S+1, KVH, D]`` -> ``[N, H, D]`` (rows not in a sequence: 0)."""
+    n, h, d = q.shape
+    b, bt = block_table.shape
+    kvh = k_cache.shape[1]
+    g = h // kvh
+    out = torch.zeros_like(q) if b * rows_per_seq < n else torch.empty_like(q)
+    if b == 0:
+        return out
+    block_m = _pow2(rows_per_seq * g, 16)
+    splits = num_splits(b, kvh, bt * block_size)
+    if splits > 1:
+        part_m = torch.empty(b * kvh * splits * block_m, dtype=torch.float32, device=q.device)
+        part_l = torch.empty_like(part_m)
+        part_acc = torch.empty(b * kvh * splits * block_m, d, dtype=torch.float32, device=q.device)
+    else:
+        part_m = part_l = part_acc = out
+    meta = dict(R=rows_per_seq, G=g, H=h, KVH=kvh, D=d)
+    _paged_attention_kernel[(b, kvh, splits)](
+        q, k_cache, v_cache, block_table, kv_lens, positions, query_start_loc, out, part_m, part_l,
+        part_acc, d ** -0.5, k_cache.shape[0] - 1, BS=block_size, BT=bt, BLOCK_M=block_m,
+        BLOCK_N=BLOCK_N, NSPLIT=splits, IEEE=q.dtype == torch.float32, **meta)
+    if splits > 1:
+        _attention_merge_kernel[(b, kvh)](part_m, part_l, part_acc, query_start_loc, out,
+                                          BLOCK_M=block_m, NSPLIT=splits, **meta)
+    return out
+
+
+def add_rms_norm(x: torch.Tensor, y: torch.Tensor | None, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x + y, rms_norm(x + y))``; without ``y``: ``(x, rms_norm(x))``."""
+    n, hid = x.shape
+    res = torch.empty_like(x) if y is not None else x
+    normed = torch.empty_like(x)
+    if n:
+        _add_rms_norm_kernel[(n,)](x, y if y is not None else x, res, normed, weight, eps, HID=hid,
+                                   BLOCK=_pow2(hid), HAS_Y=y is not None,
+                                   num_warps=8 if hid >= 2048 else 4)
+    return res, normed
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """``silu(gate_up[:, :I]) * gate_up[:, I:]``."""
+    n, two_i = gate_up.shape
+    i = two_i // 2
+    out = torch.empty(n, i, dtype=gate_up.dtype, device=gate_up.device)
+    block = 1024
+    if n:
+        _silu_mul_kernel[(n, triton.cdiv(i, block))](gate_up, out, I=i, BLOCK=block)
+    return out
