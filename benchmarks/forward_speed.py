@@ -56,13 +56,23 @@ def capture(fn) -> torch.cuda.CUDAGraph:
     return g
 
 
-def kernels_in(graph: torch.cuda.CUDAGraph) -> int:
+def kernels_in(graph: torch.cuda.CUDAGraph, top: int = 8) -> tuple[int, list]:
+    """Kernels in one profiled replay, and the ``top`` kernel names by total time (us, count)."""
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         graph.replay()
         torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-               and "memcpy" not in e.name.lower() and "memset" not in e.name.lower())
+    by_name: dict[str, list] = {}
+    n = 0
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA or "mem" in e.name.lower():
+            continue
+        n += 1
+        slot = by_name.setdefault(e.name[:70], [0.0, 0])
+        slot[0] += e.time_range.elapsed_us()
+        slot[1] += 1
+    ranked = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]
+    return n, [[name, round(us, 1), count] for name, (us, count) in ranked]
 
 
 def main(argv=None) -> dict:
@@ -99,22 +109,23 @@ def main(argv=None) -> dict:
             g = capture(lambda: model(toks, pos, slots, bt, kvl, qsl, w))
             cap_s = time.perf_counter() - t0
             verify = replay_us(g, a.repeats)
-            n_kernels = kernels_in(g)
+            n_kernels, verify_top = kernels_in(g)
             del g
             d_pos, d_slots, d_kvl, d_qsl = verify_metadata(seq, bt, 1, bs)
             hid = torch.randn(b, model.config.hidden_size, dtype=torch.bfloat16, device=dev)
             dtok = toks[:b].clone()
             gd = capture(lambda: model.greedy_tokens(head(dtok, d_pos, d_slots, hid, bt, d_kvl, d_qsl, 1)[1]))
             draft = replay_us(gd, a.repeats)
-            draft_kernels = kernels_in(gd)
+            draft_kernels, draft_top = kernels_in(gd)
             del gd
             row = {"kernels": kernels, "batch": b, "width": w, "context": a.context,
                    "verify_us": round(verify, 1), "draft_us_per_token": round(draft, 1),
                    "verify_kernels": n_kernels,
                    "kernels_per_layer": round(n_kernels / model.config.num_layers, 2),
                    "draft_kernels": draft_kernels, "first_capture_s": round(cap_s, 2)}
-            rows.append(row)
             print(json.dumps(row), flush=True)
+            row.update(verify_top_kernels=verify_top, draft_top_kernels=draft_top)
+            rows.append(row)
     out = {"command": "python benchmarks/forward_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
            "model": a.model, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "block_size": bs, "block_table_width": bt_w, "rows": rows}

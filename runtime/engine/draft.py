@@ -15,6 +15,8 @@ from torch import nn
 
 from .model import (EMBED_STD, LOGIT_STD, DecoderLayer, Qwen3Model, RMSNorm, attention_batch, build_on,
                     init_random_weights)
+from . import fast_forward
+from .fast_forward import FastBatch
 from .paged_kv import PagedKVCache
 
 
@@ -67,5 +69,9 @@ class MTPHead(nn.Module):
                                 query_start_loc, rows_per_seq, self.config.head_dim, self.config.rope_theta)
         e = self.enorm(target.embed_tokens(tokens.long()))
         x = self.eh_proj(torch.cat([e, self.hnorm(hidden_in.to(e.dtype))], dim=-1))
-        x = self.layer(x, batch, self.kv_cache, 0)
-        return x, F.linear(self.norm(x), target.lm_head_weight)
+        if isinstance(batch, FastBatch):  # the residual add and the final norm in one kernel
+            x, h = fast_forward.add_rms_norm(*fast_forward.layer(self.layer, x, None, batch, self.kv_cache, 0),
+                                             self.norm)
+        else:
+            h = self.norm(x := self.layer(x, batch, self.kv_cache, 0))
+        return x, F.linear(h, target.lm_head_weight)

@@ -66,6 +66,25 @@ class FastBatch:
     rope_theta: float
 
 
+_INV_FREQ: dict[tuple, torch.Tensor] = {}
+
+
+def rope_inv_freq(head_dim: int, theta: float, device: torch.device) -> torch.Tensor:
+    """``1 / theta ** (2i / D)`` in float32, by the same ops as ``AttentionBatch.build`` (same bits).
+
+    Kept per device once made outside a graph capture; inside one it is made
+    afresh (a tensor from the capture's pool must not outlive the graph).
+    """
+    key = (head_dim, theta, str(device))
+    t = _INV_FREQ.get(key)
+    if t is None:
+        half = torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim
+        t = 1.0 / (theta ** half)
+        if device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+            _INV_FREQ[key] = t
+    return t
+
+
 def fused_weight(owner: torch.nn.Module, names: tuple[str, ...]) -> torch.Tensor:
     """``cat([owner.<name>.weight ...])``, made once; the parts then view the fused tensor.
 
@@ -92,7 +111,8 @@ def attention(attn, h: torch.Tensor, batch: FastBatch, cache, layer: int) -> tor
     kc, vc = cache.layer_storage(layer)
     qkv = F.linear(h, fused_weight(attn, ("q_proj", "k_proj", "v_proj")))
     q = k.qk_norm_rope_store(qkv, attn.q_norm.weight, attn.k_norm.weight, batch.positions, batch.slots, kc, vc,
-                             attn.num_heads, attn.num_kv_heads, attn.q_norm.eps, batch.rope_theta)
+                             attn.num_heads, attn.num_kv_heads, attn.q_norm.eps,
+                             rope_inv_freq(attn.head_dim, batch.rope_theta, h.device))
     o = k.paged_attention(q, kc, vc, batch.block_table, batch.kv_lens, batch.positions, batch.query_start_loc,
                           batch.rows_per_seq, cache.block_size)
     return attn.o_proj(o.view(h.shape[0], -1))
@@ -102,11 +122,14 @@ def mlp(m, h: torch.Tensor) -> torch.Tensor:
     return m.down_proj(_kernels().silu_mul(F.linear(h, fused_weight(m, ("gate_proj", "up_proj")))))
 
 
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, norm) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x + delta, norm(x + delta))`` in one kernel; ``norm`` is an ``RMSNorm`` module."""
+    return _kernels().add_rms_norm(x, delta, norm.weight, norm.eps)
+
+
 def layer(dec, x: torch.Tensor, delta: torch.Tensor | None, batch: FastBatch, cache,
           i: int) -> tuple[torch.Tensor, torch.Tensor]:
     """One decoder layer on the residual ``x + delta``; returns the next ``(x, delta)``."""
-    k = _kernels()
-    x, h = k.add_rms_norm(x, delta, dec.input_layernorm.weight, dec.input_layernorm.eps)
-    x, h = k.add_rms_norm(x, attention(dec.self_attn, h, batch, cache, i), dec.post_attention_layernorm.weight,
-                          dec.post_attention_layernorm.eps)
+    x, h = add_rms_norm(x, delta, dec.input_layernorm)
+    x, h = add_rms_norm(x, attention(dec.self_attn, h, batch, cache, i), dec.post_attention_layernorm)
     return x, mlp(dec.mlp, h)

@@ -41,15 +41,15 @@ def _rms_rope(x1, x2, w1, w2, cos, sin, eps, D: tl.constexpr, OUT: tl.constexpr)
 
 
 @triton.jit
-def _qk_norm_rope_store_kernel(qkv, q_out, k_cache, v_cache, q_w, k_w, positions, slots, eps, log2_theta,
+def _qk_norm_rope_store_kernel(qkv, q_out, k_cache, v_cache, q_w, k_w, positions, slots, inv_freq, eps,
                                num_slots, H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr,
                                BH: tl.constexpr, BKV: tl.constexpr):
     n = tl.program_id(0).to(tl.int64)
     HALF: tl.constexpr = D // 2
     i = tl.arange(0, HALF)
-    pos = tl.load(positions + n).to(tl.float32)
-    inv_freq = tl.exp2(-(2.0 * i.to(tl.float32) / D) * log2_theta)
-    cos, sin = tl.cos(pos * inv_freq), tl.sin(pos * inv_freq)
+    # the angle rounds to float32 as the torch tables do; its cosine and sine are taken in float64
+    angle = (tl.load(positions + n).to(tl.float32) * tl.load(inv_freq + i)).to(tl.float64)
+    cos, sin = tl.cos(angle).to(tl.float32), tl.sin(angle).to(tl.float32)
     row = qkv + n * ((H + 2 * KVH) * D)
     OUT = q_out.dtype.element_ty
     # q heads
@@ -203,13 +203,16 @@ def _pow2(n: int, least: int = 1) -> int:
 
 def qk_norm_rope_store(qkv: torch.Tensor, q_w: torch.Tensor, k_w: torch.Tensor, positions: torch.Tensor,
                        slots: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int,
-                       num_kv_heads: int, eps: float, theta: float) -> torch.Tensor:
-    """``qkv [N, (H + 2 KVH) D]`` -> rotated ``q [N, H, D]``; k, v land in ``k_cache/v_cache [S+1, KVH, D]``."""
+                       num_kv_heads: int, eps: float, inv_freq: torch.Tensor) -> torch.Tensor:
+    """``qkv [N, (H + 2 KVH) D]`` -> rotated ``q [N, H, D]``; k, v land in ``k_cache/v_cache [S+1, KVH, D]``.
+
+    ``inv_freq [D / 2]`` float32: the RoPE frequencies (``rope_inv_freq``).
+    """
     n, d = qkv.shape[0], q_w.shape[0]
     q = torch.empty(n, num_heads, d, dtype=qkv.dtype, device=qkv.device)
     if n:
         _qk_norm_rope_store_kernel[(n,)](
-            qkv, q, k_cache, v_cache, q_w, k_w, positions, slots, eps, math.log2(theta),
+            qkv, q, k_cache, v_cache, q_w, k_w, positions, slots, inv_freq, eps,
             k_cache.shape[0] - 1, H=num_heads, KVH=num_kv_heads, D=d, BH=_pow2(num_heads),
             BKV=_pow2(num_kv_heads))
     return q

@@ -254,18 +254,23 @@ class Qwen3Model(nn.Module):
                 x, delta = fast_forward.layer(layer, x, delta, batch, self.kv_cache, i)
                 if i in taps:
                     tapped.append(x + delta)
-            x = x + delta
+            x, h = fast_forward.add_rms_norm(x, delta, self.norm)  # the last residual add and the final norm
+            out = x, self.project(h)
         else:
             for i, layer in enumerate(self.layers):
                 x = layer(x, batch, self.kv_cache, i)
                 if i in taps:
                     tapped.append(x)
-        out = x, self.logits(x)
+            out = x, self.logits(x)
         return (*out, torch.cat(tapped, dim=-1)) if taps else out
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """The LM head over the final norm (a tensor-parallel rank: its vocabulary range)."""
-        return F.linear(self.norm(x), self.lm_head_weight)
+        return self.project(self.norm(x))
+
+    def project(self, h: torch.Tensor) -> torch.Tensor:
+        """The LM head alone, on the final norm's output ``h``."""
+        return F.linear(h, self.lm_head_weight)
 
     def greedy_tokens(self, logits: torch.Tensor) -> torch.Tensor:
         """Greedy tokens from ``forward``'s logits: the argmax over the whole vocabulary, lowest index

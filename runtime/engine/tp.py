@@ -116,9 +116,9 @@ class TensorParallelQwen3(Qwen3Model):
             raise TPError(f"vocabulary of {full.config.vocab_size} exceeds {EXACT_FLOAT_INDEX}")
         self.kv_cache = None
 
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
+    def project(self, h: torch.Tensor) -> torch.Tensor:
         """``[N, V / tp]``: the logits of this rank's vocabulary range (a row slice of the head, no copy)."""
-        return F.linear(self.norm(x), self.lm_head_weight[self.vocab_lo: self.vocab_hi])
+        return F.linear(h, self.lm_head_weight[self.vocab_lo: self.vocab_hi])
 
     def greedy_tokens(self, logits: torch.Tensor) -> torch.Tensor:
         """The argmax over the whole vocabulary from every rank's share; the lowest index wins a tie.

@@ -82,7 +82,8 @@ def norm_rope_case(dev, dtype, n, h, kvh, d, seed):
     kc = torch.zeros(slots_n + 1, kvh, d, dtype=dtype, device=dev)
     vc = torch.zeros_like(kc)
     with torch.no_grad():
-        q = fk.qk_norm_rope_store(qkv, qn.weight, kn.weight, pos, slots, kc, vc, h, kvh, 1e-6, 1e6)
+        inv_freq = 1.0 / (1e6 ** (torch.arange(0, d, 2, device=dev, dtype=torch.float32) / d))
+        q = fk.qk_norm_rope_store(qkv, qn.weight, kn.weight, pos, slots, kc, vc, h, kvh, 1e-6, inv_freq)
         ab = AttentionBatch.build(pos, slots, torch.zeros(1, 1, dtype=torch.int32, device=dev), pos,
                                   torch.tensor([0, n], device=dev), n, d, 1e6)
         qs, ks, vs = qkv.view(n, h + 2 * kvh, d).split([h, kvh, kvh], dim=1)
