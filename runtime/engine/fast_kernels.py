@@ -21,13 +21,17 @@ on the CPU, which is how the tests compare it with the torch path.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import triton
 import triton.language as tl
 
 BLOCK_N = 64  # keys per attention chunk
-TARGET_PROGRAMS = 264  # about two waves of an H200's SMs
+MAX_BLOCK_M = 64  # query rows per attention program; wider batches (a prefill) take more tiles
+TARGET_PROGRAMS = 132  # one wave of an H200's SMs
+MAX_SPLITS = 16
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 @triton.jit
@@ -42,43 +46,68 @@ def _rms_rope(x1, x2, w1, w2, cos, sin, eps, D: tl.constexpr, OUT: tl.constexpr)
 
 @triton.jit
 def _qk_norm_rope_store_kernel(qkv, q_out, k_cache, v_cache, q_w, k_w, positions, slots, inv_freq, eps,
-                               num_slots, H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr,
-                               BH: tl.constexpr, BKV: tl.constexpr):
+                               num_slots, H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr):
+    """One program per (row, head): heads ``0..H-1`` are q, ``H..H+KVH-1`` are k (and v stored beside)."""
     n = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1)
     HALF: tl.constexpr = D // 2
     i = tl.arange(0, HALF)
     # the angle rounds to float32 as the torch tables do; its cosine and sine are taken in float64
     angle = (tl.load(positions + n).to(tl.float32) * tl.load(inv_freq + i)).to(tl.float64)
     cos, sin = tl.cos(angle).to(tl.float32), tl.sin(angle).to(tl.float32)
-    row = qkv + n * ((H + 2 * KVH) * D)
     OUT = q_out.dtype.element_ty
-    # q heads
-    h = tl.arange(0, BH)
-    hm = (h < H)[:, None]
-    q1 = tl.load(row + h[:, None] * D + i[None, :], mask=hm, other=0.0).to(tl.float32)
-    q2 = tl.load(row + h[:, None] * D + HALF + i[None, :], mask=hm, other=0.0).to(tl.float32)
-    o1, o2 = _rms_rope(q1, q2, tl.load(q_w + i).to(tl.float32), tl.load(q_w + HALF + i).to(tl.float32),
-                       cos, sin, eps, D, OUT)
-    qo = q_out + n * (H * D) + h[:, None] * D + i[None, :]
-    tl.store(qo, o1.to(OUT), mask=hm)
-    tl.store(qo + HALF, o2.to(OUT), mask=hm)
-    # k and v heads, stored at the row's slot
-    s = tl.load(slots + n).to(tl.int64)
-    ok = (s >= 0) & (s < num_slots)
-    g = tl.arange(0, BKV)
-    gm = (g < KVH)[:, None] & ok
-    kr = row + H * D + g[:, None] * D + i[None, :]
-    k1 = tl.load(kr, mask=gm, other=0.0).to(tl.float32)
-    k2 = tl.load(kr + HALF, mask=gm, other=0.0).to(tl.float32)
-    c1, c2 = _rms_rope(k1, k2, tl.load(k_w + i).to(tl.float32), tl.load(k_w + HALF + i).to(tl.float32),
-                       cos, sin, eps, D, OUT)
-    dst = s * (KVH * D) + g[:, None] * D + i[None, :]
-    KT = k_cache.dtype.element_ty
-    tl.store(k_cache + dst, c1.to(OUT).to(KT), mask=gm)
-    tl.store(k_cache + dst + HALF, c2.to(OUT).to(KT), mask=gm)
-    vr = kr + KVH * D
-    tl.store(v_cache + dst, tl.load(vr, mask=gm, other=0.0).to(KT), mask=gm)
-    tl.store(v_cache + dst + HALF, tl.load(vr + HALF, mask=gm, other=0.0).to(KT), mask=gm)
+    src = qkv + n * ((H + 2 * KVH) * D) + j * D + tl.arange(0, 1)[:, None] * D + i[None, :]  # [1, HALF]
+    x1 = tl.load(src).to(tl.float32)
+    x2 = tl.load(src + HALF).to(tl.float32)
+    if j < H:
+        o1, o2 = _rms_rope(x1, x2, tl.load(q_w + i).to(tl.float32), tl.load(q_w + HALF + i).to(tl.float32),
+                           cos, sin, eps, D, OUT)
+        dst = q_out + n * (H * D) + j * D + tl.arange(0, 1)[:, None] * D + i[None, :]
+        tl.store(dst, o1.to(OUT))
+        tl.store(dst + HALF, o2.to(OUT))
+    else:
+        s = tl.load(slots + n).to(tl.int64)
+        ok = (s >= 0) & (s < num_slots)  # -1 or past the cache: nothing is written
+        c1, c2 = _rms_rope(x1, x2, tl.load(k_w + i).to(tl.float32), tl.load(k_w + HALF + i).to(tl.float32),
+                           cos, sin, eps, D, OUT)
+        KT = k_cache.dtype.element_ty
+        off = s * (KVH * D) + (j - H) * D + tl.arange(0, 1)[:, None] * D + i[None, :]
+        tl.store(k_cache + off, c1.to(OUT).to(KT), mask=ok)
+        tl.store(k_cache + off + HALF, c2.to(OUT).to(KT), mask=ok)
+        v = src + KVH * D
+        tl.store(v_cache + off, tl.load(v).to(KT), mask=ok)
+        tl.store(v_cache + off + HALF, tl.load(v + HALF).to(KT), mask=ok)
+
+
+@triton.jit
+def _attend_chunk(c, qt, q_pos, m_i, l_i, acc, k_cache, v_cache, block_table, b, kvh, kv_len, scale, num_slots,
+                  KVH: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BT: tl.constexpr,
+                  BLOCK_N: tl.constexpr, IEEE: tl.constexpr):
+    """Keys ``c * BLOCK_N ..`` folded into the online softmax ``(m_i, l_i, acc)``."""
+    d = tl.arange(0, D)
+    kpos = c * BLOCK_N + tl.arange(0, BLOCK_N)
+    in_seq = kpos < kv_len
+    entry = tl.load(block_table + b * BT + kpos // BS, mask=in_seq, other=-1).to(tl.int64)
+    slot = entry * BS + kpos % BS
+    k_ok = in_seq & (entry >= 0) & (slot < num_slots)
+    base = (slot * KVH + kvh)[:, None] * D + d[None, :]
+    kt = tl.load(k_cache + base, mask=k_ok[:, None], other=0.0)
+    vt = tl.load(v_cache + base, mask=k_ok[:, None], other=0.0)
+    if IEEE:
+        s = tl.dot(qt, tl.trans(kt), input_precision="ieee")
+    else:
+        s = tl.dot(qt, tl.trans(kt))
+    visible = k_ok[None, :] & (kpos[None, :] <= q_pos[:, None])
+    s = tl.where(visible, s * scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.exp(s - m_safe[:, None])
+    alpha = tl.exp(m_i - m_safe)
+    if IEEE:
+        pv = tl.dot(p.to(vt.dtype), vt, input_precision="ieee")
+    else:
+        pv = tl.dot(p.to(vt.dtype), vt)
+    return m_new, l_i * alpha + tl.sum(p, 1), acc * alpha[:, None] + pv
 
 
 @triton.jit
@@ -86,11 +115,14 @@ def _paged_attention_kernel(q, k_cache, v_cache, block_table, kv_lens, positions
                             out, part_m, part_l, part_acc, scale, num_slots,
                             R: tl.constexpr, G: tl.constexpr, H: tl.constexpr, KVH: tl.constexpr,
                             D: tl.constexpr, BS: tl.constexpr, BT: tl.constexpr, BLOCK_M: tl.constexpr,
-                            BLOCK_N: tl.constexpr, NSPLIT: tl.constexpr, IEEE: tl.constexpr):
+                            MT: tl.constexpr, BLOCK_N: tl.constexpr, NSPLIT: tl.constexpr, IEEE: tl.constexpr,
+                            INTERPRET: tl.constexpr):
+    """Program (b, kvh * MT + tile, split): query rows ``m = r * G + g`` of the tile, keys of the split."""
     b = tl.program_id(0).to(tl.int64)
-    kvh = tl.program_id(1)
+    kvh = tl.program_id(1) // MT
+    tile = tl.program_id(1) % MT
     split = tl.program_id(2)
-    m = tl.arange(0, BLOCK_M)
+    m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
     m_ok = m < R * G
     r, g = m // G, m % G
     row = tl.load(query_start_loc + b).to(tl.int64) + r
@@ -98,76 +130,56 @@ def _paged_attention_kernel(q, k_cache, v_cache, block_table, kv_lens, positions
     d = tl.arange(0, D)
     qt = tl.load(q + (row * H + head)[:, None] * D + d[None, :], mask=m_ok[:, None], other=0.0)
     q_pos = tl.load(positions + row, mask=m_ok, other=-1).to(tl.int64)
-    # keys past the last query's position or the table's capacity are never read
+    # keys past the tile's last query position or the table's capacity are never read
     kv_len = tl.minimum(tl.load(kv_lens + b).to(tl.int64), tl.max(q_pos, 0) + 1)
     kv_len = tl.minimum(kv_len, BT * BS)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     n_chunks = tl.cdiv(kv_len, BLOCK_N)
-    c = split
-    while c < n_chunks:  # chunks split, split + NSPLIT, ...
-        kpos = c * BLOCK_N + tl.arange(0, BLOCK_N)
-        in_seq = kpos < kv_len
-        entry = tl.load(block_table + b * BT + kpos // BS, mask=in_seq, other=-1).to(tl.int64)
-        slot = entry * BS + kpos % BS
-        k_ok = in_seq & (entry >= 0) & (slot < num_slots)
-        base = (slot * KVH + kvh)[:, None] * D + d[None, :]
-        kt = tl.load(k_cache + base, mask=k_ok[:, None], other=0.0)
-        vt = tl.load(v_cache + base, mask=k_ok[:, None], other=0.0)
-        if IEEE:
-            s = tl.dot(qt, tl.trans(kt), input_precision="ieee")
-        else:
-            s = tl.dot(qt, tl.trans(kt))
-        visible = k_ok[None, :] & (kpos[None, :] <= q_pos[:, None])
-        s = tl.where(visible, s * scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp(s - m_safe[:, None])
-        alpha = tl.exp(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if IEEE:
-            acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
-        m_i = m_new
-        c += NSPLIT
+    if INTERPRET:  # the interpreter cannot take tensor bounds in range(); same chunks, same order
+        c = split
+        while c < n_chunks:
+            m_i, l_i, acc = _attend_chunk(c, qt, q_pos, m_i, l_i, acc, k_cache, v_cache, block_table, b, kvh,
+                                          kv_len, scale, num_slots, KVH, D, BS, BT, BLOCK_N, IEEE)
+            c += NSPLIT
+    else:
+        for c in range(split, n_chunks, NSPLIT):  # a for loop: Triton pipelines its loads
+            m_i, l_i, acc = _attend_chunk(c, qt, q_pos, m_i, l_i, acc, k_cache, v_cache, block_table, b, kvh,
+                                          kv_len, scale, num_slots, KVH, D, BS, BT, BLOCK_N, IEEE)
     if NSPLIT == 1:
         o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
         tl.store(out + (row * H + head)[:, None] * D + d[None, :], o.to(out.dtype.element_ty),
                  mask=m_ok[:, None])
     else:
-        p_row = (b * KVH + kvh) * NSPLIT + split
-        tl.store(part_m + p_row * BLOCK_M + m, m_i)
-        tl.store(part_l + p_row * BLOCK_M + m, l_i)
-        tl.store(part_acc + (p_row * BLOCK_M + m)[:, None] * D + d[None, :], acc)
+        p_row = ((b * KVH + kvh) * MT + tile) * NSPLIT + split
+        tl.store(part_m + p_row * BLOCK_M + tl.arange(0, BLOCK_M), m_i)
+        tl.store(part_l + p_row * BLOCK_M + tl.arange(0, BLOCK_M), l_i)
+        tl.store(part_acc + (p_row * BLOCK_M + tl.arange(0, BLOCK_M))[:, None] * D + d[None, :], acc)
 
 
 @triton.jit
 def _attention_merge_kernel(part_m, part_l, part_acc, query_start_loc, out, R: tl.constexpr,
                             G: tl.constexpr, H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr,
-                            BLOCK_M: tl.constexpr, NSPLIT: tl.constexpr):
+                            BLOCK_M: tl.constexpr, MT: tl.constexpr, NSPLIT: tl.constexpr):
+    """Program (b, kvh * MT + tile, j): query row ``m = tile * BLOCK_M + j``, its splits merged."""
     b = tl.program_id(0).to(tl.int64)
-    kvh = tl.program_id(1)
-    m = tl.arange(0, BLOCK_M)
-    d = tl.arange(0, D)
-    first = (b * KVH + kvh) * NSPLIT
-    top = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    for s in tl.static_range(NSPLIT):
-        top = tl.maximum(top, tl.load(part_m + (first + s) * BLOCK_M + m))
-    top = tl.where(top == float("-inf"), 0.0, top)
-    l_sum = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, D], tl.float32)
-    for s in tl.static_range(NSPLIT):
-        w = tl.exp(tl.load(part_m + (first + s) * BLOCK_M + m) - top)
-        l_sum += w * tl.load(part_l + (first + s) * BLOCK_M + m)
-        acc += w[:, None] * tl.load(part_acc + ((first + s) * BLOCK_M + m)[:, None] * D + d[None, :])
-    m_ok = m < R * G
-    r, g = m // G, m % G
-    row = tl.load(query_start_loc + b).to(tl.int64) + r
-    o = acc / tl.where(l_sum > 0, l_sum, 1.0)[:, None]
-    tl.store(out + (row * H + kvh * G + g)[:, None] * D + d[None, :], o.to(out.dtype.element_ty),
-             mask=m_ok[:, None])
+    kvh = tl.program_id(1) // MT
+    tile = tl.program_id(1) % MT
+    j = tl.program_id(2)
+    m = tile * BLOCK_M + j
+    if m < R * G:
+        sp = tl.arange(0, NSPLIT)
+        at = (((b * KVH + kvh) * MT + tile) * NSPLIT + sp) * BLOCK_M + j  # [NSPLIT]
+        ms = tl.load(part_m + at)
+        top = tl.max(ms, 0)
+        w = tl.exp(ms - tl.where(top == float("-inf"), 0.0, top))
+        l_sum = tl.sum(w * tl.load(part_l + at), 0)
+        d = tl.arange(0, D)
+        acc = tl.sum(w[:, None] * tl.load(part_acc + at[:, None] * D + d[None, :]), 0)
+        row = tl.load(query_start_loc + b).to(tl.int64) + m // G
+        o = acc / tl.where(l_sum > 0, l_sum, 1.0)
+        tl.store(out + (row * H + kvh * G + m % G) * D + d, o.to(out.dtype.element_ty))
 
 
 @triton.jit
@@ -211,17 +223,23 @@ def qk_norm_rope_store(qkv: torch.Tensor, q_w: torch.Tensor, k_w: torch.Tensor, 
     n, d = qkv.shape[0], q_w.shape[0]
     q = torch.empty(n, num_heads, d, dtype=qkv.dtype, device=qkv.device)
     if n:
-        _qk_norm_rope_store_kernel[(n,)](
-            qkv, q, k_cache, v_cache, q_w, k_w, positions, slots, inv_freq, eps,
-            k_cache.shape[0] - 1, H=num_heads, KVH=num_kv_heads, D=d, BH=_pow2(num_heads),
-            BKV=_pow2(num_kv_heads))
+        _qk_norm_rope_store_kernel[(n, num_heads + num_kv_heads)](
+            qkv, q, k_cache, v_cache, q_w, k_w, positions, slots, inv_freq, eps, k_cache.shape[0] - 1,
+            H=num_heads, KVH=num_kv_heads, D=d, num_warps=1)
     return q
 
 
-def num_splits(batch: int, kv_heads: int, max_len: int) -> int:
-    """Key splits per (sequence, KV head): enough programs to fill the GPU, never more than chunks."""
-    want = -(-TARGET_PROGRAMS // max(1, batch * kv_heads))
-    return max(1, min(want, -(-max_len // BLOCK_N), 32))
+def attention_tiles(rows_per_seq: int, group: int) -> tuple[int, int]:
+    """``(BLOCK_M, tiles)``: query rows (row x head of a KV group) per program, and programs per group."""
+    rows = rows_per_seq * group
+    block_m = min(MAX_BLOCK_M, _pow2(rows, 16))
+    return block_m, -(-rows // block_m)
+
+
+def num_splits(programs: int, max_len: int) -> int:
+    """Key splits per program (a power of two): enough to fill the GPU, never more than chunks."""
+    want = _pow2(-(-TARGET_PROGRAMS // max(1, programs)))
+    return max(1, min(want, _pow2(-(-max_len // BLOCK_N)), MAX_SPLITS))
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
@@ -235,22 +253,23 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     out = torch.zeros_like(q) if b * rows_per_seq < n else torch.empty_like(q)
     if b == 0:
         return out
-    block_m = _pow2(rows_per_seq * g, 16)
-    splits = num_splits(b, kvh, bt * block_size)
+    block_m, tiles = attention_tiles(rows_per_seq, g)
+    splits = num_splits(b * kvh * tiles, bt * block_size)
     if splits > 1:
-        part_m = torch.empty(b * kvh * splits * block_m, dtype=torch.float32, device=q.device)
+        part_m = torch.empty(b * kvh * tiles * splits * block_m, dtype=torch.float32, device=q.device)
         part_l = torch.empty_like(part_m)
-        part_acc = torch.empty(b * kvh * splits * block_m, d, dtype=torch.float32, device=q.device)
+        part_acc = torch.empty(part_m.shape[0], d, dtype=torch.float32, device=q.device)
     else:
         part_m = part_l = part_acc = out
-    meta = dict(R=rows_per_seq, G=g, H=h, KVH=kvh, D=d)
-    _paged_attention_kernel[(b, kvh, splits)](
+    meta = dict(R=rows_per_seq, G=g, H=h, KVH=kvh, D=d, BLOCK_M=block_m, MT=tiles, NSPLIT=splits)
+    wide = q.dtype == torch.float32
+    _paged_attention_kernel[(b, kvh * tiles, splits)](
         q, k_cache, v_cache, block_table, kv_lens, positions, query_start_loc, out, part_m, part_l,
-        part_acc, d ** -0.5, k_cache.shape[0] - 1, BS=block_size, BT=bt, BLOCK_M=block_m,
-        BLOCK_N=BLOCK_N, NSPLIT=splits, IEEE=q.dtype == torch.float32, **meta)
+        part_acc, d ** -0.5, k_cache.shape[0] - 1, BS=block_size, BT=bt, BLOCK_N=BLOCK_N, IEEE=wide,
+        INTERPRET=INTERPRETED, num_stages=2 if wide else 3, **meta)
     if splits > 1:
-        _attention_merge_kernel[(b, kvh)](part_m, part_l, part_acc, query_start_loc, out,
-                                          BLOCK_M=block_m, NSPLIT=splits, **meta)
+        _attention_merge_kernel[(b, kvh * tiles, block_m)](part_m, part_l, part_acc, query_start_loc, out,
+                                                           num_warps=1, **meta)
     return out
 
 

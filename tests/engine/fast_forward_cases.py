@@ -59,8 +59,9 @@ def attention_case(dev, dtype, b, h, kvh, d, rows, bt_w, bs, seed, holes=False, 
     args = [t.to(dev) for t in (bt, kv_lens, positions, qsl)]
     got = fk.paged_attention(q, kc, vc, *args, rows, bs)
     want = reference_attention(q, kc, vc, *args, rows, bs)
-    return {"err": (got.float() - want).abs().max().item(),
-            "splits": fk.num_splits(b, kvh, cap), "finite": bool(torch.isfinite(got).all())}
+    _, tiles = fk.attention_tiles(rows, h // kvh)
+    return {"err": (got.float() - want).abs().max().item(), "tiles": tiles,
+            "splits": fk.num_splits(b * kvh * tiles, cap), "finite": bool(torch.isfinite(got).all())}
 
 
 def norm_rope_case(dev, dtype, n, h, kvh, d, seed):
@@ -144,6 +145,7 @@ def main(dev: str, dtype_name: str) -> dict:
         "attn_split": attention_case(dev, dtype, 2, 4, 2, 16, 4, 20, 16, 2),
         "attn_holes_over": attention_case(dev, dtype, 3, 4, 2, 32, 5, 9, 16, 3, holes=True, over=True),
         "attn_bs5_w16": attention_case(dev, dtype, 2, 4, 2, 16, 16, 7, 5, 4),
+        "attn_prefill_tiles": attention_case(dev, dtype, 2, 4, 2, 16, 70, 6, 16, 12, holes=True),
         "attn_w1_g4": attention_case(dev, dtype, 2, 8, 2, 16, 1, 3, 32, 5),
         "attn_largest": attention_case(dev, dtype, 64 if big else 16, 4, 2, 16, 2, 3, 16, 6, holes=True),
         "norm_rope": norm_rope_case(dev, dtype, 9, 4, 2, 16, 7),
