@@ -110,7 +110,7 @@ def test_config_long_prompts_presets_and_profile_steps():
                   acceptance=0.7, device="cpu", modes=("baseline",))
     need = 2048 + (3 + 32 + 2) * 6 + 1 + 3 * 6 + 1
     assert c.block_table_width == -(-need // c.block_size) and c.prompt_len == 2048
-    assert c.profile_steps == 0  # nothing to profile on the CPU
+    assert c.profile_steps == 8  # the CPU profiles its host-serial runs (the calibration's host compute)
     with pytest.raises(BenchError, match="--prompt-len 2048 need"):
         configure(model="tiny", prompt_len=2048, block_table_width=32, device="cpu", modes=("baseline",))
     with pytest.raises(BenchError, match="--profile-steps"):
@@ -140,8 +140,14 @@ def test_engine_marks_only_the_profiled_steps(tiny_target):
     prompts = [[rng.randrange(512) for _ in range(5)] for _ in range(2)]
     eng = SpecDecodeEngine(tiny_target, head, mode="baseline", width=3, batch=2, block_size=16, block_table_width=8)
     res = eng.run(prompts, steps=3, warmup_steps=2, profile=True)
-    names = {e["name"] for e in kt.load_trace(res.trace) if str(e.get("name", "")).startswith(kt.PHASE_PREFIX)}
+    from specgen.runtime.engine.profiling import HOST_RANGE_PREFIX
+
+    marks = [e["name"] for e in kt.load_trace(res.trace) if str(e.get("name", "")).startswith(kt.PHASE_PREFIX)]
+    names = {n for n in marks if not n.startswith(HOST_RANGE_PREFIX)}
     assert names == {kt.phase_name(p, i) for p in ("draft", "verify") for i in (2, 3, 4)}
+    # and the host-serial mode's own updates, once per family and profiled step (the calibration's host compute)
+    host = sorted(n[len(HOST_RANGE_PREFIX):] for n in marks if n.startswith(HOST_RANGE_PREFIX))
+    assert host == sorted(["spec_verify_head_update", "greedy_prefix_verify", "prepare_next_draft"] * 3)
     assert res.capture_s is not None and eng.run(prompts, steps=1, warmup_steps=1).trace is None
     json.dumps(res.trace)  # a Chrome trace: plain JSON
 
