@@ -155,7 +155,7 @@ def test_engine_marks_only_the_profiled_steps(tiny_target):
 @pytest.mark.gpu
 def test_cuda_kernel_figures_for_every_mode(engine_kernels):
     """On the GPU: every mode's profiled steps give all three kernel-level figures, through correlation ids."""
-    from specgen.runtime.engine import MODES, MTPHead, Qwen3Model, SpecDecodeEngine
+    from specgen.runtime.engine import MODES, MTPHead, Qwen3Model, SpecDecodeEngine, calibration
     from specgen.runtime.engine.bench_profile import figures
     from specgen.runtime.engine.profiling import forward_trace
 
@@ -177,4 +177,14 @@ def test_cuda_kernel_figures_for_every_mode(engine_kernels):
         assert fig["kernel_attribution"] == "correlation" and fig["kernel_steps"] >= 4, (mode, fig)
         assert fig["kernel_draft_to_verify_us"] is not None and fig["kernel_verify_to_draft_us"] is not None
         assert fig["head_us"] is not None and fig["head_us"] >= 0
+        # the cost model's calibration from the same trace (calibration.py)
+        s = calibration.samples(kt.load_trace(res.trace), forward)
+        print(mode, {k: (len(v), sorted(v)[len(v) // 2]) for k, v in sorted(s.items())})
+        assert s["issue.graph_replay"] and all(v >= 0 for vals in s.values() for v in vals)
+        if mode in ("baseline", "compile"):  # a synchronizing read-back every step
+            assert len(s["run.host_sync"]) >= 5, (mode, s)
+        if mode == "baseline":
+            assert s["run.h2d"] and s["issue.h2d"] and s["host_family.spec_verify_head_update"]
+        if mode in ("specgen", "inductor"):  # the head update runs inside the verify graph
+            assert s["in_graph_kernel"], (mode, s)
         torch.cuda.synchronize()
