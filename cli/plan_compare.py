@@ -109,8 +109,9 @@ def _cell(v, missing: str) -> str:
     return missing if v is None else f"{v:g}"
 
 
-def markdown(rows: list[dict], calibrated: bool) -> str:
-    """The rows as a markdown table; empty cells say what would fill them."""
+def markdown(rows: list[dict], calibrated: bool, on_cpu: bool = False) -> str:
+    """The rows as a markdown table; empty cells say what would fill them (the CPU has no kernel figures)."""
+    no_kernels = "n/a (CPU)" if on_cpu else "needs a trace"
     head = ("| boundary | mode | depth | B | predicted, default costs (us) | predicted, calibrated (us) | "
             "measured, events (us) | measured, kernels (us) |")
     out = [head, "|---|---|---|---|---|---|---|---|"]
@@ -118,7 +119,7 @@ def markdown(rows: list[dict], calibrated: bool) -> str:
         out.append(f"| {r['boundary']} | {r['mode']} | {r['depth']} | {r['batch']} | "
                    f"{_cell(r['predicted_default_us'], '')} | "
                    f"{_cell(r['predicted_calibrated_us'], 'needs a trace' if not calibrated else 'n/a')} | "
-                   f"{_cell(r['measured_events_us'], 'n/a')} | {_cell(r['measured_kernel_us'], 'needs a trace')} |")
+                   f"{_cell(r['measured_events_us'], 'n/a')} | {_cell(r['measured_kernel_us'], no_kernels)} |")
     return "\n".join(out)
 
 
@@ -153,7 +154,8 @@ def run_compare(args, costs_check) -> int:
         out.write_text(json.dumps(doc, indent=1) + "\n")
     except OSError as e:
         raise UsageError(f"--compare-json {out}: cannot write it ({e.strerror or e})") from None
-    print(json.dumps(doc, indent=2) if args.format == "json" else markdown(rows, costs is not None))
+    on_cpu = (result.get("environment") or {}).get("clock") == "host perf_counter"
+    print(json.dumps(doc, indent=2) if args.format == "json" else markdown(rows, costs is not None, on_cpu))
     if args.format != "json":
         print(f"wrote {out}")
     return 0

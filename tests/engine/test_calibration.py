@@ -89,7 +89,7 @@ def test_costs_document_loads_and_omits_what_was_not_measured(tmp_path):
     assert cal.costs({1: {}}, {}) is None
 
 
-def test_a_tiny_cpu_bench_writes_the_host_calibration(tmp_path):
+def test_a_tiny_cpu_bench_writes_the_host_calibration(tmp_path, capsys):
     """The CPU profiles the host-serial runs only; costs.json carries their host compute, per batch too."""
     from specgen.passes import CostModel, build_boundary, bubble_us
     from specgen.runtime.engine import bench_report
@@ -113,6 +113,15 @@ def test_a_tiny_cpu_bench_writes_the_host_calibration(tmp_path):
     assert expected == pytest.approx(doc["host_family"]["spec_verify_head_update"])
     assert len(model.host_costs(g)) == len(host_ops)
     assert bubble_us(g, model) != bubble_us(g)
+    # end to end: the bench's own files through specgen plan --compare
+    from specgen.cli import main
+
+    assert main(["plan", "--compare", str(tmp_path / "bench.json"), "--costs", str(tmp_path / "costs.json")]) == 0
+    assert "| n/a (CPU) |" in capsys.readouterr().out
+    rows = json.loads((tmp_path / "compare.json").read_text())["rows"]
+    assert {(r["boundary"], r["batch"]) for r in rows} == {(b, n) for b in ("draft-to-verify", "verify-to-draft")
+                                                          for n in (1, 2)}
+    assert all(r["predicted_calibrated_us"] != r["predicted_default_us"] for r in rows)
     del result["calibration"]  # a run without a calibration leaves no stale costs.json behind
     bench_report.write(result, tmp_path)
     assert not (tmp_path / "costs.json").exists()
