@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The kernel-level bench on the H200: four modes (baseline, compile, inductor, specgen), depths 3-5, batches
 # 1, 8, 32, acceptance 0.7, Qwen3-0.6B shapes; bench.json with the kernel-level figures and capture times,
-# the profiled steps' traces (traces/*.json.gz, Perfetto / chrome://tracing), timeline.png and
+# the profiled steps' traces (traces/*.json.gz, Perfetto / chrome://tracing), the cost model's calibration
+# (costs.json) and its predicted-vs-measured table (compare.md / compare.json), timeline.png and
 # kernel_timeline.png, then the GPU tests of the new pieces.  Kernels come prebuilt (no TileLang there):
 #   specgen build --target cuda --widths 4-6 --block-table-widths 32 --block-sizes 16 --draft-dtypes int32 \
 #       --boundary draft-to-verify,verify-to-draft --out build/bench_kernels
@@ -43,6 +44,12 @@ for f in sorted(out.glob("bench_d*/bench.json")):
     print(f.parent.name, "ratios:", r["ratios"])
 print("self-check:", "OK" if bad == 0 else f"{bad} run(s) missing fields")
 PY
+# the cost model against the measurement: default costs and the run's own calibration (costs.json)
+for depth in 3 4 5; do
+  d="$out/bench_d$depth"
+  test -f "$d/costs.json" || { echo "bench_d$depth: no costs.json  <-- MISSING"; continue; }
+  python3 -m specgen plan --compare "$d/bench.json" --costs "$d/costs.json" | tee "$d/compare.md"
+done
 timeout 150 python3 -m pytest -q -s -p no:cacheprovider tests/engine/test_bench_kernels.py tests/engine/test_mode_inductor.py \
   2>&1 | tail -25 | tee "$out/gpu_tests.txt"
 rm -rf "$out/.inductor_cache"

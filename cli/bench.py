@@ -3,7 +3,8 @@
 The harness lives beside the engine (``runtime/engine/bench.py``); this
 command parses the options, builds the kernels the run needs when they are
 missing (planning and code generation happen here, above the runtime), runs
-the harness and writes ``bench.json`` and ``timeline.png``.
+the harness and writes ``bench.json``, ``costs.json`` (the cost model's
+calibration from the profiled steps) and ``timeline.png``.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def register(sub) -> None:
     p.add_argument("--check-ranks", type=int, default=0, metavar="N",
                    help="compare the ranks' step state every N steps; stop at the first differing field")
     p.add_argument("--profile-steps", type=int, default=8, help="after the timed runs, profile this many steps "
-                   "of each run with torch.profiler for the kernel-level figures (CUDA; 0: off)")
+                   "of each run with torch.profiler for the kernel-level figures and the cost model's calibration "
+                   "costs.json (the CPU: baseline runs, host compute only; 0: off)")
     p.add_argument("--replot", metavar="BENCH_JSON", help="only redraw timeline.png from a bench.json")
     p.set_defaults(func=run)
 

@@ -1,4 +1,8 @@
-"""``specgen plan``: run the pass pipeline on one boundary and show it before and after."""
+"""``specgen plan``: run the pass pipeline on one boundary and show it before and after.
+
+``--compare BENCH_JSON`` instead sets the predicted bubbles of every boundary
+and mode next to a bench's measured ones (``plan_compare``).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,15 @@ def run(args) -> int:
                           build_boundary, render_mermaid, render_text, summary)
     from ..specializations.capabilities import SpeculativeVerifyCapabilities
 
+    if args.compare:
+        from .plan_compare import run_compare
+
+        try:
+            return run_compare(args, lambda path: _costs(path, CostModel))
+        except (BoundaryGraphError, PassPipelineError, ValueError) as e:
+            raise UsageError(f"--compare: {str(e).splitlines()[0]}") from None
+    if not args.boundary:
+        raise UsageError("the following arguments are required: --boundary (or --compare BENCH_JSON)")
     model = _costs(args.costs, CostModel) if args.costs else None
     caps = SpeculativeVerifyCapabilities(has_linear_state=args.linear_state)
     dump_dir = writable_dir(args.dump_dir, "--dump-dir") if args.dump_dir else None
@@ -57,10 +70,11 @@ def _costs(path: str, cost_model):
         raise UsageError(f"--costs {path}: not JSON ({e})") from None
     if not isinstance(data, dict):
         raise UsageError(f"--costs {path}: must be a JSON object, not {type(data).__name__}; {example}")
-    for part in ("run", "issue"):
+    for part in ("run", "issue", "host_family"):
         table = data.get(part, {})
         if not isinstance(table, dict) or not all(_number(v) for v in table.values()):
-            raise UsageError(f"--costs {path}: '{part}' must map op kinds to microseconds; {example}")
+            kinds = "kernel families" if part == "host_family" else "op kinds"
+            raise UsageError(f"--costs {path}: '{part}' must map {kinds} to microseconds; {example}")
     for key in ("in_graph_kernel", "in_graph_copy"):
         if key in data and not _number(data[key]):
             raise UsageError(f"--costs {path}: '{key}' must be a number of microseconds; {example}")
@@ -104,7 +118,7 @@ def _pipeline(text: str) -> str:
 
 def register(sub) -> None:
     p = sub.add_parser("plan", help="run the pass pipeline on one boundary and show before/after")
-    p.add_argument("--boundary", required=True, help="draft-to-verify | verify-to-draft | context-kv")
+    p.add_argument("--boundary", help="draft-to-verify | verify-to-draft | context-kv")
     p.add_argument("--width", type=int, default=4, help="verify width W = draft depth + 1 (2..16)")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--block-size", type=int, default=128)
@@ -115,4 +129,8 @@ def register(sub) -> None:
     p.add_argument("--costs", help="JSON calibration file overriding the cost model")
     p.add_argument("--format", choices=("text", "mermaid", "json"), default="text")
     p.add_argument("--dump-dir", help="write every stage as {idx:03d}_{pass}.txt")
+    p.add_argument("--compare", metavar="BENCH_JSON", help="predicted bubble of each boundary and mode (default "
+                   "costs, and --costs) next to a bench.json's measured ones: a markdown table and a JSON file")
+    p.add_argument("--compare-json", metavar="FILE", help="where --compare writes its JSON (default: compare.json "
+                   "beside BENCH_JSON)")
     p.set_defaults(func=run)

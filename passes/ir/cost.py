@@ -8,7 +8,13 @@ the boundary's start op finishing to its end op starting.
 
 Defaults are leads from an H200 with torch 2.11 (see README); a JSON file
 such as ``{"run": {"host_compute": 20}, "issue": {"device_kernel": 6}}``
-overrides any of them.
+overrides any of them.  ``specgen bench`` writes such a file (``costs.json``)
+from its profiled steps; besides ``run`` / ``issue`` / ``in_graph_*`` it may
+carry ``host_family`` (the host's time for one step of a kernel family's
+torch semantics, e.g. ``{"spec_verify_head_update": 180}``: the host compute
+ops of that family, or of a composite's members, share it evenly) and, for
+the reader, ``measured`` / ``source`` / ``by_batch`` (provenance and per-batch
+figures, which the model itself does not read).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...specializations.families import FAMILIES
 from .analysis import Ordering
 from .core import BoundaryGraph, Op, OpKind
 
@@ -29,6 +36,8 @@ DEFAULT_ISSUE_US = {
 }
 IN_GRAPH_KERNEL_US = 1.5
 IN_GRAPH_COPY_US = 2.0
+COST_KEYS = frozenset({"run", "issue", "in_graph_kernel", "in_graph_copy", "host_family"})
+PROVENANCE_KEYS = frozenset({"measured", "source", "by_batch"})  # for the reader; the model ignores them
 
 
 @dataclass(frozen=True)
@@ -38,22 +47,55 @@ class CostModel:
     in_graph_kernel: float = IN_GRAPH_KERNEL_US
     in_graph_copy: float = IN_GRAPH_COPY_US
 
+    host_family: dict = field(default_factory=dict)  # family -> host us per step, shared by its host ops
+
     @classmethod
     def from_json(cls, path: str | Path) -> "CostModel":
-        data = json.loads(Path(path).read_text())
-        unknown = set(data) - {"run", "issue", "in_graph_kernel", "in_graph_copy"}
+        return cls.from_dict(json.loads(Path(path).read_text()), str(path))
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "costs") -> "CostModel":
+        """The defaults overridden by ``data`` (the calibration file's object); ``ValueError`` names what is wrong."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: a cost file is a JSON object, not {type(data).__name__}")
+        unknown = set(data) - COST_KEYS - PROVENANCE_KEYS
         if unknown:
-            raise ValueError(f"{path}: unknown cost keys {sorted(unknown)}")
+            raise ValueError(f"{where}: unknown cost keys {sorted(unknown)}")
+        for key in PROVENANCE_KEYS & set(data):
+            if not isinstance(data[key], dict):
+                raise ValueError(f"{where}: '{key}' must be an object")
         base = cls()
         for part in ("run", "issue"):
             bad = set(data.get(part, {})) - set(DEFAULT_RUN_US)
             if bad:
-                raise ValueError(f"{path}: unknown op kinds under '{part}': {sorted(bad)}")
+                raise ValueError(f"{where}: unknown op kinds under '{part}': {sorted(bad)}")
             getattr(base, part).update({k: float(v) for k, v in data.get(part, {}).items()})
+        fams = data.get("host_family", {})
+        if not isinstance(fams, dict) or set(fams) - set(FAMILIES):
+            raise ValueError(f"{where}: 'host_family' must map kernel families to microseconds; unknown: "
+                             f"{sorted(set(fams) - set(FAMILIES)) if isinstance(fams, dict) else fams}")
         return cls(base.run, base.issue, float(data.get("in_graph_kernel", base.in_graph_kernel)),
-                   float(data.get("in_graph_copy", base.in_graph_copy)))
+                   float(data.get("in_graph_copy", base.in_graph_copy)), {k: float(v) for k, v in fams.items()})
 
-    def run_us(self, op: Op) -> float:
+    def host_costs(self, graph: BoundaryGraph) -> dict[str, float]:
+        """Per host compute op of ``graph`` whose family (or a composite holding it) has a ``host_family`` time:
+        that time shared evenly among the graph's host compute ops of the same family (or composite)."""
+        if not self.host_family:
+            return {}
+        groups: dict[str, list[str]] = {}
+        for o in graph.ops:
+            fam = o.attr("family") if o.kind is OpKind.HOST_COMPUTE else None
+            if fam is None:
+                continue
+            owner = fam if fam in self.host_family else next(
+                (c for c in self.host_family if fam in FAMILIES[c].members), None)
+            if owner is not None:
+                groups.setdefault(owner, []).append(o.name)
+        return {n: self.host_family[f] / len(ops) for f, ops in groups.items() for n in ops}
+
+    def run_us(self, op: Op, host: dict[str, float] | None = None) -> float:
+        if op.cost_us is None and host and op.name in host:
+            return host[op.name]
         base = op.cost_us if op.cost_us is not None else self.run[op.kind.value]
         if op.kind is OpKind.GRAPH_REPLAY:
             base += self.in_graph_kernel * op.attr("captured_kernels", 0)
@@ -83,6 +125,7 @@ class Schedule:
 def simulate(graph: BoundaryGraph, model: CostModel | None = None) -> Schedule:
     model = model or CostModel()
     hb = Ordering(graph).hb
+    host = model.host_costs(graph)
     start, finish, blame = {}, {}, {}
     host_clock, host_last = 0.0, None
     for o in graph.ops:
@@ -92,7 +135,7 @@ def simulate(graph: BoundaryGraph, model: CostModel | None = None) -> Schedule:
             if finish[p] > t:
                 t, who = finish[p], p
         start[o.name], blame[o.name] = t, who
-        finish[o.name] = t + model.run_us(o)
+        finish[o.name] = t + model.run_us(o, host)
         if o.kind.on_host:
             host_clock = finish[o.name]
         host_last = o.name if o.kind.on_host or model.issue_us(o) > 0 else host_last

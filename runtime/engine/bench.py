@@ -155,9 +155,15 @@ class _Sweep:
             if self.aborted:
                 break
             self._batch(batch)
+        calibration = None
         if self.config.profile_steps and not self.aborted:
-            KernelPass(self, self.trace_dir).run(self.inputs)
-        return self._result()
+            kp = KernelPass(self, self.trace_dir)
+            kp.run(self.inputs)
+            calibration = kp.calibration()
+        result = self._result()
+        if calibration is not None:
+            result["calibration"] = calibration
+        return result
 
     def _device_ok(self) -> bool:
         """After a failure: is the device still usable? (a sticky error is not)"""

@@ -41,7 +41,7 @@ class BenchConfig:
     tp: int = 1            # tensor-parallel ranks of the target
     draft_tp: int = 1      # 1: the MTP draft body whole on every rank; tp: split like the target
     check_ranks: int = 0   # compare the ranks' step state every N steps (0: off)
-    profile_steps: int = 0  # steps profiled per run after every timed run (CUDA only; 0: none)
+    profile_steps: int = 0  # steps profiled per run after every timed run (the CPU: host-serial runs; 0: none)
 
     @property
     def cuda(self) -> bool:
@@ -107,7 +107,6 @@ def configure(*, model: str = "tiny", depths=(3,), batches=(1,), modes=tuple(MOD
     torch_dtype = {"auto": torch.bfloat16 if cuda and model != "tiny" else torch.float32,
                    "float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     widest = max(d + 1 for d in depths)
-    profile_steps = profile_steps if cuda else 0  # the CPU runs no kernels to profile
     need = prompt_len + (warmup + max(steps, profile_steps) + 2) * widest + 1
     if acceptance is not None:  # the oracle run decodes max_new_tokens, which reserves 3 W + 1 more
         need += 3 * widest + 1

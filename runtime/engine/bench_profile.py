@@ -11,6 +11,12 @@ locates the forward (``kernel_timeline``).  Each run's row gains the medians
 how the records were attributed, and the name of its trace: the profiled
 steps' Chrome trace, gzipped, with the forward's kernel names under
 ``"specgen"`` so the figures can be recomputed from the file alone.
+
+Every profiled run also gives the cost model's figures (``calibration``):
+launch, copy, sync and in-graph costs, and the host-serial mode's host
+compute.  ``KernelPass.calibration`` pools them into ``costs.json``.  On the
+CPU only the host-serial runs are profiled (nothing else has host work to
+measure) and the kernel-level figures stay empty.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from . import calibration as cal
 from . import kernel_timeline as kt
 from .acceptance import AcceptanceMix
 from .bench_support import log
@@ -31,6 +38,7 @@ from .profiling import forward_trace
 __all__ = ["KERNEL_FIELDS", "KernelPass", "read_trace", "trace_name", "write_trace"]
 
 KERNEL_FIELDS = ("kernel_draft_to_verify_us", "head_us", "kernel_verify_to_draft_us")
+HOST_SERIAL = "baseline"  # the mode whose host computes the boundary updates (profiled on the CPU too)
 
 
 def trace_name(row: dict) -> str:
@@ -70,15 +78,25 @@ class KernelPass:
     def __init__(self, sweep, trace_dir: Path | None):
         self.sweep, self.trace_dir = sweep, trace_dir
         self.forward: dict[tuple[int, int], list[str]] = {}
+        self.samples: dict[int, dict[str, list[float]]] = {}  # batch -> calibration samples
+
+    def calibration(self) -> dict | None:
+        """The ``costs.json`` document of every profiled run so far (None: no figure measured)."""
+        c = self.sweep.config
+        runs = sorted({(r["mode"], r["batch"]) for r in self.sweep.runs if r.get("calibrated")})
+        return cal.costs(self.samples, {"command": c.command, "model": c.model.name, "device": str(c.device),
+                                        "profile_steps": c.profile_steps, "runs": [list(r) for r in runs]})
 
     def run(self, inputs: dict) -> None:
         """``inputs[(width, batch)] = (prompts, oracle)``; fills in the rows of ``sweep.runs``."""
         s = self.sweep
-        rows = [r for r in s.runs if "error" not in r and (r["width"], r["batch"]) in inputs]
-        log(f"bench: kernel-level profile of {len(rows)} run(s), {s.config.profile_steps} steps each")
-        if rows:  # the first profiled run of a process shows no graph kernels (profiling.StepProfiler)
+        rows = [r for r in s.runs if "error" not in r and (r["width"], r["batch"]) in inputs
+                and (s.config.cuda or r["mode"] == HOST_SERIAL)]
+        what = "kernel-level profile" if s.config.cuda else "host profile (calibration)"
+        log(f"bench: {what} of {len(rows)} run(s), {s.config.profile_steps} steps each")
+        if rows and s.config.cuda:  # the first profiled run of a process shows no graph kernels (StepProfiler)
             try:
-                self._one(dict(rows[0]), *inputs[(rows[0]["width"], rows[0]["batch"])])
+                self._one(dict(rows[0]), *inputs[(rows[0]["width"], rows[0]["batch"])], keep=False)
             except (EngineError, RuntimeError):
                 pass  # the real run of that row reports the failure
         for k, row in enumerate(rows):
@@ -94,7 +112,7 @@ class KernelPass:
             log(f"bench: [{k + 1}/{len(rows)}] profiled depth {row['depth']} batch {row['batch']} {row['mode']}: "
                 + ", ".join(f"{f} {row[f]}" for f in KERNEL_FIELDS))
 
-    def _one(self, row: dict, prompts, oracle) -> None:
+    def _one(self, row: dict, prompts, oracle, keep: bool = True) -> None:
         s, c = self.sweep, self.sweep.config
         width, batch = row["width"], row["batch"]
         mix = AcceptanceMix(c.acceptance, oracle, c.model.vocab_size, seed=c.seed) if oracle is not None else None
@@ -103,13 +121,18 @@ class KernelPass:
                             rank_check=s.rank_check)
         try:
             res = eng.run(prompts, steps=c.profile_steps, warmup_steps=c.warmup, profile=True)
-            if (width, batch) not in self.forward:
+            if (width, batch) not in self.forward and c.cuda:
                 self.forward[(width, batch)] = kt.forward_names(kt.load_trace(forward_trace(eng)))
         finally:
             eng.close()
-        torch.cuda.synchronize(c.device)
-        forward = self.forward[(width, batch)]
-        row.update(figures(res.trace, forward))
+        if c.cuda:
+            torch.cuda.synchronize(c.device)
+        forward = self.forward.get((width, batch), [])
+        if c.cuda:
+            row.update(figures(res.trace, forward))
+        if keep:
+            cal.merge(self.samples.setdefault(batch, {}), cal.samples(kt.load_trace(res.trace), forward))
+            row["calibrated"] = True
         if self.trace_dir is not None:
             row["kernel_trace"] = trace_name(row)
             write_trace(self.trace_dir / row["kernel_trace"], res.trace, forward, row)

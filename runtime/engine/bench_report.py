@@ -19,6 +19,7 @@ LEGEND = ("columns: TPOT = time per output token; d->v = the draft->verify bound
           "device time of the boundary work before the forward; capture = capturing the run's graphs "
           "(medians per step)")
 LOW_ACCEPTANCE = 0.1
+COSTS_FILE = "costs.json"  # the cost model's calibration, beside bench.json
 
 
 class ResultError(ValueError):
@@ -196,7 +197,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def write(result: dict, out: Path) -> list[Path]:
-    """``bench.json`` and, where matplotlib is installed, ``timeline.png`` in ``out``.
+    """``bench.json``, ``costs.json`` (with a calibration) and, where matplotlib is installed, ``timeline.png``.
 
     A result without a finished run is a ``ResultError`` and writes nothing; a
     ``timeline.png`` that cannot be redrawn is removed rather than left stale.
@@ -205,7 +206,17 @@ def write(result: dict, out: Path) -> list[Path]:
         raise ResultError("no run finished")
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "bench.json"]
+    result = dict(result)
+    calibration = result.pop("calibration", None)
+    costs = out / COSTS_FILE
+    if calibration is not None:  # the profiled steps' cost-model figures: specgen plan --costs reads them
+        result["costs"] = COSTS_FILE
+        _write_atomic(costs, json.dumps(calibration, indent=1) + "\n")
+    else:
+        costs.unlink(missing_ok=True)  # an earlier run's calibration would pass for this one
     _write_atomic(paths[0], json.dumps(dict(result, notes=notes(result)), indent=1) + "\n")
+    if calibration is not None:
+        paths.append(costs)
     kernels = _plot_kernels(result, out)
     if kernels is not None:
         paths.append(kernels)

@@ -31,10 +31,18 @@ def head_update(b: dict, block_size: int) -> None:
     semantics.run_reference("spec_verify_head_update", b, block_size=block_size)
 
 
+TAIL_FAMILIES = ("greedy_prefix_verify", "prepare_next_draft")
+
+
+def tail_family(family: str, b: dict, block_size: int) -> None:
+    """One family of the verify tail (``TAIL_FAMILIES``) as plain torch over step buffers."""
+    semantics.run_reference(family, b, block_size=block_size)
+
+
 def verify_tail(b: dict, block_size: int) -> None:
     """Greedy acceptance and next-draft preparation as plain torch over step buffers."""
-    semantics.run_reference("greedy_prefix_verify", b, block_size=block_size)
-    semantics.run_reference("prepare_next_draft", b, block_size=block_size)
+    for family in TAIL_FAMILIES:
+        tail_family(family, b, block_size)
 
 
 _COMPILED: dict[str, tuple] = {}

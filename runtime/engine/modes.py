@@ -18,7 +18,8 @@ from ..capabilities import capabilities_of
 from ..verify_graph import SpecVerifyRuntime
 from ...specializations.variants import Layout
 from .errors import EngineError
-from .graphs import compiled_updates, head_update, verify_tail
+from .graphs import TAIL_FAMILIES, compiled_updates, head_update, tail_family
+from .profiling import host_range
 
 __all__ = ["MODES", "BaselineMode", "CompileMode", "Mode", "SpecgenMode", "register_mode"]
 
@@ -129,7 +130,8 @@ class BaselineMode(Mode):
         h["draft_tokens"].copy_(bufs["draft_tokens"].cpu())  # synchronizes
         h["last_tokens"].copy_(self.h_last)
         h["seq_lens"].copy_(self.h_seq)
-        head_update(h, self.engine.block_size)
+        with host_range("spec_verify_head_update"):
+            head_update(h, self.engine.block_size)
         for n in self.VERIFY_INPUTS:
             bufs[n].copy_(h[n], non_blocking=True)
         bufs["draft_tokens"].copy_(h["draft_tokens"], non_blocking=True)
@@ -138,7 +140,9 @@ class BaselineMode(Mode):
         """Verify -> draft, host-serial: sync, acceptance and next-draft inputs on the host, H2D copies."""
         h, bufs = self.h_bufs, self.engine.bufs
         h["target_tokens"].copy_(bufs["target_tokens"].cpu())  # synchronizes
-        verify_tail(h, self.engine.block_size)
+        for family in TAIL_FAMILIES:
+            with host_range(family):
+                tail_family(family, h, self.engine.block_size)
         for n in self.DRAFT_INPUTS:
             bufs[n].copy_(h[n], non_blocking=True)
         self.h_last, self.h_seq = h["next_last_token"].clone(), h["next_seq_lens"].clone()

@@ -9,6 +9,10 @@ and leaving the ``with`` block stops it and keeps the Chrome trace as a dict
 graph alone: ``kernel_timeline.forward_names`` of it is the name sequence
 that locates the forward inside a verify phase.
 
+``host_range(family)`` marks the host's own run of a family's torch
+semantics (the host-serial mode's updates) while a profiler runs; the
+calibration (``calibration.py``) reads those marks as the host compute cost.
+
 CUPTI is left initialized after a session (PyTorch's default), which slows
 later launches; the bench therefore profiles only after every timed run.
 """
@@ -24,7 +28,16 @@ import torch
 
 from .kernel_timeline import phase_name
 
-__all__ = ["StepProfiler", "chrome_trace", "forward_trace"]
+__all__ = ["HOST_RANGE_PREFIX", "StepProfiler", "chrome_trace", "forward_trace", "host_range"]
+
+HOST_RANGE_PREFIX = "specgen::host."  # not a decode phase: kernel_timeline's phase names have no '.'
+
+
+def host_range(family: str):
+    """A ``record_function`` mark of the host running ``family``'s semantics, only while a profiler runs."""
+    if not getattr(torch.autograd.profiler, "_is_profiler_enabled", True):
+        return contextlib.nullcontext()
+    return torch.profiler.record_function(HOST_RANGE_PREFIX + family)
 
 
 def _activities(device: torch.device) -> list:

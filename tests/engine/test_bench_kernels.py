@@ -110,7 +110,7 @@ def test_config_long_prompts_presets_and_profile_steps():
                   acceptance=0.7, device="cpu", modes=("baseline",))
     need = 2048 + (3 + 32 + 2) * 6 + 1 + 3 * 6 + 1
     assert c.block_table_width == -(-need // c.block_size) and c.prompt_len == 2048
-    assert c.profile_steps == 0  # nothing to profile on the CPU
+    assert c.profile_steps == 8  # the CPU profiles its host-serial runs (the calibration's host compute)
     with pytest.raises(BenchError, match="--prompt-len 2048 need"):
         configure(model="tiny", prompt_len=2048, block_table_width=32, device="cpu", modes=("baseline",))
     with pytest.raises(BenchError, match="--profile-steps"):
@@ -140,8 +140,14 @@ def test_engine_marks_only_the_profiled_steps(tiny_target):
     prompts = [[rng.randrange(512) for _ in range(5)] for _ in range(2)]
     eng = SpecDecodeEngine(tiny_target, head, mode="baseline", width=3, batch=2, block_size=16, block_table_width=8)
     res = eng.run(prompts, steps=3, warmup_steps=2, profile=True)
-    names = {e["name"] for e in kt.load_trace(res.trace) if str(e.get("name", "")).startswith(kt.PHASE_PREFIX)}
+    from specgen.runtime.engine.profiling import HOST_RANGE_PREFIX
+
+    marks = [e["name"] for e in kt.load_trace(res.trace) if str(e.get("name", "")).startswith(kt.PHASE_PREFIX)]
+    names = {n for n in marks if not n.startswith(HOST_RANGE_PREFIX)}
     assert names == {kt.phase_name(p, i) for p in ("draft", "verify") for i in (2, 3, 4)}
+    # and the host-serial mode's own updates, once per family and profiled step (the calibration's host compute)
+    host = sorted(n[len(HOST_RANGE_PREFIX):] for n in marks if n.startswith(HOST_RANGE_PREFIX))
+    assert host == sorted(["spec_verify_head_update", "greedy_prefix_verify", "prepare_next_draft"] * 3)
     assert res.capture_s is not None and eng.run(prompts, steps=1, warmup_steps=1).trace is None
     json.dumps(res.trace)  # a Chrome trace: plain JSON
 
@@ -149,7 +155,7 @@ def test_engine_marks_only_the_profiled_steps(tiny_target):
 @pytest.mark.gpu
 def test_cuda_kernel_figures_for_every_mode(engine_kernels):
     """On the GPU: every mode's profiled steps give all three kernel-level figures, through correlation ids."""
-    from specgen.runtime.engine import MODES, MTPHead, Qwen3Model, SpecDecodeEngine
+    from specgen.runtime.engine import MODES, MTPHead, Qwen3Model, SpecDecodeEngine, calibration
     from specgen.runtime.engine.bench_profile import figures
     from specgen.runtime.engine.profiling import forward_trace
 
@@ -171,4 +177,14 @@ def test_cuda_kernel_figures_for_every_mode(engine_kernels):
         assert fig["kernel_attribution"] == "correlation" and fig["kernel_steps"] >= 4, (mode, fig)
         assert fig["kernel_draft_to_verify_us"] is not None and fig["kernel_verify_to_draft_us"] is not None
         assert fig["head_us"] is not None and fig["head_us"] >= 0
+        # the cost model's calibration from the same trace (calibration.py)
+        s = calibration.samples(kt.load_trace(res.trace), forward)
+        print(mode, {k: (len(v), sorted(v)[len(v) // 2]) for k, v in sorted(s.items())})
+        assert s["issue.graph_replay"] and all(v >= 0 for vals in s.values() for v in vals)
+        if mode in ("baseline", "compile"):  # a synchronizing read-back every step
+            assert len(s["run.host_sync"]) >= 5, (mode, s)
+        if mode == "baseline":
+            assert s["run.h2d"] and s["issue.h2d"] and s["host_family.spec_verify_head_update"]
+        if mode in ("specgen", "inductor"):  # the head update runs inside the verify graph
+            assert s["in_graph_kernel"], (mode, s)
         torch.cuda.synchronize()
