@@ -15,9 +15,12 @@
 # Stages: tests (every GPU test), engine-tests (tests/engine only: the decode engine's modes),
 # sanitize (the CUDA fuzz of every family under compute-sanitizer memcheck, racecheck, initcheck),
 # block-bench (DFlash depth 15 and DSpark depth 7 drafts, three modes),
-# heads (benchmarks/head_updates.py), bench / bench-mtp (`specgen bench`: cli/bench.py over
-# runtime/engine/bench.py; --modes names registered modes, runtime/engine/modes.py).
-# Usage: benchmarks/h200.sh OUT_DIR [tests] [engine-tests] [sanitize] [heads] [bench] [bench-mtp] [block-bench]
+# heads (benchmarks/head_updates.py), bench / bench-8b (`specgen bench`, four modes, Qwen3-0.6B / Qwen3-8B
+# shapes, context 1024, the default build's bt64 bs128 layout; cli/bench.py over runtime/engine/bench.py),
+# bench-mtp (the MTP head's own acceptance), forward (benchmarks/forward_speed.py: the bare verify
+# forward and the draft step, torch and Triton forwards, kernels per layer).
+# Usage: benchmarks/h200.sh OUT_DIR [tests] [engine-tests] [sanitize] [heads] [forward] [bench] [bench-8b]
+#        [bench-mtp] [block-bench]
 set -u
 out=$1; shift
 mkdir -p "$out"
@@ -47,9 +50,15 @@ for stage in "$@"; do
         echo "block bench $1: exit $?"; grep -v "^frame #" "$out/bench_$1.log" | tail -14
       done ;;
     heads) python3 benchmarks/head_updates.py --kernels build/specgen_kernels --out "$out/head_updates.json" 2>&1 | tail -30 ;;
-    bench) specgen bench --model qwen3-0.6b --depth 3,4,5 --batch 1,8,32 --steps 64 --warmup 3 \
-             --modes baseline,compile,specgen --acceptance 0.7 --kernels build/bench_kernels \
-             --out "$out/bench_p07" > "$out/bench_p07.log" 2>&1; grep -v "^frame #" "$out/bench_p07.log" | tail -45 ;;
+    forward)
+      python3 benchmarks/forward_speed.py --model qwen3-0.6b --batch 1,8,32 --out "$out/forward_qwen3-0.6b.json" \
+        2>&1 | grep '^{' ;;
+    bench|bench-8b)
+      model=qwen3-0.6b; steps=48; [ $stage = bench-8b ] && { model=qwen3-8b; steps=24; }
+      specgen bench --model $model --depth 3 --batch 1,8,32 --steps $steps --profile-steps 8 --warmup 3 \
+        --modes baseline,compile,inductor,specgen --acceptance 0.7 --prompt-len 1024 --block-size 128 \
+        --block-table-width 64 --kernels build/specgen_kernels --out "$out/bench_$model" > "$out/bench_$model.log" 2>&1
+      echo "bench $model: exit $?"; grep -v "^frame #" "$out/bench_$model.log" | grep -v "^bench: \[" | tail -24 ;;
     bench-mtp) specgen bench --model qwen3-0.6b --depth 3 --batch 1,8,32 --steps 64 --warmup 3 \
              --modes baseline,compile,specgen --kernels build/bench_kernels --out "$out/bench_mtp" > "$out/bench_mtp.log" 2>&1; grep -v "^frame #" "$out/bench_mtp.log" | tail -20 ;;
   esac
