@@ -12,6 +12,9 @@
 #   specgen build --target cuda --boundary draft-to-verify,context-kv --widths 8,16 --block-table-widths 80 \
 #       --block-sizes 16 --draft-dtypes int32 --out build/block_bench_kernels
 #   specgen build --target cuda --widths 6 --block-table-widths 3 --block-sizes 5 --out build/kbuild-cuda-edge
+#   specgen build --target cuda --widths 2-16 --block-table-widths 64 --block-sizes 128 --draft-dtypes int32 \
+#       --families spec_verify_head_update,spec_verify_token_update,spec_verify_metadata_update,\
+#       spec_verify_attention_tiling_update --out build/head_kernels
 # Stages: tests (every GPU test), engine-tests (tests/engine only: the decode engine's modes),
 # sanitize (the CUDA fuzz of every family under compute-sanitizer memcheck, racecheck, initcheck),
 # block-bench (DFlash depth 15 and DSpark depth 7 drafts, three modes),
@@ -49,9 +52,10 @@ for stage in "$@"; do
           --block-table-width 80 --kernels build/block_bench_kernels --out "$out/bench_$1" > "$out/bench_$1.log" 2>&1
         echo "block bench $1: exit $?"; grep -v "^frame #" "$out/bench_$1.log" | tail -14
       done ;;
-    heads) python3 benchmarks/head_updates.py --kernels build/specgen_kernels --out "$out/head_updates.json" 2>&1 | tail -30 ;;
+    heads) python3 benchmarks/head_updates.py --kernels build/head_kernels --out "$out/head_updates.json" 2>&1 | tail -3 ;;
     forward)
-      python3 benchmarks/forward_speed.py --model qwen3-0.6b --batch 1,8,32 --out "$out/forward_qwen3-0.6b.json" \
+      python3 benchmarks/forward_speed.py --model qwen3-0.6b --batch 1,8,32 --kernels ${FORWARD_KERNELS:-torch,triton} \
+        --out "$out/forward_qwen3-0.6b.json" \
         2>&1 | grep '^{' ;;
     bench|bench-8b)
       model=qwen3-0.6b; steps=48; [ $stage = bench-8b ] && { model=qwen3-8b; steps=24; }
