@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -83,7 +84,7 @@ def main(argv=None) -> dict:
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--block-size", type=int, default=128)
     p.add_argument("--block-table-width", type=int, default=64)
-    p.add_argument("--kernels", default="torch,triton")
+    p.add_argument("--kernels", default="torch,triton", help="comma list of torch, triton, triton+skinny")
     p.add_argument("--repeats", type=int, default=30)
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
@@ -99,7 +100,9 @@ def main(argv=None) -> dict:
     head.allocate_kv_cache(blocks, bs)
     rows = []
     for kernels in a.kernels.split(","):
-        model.forward_kernels = kernels
+        # "triton+skinny": the Triton forward with the skinny GEMM for at most 16 rows
+        model.forward_kernels = kernels.split("+")[0]
+        os.environ["SPECGEN_SKINNY_GEMM"] = "1" if kernels.endswith("+skinny") else "0"
         for b in batches:
             bt = torch.arange(b * bt_w, dtype=torch.int32, device=dev).view(b, bt_w).flip(1).contiguous()
             seq = torch.full((b,), a.context, dtype=torch.int32, device=dev)

@@ -68,7 +68,8 @@ class MTPHead(nn.Module):
         batch = attention_batch(target.forward_kernels, positions, slot_mapping, block_table, kv_lens,
                                 query_start_loc, rows_per_seq, self.config.head_dim, self.config.rope_theta)
         e = self.enorm(target.embed_tokens(tokens.long()))
-        x = self.eh_proj(torch.cat([e, self.hnorm(hidden_in.to(e.dtype))], dim=-1))
+        eh = torch.cat([e, self.hnorm(hidden_in.to(e.dtype))], dim=-1)
+        x = fast_forward.linear(eh, self.eh_proj.weight) if isinstance(batch, FastBatch) else self.eh_proj(eh)
         if isinstance(batch, FastBatch):  # the residual add and the final norm in one kernel
             x, h = fast_forward.add_rms_norm(*fast_forward.layer(self.layer, x, None, batch, self.kv_cache, 0),
                                              self.norm)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +52,37 @@ def _kernels():
     from . import fast_kernels
 
     return fast_kernels
+
+
+@functools.cache
+def _skinny():
+    from . import skinny_gemm
+
+    return skinny_gemm
+
+
+def _use_skinny(h: torch.Tensor) -> bool:
+    return h.shape[0] <= 16 and os.environ.get("SPECGEN_SKINNY_GEMM", "0") not in ("", "0")
+
+
+def linear(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``h @ weight.T``: cuBLAS, or with ``SPECGEN_SKINNY_GEMM=1`` and at most 16 rows the skinny GEMM."""
+    return _skinny().skinny_gemm(h, weight) if _use_skinny(h) else F.linear(h, weight)
+
+
+def projection(module: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """A projection whose output feeds ``add_rms_norm``: with the skinny GEMM on a plain ``nn.Linear``,
+    float32 split-K partials (summed by ``add_rms_norm``); otherwise the module's own output."""
+    if type(module) is torch.nn.Linear and _use_skinny(h):
+        return _skinny().skinny_gemm(h, module.weight, partial=True)
+    return module(h)
+
+
+def materialize(x: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """``x + delta`` where ``delta`` is an output or float32 partials ``[splits, N, hidden]``."""
+    if delta.dim() == 3:
+        return (x.float() + delta.sum(0)).to(x.dtype)
+    return x + delta
 
 
 @dataclass(slots=True)
@@ -109,17 +141,17 @@ def attention(attn, h: torch.Tensor, batch: FastBatch, cache, layer: int) -> tor
     """The attention block on normed ``h [N, hidden]``: K/V written, output projected."""
     k = _kernels()
     kc, vc = cache.layer_storage(layer)
-    qkv = F.linear(h, fused_weight(attn, ("q_proj", "k_proj", "v_proj")))
+    qkv = linear(h, fused_weight(attn, ("q_proj", "k_proj", "v_proj")))
     q = k.qk_norm_rope_store(qkv, attn.q_norm.weight, attn.k_norm.weight, batch.positions, batch.slots, kc, vc,
                              attn.num_heads, attn.num_kv_heads, attn.q_norm.eps,
                              rope_inv_freq(attn.head_dim, batch.rope_theta, h.device))
     o = k.paged_attention(q, kc, vc, batch.block_table, batch.kv_lens, batch.positions, batch.query_start_loc,
                           batch.rows_per_seq, cache.block_size)
-    return attn.o_proj(o.view(h.shape[0], -1))
+    return projection(attn.o_proj, o.view(h.shape[0], -1))
 
 
 def mlp(m, h: torch.Tensor) -> torch.Tensor:
-    return m.down_proj(_kernels().silu_mul(F.linear(h, fused_weight(m, ("gate_proj", "up_proj")))))
+    return projection(m.down_proj, _kernels().silu_mul(linear(h, fused_weight(m, ("gate_proj", "up_proj")))))
 
 
 def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, norm) -> tuple[torch.Tensor, torch.Tensor]:

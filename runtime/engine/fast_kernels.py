@@ -183,14 +183,21 @@ def _attention_merge_kernel(part_m, part_l, part_acc, query_start_loc, out, R: t
 
 
 @triton.jit
-def _add_rms_norm_kernel(x, y, res_out, norm_out, w, eps, HID: tl.constexpr, BLOCK: tl.constexpr,
-                         HAS_Y: tl.constexpr):
+def _add_rms_norm_kernel(x, y, res_out, norm_out, w, eps, N, HID: tl.constexpr, BLOCK: tl.constexpr,
+                         HAS_Y: tl.constexpr, Y_SPLITS: tl.constexpr):
+    """``y``: ``[N, HID]``, or with ``Y_SPLITS > 0`` float32 split-K partial sums ``[Y_SPLITS, N, HID]``."""
     n = tl.program_id(0).to(tl.int64)
     i = tl.arange(0, BLOCK)
     ok = i < HID
     v = tl.load(x + n * HID + i, mask=ok, other=0.0)
     if HAS_Y:
-        v = (v.to(tl.float32) + tl.load(y + n * HID + i, mask=ok, other=0.0).to(tl.float32)).to(v.dtype)
+        if Y_SPLITS > 0:
+            yv = tl.zeros([BLOCK], tl.float32)
+            for sp in tl.static_range(Y_SPLITS):
+                yv += tl.load(y + (sp * N + n) * HID + i, mask=ok, other=0.0)
+        else:
+            yv = tl.load(y + n * HID + i, mask=ok, other=0.0).to(tl.float32)
+        v = (v.to(tl.float32) + yv).to(v.dtype)
         tl.store(res_out + n * HID + i, v, mask=ok)
     vf = v.to(tl.float32)
     r = 1.0 / tl.sqrt(tl.sum(vf * vf, 0) / HID + eps)
@@ -275,13 +282,17 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
 
 def add_rms_norm(x: torch.Tensor, y: torch.Tensor | None, weight: torch.Tensor,
                  eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(x + y, rms_norm(x + y))``; without ``y``: ``(x, rms_norm(x))``."""
+    """``(x + y, rms_norm(x + y))``; without ``y``: ``(x, rms_norm(x))``.
+
+    ``y`` may be float32 split-K partials ``[splits, N, hidden]`` (``skinny_gemm``), summed here.
+    """
     n, hid = x.shape
     res = torch.empty_like(x) if y is not None else x
     normed = torch.empty_like(x)
     if n:
-        _add_rms_norm_kernel[(n,)](x, y if y is not None else x, res, normed, weight, eps, HID=hid,
+        _add_rms_norm_kernel[(n,)](x, y if y is not None else x, res, normed, weight, eps, n, HID=hid,
                                    BLOCK=_pow2(hid), HAS_Y=y is not None,
+                                   Y_SPLITS=y.shape[0] if y is not None and y.dim() == 3 else 0,
                                    num_warps=8 if hid >= 2048 else 4)
     return res, normed
 

@@ -137,8 +137,7 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x, batch: AttentionBatch | FastBatch, cache: PagedKVCache, layer: int):
         if isinstance(batch, FastBatch):
-            x, delta = fast_forward.layer(self, x, None, batch, cache, layer)
-            return x + delta
+            return fast_forward.materialize(*fast_forward.layer(self, x, None, batch, cache, layer))
         x = x + self.self_attn(self.input_layernorm(x), batch, cache, layer)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -253,7 +252,7 @@ class Qwen3Model(nn.Module):
             for i, layer in enumerate(self.layers):
                 x, delta = fast_forward.layer(layer, x, delta, batch, self.kv_cache, i)
                 if i in taps:
-                    tapped.append(x + delta)
+                    tapped.append(fast_forward.materialize(x, delta))
             x, h = fast_forward.add_rms_norm(x, delta, self.norm)  # the last residual add and the final norm
             out = x, self.project(h)
         else:

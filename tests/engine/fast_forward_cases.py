@@ -8,6 +8,7 @@ object: each case's largest absolute error and what else it checked.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import torch
@@ -113,6 +114,24 @@ def elementwise_case(dev, dtype, n, hid, inter, seed):
             "err_silu": (act.float() - want_act.float()).abs().max().item()}
 
 
+def skinny_case(dev, dtype, seed):
+    """The skinny GEMM against ``x @ w.T``: direct and as split-K partials, K not a multiple of the tile."""
+    from specgen.runtime.engine.skinny_gemm import skinny_gemm, splits_for
+
+    g = torch.Generator().manual_seed(seed)
+    worst, splits = 0.0, []
+    for m, n, k in ((1, 96, 200), (4, 1024, 3072), (16, 130, 1024), (3, 64, 2048)):
+        x = torch.randn(m, k, generator=g).to(dev, dtype)
+        w = (torch.randn(n, k, generator=g) / k ** 0.5).to(dev, dtype)
+        want = x.float() @ w.float().T
+        for partial in (False, True):
+            got = skinny_gemm(x, w, partial=partial)
+            got = got.sum(0) if got.dim() == 3 else got
+            worst = max(worst, (got.float() - want).abs().max().item())
+        splits.append(splits_for(n, k))
+    return {"err": worst, "splits": splits}
+
+
 def forward_case(dev, dtype, seed):
     """The whole model, torch forward against Triton forward: a prefill, then a verify step."""
     cfg = ModelConfig("t", 2, 64, 4, 2, 16, 128, 512)
@@ -151,7 +170,11 @@ def main(dev: str, dtype_name: str) -> dict:
         "norm_rope": norm_rope_case(dev, dtype, 9, 4, 2, 16, 7),
         "elementwise": elementwise_case(dev, dtype, 5, 96, 80, 8),
         "forward": forward_case(dev, dtype, 9),
+        "skinny": skinny_case(dev, dtype, 13),
     }
+    os.environ["SPECGEN_SKINNY_GEMM"] = "1"  # the same forward comparison, every projection skinny
+    cases["forward_skinny"] = forward_case(dev, dtype, 9)
+    del os.environ["SPECGEN_SKINNY_GEMM"]
     if big:  # the production head layout
         cases["attn_qwen3"] = attention_case(dev, dtype, 2, 16, 8, 128, 4, 10, 128, 10, holes=True)
         cases["norm_rope_qwen3"] = norm_rope_case(dev, dtype, 6, 16, 8, 128, 11)
