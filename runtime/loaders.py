@@ -5,11 +5,15 @@ and exposes ``launch(tensors, batch)`` with the tensors in ``docs/kernels.md``
 order, already checked by ``runtime/guards.py`` (``check_tensors``); the entry's own
 parameter order (``params``) is applied here.
 
-- ``c``: the build compiles TileLang's C output into ``c/<key>.so`` whose
-  entry takes one ``void*`` per tensor and ``int32_t B`` and returns 0 on
-  success; it is called through ctypes on the calling thread (synchronous).
-- ``cuda``: the cubin is loaded with ``cuModuleLoadData`` once per device,
-  into the device's primary context (the one torch uses), and launched with
+- ``c``: the build compiles TileLang's C output into shared libraries, one
+  per batch of a family's variants (the entry ``<key>_kernel`` names the
+  variant), each entry taking one ``void*`` per tensor and ``int32_t B`` and
+  returning 0 on success; it is called through ctypes on the calling thread
+  (synchronous).  Entries of one library share the ``dlopen`` handle.
+- ``cuda``: the cubin is loaded with ``cuModuleLoadData`` once per device
+  (variants that share one cubin share the module; each takes its own entry
+  with ``cuModuleGetFunction``), into the device's primary context (the one
+  torch uses), and launched with
   ``cuLaunchKernel`` on ``torch.cuda.current_stream()``: no synchronisation
   and no device allocation, so it records into ``torch.cuda.graph`` captures.
   The driver copies parameter values at launch (or capture); the host
@@ -37,6 +41,7 @@ from .manifest import ArtifactError, KernelLaunchError, VariantEntry, read_artif
 _ARCH = re.compile(r"^sm_(\d+)(\d)([af]?)$")
 _PACK_CACHE_SIZE = 64
 _ASCEND_BINARIES = (TARGETS["ascend"].artifact_suffix, ".so", ".bin")  # what bisheng may emit
+_MODULES: dict[tuple[int, str], object] = {}  # (device index, cubin sha256) -> module loaded into the primary context
 
 
 class TargetUnavailableError(ArtifactError):
@@ -147,7 +152,10 @@ class CudaLauncher:
             torch.cuda.init()
             torch.cuda.current_stream(index)  # makes torch create the primary context
             ctx = self._context(drv, index)
-            module = check(drv.cuModuleLoadData(self._image), f"cuModuleLoadData({self.path.name})")
+            module = _MODULES.get((index, self.entry.sha256))
+            if module is None:  # variants that share a cubin share its module
+                module = check(drv.cuModuleLoadData(self._image), f"cuModuleLoadData({self.path.name})")
+                _MODULES[(index, self.entry.sha256)] = module
             fn = check(drv.cuModuleGetFunction(module, self.entry.entry.encode()),
                        f"cuModuleGetFunction({self.entry.entry})")
         self._per_device[index] = (ctx, module, fn)

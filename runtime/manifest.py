@@ -258,8 +258,29 @@ def read_artifact(entry: VariantEntry, root: Path) -> bytes:
 
 
 def rebuild_command(entry: VariantEntry, root: Path) -> str:
-    """The ``specgen build`` command that remakes ``entry`` in ``root`` (builds add to a folder)."""
-    return f"{build_command(entry.variant, entry.target)} --families {entry.family} --out {root}"
+    """The ``specgen build`` command that remakes ``entry`` in ``root`` (builds add to a folder).
+
+    Variants of one family share an artifact; the command remakes every
+    variant the folder's manifest lists in ``entry``'s artifact.
+    """
+    try:
+        together = [e for e in load_manifest(root).variants if e.artifact == entry.artifact and e.target == entry.target]
+    except ManifestError:
+        together = []
+    if len(together) < 2:
+        return f"{build_command(entry.variant, entry.target)} --families {entry.family} --out {root}"
+    cmd = f"specgen build --widths {','.join(str(w) for w in sorted({e.width for e in together}))}"
+    for option, field in (("--block-table-widths", "block_table_width"), ("--block-sizes", "block_size")):
+        values = sorted({getattr(e, field) for e in together if getattr(e, field) is not None})
+        if values:
+            cmd += f" {option} {','.join(map(str, values))}"
+    if entry.target != "c":
+        cmd += f" --target {entry.target}"
+    dtypes = sorted({e.draft_dtype for e in together})
+    if dtypes != ["int32"]:
+        cmd += f" --draft-dtypes {','.join(dtypes)}"
+    families = ",".join(sorted({e.family for e in together}))
+    return f"{cmd} --families {families} --out {root}"
 
 
 def folder_problems(manifest: Manifest) -> list[str]:
