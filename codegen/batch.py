@@ -97,7 +97,8 @@ def compile_job(job: dict) -> dict:
                 (stage / f"{m['key']}{source_suffix(target)}").write_text(low.source)
                 stamps[m["key"]] = {"cache_key": m["cache_key"], "entry": low.entry, "params": low.params,
                                     "threads": low.threads, "grid": low.grid, "arch": low.arch,
-                                    "artifact": f"{target}/{name}", "sha256": sha}
+                                    "artifact": f"{target}/{name}", "sha256": sha,
+                                    "render_key": m.get("render_key"), "guards": m.get("guards")}
                 (stage / f"{m['key']}.json").write_text(json.dumps(stamps[m["key"]], sort_keys=True, indent=1))
         compile_s = time.perf_counter() - t0
         with folder_lock(out):

@@ -33,9 +33,7 @@ from ..specializations.targets import TARGETS
 from .batch import MAX_BATCH, batches, compile_job, lower_job, read_stamp, remove_unreferenced
 from .folder import (MANIFEST, STAGING, drop_empty_staging, folder_lock, merge, new_staging, read_manifest,
                      sweep_staging)
-from .guards import guards
 from .package import render_package_init
-from .templates import render_variant
 
 SCHEMA_VERSION = 2  # the runtime's manifest reader checks the same number
 FLAGS_VERSION = 2  # bump when compile flags or the artifact layout change (2: variants share artifacts)
@@ -56,6 +54,26 @@ def _toolchain(target: str, arch: str | None) -> dict:
     lines = [ln for ln in lines if ln.strip()] or ["unknown"]
     return {"tilelang": _tilelang_version(), "compiler": cc, "arch": arch, "flags_version": FLAGS_VERSION,
             "compiler_version": lines[-1] if cc == "nvcc" else lines[0]}
+
+
+def _guards(spec: VariantSpec) -> list[dict]:
+    from .guards import guards
+
+    return [{"expr": g.expr, "why": g.why} for g in guards(spec)]
+
+
+def _renderer_digest() -> str:
+    """What a rendered program depends on besides its variant: the renderer's and the templates' source."""
+    root = Path(__file__).resolve().parent.parent
+    from importlib.metadata import version
+
+    h = hashlib.sha256(f"jinja2 {version('jinja2')} sympy {version('sympy')}\n".encode())
+    for f in sorted([*(root / "codegen").glob("*.py"), *(root / "specializations").rglob("*.py"),
+                     *(root / "templates").iterdir()]):
+        if f.is_file():
+            h.update(f"{f.relative_to(root)}\n".encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
 
 
 def _cache_key(program: str, target: str, toolchain: dict) -> str:
@@ -94,7 +112,7 @@ def _entry(spec: VariantSpec, target: str, stamp: dict, boundaries: set[str]) ->
         "arch": stamp.get("arch"), "artifact": stamp["artifact"],
         "sha256": stamp["sha256"], "entry": stamp["entry"], "params": stamp["params"], "args": args,
         "launch": {"threads": stamp["threads"], "grid": stamp["grid"]},
-        "guards": [{"expr": g.expr, "why": g.why} for g in guards(spec)],
+        "guards": stamp.get("guards") or _guards(spec),
         "boundaries": sorted(boundaries), "program": f"{target}/{spec.key}.tl.py",
         "source": f"{target}/{spec.key}{source_suffix(target)}",
     }
@@ -136,18 +154,24 @@ def build(specs: list[VariantSpec], needed_by: dict[str, set[str]], plans: list[
 def _build(specs, needed_by, plans, matrix, targets, out: Path, arch, jobs, families, progress, version, replace,
            stage: Path) -> BuildSummary:
     specs = {s.key: s for s in specs if not families or s.family in families}
-    todo, done, shas = [], {}, {}
+    todo, done, shas, renderer = [], {}, {}, _renderer_digest()
     for target in targets:
         tool = _toolchain(target, arch if target == "cuda" else None)
         for spec in specs.values():
+            stamp = read_stamp(out, target, spec.key, shas)
+            rk = _cache_key(repr(spec), target, dict(tool, renderer=renderer))
+            if stamp and stamp.get("render_key") == rk and stamp.get("guards"):  # same inputs: same program
+                done[(spec.key, target)] = stamp | {"status": "cached", "seconds": 0.0}
+                continue
+            from .templates import render_variant  # imports sympy: only when something may have changed
+
             program = render_variant(spec, target)
             ck = _cache_key(program, target, tool)
-            stamp = read_stamp(out, target, spec.key, shas)
             if stamp and stamp.get("cache_key") == ck:
                 done[(spec.key, target)] = stamp | {"status": "cached", "seconds": 0.0}
             else:
                 todo.append({"target": target, "key": spec.key, "family": spec.family, "program": program,
-                             "arch": tool["arch"], "cache_key": ck})
+                             "arch": tool["arch"], "cache_key": ck, "render_key": rk, "guards": _guards(spec)})
     summary = BuildSummary(cached=len(done), out=out)
     total = len(done) + len(todo)
     _progress(progress, len(done), total, "cached", f"{len(done)} variant(s) up to date")

@@ -70,14 +70,14 @@ def test_one_changed_variant_is_rebuilt_alone_and_dead_libraries_go(folder, tmp_
     shutil.copytree(folder, out)
     shared = _variants(out)["greedy_prefix_verify__w4"]["artifact"]
     stamp = out / "c" / "greedy_prefix_verify__w5.json"
-    stamp.write_text(json.dumps(dict(json.loads(stamp.read_text()), cache_key="changed")))
+    stamp.write_text(json.dumps(dict(json.loads(stamp.read_text()), cache_key="changed", render_key="changed")))
     s = _build(out, [4, 5])
     assert (s.built, s.cached, s.compiler_runs) == (1, 1, 1)
     v = _variants(out)
     assert v["greedy_prefix_verify__w4"]["artifact"] == shared != v["greedy_prefix_verify__w5"]["artifact"]
     assert (out / shared).exists()  # w4 still uses it
     stamp = out / "c" / "greedy_prefix_verify__w4.json"
-    stamp.write_text(json.dumps(dict(json.loads(stamp.read_text()), cache_key="changed")))
+    stamp.write_text(json.dumps(dict(json.loads(stamp.read_text()), cache_key="changed", render_key="changed")))
     assert _build(out, [4]).built == 1
     assert not (out / shared).exists()  # no variant uses it any more
     assert sorted(p.name for p in (out / "c").glob("*.so")) == sorted(
@@ -117,3 +117,20 @@ def test_a_batch_that_does_not_compile_is_compiled_one_variant_at_a_time(folder,
     assert result["runs"] == 3  # the batch, then each variant alone
     assert read_stamp(out, "c", "greedy_prefix_verify__w4")["sha256"] == result["stamps"][
         "greedy_prefix_verify__w4"]["sha256"]
+
+
+def test_a_warm_build_renders_only_when_its_inputs_changed(folder, tmp_path, monkeypatch):
+    import shutil
+
+    from specgen.codegen import templates
+
+    out = tmp_path / "kernels"
+    shutil.copytree(folder, out)
+    rendered = []
+    real = templates.render_variant
+    monkeypatch.setattr(templates, "render_variant", lambda *a, **k: rendered.append(a) or real(*a, **k))
+    assert _build(out, [4, 5]).cached == 2 and rendered == []  # stamps say the renderer's inputs are the same
+    stamp = out / "c" / "greedy_prefix_verify__w5.json"
+    stamp.write_text(json.dumps(dict(json.loads(stamp.read_text()), render_key="other")))
+    s = _build(out, [4, 5])
+    assert (s.built, s.cached) == (0, 2) and len(rendered) == 1  # rendered again: same program, still cached
