@@ -1,8 +1,9 @@
 """The build's work in worker processes: lower one variant at a time, compile many per compiler run.
 
 Lowering (TileLang's pass pipeline) costs most of a cold build and varies
-from variant to variant, so it is handed out one variant per task to workers
-that stay warm for the whole build.  A compiler run costs about as much for
+from variant to variant, so rendering and lowering are handed out one variant
+per task to workers that stay warm for the whole build (TileLang is imported
+once per worker, when the worker starts).  A compiler run costs about as much for
 one kernel as for a dozen (start-up and headers), so the lowered variants of
 one family and target are compiled together, ``MAX_BATCH`` at a time, into
 one artifact: a shared library (c) or a cubin (cuda) with one entry per
@@ -29,13 +30,49 @@ from .folder import folder_lock
 MAX_BATCH = 16  # variants per compiler run; a failed run is retried one variant at a time
 
 
+def warm_worker() -> None:
+    """A worker's start: import TileLang and the renderer once, before its first task arrives."""
+    try:
+        from . import lower, templates
+
+        lower._tilelang()
+        templates._environment()
+    except Exception:  # noqa: BLE001  a missing toolchain is reported by the task that needs it
+        pass
+
+
+def cache_key(program: str, target: str, toolchain: dict) -> str:
+    """The content address of one variant's artifact: program text, target, toolchain."""
+    blob = json.dumps({"program": program, "target": target, "toolchain": toolchain}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def guard_records(spec) -> list[dict]:
+    from .guards import guards
+
+    return [{"expr": g.expr, "why": g.why} for g in guards(spec)]
+
+
 def lower_job(job: dict) -> dict:
-    """Lower one variant (a worker task): its ``Lowered`` record and the seconds it took."""
+    """Render and lower one variant (a worker task).
+
+    ``job``: spec, target, tool (the toolchain record), key, and
+    ``stamp_cache_key``, the cache key of the variant's artifact in the
+    folder, if any.  A program whose cache key equals it is not lowered
+    (``cached``); else the result holds the program, its cache key and
+    guards, the ``Lowered`` record and the seconds lowering took.
+    """
     from .lower import lower
+    from .templates import render_variant
 
     t0 = time.perf_counter()
-    lowered = lower(job["program"], job["target"], job["arch"], symbol=job["key"])
-    return {"lowered": lowered, "lower_s": time.perf_counter() - t0}
+    program = render_variant(job["spec"], job["target"])
+    ck = cache_key(program, job["target"], job["tool"])
+    if ck == job.get("stamp_cache_key"):
+        return {"cached": True, "guards": guard_records(job["spec"])}
+    lowered = lower(program, job["target"], job["tool"]["arch"], symbol=job["key"])
+    return {"program": program, "cache_key": ck, "guards": guard_records(job["spec"]), "lowered": lowered,
+            "lower_s": time.perf_counter() - t0}
 
 
 def batches(keys: list[str], size: int = MAX_BATCH) -> list[list[str]]:

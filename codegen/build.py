@@ -22,6 +22,7 @@ import os
 import shutil
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +31,8 @@ from ..specializations.matrix import Matrix
 from ..specializations.plan import Plan
 from ..specializations.variants import VariantSpec
 from ..specializations.targets import TARGETS
-from .batch import MAX_BATCH, batches, compile_job, lower_job, read_stamp, remove_unreferenced
+from .batch import (MAX_BATCH, batches, cache_key, compile_job, guard_records, lower_job, read_stamp,
+                    remove_unreferenced, warm_worker)
 from .folder import (MANIFEST, STAGING, drop_empty_staging, folder_lock, merge, new_staging, read_manifest,
                      sweep_staging)
 from .package import render_package_init
@@ -56,12 +58,6 @@ def _toolchain(target: str, arch: str | None) -> dict:
             "compiler_version": lines[-1] if cc == "nvcc" else lines[0]}
 
 
-def _guards(spec: VariantSpec) -> list[dict]:
-    from .guards import guards
-
-    return [{"expr": g.expr, "why": g.why} for g in guards(spec)]
-
-
 def _renderer_digest() -> str:
     """What a rendered program depends on besides its variant: the renderer's and the templates' source."""
     root = Path(__file__).resolve().parent.parent
@@ -74,11 +70,6 @@ def _renderer_digest() -> str:
             h.update(f"{f.relative_to(root)}\n".encode())
             h.update(f.read_bytes())
     return h.hexdigest()
-
-
-def _cache_key(program: str, target: str, toolchain: dict) -> str:
-    blob = json.dumps({"program": program, "target": target, "toolchain": toolchain}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 @dataclass
@@ -112,7 +103,7 @@ def _entry(spec: VariantSpec, target: str, stamp: dict, boundaries: set[str]) ->
         "arch": stamp.get("arch"), "artifact": stamp["artifact"],
         "sha256": stamp["sha256"], "entry": stamp["entry"], "params": stamp["params"], "args": args,
         "launch": {"threads": stamp["threads"], "grid": stamp["grid"]},
-        "guards": stamp.get("guards") or _guards(spec),
+        "guards": stamp.get("guards") or guard_records(spec),
         "boundaries": sorted(boundaries), "program": f"{target}/{spec.key}.tl.py",
         "source": f"{target}/{spec.key}{source_suffix(target)}",
     }
@@ -154,34 +145,30 @@ def build(specs: list[VariantSpec], needed_by: dict[str, set[str]], plans: list[
 def _build(specs, needed_by, plans, matrix, targets, out: Path, arch, jobs, families, progress, version, replace,
            stage: Path) -> BuildSummary:
     specs = {s.key: s for s in specs if not families or s.family in families}
-    todo, done, shas, renderer = [], {}, {}, _renderer_digest()
+    todo, done, stamps, shas, renderer = [], {}, {}, {}, _renderer_digest()
     for target in targets:
         tool = _toolchain(target, arch if target == "cuda" else None)
         for spec in specs.values():
             stamp = read_stamp(out, target, spec.key, shas)
-            rk = _cache_key(repr(spec), target, dict(tool, renderer=renderer))
+            rk = cache_key(repr(spec), target, dict(tool, renderer=renderer))
             if stamp and stamp.get("render_key") == rk and stamp.get("guards"):  # same inputs: same program
                 done[(spec.key, target)] = stamp | {"status": "cached", "seconds": 0.0}
                 continue
-            from .templates import render_variant  # imports sympy: only when something may have changed
-
-            program = render_variant(spec, target)
-            ck = _cache_key(program, target, tool)
-            if stamp and stamp.get("cache_key") == ck:
-                done[(spec.key, target)] = stamp | {"status": "cached", "seconds": 0.0}
-            else:
-                todo.append({"target": target, "key": spec.key, "family": spec.family, "program": program,
-                             "arch": tool["arch"], "cache_key": ck, "render_key": rk, "guards": _guards(spec)})
+            # rendered in a worker: a program whose cache key matches the stamp's is not lowered again
+            stamps[(spec.key, target)] = stamp
+            todo.append({"target": target, "key": spec.key, "family": spec.family, "spec": spec, "tool": tool,
+                         "render_key": rk, "stamp_cache_key": stamp and stamp.get("cache_key")})
     summary = BuildSummary(cached=len(done), out=out)
     total = len(done) + len(todo)
     _progress(progress, len(done), total, "cached", f"{len(done)} variant(s) up to date")
     if todo:
-        _run(todo, out, stage, jobs, done, summary,
+        _run(todo, out, stage, jobs, done, stamps, summary,
              lambda msg: _progress(progress, len(done) + len(summary.failed), total, "", msg))
     plan_records: dict[str, dict] = {}
     for plan in plans:
         plan_records.setdefault(plan.boundary, {})[plan.layout.key] = plan.as_dict()
     with folder_lock(out):
+        _refresh_stamps(out, done)
         # the stamps on disk, read under the lock: another build may have moved its own copy in since
         entries = [_entry(specs[k], t, read_stamp(out, t, k) or stamp, needed_by.get(k, set()))
                    for (k, t), stamp in sorted(done.items())]
@@ -203,8 +190,14 @@ def _build(specs, needed_by, plans, matrix, targets, out: Path, arch, jobs, fami
     return summary
 
 
-def _run(todo: list[dict], out: Path, stage: Path, jobs: int, done: dict, summary: BuildSummary, report) -> None:
-    """Lower ``todo`` one variant per task; compile each family's variants in batches as they are lowered."""
+def _run(todo: list[dict], out: Path, stage: Path, jobs: int, done: dict, stamps: dict, summary: BuildSummary,
+         report) -> None:
+    """Render and lower ``todo`` one variant per task; compile each family's variants in batches.
+
+    The pool holds at most one task more than it has workers, and a batch
+    whose variants are all lowered goes ahead of the lowering still queued, so
+    compiler runs interleave with lowering instead of queueing behind it.
+    """
     from .lower import batchable
 
     groups: dict[tuple[str, str], list[dict]] = {}
@@ -216,9 +209,23 @@ def _run(todo: list[dict], out: Path, stage: Path, jobs: int, done: dict, summar
             batch = {"keys": set(keys), "members": []}
             for k in keys:
                 waiting[(k, target)] = batch
+    lowers = deque(j for g in groups.values() for j in g)
+    compiles: deque[dict] = deque()
+    workers = max(1, min(jobs, len(todo)))
     ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=ctx) as pool:
-        pending = {pool.submit(lower_job, j): ("lower", j) for g in groups.values() for j in g}
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=warm_worker) as pool:
+        pending: dict = {}
+
+        def fill() -> None:
+            while len(pending) <= workers and (compiles or lowers):
+                if compiles:
+                    job = compiles.popleft()
+                    pending[pool.submit(compile_job, job)] = ("compile", job)
+                else:
+                    j = lowers.popleft()
+                    pending[pool.submit(lower_job, j)] = ("lower", j)
+
+        fill()
         while pending:
             finished, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
             for fut in finished:
@@ -229,13 +236,39 @@ def _run(todo: list[dict], out: Path, stage: Path, jobs: int, done: dict, summar
                 batch = waiting.pop((j["key"], j["target"]))
                 batch["keys"].discard(j["key"])
                 try:
-                    batch["members"].append(dict(j, **fut.result()))
+                    result = fut.result()
                 except Exception as e:  # noqa: BLE001  a failed variant is reported, the others go on
                     _failed(summary, j, e, report)
+                else:
+                    if result.get("cached"):  # the rendered program is the one already built
+                        done[(j["key"], j["target"])] = stamps[(j["key"], j["target"])] | {
+                            "status": "cached", "seconds": 0.0, "refresh": {"render_key": j["render_key"],
+                                                                            "guards": result["guards"]}}
+                        summary.cached += 1
+                    else:
+                        batch["members"].append(dict(j, **result))
                 if not batch["keys"] and batch["members"]:
-                    job = {"out": str(out), "stage": str(stage), "target": j["target"], "family": j["family"],
-                           "members": batch["members"]}
-                    pending[pool.submit(compile_job, job)] = ("compile", job)
+                    compiles.append({"out": str(out), "stage": str(stage), "target": j["target"],
+                                     "family": j["family"], "members": batch["members"]})
+            fill()
+
+
+def _refresh_stamps(out: Path, done: dict) -> None:
+    """Record the render key in the stamps of variants whose re-rendered program was unchanged.
+
+    The next build then finds them up to date without rendering.  Run under
+    the folder lock; a stamp that another build has replaced since is left alone.
+    """
+    for (key, target), stamp in done.items():
+        if "refresh" not in stamp:
+            continue
+        path = out / target / f"{key}.json"
+        try:
+            on_disk = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(on_disk, dict) and on_disk.get("cache_key") == stamp.get("cache_key"):
+            _write_atomic(path, json.dumps(dict(on_disk, **stamp["refresh"]), sort_keys=True, indent=1))
 
 
 def _compiled(fut, job: dict, done: dict, summary: BuildSummary, report) -> None:

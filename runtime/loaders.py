@@ -18,7 +18,10 @@ parameter order (``params``) is applied here.
   and no device allocation, so it records into ``torch.cuda.graph`` captures.
   The driver copies parameter values at launch (or capture); the host
   buffers holding them are cached per (pointers, B) all the same.
-  ``cuda.bindings`` is imported on first use only.
+  ``cuda.bindings`` is imported on first use only.  Before any of that, the
+  entry is checked against the cubin itself (``runtime/cubin.py``: the
+  symbol is there, its parameters are the pointers and int32 ``B`` the launch
+  packs, in that order, and its block bound admits the launch's threads).
 - ``ascend``: TileLang lowers the families to Ascend C on any machine, but
   compiling that needs CANN's bisheng, which the build machines here lack.
   The launcher verifies the artifact and torch_npu (imported only here) and
@@ -35,6 +38,7 @@ from typing import Sequence
 
 from ..specializations.expr import SHAPE_NAMES, safe_eval
 from ..specializations.targets import TARGETS
+from .cubin import cubin_kernels, entry_problems
 from .manifest import ArtifactError, KernelLaunchError, VariantEntry, read_artifact
 
 
@@ -42,6 +46,7 @@ _ARCH = re.compile(r"^sm_(\d+)(\d)([af]?)$")
 _PACK_CACHE_SIZE = 64
 _ASCEND_BINARIES = (TARGETS["ascend"].artifact_suffix, ".so", ".bin")  # what bisheng may emit
 _MODULES: dict[tuple[int, str], object] = {}  # (device index, cubin sha256) -> module loaded into the primary context
+_KERNELS: dict[str, dict] = {}  # cubin sha256 -> cubin_kernels(cubin): read once for the variants sharing it
 
 
 class TargetUnavailableError(ArtifactError):
@@ -132,6 +137,13 @@ class CudaLauncher:
         self.entry = entry
         self.path = Path(root) / entry.artifact
         self._image = read_artifact(entry, Path(root))
+        try:
+            kernels = _KERNELS.get(entry.sha256) or _KERNELS.setdefault(entry.sha256, cubin_kernels(self._image))
+        except ValueError:
+            kernels = None  # entry_problems names what is unreadable
+        problems = entry_problems(self._image, entry, kernels)
+        if problems:
+            raise ArtifactError(f"{self.path}: {'; '.join(problems)} ({entry.key})")
         self._slots = param_slots(entry)
         self._per_device: dict[int, tuple[object, object, object]] = {}  # index -> (ctx, module, function)
         self._packed: dict[tuple, tuple] = {}

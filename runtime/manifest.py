@@ -22,6 +22,7 @@ from ..specializations.targets import TARGET_NAMES as TARGETS
 from ..specializations.targets import TARGETS as TARGET_ROWS
 from ..specializations.variants import Layout, VariantSpec, build_command
 from ..specializations.expr import GUARD_NAMES, SHAPE_NAMES, UnsafeExpressionError, validate_expression
+from .cubin import entry_problems
 
 SCHEMA_VERSION = 2  # 2: plans carry structured steps and their layout
 MANIFEST_NAME = "manifest.json"
@@ -286,16 +287,20 @@ def rebuild_command(entry: VariantEntry, root: Path) -> str:
 def folder_problems(manifest: Manifest) -> list[str]:
     """Where the build folder disagrees with its manifest: artifacts missing, altered, or not listed.
 
-    One line each, naming the file; the sha256 of every listed artifact is checked.
+    One line each, naming the file; the sha256 of every listed artifact is checked, and each
+    cuda entry against its cubin (``runtime/cubin.py``).
     """
     root, problems = manifest.root, []
     listed = set()
     for e in manifest.variants:
         listed.add(Path(e.artifact).as_posix())
         try:
-            read_artifact(e, root)
+            blob = read_artifact(e, root)
         except ArtifactError as exc:
             problems.append(str(exc).replace(f"{root}/", "", 1))
+            continue
+        if e.target == "cuda":
+            problems += [f"{e.artifact}: {p} ({e.key})" for p in entry_problems(blob, e)]
     for name, target in TARGET_ROWS.items():
         folder = root / name
         if not folder.is_dir():

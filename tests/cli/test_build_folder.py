@@ -75,19 +75,26 @@ def test_a_plain_build_after_c_cuda_keeps_cuda_and_doctor_calls_it_information(f
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device runs cuda variants")
-def test_doctor_on_a_cpu_machine_lists_cuda_variants_as_information(folder, capsys):
-    """The manifest of a ``--target c,cuda`` build, its cuda artifacts intact but unrunnable here."""
+def test_doctor_on_a_cpu_machine_checks_cuda_entries_against_their_cubin(folder, capsys):
+    """A ``--target c,cuda`` manifest whose cuda artifacts are intact files but not cubins of those kernels.
+
+    The shared library stands in for the cubin: its hash matches and it even
+    exports the entry symbol, but it has no ``.nv.info`` parameter records, so
+    the launch could not be checked against it: doctor names each file.
+    """
     manifest = json.loads((folder / "manifest.json").read_text())
     (folder / "cuda").mkdir()
     for v in list(manifest["variants"]):
-        blob = (folder / v["artifact"]).read_bytes()  # stands in for a cubin: only its hash is checked
+        blob = (folder / v["artifact"]).read_bytes()
         (folder / "cuda" / f"{v['key']}.cubin").write_bytes(blob)
         manifest["variants"].append(dict(v, target="cuda", arch="sm_90", artifact=f"cuda/{v['key']}.cubin"))
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    assert main(["doctor", "--kernels", str(folder)]) == 0
+    assert main(["doctor", "--kernels", str(folder)]) == 1
     cap = capsys.readouterr()
-    assert "  c: 2 load" in cap.out and "cuda: 2 intact; information:" in cap.out
-    assert "problem" not in cap.out and cap.err == ""
+    assert "  c: 2 load" in cap.out and "information: no CUDA device here" in cap.out
+    for v in manifest["variants"][:2]:
+        assert (f"problem: cuda/{v['key']}.cubin: {v['entry']} takes parameters of [] bytes; "
+                f"the manifest's {v['params']}") in cap.out
 
 
 def test_two_builds_into_one_folder_at_once_both_succeed(folder, keys, small, capsys):

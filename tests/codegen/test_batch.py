@@ -122,15 +122,19 @@ def test_a_batch_that_does_not_compile_is_compiled_one_variant_at_a_time(folder,
 def test_a_warm_build_renders_only_when_its_inputs_changed(folder, tmp_path, monkeypatch):
     import shutil
 
-    from specgen.codegen import templates
+    from specgen.codegen import build
 
     out = tmp_path / "kernels"
     shutil.copytree(folder, out)
-    rendered = []
-    real = templates.render_variant
-    monkeypatch.setattr(templates, "render_variant", lambda *a, **k: rendered.append(a) or real(*a, **k))
+    rendered = []  # the variants handed to workers to render (and lower where the program changed)
+    real = build._run
+    monkeypatch.setattr(build, "_run",
+                        lambda todo, *a, **k: rendered.extend(j["key"] for j in todo) or real(todo, *a, **k))
     assert _build(out, [4, 5]).cached == 2 and rendered == []  # stamps say the renderer's inputs are the same
     stamp = out / "c" / "greedy_prefix_verify__w5.json"
-    stamp.write_text(json.dumps(dict(json.loads(stamp.read_text()), render_key="other")))
+    before = json.loads(stamp.read_text())
+    stamp.write_text(json.dumps(dict(before, render_key="other")))
     s = _build(out, [4, 5])
-    assert (s.built, s.cached) == (0, 2) and len(rendered) == 1  # rendered again: same program, still cached
+    assert (s.built, s.cached) == (0, 2) and rendered == ["greedy_prefix_verify__w5"]  # same program: cached
+    assert json.loads(stamp.read_text()) == before  # the stamp records the render key again
+    assert _build(out, [4, 5]).cached == 2 and rendered == ["greedy_prefix_verify__w5"]  # and is not rendered again
