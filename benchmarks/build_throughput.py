@@ -4,10 +4,13 @@ Each scenario runs in a fresh Python process (a cold build pays every import),
 into a fresh folder; the warm scenario rebuilds the folder the cold one made.
 Writes benchmarks/results/build_throughput.json::
 
-    python benchmarks/build_throughput.py [--scenarios default,wide,cuda] [--jobs N]
+    python benchmarks/build_throughput.py [--scenarios default,wide,cuda] [--jobs N] [--repeat N]
 
-Per scenario: the command line it stands for, wall seconds, variants built and
-cached, and where the workers' time went (lowering, compiler runs).
+Per scenario and run: the command line it stands for, wall seconds, variants
+built and cached, where the workers' time went (rendering and lowering,
+compiler runs), how long the workers were up and how much of that was the
+tail (a worker idle, nothing left to hand it), and the 1-minute load average
+before the run (the machine may be shared); then the median of the runs.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def _one(argv: list[str], out: str, jobs: int) -> dict:
     s = plan_and_build(matrix, targets, out, arch=args.arch, jobs=jobs, families=families, progress=None)
     return {"seconds_in_process": round(time.perf_counter() - t0, 2), "built": s.built, "cached": s.cached,
             "failed": len(s.failed), "lower_s_summed": round(s.lower_s, 1), "compile_s_summed": round(s.compile_s, 1),
-            "compiler_runs": s.compiler_runs}
+            "compiler_runs": s.compiler_runs, "pool_s": round(s.pool_s, 1), "tail_s": round(s.tail_s, 1)}
 
 
 def _timed(argv: list[str], out: str, jobs: int) -> dict:
@@ -59,10 +62,16 @@ def _timed(argv: list[str], out: str, jobs: int) -> dict:
     return {"wall_s": round(wall, 2), **json.loads(proc.stdout.strip().splitlines()[-1])}
 
 
+def _median(rows: list[dict]) -> float:
+    walls = sorted(r["wall_s"] for r in rows)
+    return walls[len(walls) // 2] if len(walls) % 2 else round((walls[len(walls) // 2 - 1] + walls[len(walls) // 2]) / 2, 2)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenarios", default="default,wide,cuda")
     p.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--repeat", type=int, default=1, help="cold (and warm) builds per scenario, each in a new folder")
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     p.add_argument("--json", default=str(Path(__file__).parent / "results" / "build_throughput.json"))
@@ -70,18 +79,24 @@ def main() -> None:
     if args.one is not None:
         print(json.dumps(_one(json.loads(args.one), args.out, args.jobs)))
         return
-    results = {"cores": len(os.sched_getaffinity(0)), "jobs": args.jobs, "load_average_at_start": os.getloadavg(),
-               "scenarios": {}}
+    results = {"cores": len(os.sched_getaffinity(0)), "jobs": args.jobs, "repeat": args.repeat, "scenarios": {}}
     for name in args.scenarios.split(","):
         argv, warm = SCENARIOS[name]
-        with tempfile.TemporaryDirectory() as tmp:
-            out = str(Path(tmp) / "kernels")
-            row = {"command": " ".join(["specgen build", *argv, f"--jobs {args.jobs}"]), "cold": _timed(argv, out, args.jobs)}
-            if warm:
-                row["warm"] = _timed(argv, out, args.jobs)
+        row = {"command": " ".join(["specgen build", *argv, f"--jobs {args.jobs}"]), "cold": [], "warm": []}
+        for _ in range(args.repeat):
+            with tempfile.TemporaryDirectory() as tmp:
+                out = str(Path(tmp) / "kernels")
+                load = os.getloadavg()[0]
+                row["cold"].append(dict(_timed(argv, out, args.jobs), load_1min_before=round(load, 2)))
+                if warm:
+                    row["warm"].append(_timed(argv, out, args.jobs))
+            print(name, json.dumps({k: v[-1] for k, v in row.items() if isinstance(v, list) and v}), flush=True)
+        row["cold_median_s"] = _median(row["cold"])
+        if row["warm"]:
+            row["warm_median_s"] = _median(row["warm"])
+        else:
+            del row["warm"]
         results["scenarios"][name] = row
-        print(name, json.dumps(row), flush=True)
-    results["load_average_at_end"] = os.getloadavg()
     Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
 
 

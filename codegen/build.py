@@ -83,6 +83,8 @@ class BuildSummary:
     lower_s: float = 0.0  # seconds spent lowering, summed over the workers
     compile_s: float = 0.0  # seconds spent in compiler runs, summed over the workers
     compiler_runs: int = 0
+    pool_s: float = 0.0  # seconds the workers were up
+    tail_s: float = 0.0  # of those, seconds from the first moment a worker had nothing to take until the end
 
     def line(self) -> str:
         kept = f", {self.kept} kept from earlier builds" if self.kept else ""
@@ -213,6 +215,7 @@ def _run(todo: list[dict], out: Path, stage: Path, jobs: int, done: dict, stamps
     compiles: deque[dict] = deque()
     workers = max(1, min(jobs, len(todo)))
     ctx = multiprocessing.get_context("spawn")
+    t0, tail = time.perf_counter(), None
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=warm_worker) as pool:
         pending: dict = {}
 
@@ -251,6 +254,10 @@ def _run(todo: list[dict], out: Path, stage: Path, jobs: int, done: dict, stamps
                     compiles.append({"out": str(out), "stage": str(stage), "target": j["target"],
                                      "family": j["family"], "members": batch["members"]})
             fill()
+            if tail is None and len(pending) < workers:
+                tail = time.perf_counter()
+    summary.pool_s = time.perf_counter() - t0
+    summary.tail_s = summary.pool_s - ((tail or t0) - t0)
 
 
 def _refresh_stamps(out: Path, done: dict) -> None:
