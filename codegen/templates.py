@@ -153,5 +153,5 @@ def _member_body(v: Instance, member: str) -> str:
     dtype = v.spec.draft_dtype if FAMILIES[member].has_draft_dtype else "int32"
     mv = dataclasses.replace(v, spec=dataclasses.replace(v.spec, family=member, draft_dtype=dtype))
     template = load_template(member)
-    ctx = template.new_context(context(mv))
+    ctx = template.new_context({**context(mv), "target": v.target})
     return "".join(template.blocks["body"](ctx)).strip("\n")
