@@ -27,12 +27,13 @@ PLAN_CACHE = ".plans.json"
 
 
 def _sources_digest() -> str:
-    """Plans depend on the passes' and the ground floor's source: hash every file of both packages."""
-    from . import passes, specializations
+    """Plans depend on the passes' and the ground floor's source: hash every file of both packages.
 
+    The files are read, not imported: a warm build never pays for torch.
+    """
     h = hashlib.sha256()
-    for pkg in (passes, specializations):
-        root = Path(pkg.__file__).resolve().parent
+    for pkg in ("passes", "specializations"):
+        root = Path(__file__).resolve().parent / pkg
         for f in sorted(root.rglob("*.py")):
             h.update(str(f.relative_to(root)).encode())
             h.update(f.read_bytes())

@@ -7,6 +7,7 @@ build's variants alone.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 
@@ -64,17 +65,24 @@ def _matrix(args):
         draft_dtypes=name_list(args.draft_dtypes, "--draft-dtypes") if args.draft_dtypes is not None else None)
 
 
+def default_jobs() -> int:
+    """One worker per CPU core this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def run(args) -> int:
     from ..codegen.build import BuildError
     from ..codegen.lower import ToolchainMissing
     from ..driver import plan_and_build
-    from ..passes import BoundaryGraphError
     from ..specializations import BOUNDARY_NAMES, FAMILIES, TARGETS, MatrixError
 
     targets = _names(args.target, TARGETS, "target", "--target")
     boundaries = _names(args.boundary, BOUNDARY_NAMES, "boundary", "--boundary") or list(BOUNDARY_NAMES)
     families = tuple(_names(args.families, FAMILIES, "family", "--families"))
-    if args.jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     if not ARCH.match(args.arch):
         raise UsageError(f"--arch {args.arch}: not a CUDA architecture (write it like sm_80, sm_90 or sm_90a)")
@@ -84,11 +92,17 @@ def run(args) -> int:
         raise UsageError(str(e)) from None
     out = writable_dir(args.out, "--out")
     try:
-        summary = plan_and_build(matrix, targets, out, arch=args.arch, jobs=args.jobs,
+        summary = plan_and_build(matrix, targets, out, arch=args.arch, jobs=args.jobs or default_jobs(),
                                  boundaries=tuple(boundaries), families=families or None,
                                  progress=None if args.quiet else sys.stderr, replace=args.replace)
-    except (MatrixError, ToolchainMissing, BuildError, BoundaryGraphError) as e:
+    except (MatrixError, ToolchainMissing, BuildError) as e:
         raise UsageError(str(e)) from None
+    except Exception as e:
+        from ..passes import BoundaryGraphError  # only planning raises it: a warm build never imports passes
+
+        if isinstance(e, BoundaryGraphError):
+            raise UsageError(str(e)) from None
+        raise
     print(summary.line())
     for f in summary.failed:
         print(f"  failed: {f}")
@@ -103,7 +117,8 @@ def register(sub) -> None:
                    help="output folder, an importable package; a build adds to what is there")
     p.add_argument("--replace", action="store_true",
                    help="remove the variants earlier builds put in --out (default: keep them)")
-    p.add_argument("--jobs", type=int, default=1, help="parallel lowering/compile workers")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="parallel lowering/compile workers (default: one per CPU core this process may use)")
     p.add_argument("--boundary", help="boundaries to plan (default all three), comma-separated")
     p.add_argument("--widths", help="verify widths, e.g. 4,5,6 or 2-16")
     p.add_argument("--block-table-widths", help="e.g. 32,64")

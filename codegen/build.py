@@ -4,9 +4,12 @@ It takes the ``VariantSpec`` records and ``Plan`` records that planning made
 (``specgen.driver`` runs the passes first; codegen never does) and renders,
 lowers and compiles each variant for each target.  Artifacts are
 content-addressed (program text, target, arch, flags, toolchain versions): a
-rebuild with nothing changed lowers and compiles nothing.  Each variant is
-built in the build's own staging folder and moved into place only when
-complete; the manifest merge keeps what earlier builds made (``folder.py``).
+rebuild with nothing changed lowers and compiles nothing.  Workers lower one
+variant per task and compile the variants of a family together, many per
+compiler run, into one shared artifact (``batch.py``); the cache stays per
+variant.  Files are made in the build's own staging folder and moved into
+place only when complete; the manifest merge keeps what earlier builds made
+(``folder.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 import shutil
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,14 +30,15 @@ from ..specializations.families import FAMILIES
 from ..specializations.matrix import Matrix
 from ..specializations.plan import Plan
 from ..specializations.variants import VariantSpec
+from ..specializations.targets import TARGETS
+from .batch import (MAX_BATCH, batches, cache_key, compile_job, guard_records, lower_job, read_stamp,
+                    remove_unreferenced, warm_worker)
 from .folder import (MANIFEST, STAGING, drop_empty_staging, folder_lock, merge, new_staging, read_manifest,
                      sweep_staging)
-from .guards import guards
 from .package import render_package_init
-from .templates import render_variant
 
 SCHEMA_VERSION = 2  # the runtime's manifest reader checks the same number
-FLAGS_VERSION = 1  # bump when compile flags change
+FLAGS_VERSION = 2  # bump when compile flags or the artifact layout change (2: variants share artifacts)
 
 
 class BuildError(RuntimeError):
@@ -53,60 +58,18 @@ def _toolchain(target: str, arch: str | None) -> dict:
             "compiler_version": lines[-1] if cc == "nvcc" else lines[0]}
 
 
-def _cache_key(program: str, target: str, toolchain: dict) -> str:
-    blob = json.dumps({"program": program, "target": target, "toolchain": toolchain}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
+def _renderer_digest() -> str:
+    """What a rendered program depends on besides its variant: the renderer's and the templates' source."""
+    root = Path(__file__).resolve().parent.parent
+    from importlib.metadata import version
 
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def build_one(job: dict) -> dict:
-    """Lower and compile one variant into ``out/target/``; runs in a worker process.
-
-    The files are made in the build's own staging folder and moved into place
-    under the folder lock, the stamp last: an artifact without a matching
-    stamp is never trusted.
-    """
-    from .lower import artifact_suffix, compile_artifact, lower, source_suffix
-
-    out, target, key = Path(job["out"]), job["target"], job["key"]
-    final = out / target
-    stage = Path(job["stage"]) / f"{key}-{target}"
-    shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir(parents=True)
-    try:
-        t0 = time.perf_counter()
-        lowered = lower(job["program"], target, job["arch"])
-        (stage / f"{key}.tl.py").write_text(job["program"])
-        (stage / f"{key}{source_suffix(target)}").write_text(lowered.source)
-        compile_artifact(lowered, stage / f"{key}{artifact_suffix(target)}")
-        stamp = {"cache_key": job["cache_key"], "entry": lowered.entry, "params": lowered.params,
-                 "threads": lowered.threads, "grid": lowered.grid, "arch": lowered.arch,
-                 "sha256": _sha256(stage / f"{key}{artifact_suffix(target)}")}
-        (stage / f"{key}.json").write_text(json.dumps(stamp, sort_keys=True, indent=1))
-        with folder_lock(out):
-            final.mkdir(parents=True, exist_ok=True)
-            for suffix in (".tl.py", source_suffix(target), artifact_suffix(target), ".json"):
-                os.replace(stage / f"{key}{suffix}", final / f"{key}{suffix}")
-        return stamp | {"status": "built", "seconds": time.perf_counter() - t0}
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-
-
-def _cached(out: Path, target: str, key: str, cache_key: str) -> dict | None:
-    from .lower import artifact_suffix
-
-    stamp_path = out / target / f"{key}.json"
-    art = out / target / f"{key}{artifact_suffix(target)}"
-    try:
-        stamp = json.loads(stamp_path.read_text())
-    except (OSError, ValueError):
-        return None
-    if stamp.get("cache_key") != cache_key or not art.exists() or _sha256(art) != stamp.get("sha256"):
-        return None
-    return stamp | {"status": "cached", "seconds": 0.0}
+    h = hashlib.sha256(f"jinja2 {version('jinja2')} sympy {version('sympy')}\n".encode())
+    for f in sorted([*(root / "codegen").glob("*.py"), *(root / "specializations").rglob("*.py"),
+                     *(root / "templates").iterdir()]):
+        if f.is_file():
+            h.update(f"{f.relative_to(root)}\n".encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
 
 
 @dataclass
@@ -117,6 +80,11 @@ class BuildSummary:
     seconds: float = 0.0
     out: Path | None = None
     kept: int = 0  # variants other builds made that stay in the folder
+    lower_s: float = 0.0  # seconds spent lowering, summed over the workers
+    compile_s: float = 0.0  # seconds spent in compiler runs, summed over the workers
+    compiler_runs: int = 0
+    pool_s: float = 0.0  # seconds the workers were up
+    tail_s: float = 0.0  # of those, seconds from the first moment a worker had nothing to take until the end
 
     def line(self) -> str:
         kept = f", {self.kept} kept from earlier builds" if self.kept else ""
@@ -125,7 +93,7 @@ class BuildSummary:
 
 
 def _entry(spec: VariantSpec, target: str, stamp: dict, boundaries: set[str]) -> dict:
-    from .lower import artifact_suffix, source_suffix
+    from .lower import source_suffix
 
     fam = FAMILIES[spec.family]
     args = [{"name": a.name, "dtype": spec.draft_dtype if a.dtype == "draft" else a.dtype,
@@ -134,10 +102,10 @@ def _entry(spec: VariantSpec, target: str, stamp: dict, boundaries: set[str]) ->
         "key": spec.key, "family": spec.family, "width": spec.width,
         "block_table_width": spec.block_table_width, "block_size": spec.block_size,
         "draft_dtype": spec.draft_dtype, "num_splits": spec.num_splits, "target": target,
-        "arch": stamp.get("arch"), "artifact": f"{target}/{spec.key}{artifact_suffix(target)}",
+        "arch": stamp.get("arch"), "artifact": stamp["artifact"],
         "sha256": stamp["sha256"], "entry": stamp["entry"], "params": stamp["params"], "args": args,
         "launch": {"threads": stamp["threads"], "grid": stamp["grid"]},
-        "guards": [{"expr": g.expr, "why": g.why} for g in guards(spec)],
+        "guards": stamp.get("guards") or guard_records(spec),
         "boundaries": sorted(boundaries), "program": f"{target}/{spec.key}.tl.py",
         "source": f"{target}/{spec.key}{source_suffix(target)}",
     }
@@ -179,41 +147,32 @@ def build(specs: list[VariantSpec], needed_by: dict[str, set[str]], plans: list[
 def _build(specs, needed_by, plans, matrix, targets, out: Path, arch, jobs, families, progress, version, replace,
            stage: Path) -> BuildSummary:
     specs = {s.key: s for s in specs if not families or s.family in families}
-    jobs_todo, done = [], {}
+    todo, done, stamps, shas, renderer = [], {}, {}, {}, _renderer_digest()
     for target in targets:
         tool = _toolchain(target, arch if target == "cuda" else None)
         for spec in specs.values():
-            program = render_variant(spec, target)
-            ck = _cache_key(program, target, tool)
-            stamp = _cached(out, target, spec.key, ck)
-            if stamp:
-                done[(spec.key, target)] = stamp
-            else:
-                jobs_todo.append({"out": str(out), "stage": str(stage), "target": target, "key": spec.key,
-                                  "program": program, "arch": tool["arch"], "cache_key": ck})
+            stamp = read_stamp(out, target, spec.key, shas)
+            rk = cache_key(repr(spec), target, dict(tool, renderer=renderer))
+            if stamp and stamp.get("render_key") == rk and stamp.get("guards"):  # same inputs: same program
+                done[(spec.key, target)] = stamp | {"status": "cached", "seconds": 0.0}
+                continue
+            # rendered in a worker: a program whose cache key matches the stamp's is not lowered again
+            stamps[(spec.key, target)] = stamp
+            todo.append({"target": target, "key": spec.key, "family": spec.family, "spec": spec, "tool": tool,
+                         "render_key": rk, "stamp_cache_key": stamp and stamp.get("cache_key")})
     summary = BuildSummary(cached=len(done), out=out)
-    total = len(done) + len(jobs_todo)
+    total = len(done) + len(todo)
     _progress(progress, len(done), total, "cached", f"{len(done)} variant(s) up to date")
-    if jobs_todo:
-        ctx = multiprocessing.get_context("spawn")
-        with cf.ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=ctx) as pool:
-            futures = {pool.submit(build_one, j): j for j in jobs_todo}
-            for fut in cf.as_completed(futures):
-                j = futures[fut]
-                try:
-                    done[(j["key"], j["target"])] = fut.result()
-                    summary.built += 1
-                    status = f"built {j['key']} ({j['target']}) {done[(j['key'], j['target'])]['seconds']:.1f}s"
-                except Exception as e:  # noqa: BLE001  a failed variant is reported, the others go on
-                    summary.failed.append(f"{j['key']} ({j['target']}): {str(e).splitlines()[0] if str(e) else e!r}")
-                    status = f"FAILED {j['key']} ({j['target']})"
-                _progress(progress, len(done) + len(summary.failed), total, "", status)
+    if todo:
+        _run(todo, out, stage, jobs, done, stamps, summary,
+             lambda msg: _progress(progress, len(done) + len(summary.failed), total, "", msg))
     plan_records: dict[str, dict] = {}
     for plan in plans:
         plan_records.setdefault(plan.boundary, {})[plan.layout.key] = plan.as_dict()
     with folder_lock(out):
+        _refresh_stamps(out, done)
         # the stamps on disk, read under the lock: another build may have moved its own copy in since
-        entries = [_entry(specs[k], t, _on_disk(out, t, k) or stamp, needed_by.get(k, set()))
+        entries = [_entry(specs[k], t, read_stamp(out, t, k) or stamp, needed_by.get(k, set()))
                    for (k, t), stamp in sorted(done.items())]
         made = {"schema_version": SCHEMA_VERSION, "specgen_version": version,
                 "tilelang_version": _tilelang_version(), "targets": sorted(set(targets)),
@@ -226,23 +185,123 @@ def _build(specs, needed_by, plans, matrix, targets, out: Path, arch, jobs, fami
         notes = [why_not] * bool(why_not) + notes
         _write_atomic(out / MANIFEST, json.dumps(manifest, sort_keys=True, indent=1) + "\n")
         _write_atomic(out / "__init__.py", render_package_init(manifest))
+        remove_unreferenced(out, TARGETS, {v["artifact"] for v in manifest["variants"]})
     for n in notes:
         _note(progress, n)
     summary.kept = len(manifest["variants"]) - len(entries)
     return summary
 
 
-def _on_disk(out: Path, target: str, key: str) -> dict | None:
-    """The build stamp in ``out`` for ``key``, if its artifact matches it."""
-    from .lower import artifact_suffix
+def _run(todo: list[dict], out: Path, stage: Path, jobs: int, done: dict, stamps: dict, summary: BuildSummary,
+         report) -> None:
+    """Render and lower ``todo`` one variant per task; compile each family's variants in batches.
 
+    The pool holds at most one task more than it has workers, and a batch
+    whose variants are all lowered goes ahead of the lowering still queued, so
+    compiler runs interleave with lowering instead of queueing behind it.
+    """
+    from .lower import batchable
+
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for j in todo:
+        groups.setdefault((j["target"], j["family"]), []).append(j)
+    waiting = {}  # (key, target) -> its batch: the keys still being lowered and the members lowered
+    for (target, _), group in groups.items():
+        for keys in batches([j["key"] for j in group], MAX_BATCH if batchable(target) else 1):
+            batch = {"keys": set(keys), "members": []}
+            for k in keys:
+                waiting[(k, target)] = batch
+    lowers = deque(j for g in groups.values() for j in g)
+    compiles: deque[dict] = deque()
+    workers = max(1, min(jobs, len(todo)))
+    ctx = multiprocessing.get_context("spawn")
+    t0, tail = time.perf_counter(), None
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=warm_worker) as pool:
+        pending: dict = {}
+
+        def fill() -> None:
+            while len(pending) <= workers and (compiles or lowers):
+                if compiles:
+                    job = compiles.popleft()
+                    pending[pool.submit(compile_job, job)] = ("compile", job)
+                else:
+                    j = lowers.popleft()
+                    pending[pool.submit(lower_job, j)] = ("lower", j)
+
+        fill()
+        while pending:
+            finished, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+            for fut in finished:
+                kind, j = pending.pop(fut)
+                if kind == "compile":
+                    _compiled(fut, j, done, summary, report)
+                    continue
+                batch = waiting.pop((j["key"], j["target"]))
+                batch["keys"].discard(j["key"])
+                try:
+                    result = fut.result()
+                except Exception as e:  # noqa: BLE001  a failed variant is reported, the others go on
+                    _failed(summary, j, e, report)
+                else:
+                    if result.get("cached"):  # the rendered program is the one already built
+                        done[(j["key"], j["target"])] = stamps[(j["key"], j["target"])] | {
+                            "status": "cached", "seconds": 0.0, "refresh": {"render_key": j["render_key"],
+                                                                            "guards": result["guards"]}}
+                        summary.cached += 1
+                    else:
+                        batch["members"].append(dict(j, **result))
+                if not batch["keys"] and batch["members"]:
+                    compiles.append({"out": str(out), "stage": str(stage), "target": j["target"],
+                                     "family": j["family"], "members": batch["members"]})
+            fill()
+            if tail is None and len(pending) < workers:
+                tail = time.perf_counter()
+    summary.pool_s = time.perf_counter() - t0
+    summary.tail_s = summary.pool_s - ((tail or t0) - t0)
+
+
+def _refresh_stamps(out: Path, done: dict) -> None:
+    """Record the render key in the stamps of variants whose re-rendered program was unchanged.
+
+    The next build then finds them up to date without rendering.  Run under
+    the folder lock; a stamp that another build has replaced since is left alone.
+    """
+    for (key, target), stamp in done.items():
+        if "refresh" not in stamp:
+            continue
+        path = out / target / f"{key}.json"
+        try:
+            on_disk = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(on_disk, dict) and on_disk.get("cache_key") == stamp.get("cache_key"):
+            _write_atomic(path, json.dumps(dict(on_disk, **stamp["refresh"]), sort_keys=True, indent=1))
+
+
+def _compiled(fut, job: dict, done: dict, summary: BuildSummary, report) -> None:
+    target = job["target"]
     try:
-        stamp = json.loads((out / target / f"{key}.json").read_text())
-        if _sha256(out / target / f"{key}{artifact_suffix(target)}") == stamp.get("sha256"):
-            return stamp
-    except (OSError, ValueError):
-        pass
-    return None
+        result = fut.result()
+    except Exception as e:  # noqa: BLE001  the batch could not be put in place: each of its variants failed
+        for m in job["members"]:
+            _failed(summary, m, e, report)
+        return
+    summary.compile_s += result["compile_s"]
+    summary.compiler_runs += result["runs"]
+    share = result["compile_s"] / max(1, len(job["members"]))
+    for m in job["members"]:
+        summary.lower_s += m["lower_s"]
+        if m["key"] in result["stamps"]:
+            done[(m["key"], target)] = result["stamps"][m["key"]] | {"status": "built"}
+            summary.built += 1
+            report(f"built {m['key']} ({target}) {m['lower_s'] + share:.1f}s")
+        else:
+            _failed(summary, m, RuntimeError(result["failed"].get(m["key"], "not compiled")), report)
+
+
+def _failed(summary: BuildSummary, job: dict, e: BaseException, report) -> None:
+    summary.failed.append(f"{job['key']} ({job['target']}): {str(e).splitlines()[0] if str(e) else e!r}")
+    report(f"FAILED {job['key']} ({job['target']})")
 
 
 def _note(stream, message: str) -> None:

@@ -139,6 +139,7 @@ def merge(old: dict | None, new: dict, out: Path, schema_version: int, replace: 
         old = None
     old_variants = [v for v in (old or {}).get("variants") or [] if isinstance(v, dict)]
     made = {(v["key"], v["target"]): v for v in new["variants"]}
+    in_use = {v.get("artifact") for v in new["variants"]}  # variants share artifacts: never delete one in use
     kept, missing = [], []
     for v in old_variants:
         slot = (v.get("key"), v.get("target"))
@@ -147,7 +148,7 @@ def merge(old: dict | None, new: dict, out: Path, schema_version: int, replace: 
                 made[slot]["boundaries"] = sorted(set(made[slot]["boundaries"]) | set(v.get("boundaries") or ()))
         elif replace:
             for rel in variant_files(v):
-                if ".." not in Path(rel).parts and not Path(rel).is_absolute():
+                if ".." not in Path(rel).parts and not Path(rel).is_absolute() and rel not in in_use:
                     (out / rel).unlink(missing_ok=True)
         elif isinstance(v.get("artifact"), str) and (out / v["artifact"]).is_file():
             kept.append(v)

@@ -91,10 +91,19 @@ def _program(program_text: str, target: str):
     return namespace["program"](), namespace
 
 
-def lower(program_text: str, target: str, arch: str | None = None) -> Lowered:
-    """Exec a rendered program and lower its prim_func for ``target`` (c, cuda, ascend)."""
+def lower(program_text: str, target: str, arch: str | None = None, symbol: str | None = None) -> Lowered:
+    """Exec a rendered program and lower its prim_func for ``target`` (c, cuda, ascend).
+
+    The entry is ``<symbol>_kernel`` (``symbol`` defaults to the family's
+    name); the build names each variant after its key, so that several
+    variants of one family can share a compiled artifact.
+    """
     tilelang = _tilelang()
     func, namespace = _program(program_text, target)
+    if symbol is not None:
+        if not re.fullmatch(r"[A-Za-z_]\w*", symbol):
+            raise LoweringError(f"{symbol!r} is not a C identifier")
+        func = func.with_attr("global_symbol", symbol)
     arch = arch or TARGETS[target].default_arch
     tg = _tvm_target(target, arch)
     try:
@@ -103,7 +112,7 @@ def lower(program_text: str, target: str, arch: str | None = None) -> Lowered:
     except Exception as exc:  # TVM raises its own error types
         raise LoweringError(f"tilelang could not lower {namespace['ENTRY_NAME']} for {target}: "
                             f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else exc!r}") from exc
-    entry = f"{namespace['ENTRY_NAME']}_kernel"
+    entry = f"{symbol or namespace['ENTRY_NAME']}_kernel"
     params, pointers = parse_signature(art.kernel_source, entry)
     threads = int(namespace["THREADS"])
     grid = f"(B + {threads - 1}) // {threads}"
@@ -147,21 +156,45 @@ def compiler(target: str) -> str:
 
 
 def compile_command(lowered: Lowered, src: Path, out: Path) -> list[str]:
-    cc = compiler(lowered.target)
+    return _command(lowered.target, lowered.arch, src, out)
+
+
+def _command(target: str, arch: str | None, src: Path, out: Path) -> list[str]:
+    cc = compiler(target)
     inc = [f"-I{d}" for d in include_dirs()]
-    if lowered.target == "c":
+    if target == "c":
         return [cc, "-x", "c++", "-O2", "-shared", "-fPIC", inc[0], "-o", str(out), str(src)]
-    if lowered.target == "cuda":
-        return [cc, "-cubin", f"-arch={lowered.arch}", "-std=c++17", "-w", *inc, "-o", str(out), str(src)]
+    if target == "cuda":
+        return [cc, "-cubin", f"-arch={arch}", "-std=c++17", "-w", *inc, "-o", str(out), str(src)]
     return [cc, "-xcce", "-O2", "-c", inc[0], "-o", str(out), str(src)]  # unverified: no CANN here
+
+
+def batchable(target: str) -> bool:
+    """Whether variants of ``target`` can share one artifact (one shared library, one cubin)."""
+    return target in ("c", "cuda")
 
 
 def compile_artifact(lowered: Lowered, out_path: str | Path) -> list[str]:
     """Write the source beside ``out_path`` and compile it; returns the command used."""
+    return compile_many([lowered], out_path)
+
+
+def compile_many(lowered: list[Lowered], out_path: str | Path) -> list[str]:
+    """Compile the sources of ``lowered`` (one target and arch, distinct entries) into one artifact.
+
+    One compiler run makes one shared library (c) or one cubin (cuda) whose
+    entries are those of ``lowered``; the combined source is written beside
+    ``out_path``.  Returns the command used.
+    """
+    first = lowered[0]
+    if len(lowered) > 1 and not batchable(first.target):
+        raise ValueError(f"target {first.target!r} builds one variant per artifact")
+    if len({(low.target, low.arch) for low in lowered}) != 1 or len({low.entry for low in lowered}) != len(lowered):
+        raise ValueError("compile_many needs one target and arch and distinct entries")
     out = Path(out_path)
-    src = out.with_suffix(source_suffix(lowered.target))
-    src.write_text(lowered.source, encoding="utf-8")
-    cmd = compile_command(lowered, src, out)
+    src = out.with_suffix(source_suffix(first.target))
+    src.write_text("\n".join(low.source for low in lowered), encoding="utf-8")
+    cmd = _command(first.target, first.arch, src, out)
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0 or not out.exists() or out.stat().st_size == 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])

@@ -77,16 +77,29 @@ def _params(v: Instance) -> str:
 
 
 def _launch(v: Instance) -> tuple[str, int]:
-    """The launch nest down to ``if b < B:`` and the indentation of the body below it."""
+    """The launch nest down to ``if b < B:`` and the indentation of the body below it.
+
+    One thread per sequence: ``cuda`` binds the thread index itself, ``c`` (no
+    SIMT threads) walks a block's threads in a serial loop.  Neither is a
+    tile-level ``T.Parallel`` loop: TileLang's layout inference and vectorize
+    planning of such a loop (Z3 proofs over every index expression) took ~40%
+    of a variant's lowering and changed nothing in the generated source, which
+    is the same text either way (``tests/codegen/test_launch.py``).
+    """
     lines = ["with T.Kernel(T.ceildiv(B, THREADS), threads=THREADS) as bx:"]
     if v.target == "ascend":
         # Ascend's T.Kernel is the core grid; threads exist only inside a SIMT region.
         lines = ["with T.Kernel(T.ceildiv(B, THREADS)) as bx:", "    with T.SimtVF(threads=THREADS):"]
     depth = len(lines)
     pad = "    " * depth
-    lines += [pad + "for t in T.Parallel(THREADS):", pad + "    b = bx * THREADS + t",
-              pad + "    if b < B:"]
-    return textwrap.indent("\n".join(lines), " " * _PARAM_INDENT), _PARAM_INDENT + 4 * (depth + 2)
+    if v.target == "cuda":
+        lines += [pad + "i = T.get_thread_binding()"]
+    else:
+        loop = "T.serial(THREADS)" if v.target == "c" else "T.Parallel(THREADS)"
+        lines += [pad + f"for i in {loop}:"]
+        pad, depth = pad + "    ", depth + 1
+    lines += [pad + "b = bx * THREADS + i", pad + "if b < B:"]
+    return textwrap.indent("\n".join(lines), " " * _PARAM_INDENT), _PARAM_INDENT + 4 * (depth + 1)
 
 
 def _constants(v: Instance) -> str:
@@ -140,5 +153,5 @@ def _member_body(v: Instance, member: str) -> str:
     dtype = v.spec.draft_dtype if FAMILIES[member].has_draft_dtype else "int32"
     mv = dataclasses.replace(v, spec=dataclasses.replace(v.spec, family=member, draft_dtype=dtype))
     template = load_template(member)
-    ctx = template.new_context(context(mv))
+    ctx = template.new_context({**context(mv), "target": v.target})
     return "".join(template.blocks["body"](ctx)).strip("\n")

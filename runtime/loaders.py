@@ -5,16 +5,23 @@ and exposes ``launch(tensors, batch)`` with the tensors in ``docs/kernels.md``
 order, already checked by ``runtime/guards.py`` (``check_tensors``); the entry's own
 parameter order (``params``) is applied here.
 
-- ``c``: the build compiles TileLang's C output into ``c/<key>.so`` whose
-  entry takes one ``void*`` per tensor and ``int32_t B`` and returns 0 on
-  success; it is called through ctypes on the calling thread (synchronous).
-- ``cuda``: the cubin is loaded with ``cuModuleLoadData`` once per device,
-  into the device's primary context (the one torch uses), and launched with
+- ``c``: the build compiles TileLang's C output into shared libraries, one
+  per batch of a family's variants (the entry ``<key>_kernel`` names the
+  variant), each entry taking one ``void*`` per tensor and ``int32_t B`` and
+  returning 0 on success; it is called through ctypes on the calling thread
+  (synchronous).  Entries of one library share the ``dlopen`` handle.
+- ``cuda``: the cubin is loaded with ``cuModuleLoadData`` once per device
+  (variants that share one cubin share the module; each takes its own entry
+  with ``cuModuleGetFunction``), into the device's primary context (the one
+  torch uses), and launched with
   ``cuLaunchKernel`` on ``torch.cuda.current_stream()``: no synchronisation
   and no device allocation, so it records into ``torch.cuda.graph`` captures.
   The driver copies parameter values at launch (or capture); the host
   buffers holding them are cached per (pointers, B) all the same.
-  ``cuda.bindings`` is imported on first use only.
+  ``cuda.bindings`` is imported on first use only.  Before any of that, the
+  entry is checked against the cubin itself (``runtime/cubin.py``: the
+  symbol is there, its parameters are the pointers and int32 ``B`` the launch
+  packs, in that order, and its block bound admits the launch's threads).
 - ``ascend``: TileLang lowers the families to Ascend C on any machine, but
   compiling that needs CANN's bisheng, which the build machines here lack.
   The launcher verifies the artifact and torch_npu (imported only here) and
@@ -31,12 +38,15 @@ from typing import Sequence
 
 from ..specializations.expr import SHAPE_NAMES, safe_eval
 from ..specializations.targets import TARGETS
+from .cubin import cubin_kernels, entry_problems
 from .manifest import ArtifactError, KernelLaunchError, VariantEntry, read_artifact
 
 
 _ARCH = re.compile(r"^sm_(\d+)(\d)([af]?)$")
 _PACK_CACHE_SIZE = 64
 _ASCEND_BINARIES = (TARGETS["ascend"].artifact_suffix, ".so", ".bin")  # what bisheng may emit
+_MODULES: dict[tuple[int, str], object] = {}  # (device index, cubin sha256) -> module loaded into the primary context
+_KERNELS: dict[str, dict] = {}  # cubin sha256 -> cubin_kernels(cubin): read once for the variants sharing it
 
 
 class TargetUnavailableError(ArtifactError):
@@ -127,6 +137,13 @@ class CudaLauncher:
         self.entry = entry
         self.path = Path(root) / entry.artifact
         self._image = read_artifact(entry, Path(root))
+        try:
+            kernels = _KERNELS.get(entry.sha256) or _KERNELS.setdefault(entry.sha256, cubin_kernels(self._image))
+        except ValueError:
+            kernels = None  # entry_problems names what is unreadable
+        problems = entry_problems(self._image, entry, kernels)
+        if problems:
+            raise ArtifactError(f"{self.path}: {'; '.join(problems)} ({entry.key})")
         self._slots = param_slots(entry)
         self._per_device: dict[int, tuple[object, object, object]] = {}  # index -> (ctx, module, function)
         self._packed: dict[tuple, tuple] = {}
@@ -147,7 +164,10 @@ class CudaLauncher:
             torch.cuda.init()
             torch.cuda.current_stream(index)  # makes torch create the primary context
             ctx = self._context(drv, index)
-            module = check(drv.cuModuleLoadData(self._image), f"cuModuleLoadData({self.path.name})")
+            module = _MODULES.get((index, self.entry.sha256))
+            if module is None:  # variants that share a cubin share its module
+                module = check(drv.cuModuleLoadData(self._image), f"cuModuleLoadData({self.path.name})")
+                _MODULES[(index, self.entry.sha256)] = module
             fn = check(drv.cuModuleGetFunction(module, self.entry.entry.encode()),
                        f"cuModuleGetFunction({self.entry.entry})")
         self._per_device[index] = (ctx, module, fn)

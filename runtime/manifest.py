@@ -22,6 +22,7 @@ from ..specializations.targets import TARGET_NAMES as TARGETS
 from ..specializations.targets import TARGETS as TARGET_ROWS
 from ..specializations.variants import Layout, VariantSpec, build_command
 from ..specializations.expr import GUARD_NAMES, SHAPE_NAMES, UnsafeExpressionError, validate_expression
+from .cubin import entry_problems
 
 SCHEMA_VERSION = 2  # 2: plans carry structured steps and their layout
 MANIFEST_NAME = "manifest.json"
@@ -258,23 +259,48 @@ def read_artifact(entry: VariantEntry, root: Path) -> bytes:
 
 
 def rebuild_command(entry: VariantEntry, root: Path) -> str:
-    """The ``specgen build`` command that remakes ``entry`` in ``root`` (builds add to a folder)."""
-    return f"{build_command(entry.variant, entry.target)} --families {entry.family} --out {root}"
+    """The ``specgen build`` command that remakes ``entry`` in ``root`` (builds add to a folder).
+
+    Variants of one family share an artifact; the command remakes every
+    variant the folder's manifest lists in ``entry``'s artifact.
+    """
+    try:
+        together = [e for e in load_manifest(root).variants if e.artifact == entry.artifact and e.target == entry.target]
+    except ManifestError:
+        together = []
+    if len(together) < 2:
+        return f"{build_command(entry.variant, entry.target)} --families {entry.family} --out {root}"
+    cmd = f"specgen build --widths {','.join(str(w) for w in sorted({e.width for e in together}))}"
+    for option, field in (("--block-table-widths", "block_table_width"), ("--block-sizes", "block_size")):
+        values = sorted({getattr(e, field) for e in together if getattr(e, field) is not None})
+        if values:
+            cmd += f" {option} {','.join(map(str, values))}"
+    if entry.target != "c":
+        cmd += f" --target {entry.target}"
+    dtypes = sorted({e.draft_dtype for e in together})
+    if dtypes != ["int32"]:
+        cmd += f" --draft-dtypes {','.join(dtypes)}"
+    families = ",".join(sorted({e.family for e in together}))
+    return f"{cmd} --families {families} --out {root}"
 
 
 def folder_problems(manifest: Manifest) -> list[str]:
     """Where the build folder disagrees with its manifest: artifacts missing, altered, or not listed.
 
-    One line each, naming the file; the sha256 of every listed artifact is checked.
+    One line each, naming the file; the sha256 of every listed artifact is checked, and each
+    cuda entry against its cubin (``runtime/cubin.py``).
     """
     root, problems = manifest.root, []
     listed = set()
     for e in manifest.variants:
         listed.add(Path(e.artifact).as_posix())
         try:
-            read_artifact(e, root)
+            blob = read_artifact(e, root)
         except ArtifactError as exc:
             problems.append(str(exc).replace(f"{root}/", "", 1))
+            continue
+        if e.target == "cuda":
+            problems += [f"{e.artifact}: {p} ({e.key})" for p in entry_problems(blob, e)]
     for name, target in TARGET_ROWS.items():
         folder = root / name
         if not folder.is_dir():

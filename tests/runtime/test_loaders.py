@@ -79,3 +79,14 @@ def test_arch_fits_and_ascend_is_refused_honestly(token_build, tmp_path):
     entry = parse_manifest({**data, "variants": [rec]}, tmp_path / "manifest.json").variants[0]
     with pytest.raises(TargetUnavailableError, match="torch_npu|bisheng"):
         AscendLauncher(entry, tmp_path)
+
+
+def test_the_hand_written_test_cubins_pass_the_launchers_entry_check(make_token_build, tmp_path):
+    """What ``test_cuda_cubin_launch_and_graph_replay`` launches on a GPU is accepted by the check before it."""
+    from specgen.runtime.cubin import entry_problems
+    from specgen.runtime.manifest import load_manifest
+
+    manifest = load_manifest(make_token_build(tmp_path, targets=("cuda",)))
+    assert [v.key for v in manifest.variants] == [f"{FAMILY}__w4", f"{FAMILY}__w4_i64"]
+    for v in manifest.variants:
+        assert entry_problems((manifest.root / v.artifact).read_bytes(), v) == []
