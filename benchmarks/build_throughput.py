@@ -9,8 +9,10 @@ Writes benchmarks/results/build_throughput.json::
 Per scenario and run: the command line it stands for, wall seconds, variants
 built and cached, where the workers' time went (rendering and lowering,
 compiler runs), how long the workers were up and how much of that was the
-tail (a worker idle, nothing left to hand it), and the 1-minute load average
-before the run (the machine may be shared); then the median of the runs.
+tail (a worker idle, nothing left to hand it), the CPU seconds of the build and
+everything it started (what a shared machine does not change much: wall on N
+free cores is about cpu_s / N when the workers stay busy), and the 1-minute
+load average before the run; then the medians of the runs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -53,13 +56,15 @@ def _one(argv: list[str], out: str, jobs: int) -> dict:
 
 
 def _timed(argv: list[str], out: str, jobs: int) -> dict:
-    t0 = time.perf_counter()
+    """One build in a fresh process: wall seconds and the CPU seconds of it and its workers and compilers."""
+    before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     proc = subprocess.run([sys.executable, __file__, "--one", json.dumps(argv), "--out", out, "--jobs", str(jobs)],
                           capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - t0
+    wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"build {argv} failed:\n{proc.stderr[-3000:]}")
-    return {"wall_s": round(wall, 2), **json.loads(proc.stdout.strip().splitlines()[-1])}
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 1), **json.loads(proc.stdout.strip().splitlines()[-1])}
 
 
 def _median(rows: list[dict]) -> float:
@@ -92,6 +97,7 @@ def main() -> None:
                     row["warm"].append(_timed(argv, out, args.jobs))
             print(name, json.dumps({k: v[-1] for k, v in row.items() if isinstance(v, list) and v}), flush=True)
         row["cold_median_s"] = _median(row["cold"])
+        row["cold_median_cpu_s"] = _median([{"wall_s": r["cpu_s"]} for r in row["cold"]])
         if row["warm"]:
             row["warm_median_s"] = _median(row["warm"])
         else:
