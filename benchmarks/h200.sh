@@ -58,7 +58,7 @@ for stage in "$@"; do
         --out "$out/forward_qwen3-0.6b.json" \
         2>&1 | grep '^{' ;;
     bench|bench-8b)
-      model=qwen3-0.6b; steps=48; [ $stage = bench-8b ] && { model=qwen3-8b; steps=24; }
+      model=qwen3-0.6b; steps=32; [ $stage = bench-8b ] && { model=qwen3-8b; steps=16; }
       specgen bench --model $model --depth 3 --batch 1,8,32 --steps $steps --profile-steps 8 --warmup 3 \
         --modes baseline,compile,inductor,specgen --acceptance 0.7 --prompt-len 1024 --block-size 128 \
         --block-table-width 64 --kernels build/specgen_kernels --out "$out/bench_$model" > "$out/bench_$model.log" 2>&1
