@@ -6,7 +6,7 @@ MTP draft step per token (head forward + greedy token, one row per
 sequence), and the kernels per layer counted from a profiled replay::
 
     python benchmarks/forward_speed.py --model qwen3-0.6b --batch 1,8,32 --width 4 \\
-        --context 1024 --out benchmarks/results/forward_speed.json
+        --context 1024 --out benchmarks/results/performance/forward_triton.json
 
 Both forwards run in the same process on the same weights; the JSON records
 the command.

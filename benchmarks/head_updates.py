@@ -1,6 +1,6 @@
 """Check every built cuda variant against the families' torch semantics, then time the graph-head updates.
 
-    python benchmarks/head_updates.py --kernels build/head_kernels --out benchmarks/results/head_updates.json
+    python benchmarks/head_updates.py --kernels build/head_kernels --out benchmarks/results/performance/head_updates.json
 
 (``build/head_kernels``: ``specgen build --target cuda --widths 2-16 --block-table-widths 64
 --block-sizes 128 --draft-dtypes int32 --families spec_verify_head_update,spec_verify_token_update,
@@ -141,7 +141,7 @@ def head_cost(lib, dev, W, B) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernels", default="build/specgen_kernels")
-    ap.add_argument("--out", default="benchmarks/results/head_updates.json")
+    ap.add_argument("--out", default="benchmarks/results/performance/head_updates.json")
     args = ap.parse_args(argv)
     dev = torch.device("cuda")
     lib = load_library(args.kernels)

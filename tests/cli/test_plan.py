@@ -90,16 +90,18 @@ def test_compare_the_recorded_h200_bench(tmp_path, capsys):
 
     import specgen
 
-    bench = Path(specgen.__file__).parent / "benchmarks/results/kernel_bench/bench_d3.json"
-    out = tmp_path / "c.json"
-    assert main(["plan", "--compare", str(bench), "--compare-json", str(out)]) == 0
-    rows = json.loads(out.read_text())["rows"]
-    recorded = {(r["mode"], r["batch"]): r for r in json.loads(bench.read_text())["runs"]}
-    assert len(rows) == 2 * len(recorded)
-    for r in rows:
-        key = "draft_to_verify_us" if r["boundary"] == "draft-to-verify" else "verify_to_draft_us"
-        assert r["measured_events_us"] == recorded[r["mode"], r["batch"]][key]
-        assert r["predicted_calibrated_us"] is None
+    run = Path(specgen.__file__).parent / "benchmarks/results/performance/qwen3-0.6b"
+    bench, costs = run / "bench.json", run / "costs.json"
+    for extra in ([], ["--costs", str(costs)]):
+        out = tmp_path / "c.json"
+        assert main(["plan", "--compare", str(bench), "--compare-json", str(out), *extra]) == 0
+        rows = json.loads(out.read_text())["rows"]
+        recorded = {(r["mode"], r["batch"]): r for r in json.loads(bench.read_text())["runs"]}
+        assert len(rows) == 2 * len(recorded)
+        for r in rows:
+            key = "draft_to_verify_us" if r["boundary"] == "draft-to-verify" else "verify_to_draft_us"
+            assert r["measured_events_us"] == recorded[r["mode"], r["batch"]][key]
+            assert (r["predicted_calibrated_us"] is None) == (not extra)
 
 
 @pytest.mark.parametrize("make, extra, message", [
