@@ -66,12 +66,12 @@ def _qk_norm_rope_store_kernel(qkv, q_out, k_cache, v_cache, q_w, k_w, positions
         tl.store(dst, o1.to(OUT))
         tl.store(dst + HALF, o2.to(OUT))
     else:
-        s = tl.full([1, HALF], 0, tl.int64) + tl.load(slots + n).to(tl.int64)  # the row's slot, per element
+        s = tl.load(slots + n).to(tl.int64)
         ok = (s >= 0) & (s < num_slots)  # -1 or past the cache: nothing is written
         c1, c2 = _rms_rope(x1, x2, tl.load(k_w + i).to(tl.float32), tl.load(k_w + HALF + i).to(tl.float32),
                            cos, sin, eps, D, OUT)
         KT = k_cache.dtype.element_ty
-        off = s * (KVH * D) + (j - H) * D + i[None, :]
+        off = s * (KVH * D) + (j - H) * D + tl.arange(0, 1)[:, None] * D + i[None, :]
         tl.store(k_cache + off, c1.to(OUT).to(KT), mask=ok)
         tl.store(k_cache + off + HALF, c2.to(OUT).to(KT), mask=ok)
         v = src + KVH * D
