@@ -25,7 +25,7 @@ BLOCK_FAMILIES = ("spec_verify_head_update", "greedy_prefix_verify", "context_kv
 
 
 @pytest.fixture(scope="session")
-def block_kernels(tmp_path_factory):
+def block_kernels(kernel_library):
     """C kernels of the block-draft plans (draft-to-verify, context-kv) at widths 4, 8, 16, bt8, bs16.
 
     On a GPU machine without TileLang, SPECGEN_TEST_BLOCK_KERNELS names a prebuilt folder
@@ -33,24 +33,8 @@ def block_kernels(tmp_path_factory):
     --block-table-widths 8 --block-sizes 16 --draft-dtypes int32
     --families spec_verify_head_update,greedy_prefix_verify,context_kv_update --out ...).
     """
-    import os
-
-    from specgen.runtime.library import load_library
-
-    prebuilt = os.environ.get("SPECGEN_TEST_BLOCK_KERNELS")
-    if prebuilt:
-        return load_library(prebuilt)
-    from specgen.driver import plan_and_build
-    from specgen.specializations import Matrix
-
-    out = tmp_path_factory.mktemp("block_kernels")
-    matrix = Matrix(widths=BLOCK_LAYOUT["widths"], block_table_widths=(BLOCK_LAYOUT["block_table_width"],),
-                    block_sizes=(BLOCK_LAYOUT["block_size"],), draft_dtypes=("int32",))
-    targets = ("c", "cuda") if torch.cuda.is_available() else ("c",)
-    summary = plan_and_build(matrix, targets, out=out, jobs=2, boundaries=("draft-to-verify", "context-kv"),
-                             families=BLOCK_FAMILIES, progress=None)
-    assert not summary.failed, summary.failed
-    return load_library(out)
+    return kernel_library("SPECGEN_TEST_BLOCK_KERNELS", BLOCK_LAYOUT, ("draft-to-verify", "context-kv"),
+                          BLOCK_FAMILIES)
 
 
 @pytest.fixture(scope="module")
