@@ -11,8 +11,6 @@ costs no extra launch.  Opt-in (``SPECGEN_SKINNY_GEMM=1``), measured by
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -21,10 +19,6 @@ MAX_ROWS = 16
 BLOCK_N = 64
 BLOCK_K = 128
 TARGET_PROGRAMS = 132
-
-
-def enabled() -> bool:
-    return os.environ.get("SPECGEN_SKINNY_GEMM", "0") not in ("", "0")
 
 
 @triton.jit
