@@ -20,7 +20,7 @@
 # block-bench (DFlash depth 15 and DSpark depth 7 drafts, three modes),
 # heads (benchmarks/head_updates.py), bench / bench-8b (`specgen bench`, four modes, Qwen3-0.6B / Qwen3-8B
 # shapes, context 1024, the default build's bt64 bs128 layout; cli/bench.py over runtime/engine/bench.py),
-# bench-mtp (the MTP head's own acceptance), forward (benchmarks/forward_speed.py: the bare verify
+# (DEPTHS, e.g. 3,4,5, and MODES choose the sweep), bench-mtp (the MTP head's own acceptance), forward (benchmarks/forward_speed.py: the bare verify
 # forward and the draft step, torch and Triton forwards, kernels per layer).
 # Usage: benchmarks/h200.sh OUT_DIR [tests] [engine-tests] [sanitize] [heads] [forward] [bench] [bench-8b]
 #        [bench-mtp] [block-bench]
@@ -59,8 +59,8 @@ for stage in "$@"; do
         2>&1 | grep '^{' ;;
     bench|bench-8b)
       model=qwen3-0.6b; steps=32; [ $stage = bench-8b ] && { model=qwen3-8b; steps=16; }
-      specgen bench --model $model --depth 3 --batch 1,8,32 --steps $steps --profile-steps 8 --warmup 3 \
-        --modes baseline,compile,inductor,specgen --acceptance 0.7 --prompt-len 1024 --block-size 128 \
+      specgen bench --model $model --depth ${DEPTHS:-3} --batch 1,8,32 --steps $steps --profile-steps 8 --warmup 3 \
+        --modes ${MODES:-baseline,compile,inductor,specgen} --acceptance 0.7 --prompt-len 1024 --block-size 128 \
         --block-table-width 64 --kernels build/specgen_kernels --out "$out/bench_$model" > "$out/bench_$model.log" 2>&1
       echo "bench $model: exit $?"; grep -v "^frame #" "$out/bench_$model.log" | grep -v "^bench: \[" | tail -24 ;;
     bench-mtp) specgen bench --model qwen3-0.6b --depth 3 --batch 1,8,32 --steps 64 --warmup 3 \

@@ -39,6 +39,14 @@ shows it set, the next step runs eager (``device_guard_trip``) and
 ``stats()["device_guard"]`` counts the conditions that failed.  On the CPU
 the flag is read directly, so the very next step sees it.
 
+``prologue`` (optional) is work that belongs at the head of every step: an
+engine passes its draft, which writes this step's inputs (``draft_tokens``,
+``last_tokens``, ``seq_lens``) into ``buffers(batch)``.  The captured graph
+then runs the draft, the head updates, the target forward and the tail as one
+replay, so no graph switch or cross-stream wait sits between the last draft
+kernel and the head; on the fallback path the prologue runs eagerly first.
+Only ``step_in_place`` takes a prologue (``step`` copies its inputs in).
+
 Backend ``"npu"`` is the same sequence over ``torch_npu`` streams, events and
 ``torch.npu.NPUGraph`` capture; it has not been run on Ascend hardware.
 ``kernels="torch"`` runs the families' torch semantics inside the captured
@@ -93,7 +101,7 @@ class SpecVerifyRuntime:
                  caps: SpeculativeVerifyCapabilities, width: int, max_batch: int = 64, backend: str = "cpu",
                  device: str | torch.device | None = None, *, block_table_width: int | None = None,
                  block_size: int | None = None, scratch_block: int = 0, warmup_iters: int = 2,
-                 kernels: str = "built"):
+                 kernels: str = "built", prologue: Callable[[], None] | None = None):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if kernels not in KERNEL_SOURCES:
@@ -102,7 +110,7 @@ class SpecVerifyRuntime:
             raise ValueError("max_batch must be >= 1")
         self.library, self.model_forward, self.caps = library, model_forward, caps
         self.width, self.max_batch, self.backend = int(width), int(max_batch), backend
-        self.kernels = kernels
+        self.kernels, self.prologue = kernels, prologue
         self._api = DeviceAPI(backend) if backend != "cpu" else None
         self.device = torch.device(device if device is not None else backend)
         if self.device.type != backend:
@@ -148,6 +156,8 @@ class SpecVerifyRuntime:
         bufs, guard = self._bufs[bucket], self._guard
 
         def run() -> None:
+            if self.prologue is not None:  # the draft writes the inputs the guard and the head read
+                self.prologue()
             guard.fork(bufs, bucket)
             run_steps(bufs, self.sequence, self.model_forward, self._call_kernel, after_forward=guard.join)
             guard.join()
@@ -188,6 +198,8 @@ class SpecVerifyRuntime:
              block_table: torch.Tensor, seq_len_bounds: tuple[int, int] | None = None,
              ready_event=None) -> StepResult:
         """One verification of ``B`` sequences; see the module docstring."""
+        if self.prologue is not None:
+            raise ValueError("step: a runtime with a prologue takes its inputs in place (step_in_place)")
         batch = int(seq_lens.shape[0])
         if draft_tokens.shape != (batch, self.width - 1) or last_tokens.shape != (batch,) \
                 or block_table.dim() != 2 or block_table.shape[0] != batch:
@@ -233,6 +245,9 @@ class SpecVerifyRuntime:
             result = self._fast_step(batch)
             self._fast += 1
         else:
+            if self.prologue is not None:
+                self._wait_host_copy()  # the previous step's host copy may still read what the draft reads
+                self.prologue()
             eager = self._eager_bufs(batch, bufs["last_tokens"][:batch], bufs["draft_tokens"][:batch],
                                      bufs["seq_lens"][:batch], bufs["block_table"][:batch])
             result = StepResult(**{n: eager[n] for n in RESULT_FIELDS}, fast_path=False, reason=reason)

@@ -79,8 +79,16 @@ def _prompts(batch: int, prompt_len: int, vocab: int, seed: int) -> list[list[in
             for _ in range(batch)]
 
 
-def summary(res: RunResult, bare_us: float | None) -> dict:
-    """One run's row of ``bench.json``: rates, median phases, syncs per step."""
+def summary(res: RunResult, bare: tuple[float, float] | None) -> dict:
+    """One run's row of ``bench.json``: rates, median phases, syncs per step.
+
+    ``bare`` is ``SpecDecodeEngine.bare_spans``: the draft graph and the bare
+    verify graph back to back.  A run whose mode fuses the draft into its step
+    graph has no event between the two, so its split is taken at the bare
+    draft's length: ``draft_us`` is the bare draft and ``verify_span_us`` the
+    rest of the step's span (``draft_split: "bare draft"`` says so).
+    """
+    bare_draft, bare_us = bare if bare is not None else (None, None)
     t = res.timings
     per_seq_tokens = res.timed_tokens / res.batch if res.batch else 0
     out = {
@@ -97,9 +105,13 @@ def summary(res: RunResult, bare_us: float | None) -> dict:
     if t:
         gaps = [x.gap_us for x in t[:-1]]
         span = median(x.verify_span_us for x in t)
+        draft = median(x.draft_us for x in t)
+        if res.fused_draft and bare_draft is not None:
+            span, draft = median(x.draft_us + x.verify_span_us for x in t) - bare_draft, bare_draft
+            out["draft_split"] = "bare draft"
         syncs = [x.host_syncs for x in t if x.host_syncs is not None]
         out.update({
-            "draft_us": round(median(x.draft_us for x in t), 2),
+            "draft_us": round(draft, 2),
             "verify_span_us": round(span, 2),
             "bare_verify_us": round(bare_us, 2) if bare_us is not None else None,
             "draft_to_verify_us": round(span - bare_us, 2) if bare_us is not None else None,
@@ -264,7 +276,7 @@ class _Sweep:
             eng.close()
             return None if self._device_ok() else False
         if self._bare is None:
-            self._bare = eng.bare_verify_us(c.bare_repeats)
+            self._bare = eng.bare_spans(c.bare_repeats)
         eng.close()
         row = {"draft": c.draft, **summary(res, self._bare)}
         if oracle is not None:

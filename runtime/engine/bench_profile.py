@@ -6,11 +6,16 @@ finished (depth, batch, mode) runs once more: the same prompts and
 acceptance oracle, the warm-up steps, then ``profile_steps`` steps profiled
 with their draft and verify phases marked.  The bare target forward graph,
 profiled alone once per (depth, batch), gives the kernel-name sequence that
-locates the forward (``kernel_timeline``).  Each run's row gains the medians
-``kernel_draft_to_verify_us``, ``head_us`` and ``kernel_verify_to_draft_us``,
-how the records were attributed, and the name of its trace: the profiled
-steps' Chrome trace, gzipped, with the forward's kernel names under
-``"specgen"`` so the figures can be recomputed from the file alone.
+locates the forward (``kernel_timeline``); the draft graph and the bare
+forward graph profiled back to back (``profiling.bare_trace``) give the
+draft's name sequence (which finds a fused draft inside a verify phase) and
+``bare_kernel_draft_to_verify_us``: the kernel-level gap with no boundary work
+at all, the reference a mode's ``kernel_draft_to_verify_us`` is held to.
+Each run's row gains the medians ``kernel_draft_to_verify_us``, ``head_us``
+and ``kernel_verify_to_draft_us``, how the records were attributed, the bare
+reference, and the name of its trace: the profiled steps' Chrome trace,
+gzipped, with the forward's and the draft's kernel names under ``"specgen"``
+so the figures can be recomputed from the file alone.
 
 Every profiled run also gives the cost model's figures (``calibration``):
 launch, copy, sync and in-graph costs, and the host-serial mode's host
@@ -33,7 +38,7 @@ from . import kernel_timeline as kt
 from .acceptance import AcceptanceMix
 from .bench_support import log
 from .errors import EngineError
-from .profiling import forward_trace
+from .profiling import bare_trace, forward_trace
 
 __all__ = ["KERNEL_FIELDS", "KernelPass", "read_trace", "trace_name", "write_trace"]
 
@@ -46,25 +51,27 @@ def trace_name(row: dict) -> str:
     return f"traces/trace_{row['mode']}_d{row['depth']}_b{row['batch']}.json.gz"
 
 
-def write_trace(path: Path, trace: dict, forward: list[str], row: dict) -> None:
-    """``trace`` gzipped at ``path``, with the forward's kernel names and the run's key under ``"specgen"``."""
+def write_trace(path: Path, trace: dict, forward: list[str], row: dict, draft: list[str] = ()) -> None:
+    """``trace`` gzipped at ``path``, with the forward's and the draft's kernel names and the run's key
+    under ``"specgen"``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = dict(trace, specgen={"forward_kernels": forward, "mode": row["mode"], "depth": row["depth"],
-                                "batch": row["batch"]})
+    data = dict(trace, specgen={"forward_kernels": forward, "draft_kernels": list(draft), "mode": row["mode"],
+                                "depth": row["depth"], "batch": row["batch"]})
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_bytes(gzip.compress(json.dumps(data).encode(), compresslevel=6))
     os.replace(tmp, path)
 
 
-def read_trace(path: Path) -> tuple[list[dict], list[str]]:
-    """A saved trace's complete events and the forward's kernel names."""
+def read_trace(path: Path) -> tuple[list[dict], list[str], list[str]]:
+    """A saved trace's complete events, the forward's kernel names and the draft's (empty in older traces)."""
     data = json.loads(gzip.decompress(Path(path).read_bytes()))
-    return kt.load_trace(data), list((data.get("specgen") or {}).get("forward_kernels") or [])
+    names = data.get("specgen") or {}
+    return kt.load_trace(data), list(names.get("forward_kernels") or []), list(names.get("draft_kernels") or [])
 
 
-def figures(trace: dict, forward: list[str]) -> dict:
+def figures(trace: dict, forward: list[str], draft: list[str] = ()) -> dict:
     """The kernel-level medians of one profiled run, how its records were attributed, and the step count."""
-    steps, method = kt.attribute_with_method(kt.load_trace(trace))
+    steps, method = kt.attribute_with_method(kt.load_trace(trace), draft)
     figs = kt.step_figures(steps, forward)
     out = kt.summarize(figs)
     out["kernel_attribution"] = method
@@ -78,6 +85,8 @@ class KernelPass:
     def __init__(self, sweep, trace_dir: Path | None):
         self.sweep, self.trace_dir = sweep, trace_dir
         self.forward: dict[tuple[int, int], list[str]] = {}
+        self.draft: dict[tuple[int, int], list[str]] = {}  # the draft graph's kernel names
+        self.bare: dict[tuple[int, int], float | None] = {}  # bare_kernel_draft_to_verify_us
         self.samples: dict[int, dict[str, list[float]]] = {}  # batch -> calibration samples
 
     def calibration(self) -> dict | None:
@@ -122,17 +131,25 @@ class KernelPass:
         try:
             res = eng.run(prompts, steps=c.profile_steps, warmup_steps=c.warmup, profile=True)
             if (width, batch) not in self.forward and c.cuda:
-                self.forward[(width, batch)] = kt.forward_names(kt.load_trace(forward_trace(eng)))
+                self._references(eng, (width, batch))
         finally:
             eng.close()
         if c.cuda:
             torch.cuda.synchronize(c.device)
-        forward = self.forward.get((width, batch), [])
+        forward, draft = self.forward.get((width, batch), []), self.draft.get((width, batch), [])
         if c.cuda:
-            row.update(figures(res.trace, forward))
+            row.update(figures(res.trace, forward, draft))
+            row["bare_kernel_draft_to_verify_us"] = self.bare.get((width, batch))
         if keep:
-            cal.merge(self.samples.setdefault(batch, {}), cal.samples(kt.load_trace(res.trace), forward))
+            cal.merge(self.samples.setdefault(batch, {}), cal.samples(kt.load_trace(res.trace), forward, draft))
             row["calibrated"] = True
         if self.trace_dir is not None:
             row["kernel_trace"] = trace_name(row)
-            write_trace(self.trace_dir / row["kernel_trace"], res.trace, forward, row)
+            write_trace(self.trace_dir / row["kernel_trace"], res.trace, forward, row, draft)
+
+    def _references(self, eng, key: tuple[int, int]) -> None:
+        """The forward's and the draft's kernel names and the bare kernel-level gap of ``key`` (width, batch)."""
+        forward = self.forward[key] = kt.forward_names(kt.load_trace(forward_trace(eng)))
+        steps = kt.attribute(kt.load_trace(bare_trace(eng)))
+        self.draft[key] = kt.phase_kernel_names(steps, "draft")
+        self.bare[key] = kt.summarize(kt.step_figures(steps, forward))["kernel_draft_to_verify_us"]

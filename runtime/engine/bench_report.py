@@ -15,7 +15,8 @@ PHASES = (("draft", "draft_us", "#8da0cb"), ("draft->verify boundary", "draft_to
           ("verify graph", "bare_verify_us", "#66c2a5"), ("verify->draft gap", "verify_to_draft_us", "#e78ac3"))
 LEGEND = ("columns: TPOT = time per output token; d->v = the draft->verify boundary (verify span minus the bare "
           "verify graph); v->d = the verify->next-draft gap; verify = the bare verify graph; draft = the draft "
-          "graph; k d->v / k v->d = the same gaps between kernels on the device (profiled steps); head = the "
+          "graph; k d->v / k v->d = the same gaps between kernels on the device (profiled steps); bare k d->v = "
+          "k d->v of the draft graph followed by the bare verify graph (no boundary work); head = the "
           "device time of the boundary work before the forward; capture = capturing the run's graphs "
           "(medians per step)")
 LOW_ACCEPTANCE = 0.1
@@ -48,7 +49,8 @@ def table(result: dict) -> str:
     """The runs as aligned columns with a legend, then the TPOT ratios, skipped modes and failures."""
     cols = [("depth", "depth"), ("batch", "B"), ("mode", "mode"), ("tpot_ms", "TPOT ms"),
             ("tokens_per_s", "tok/s"), ("draft_to_verify_us", "d->v us"), ("verify_to_draft_us", "v->d us"),
-            ("kernel_draft_to_verify_us", "k d->v us"), ("kernel_verify_to_draft_us", "k v->d us"),
+            ("kernel_draft_to_verify_us", "k d->v us"), ("bare_kernel_draft_to_verify_us", "bare k d->v"),
+            ("kernel_verify_to_draft_us", "k v->d us"),
             ("head_us", "head us"), ("bare_verify_us", "verify us"), ("draft_us", "draft us"),
             ("host_syncs_per_step", "syncs/step"), ("acceptance", "accept"), ("capture_s", "capture s")]
     ok = ok_runs(result)
@@ -92,6 +94,11 @@ def notes(result: dict) -> list[str]:
     if accept and result.get("acceptance_p") is None and accept[len(accept) // 2] < LOW_ACCEPTANCE:
         out.append(f"acceptance is {accept[len(accept) // 2]}: the random-weight MTP head seldom agrees with the "
                    f"target, so a step commits about one token; --acceptance 0.7 measures at a realistic rate")
+    fused = sorted({r["mode"] for r in ok if r.get("draft_split")})
+    if fused:
+        out.append(f"{', '.join(fused)} run(s) the draft inside the step graph: no event separates draft and verify, "
+                   "so their draft column is the bare draft graph and d->v is the step's span minus the bare draft "
+                   "and the bare verify graph")
     out += _noise(ok)
     return out
 

@@ -65,7 +65,8 @@ def _copy_kind(name: str) -> str | None:
     return "h2d" if "HtoD" in name else "d2h" if "DtoH" in name else None
 
 
-def samples(events: list[dict], forward: list[str] | tuple[str, ...] = ()) -> dict[str, list[float]]:
+def samples(events: list[dict], forward: list[str] | tuple[str, ...] = (),
+            draft: list[str] | tuple[str, ...] = ()) -> dict[str, list[float]]:
     """One profiled run's figures (us), keyed like the cost file; see the module docstring."""
     out: dict[str, list[float]] = {}
     add = lambda key, us: out.setdefault(key, []).append(round(float(us), 3))  # noqa: E731
@@ -102,7 +103,7 @@ def samples(events: list[dict], forward: list[str] | tuple[str, ...] = ()) -> di
                 add(f"run.{_copy_kind(r.name)}", r.dur)
     if forward:
         names = set(forward)
-        for step in kt.attribute(events).values():
+        for step in kt.attribute(events, draft).values():
             for r in step.verify:
                 if r.cat == "kernel" and r.name not in names:
                     add("run.device_kernel", r.dur)

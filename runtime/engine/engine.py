@@ -8,7 +8,10 @@ forward; they differ only in how each boundary is crossed, which the mode
 classes of ``modes.py`` own (``baseline``: host-serial, two host
 synchronizations per step; ``compile``: ``torch.compile``'d updates in the
 verify graph, one; ``specgen``: the built kernel variants in
-``SpecVerifyRuntime``'s verify graph, none).
+``SpecVerifyRuntime``'s step graph, none).  A mode whose ``fuses_draft`` is
+set runs the draft inside its own step graph (``specgen``, ``inductor``): one
+graph replay per step, so no graph switch sits between the draft and the
+verification.
 
 On the CPU the graphs run eagerly (``compile`` mode takes ``compile_backend``,
 e.g. ``"eager"`` in tests).  ``run`` returns the tokens, the acceptance and,
@@ -260,7 +263,8 @@ class SpecDecodeEngine:
         self.strategy.after_prefill(bonus)
         with wall_seconds(self.device) as capture:
             self._build_graphs()
-        res = RunResult(self.mode, self.width, self.batch, [[t] for t in bonus.tolist()], capture_s=capture.s)
+        res = RunResult(self.mode, self.width, self.batch, [[t] for t in bonus.tolist()], capture_s=capture.s,
+                        fused_draft=self.strategy.fuses_draft)
         clock = StepClock(self.device, timing)
         with StepProfiler(self.device, warmup_steps if profile else None) as prof:
             self._loop(res, budget, clock, prof)
@@ -287,7 +291,8 @@ class SpecDecodeEngine:
                 stamps = clock.step(timed)
                 stamps.mark(0)
                 with prof.phase("draft", i):
-                    self.draft_graph()
+                    if not self.strategy.fuses_draft:  # else the mode's step graph runs the draft
+                        self.draft_graph()
                 stamps.mark(1)
                 with prof.phase("verify", i):
                     commit = self.strategy.verify(*self._bounds(res, prompt_lens, lagged and i > 0),
@@ -336,13 +341,19 @@ class SpecDecodeEngine:
     # ------------------------------------------------------- bare verification
     @torch.inference_mode()
     def bare_verify_us(self, repeats: int = 50) -> float:
-        """The target forward alone (a captured graph on CUDA) in the decode loop's rhythm.
+        """The target forward alone (a captured graph on CUDA) in the decode loop's rhythm (``bare_spans``'s verify)."""
+        return self.bare_spans(repeats)[1]
 
-        Each repeat replays the draft graph, then the bare verify graph, and
-        times the span from the end of the draft to the end of the
-        verification, exactly like a step's ``verify_span_us``, so a mode's
-        ``verify_span_us - bare_verify_us`` is its draft-to-verify boundary
-        (graph switches and launch gaps included on both sides).  Median of
+    @torch.inference_mode()
+    def bare_spans(self, repeats: int = 50) -> tuple[float, float]:
+        """The draft graph and the bare verify graph back to back: medians of their spans (us).
+
+        Each repeat replays the draft graph, then the target forward alone
+        (captured), and times the draft (start -> end of the draft graph) and
+        the span from the end of the draft to the end of the verification,
+        exactly like a step's ``draft_us`` and ``verify_span_us``; so a mode's
+        ``verify_span_us - bare verify`` is its draft-to-verify boundary
+        (graph switches and launch gaps included on both sides).  Medians of
         ``repeats``.  The step buffers are restored afterwards; the KV entries
         written are the last verification's (same values) and the next
         draft's (which the next step writes again).
@@ -350,18 +361,20 @@ class SpecDecodeEngine:
         with self._state_kept():
             return self._time_bare(repeats)
 
-    def _time_bare(self, repeats: int) -> float:
+    def _time_bare(self, repeats: int) -> tuple[float, float]:
         cuda = self.device.type == "cuda"
         stamp = stamp_factory(cuda)
         g = self.graph(self.forward_only)
         spans = []
         for _ in range(repeats):
-            s, e = stamp(), stamp()
+            s0, s1, e = stamp(), stamp(), stamp()
+            s0.record()
             self.draft_graph()
-            s.record()
+            s1.record()
             g()
             e.record()
-            spans.append((s, e))
+            spans.append((s0, s1, e))
         if cuda:
             torch.cuda.synchronize()
-        return median(s.elapsed_time(e) * 1e3 for s, e in spans)
+        return (median(s0.elapsed_time(s1) * 1e3 for s0, s1, _ in spans),
+                median(s1.elapsed_time(e) * 1e3 for _, s1, e in spans))

@@ -28,8 +28,8 @@ def _lanes(result: dict, folder: Path, steps: int) -> dict[tuple[int, int], list
         path = folder / name if name else None
         if path is None or not path.exists():
             continue
-        events, forward = read_trace(path)
-        by_step = kt.attribute(events)
+        events, forward, draft = read_trace(path)
+        by_step = kt.attribute(events, draft)
         keys = [k for k in by_step if by_step[k].draft][:steps]
         if not keys:
             continue

@@ -15,6 +15,13 @@ where each phase launches after the previous phase's records have started
 phase's records to the next one, so ``attribute_with_method`` says which
 method it used and the bench records it with the figures.
 
+A mode that runs the draft inside its step graph (``fuses_draft``) launches
+nothing in the draft phase: its draft kernels come with the verify phase's
+replay.  Given the draft's kernel-name sequence (the draft graph profiled
+alone), ``attribute_with_method(events, draft)`` finds it among one stream's
+kernels of such a verify phase and moves every record that starts from its
+first to its last kernel back to the draft.
+
 Within a step's verify phase the *target forward* is found by its kernel
 names: the bare forward graph, profiled alone, gives the name sequence, and
 the first place that sequence occurs among one stream's kernels of the phase
@@ -39,7 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["DeviceRecord", "StepKernels", "PHASE_PREFIX", "phase_name", "load_trace", "device_records",
-           "attribute", "attribute_with_method", "forward_names", "step_figures", "summarize", "classify"]
+           "attribute", "attribute_with_method", "forward_names", "phase_kernel_names", "split_fused",
+           "step_figures", "summarize", "classify"]
 
 PHASE_PREFIX = "specgen::"
 _PHASE = re.compile(r"^specgen::(?P<phase>[a-z_]+)#(?P<step>\d+)$")
@@ -107,18 +115,49 @@ def _phases(events: list[dict]) -> list[tuple[float, float, str, int]]:
     return sorted(out)
 
 
-def attribute(events: list[dict]) -> dict[int, StepKernels]:
+def attribute(events: list[dict], draft: list[str] | tuple[str, ...] = ()) -> dict[int, StepKernels]:
     """Device records per step and phase (``attribute_with_method`` without the method)."""
-    return attribute_with_method(events)[0]
+    return attribute_with_method(events, draft)[0]
 
 
-def attribute_with_method(events: list[dict]) -> tuple[dict[int, StepKernels], str]:
+def attribute_with_method(events: list[dict], draft: list[str] | tuple[str, ...] = ()
+                          ) -> tuple[dict[int, StepKernels], str]:
     """Device records per step and phase, and how they were attributed.
 
     ``"correlation"``: through the launch calls' correlation ids;
     ``"time-window"``: no device record's id matched a launch inside a phase,
     so each record goes to the last phase launched before it starts.
+    ``draft``: the draft's kernel names, for steps whose draft ran in the
+    verify phase's graph (``split_fused``).
     """
+    steps, method = _attribute(events)
+    return split_fused(steps, draft), method
+
+
+def split_fused(steps: dict[int, StepKernels], draft: list[str] | tuple[str, ...]) -> dict[int, StepKernels]:
+    """``steps`` with the draft of every step whose draft phase is empty found in its verify phase (in place).
+
+    The draft is the first place ``draft`` (kernel names) occurs among one
+    stream's kernels of the verify phase; every verify record that starts
+    from its first kernel's start to its last kernel's start moves to the
+    draft.  A step whose verify phase lacks the sequence is left alone.
+    """
+    if not draft:
+        return steps
+    for s in steps.values():
+        if s.draft or not s.verify:
+            continue
+        found = _locate(s.verify, list(draft))
+        if found is None:
+            continue
+        kernels, at = found
+        lo, hi = kernels[at].start, kernels[at + len(draft) - 1].start
+        s.draft = [r for r in s.verify if lo <= r.start <= hi]
+        s.verify = [r for r in s.verify if not lo <= r.start <= hi]
+    return steps
+
+
+def _attribute(events: list[dict]) -> tuple[dict[int, StepKernels], str]:
     phases = _phases(events)
     starts = [p[0] for p in phases]
     owner: dict[int, tuple[str, int]] = {}
@@ -163,6 +202,15 @@ def _add(steps: dict[int, StepKernels], phase: str, step: int, r: DeviceRecord) 
 def forward_names(events: list[dict]) -> list[str]:
     """The kernel-name sequence of a bare forward trace (kernels only, in order)."""
     return [r.name for r in device_records(events) if r.cat == "kernel"]
+
+
+def phase_kernel_names(steps: dict[int, StepKernels], phase: str = "draft") -> list[str]:
+    """The kernel-name sequence of the first step's ``phase`` (e.g. a draft graph profiled in its own phase)."""
+    for s in steps.values():
+        records = [r for r in getattr(s, phase) if r.cat == "kernel"]
+        if records:
+            return [r.name for r in sorted(records, key=lambda r: r.start)]
+    return []
 
 
 def _find(names: list[str], pattern: list[str]) -> int | None:

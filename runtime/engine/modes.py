@@ -47,6 +47,8 @@ class Mode:
 
     name: ClassVar[str] = ""
     needs_library: ClassVar[bool] = False
+    # whether ``verify`` runs the draft itself (inside its step graph); the engine then launches no draft graph
+    fuses_draft: ClassVar[bool] = False
     cpu_skip_reason: ClassVar[str | None] = None  # why a benchmark skips the mode on the CPU, if it does
 
     def __init__(self, engine):
@@ -189,16 +191,20 @@ class CompileMode(Mode):
 
 @register_mode
 class SpecgenMode(Mode):
-    """``SpecVerifyRuntime``'s verify graph: no host synchronization per step.
+    """``SpecVerifyRuntime``'s step graph: no host synchronization and no graph switch per step.
 
-    The built kernel variants update the inputs in the graph, acceptance and
-    next-draft preparation run on the device, the draft graph writes straight
-    into the runtime's persistent buffers, and on a device the host reads each
-    step's tokens one step late through a pinned buffer and an event.
+    The draft runs at the head of the runtime's captured graph (its
+    ``prologue``) and writes straight into the runtime's persistent buffers;
+    the built kernel variants update the verify inputs in the same graph,
+    acceptance and next-draft preparation run on the device, and on a device
+    the host reads each step's tokens one step late through a pinned buffer
+    and an event.  One replay per step: the last draft kernel is followed by
+    the head kernel and the target forward with no graph launch between them.
     """
 
     name = "specgen"
     needs_library = True
+    fuses_draft = True
 
     def kernel_library(self):
         """The library whose plans and variants the runtime runs (the engine's build)."""
@@ -210,7 +216,7 @@ class SpecgenMode(Mode):
         self.runtime = SpecVerifyRuntime(self.kernel_library(), e.target_forward, capabilities_of(e.model), e.width,
                                          max_batch=e.batch, backend=backend, device=e.device,
                                          block_table_width=e.block_table_width, block_size=e.block_size,
-                                         scratch_block=e.scratch_block)
+                                         scratch_block=e.scratch_block, prologue=e._draft)
         try:
             return self.runtime.buffers(e.batch)
         except LookupError as err:

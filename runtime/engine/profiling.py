@@ -7,7 +7,10 @@ the profiler runs (a no-op otherwise, so unprofiled steps carry no ranges),
 and leaving the ``with`` block stops it and keeps the Chrome trace as a dict
 (``trace``).  ``forward_trace`` profiles one replay of the bare target forward
 graph alone: ``kernel_timeline.forward_names`` of it is the name sequence
-that locates the forward inside a verify phase.
+that locates the forward inside a verify phase.  ``bare_trace`` profiles a
+few replays of the draft graph followed by the bare forward graph, each in
+its phase: the kernel-level boundary of "no boundary work at all", and the
+draft's kernel names (which find a fused draft inside a verify phase).
 
 ``host_range(family)`` marks the host's own run of a family's torch
 semantics (the host-serial mode's updates) while a profiler runs; the
@@ -28,7 +31,7 @@ import torch
 
 from .kernel_timeline import phase_name
 
-__all__ = ["HOST_RANGE_PREFIX", "StepProfiler", "chrome_trace", "forward_trace", "host_range"]
+__all__ = ["HOST_RANGE_PREFIX", "StepProfiler", "bare_trace", "chrome_trace", "forward_trace", "host_range"]
 
 HOST_RANGE_PREFIX = "specgen::host."  # not a decode phase: kernel_timeline's phase names have no '.'
 
@@ -112,6 +115,28 @@ def forward_trace(engine) -> dict:
         torch.cuda.synchronize(engine.device)
         with torch.profiler.profile(activities=_activities(engine.device)) as prof:
             g()
+            torch.cuda.synchronize(engine.device)
+        del g
+    return chrome_trace(prof)
+
+
+@torch.inference_mode()
+def bare_trace(engine, repeats: int = 4) -> dict:
+    """``repeats`` x (draft graph, then the bare verify graph), profiled with their phases marked (CUDA).
+
+    The bare verify graph is ``forward_only`` captured alone, the same graph
+    ``bare_spans`` times.  The step buffers and verify hidden states are
+    restored afterwards.
+    """
+    with engine._state_kept():
+        g = engine.graph(engine.forward_only)
+        torch.cuda.synchronize(engine.device)
+        with torch.profiler.profile(activities=_activities(engine.device)) as prof:
+            for i in range(repeats):
+                with torch.profiler.record_function(phase_name("draft", i)):
+                    engine.draft_graph()
+                with torch.profiler.record_function(phase_name("verify", i)):
+                    g()
             torch.cuda.synchronize(engine.device)
         del g
     return chrome_trace(prof)

@@ -35,6 +35,7 @@ class RunResult:
     runtime_stats: dict | None = None
     capture_s: float | None = None  # capturing the run's graphs (draft and verify), device work included
     trace: dict | None = None       # the profiled steps' Chrome trace (``run(profile=True)``)
+    fused_draft: bool = False       # the mode's step graph ran the draft (``draft_us`` then spans nothing)
 
     @property
     def acceptance(self) -> float:

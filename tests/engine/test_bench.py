@@ -96,3 +96,21 @@ def test_ratios_compare_specgen_with_every_other_registered_mode():
     runs.append({"depth": 3, "batch": 2, "mode": "specgen", "error": "boom"})
     assert ratios(runs) == [{"depth": 3, "batch": 1, "tpot_vs_baseline": -0.75, "tpot_vs_compile": -0.5,
                              "tpot_vs_inductor": -0.2}]
+
+
+def test_summary_splits_a_fused_step_at_the_bare_draft():
+    """A mode that runs the draft in its step graph has no event between draft and verify: the row takes the
+    bare draft as its draft and the rest of the step's span as the verify span."""
+    from specgen.runtime.engine.bench import summary
+    from specgen.runtime.engine.results import RunResult, StepTiming
+
+    def run(fused):
+        res = RunResult("specgen", 4, 1, [[1]], steps=3, timed_tokens=6, elapsed_s=0.003, fused_draft=fused)
+        res.timings = [StepTiming(d, v, 5.0, 0) for d, v in ((0.5, 600.0), (0.5, 610.0), (0.5, 620.0))]
+        return summary(res, (400.0, 180.0))
+
+    fused, split = run(True), run(False)
+    assert fused["draft_split"] == "bare draft" and "draft_split" not in split
+    assert fused["draft_us"] == 400.0 and fused["verify_span_us"] == pytest.approx(210.5)
+    assert fused["draft_to_verify_us"] == pytest.approx(30.5)
+    assert split["draft_us"] == 0.5 and split["draft_to_verify_us"] == pytest.approx(430.0)

@@ -91,7 +91,7 @@ def test_saved_trace_round_trip_and_kernel_picture(tmp_path):
         row["kernel_trace"] = bp.trace_name(row)
         bp.write_trace(tmp_path / row["kernel_trace"], _steps(d2v=d2v), FORWARD, row)
         runs.append(row)
-    events, forward = bp.read_trace(tmp_path / runs[1]["kernel_trace"])
+    events, forward, _ = bp.read_trace(tmp_path / runs[1]["kernel_trace"])
     assert forward == FORWARD and kt.summarize(kt.step_figures(kt.attribute(events), forward))["head_us"] == 2.0
     assert kt.load_trace(tmp_path / runs[0]["kernel_trace"])  # a .json.gz loads by path too
     pytest.importorskip("matplotlib")

@@ -97,6 +97,22 @@ def test_fixed_steps_and_timing_fields(model, engine_kernels):
     assert all(len(o) >= 1 + 5 for o in res.outputs)
 
 
+@pytest.mark.parametrize("mode", ["baseline", "specgen"])
+def test_the_draft_runs_once_per_step(model, engine_kernels, mode, monkeypatch):
+    """specgen runs the draft inside its step graph (the runtime's prologue), the others as the draft graph:
+    either way once per step, and the tokens stay greedy decoding's."""
+    from specgen.runtime.engine import engine as eng_mod
+
+    calls = []
+    original = eng_mod.SpecDecodeEngine._draft
+    monkeypatch.setattr(eng_mod.SpecDecodeEngine, "_draft", lambda self: (calls.append(1), original(self))[1])
+    prompts = prompts_for(2, seed=5)
+    res = engine(model, engine_kernels, mode, 4, 2).run(prompts, steps=5)
+    assert res.fused_draft is (mode == "specgen") and res.steps == 5
+    assert len(calls) == 5
+    assert res.outputs == [g[: len(o)] for o, g in zip(res.outputs, greedy(model[0], prompts, 30))]
+
+
 def test_engine_errors(model, engine_kernels):
     with pytest.raises(EngineError, match="unknown mode"):
         engine(model, engine_kernels, "fast", 4, 1)

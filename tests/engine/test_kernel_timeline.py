@@ -87,3 +87,40 @@ def test_forward_names_lists_kernels_in_order():
     ev = [_x("kernel", "b", 5.0, 1.0, 1), _x("gpu_memcpy", "Memcpy HtoD", 1.0, 1.0, 1),
           _x("kernel", "a", 2.0, 1.0, 1)]
     assert kt.forward_names(ev) == ["a", "b"]
+
+
+def _fused(trace):
+    """``trace`` as a fused mode records it: the draft kernels come with the verify phase's graph launch."""
+    ev = trace["traceEvents"]
+    launches = [e for e in ev if e["name"] == "cudaGraphLaunch"]
+    draft_corr = {launches[i]["args"]["correlation"]: launches[i + 1]["args"]["correlation"]
+                  for i in range(0, len(launches), 2)}
+    out = []
+    for e in ev:
+        corr = (e.get("args") or {}).get("correlation")
+        if e["name"] == "cudaGraphLaunch" and corr in draft_corr:
+            continue  # the draft phase launches nothing
+        if e["cat"] == "kernel" and corr in draft_corr:
+            e = dict(e, args={"correlation": draft_corr[corr]})
+        out.append(e)
+    return {"traceEvents": out}
+
+
+def test_a_fused_draft_is_found_inside_the_verify_phase():
+    trace, expect = _trace(steps=3, head=2.0, d2v_idle=1.5, v2d=20.0)
+    draft = kt.phase_kernel_names(kt.attribute(kt.load_trace(trace)))
+    assert draft == ["draft_0", "draft_1", "draft_2"]
+    fused = kt.load_trace(_fused(trace))
+    unsplit = kt.attribute(fused)
+    assert all(not s.draft for s in unsplit.values())  # without the names the draft hides in the verify phase
+    assert all(f["kernel_draft_to_verify_us"] is None for f in kt.step_figures(unsplit, FORWARD))
+    steps = kt.attribute(fused, draft)
+    assert [r.name for r in steps[1].draft] == draft
+    assert all(not r.name.startswith("draft_") for s in steps.values() for r in s.verify)
+    figs = kt.step_figures(steps, FORWARD)
+    for k, (d2v, head, _) in enumerate(expect):
+        assert figs[k]["kernel_draft_to_verify_us"] == pytest.approx(d2v)
+        assert figs[k]["head_us"] == pytest.approx(head)
+    assert figs[0]["kernel_verify_to_draft_us"] == pytest.approx(20.0)
+    # a step whose verify phase lacks the draft's sequence is left as it was
+    assert not kt.attribute(fused, ["draft_0", "no_such_kernel"])[0].draft
