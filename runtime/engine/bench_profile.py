@@ -85,7 +85,7 @@ class KernelPass:
     def __init__(self, sweep, trace_dir: Path | None):
         self.sweep, self.trace_dir = sweep, trace_dir
         self.forward: dict[tuple[int, int], list[str]] = {}
-        self.draft: dict[tuple[int, int], list[str]] = {}  # the draft graph's kernel names
+        self.draft: dict[tuple[int, int], list[str]] = {}  # the draft graph's kt.draft_signature
         self.bare: dict[tuple[int, int], float | None] = {}  # bare_kernel_draft_to_verify_us
         self.samples: dict[int, dict[str, list[float]]] = {}  # batch -> calibration samples
 
@@ -151,5 +151,5 @@ class KernelPass:
         """The forward's and the draft's kernel names and the bare kernel-level gap of ``key`` (width, batch)."""
         forward = self.forward[key] = kt.forward_names(kt.load_trace(forward_trace(eng)))
         steps = kt.attribute(kt.load_trace(bare_trace(eng)))
-        self.draft[key] = kt.phase_kernel_names(steps, "draft")
+        self.draft[key] = kt.phase_signature(steps, "draft")
         self.bare[key] = kt.summarize(kt.step_figures(steps, forward))["kernel_draft_to_verify_us"]

@@ -17,10 +17,13 @@ method it used and the bench records it with the figures.
 
 A mode that runs the draft inside its step graph (``fuses_draft``) launches
 nothing in the draft phase: its draft kernels come with the verify phase's
-replay.  Given the draft's kernel-name sequence (the draft graph profiled
-alone), ``attribute_with_method(events, draft)`` finds it among one stream's
-kernels of such a verify phase and moves every record that starts from its
-first to its last kernel back to the draft.
+replay.  Given the draft's signature (``draft_signature``: the draft graph,
+profiled alone, as its device records' names in order, every copy written
+``COPY``: a small copy is a memcpy node in one capture and a copy kernel in
+another), ``attribute_with_method(events, draft)`` finds it among one
+stream's records of such a verify phase and moves every record that starts
+from its first to its last matched record back to the draft; the draft's own
+trailing copies (its hand-over into the step buffers) stay the draft's.
 
 Within a step's verify phase the *target forward* is found by its kernel
 names: the bare forward graph, profiled alone, gives the name sequence, and
@@ -46,12 +49,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["DeviceRecord", "StepKernels", "PHASE_PREFIX", "phase_name", "load_trace", "device_records",
-           "attribute", "attribute_with_method", "forward_names", "phase_kernel_names", "split_fused",
+           "attribute", "attribute_with_method", "forward_names", "COPY", "draft_signature", "phase_signature",
+           "split_fused",
            "step_figures", "summarize", "classify"]
 
 PHASE_PREFIX = "specgen::"
 _PHASE = re.compile(r"^specgen::(?P<phase>[a-z_]+)#(?P<step>\d+)$")
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+COPY = "<copy>"  # a copy in a draft signature: a memcpy or memset record, or a copy kernel
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 
 
@@ -137,21 +142,27 @@ def attribute_with_method(events: list[dict], draft: list[str] | tuple[str, ...]
 def split_fused(steps: dict[int, StepKernels], draft: list[str] | tuple[str, ...]) -> dict[int, StepKernels]:
     """``steps`` with the draft of every step whose draft phase is empty found in its verify phase (in place).
 
-    The draft is the first place ``draft`` (kernel names) occurs among one
-    stream's kernels of the verify phase; every verify record that starts
-    from its first kernel's start to its last kernel's start moves to the
-    draft.  A step whose verify phase lacks the sequence is left alone.
+    The draft is the first place ``draft`` (a ``draft_signature``) occurs
+    among one stream's records of the verify phase; every verify record that
+    starts from its first matched record's start to its last one's moves to
+    the draft.  A step whose verify phase lacks the signature is left alone.
     """
     if not draft:
         return steps
     for s in steps.values():
         if s.draft or not s.verify:
             continue
-        found = _locate(s.verify, list(draft))
-        if found is None:
+        by_stream: dict = {}
+        for r in s.verify:
+            by_stream.setdefault(r.stream, []).append(r)
+        for records in by_stream.values():
+            records.sort(key=lambda r: r.start)
+            at = _find(draft_signature(records, ordered=True), list(draft))
+            if at is not None:
+                break
+        else:
             continue
-        kernels, at = found
-        lo, hi = kernels[at].start, kernels[at + len(draft) - 1].start
+        lo, hi = records[at].start, records[at + len(draft) - 1].start
         s.draft = [r for r in s.verify if lo <= r.start <= hi]
         s.verify = [r for r in s.verify if not lo <= r.start <= hi]
     return steps
@@ -204,12 +215,21 @@ def forward_names(events: list[dict]) -> list[str]:
     return [r.name for r in device_records(events) if r.cat == "kernel"]
 
 
-def phase_kernel_names(steps: dict[int, StepKernels], phase: str = "draft") -> list[str]:
-    """The kernel-name sequence of the first step's ``phase`` (e.g. a draft graph profiled in its own phase)."""
+def _is_copy(r: DeviceRecord) -> bool:
+    return r.cat != "kernel" or "memcpy" in r.name.lower() or "direct_copy_kernel" in r.name
+
+
+def draft_signature(records: list[DeviceRecord], ordered: bool = False) -> list[str]:
+    """``records`` (sorted by start unless ``ordered``) as names, every copy as ``COPY``."""
+    return [COPY if _is_copy(r) else r.name for r in (records if ordered else sorted(records, key=lambda r: r.start))]
+
+
+def phase_signature(steps: dict[int, StepKernels], phase: str = "draft") -> list[str]:
+    """The ``draft_signature`` of the first step whose ``phase`` has records (e.g. the draft graph alone)."""
     for s in steps.values():
-        records = [r for r in getattr(s, phase) if r.cat == "kernel"]
+        records = getattr(s, phase)
         if records:
-            return [r.name for r in sorted(records, key=lambda r: r.start)]
+            return draft_signature(records)
     return []
 
 

@@ -157,7 +157,7 @@ def test_cuda_kernel_figures_for_every_mode(engine_kernels):
     """On the GPU: every mode's profiled steps give all three kernel-level figures, through correlation ids."""
     from specgen.runtime.engine import MODES, MTPHead, Qwen3Model, SpecDecodeEngine, calibration
     from specgen.runtime.engine.bench_profile import figures
-    from specgen.runtime.engine.profiling import forward_trace
+    from specgen.runtime.engine.profiling import bare_trace, forward_trace
 
     m = Qwen3Model.create("tiny", seed=0, device="cuda")
     head = MTPHead.create(m, seed=1)
@@ -168,8 +168,13 @@ def test_cuda_kernel_figures_for_every_mode(engine_kernels):
                                library=engine_kernels)
         res = eng.run(prompts, steps=5, warmup_steps=2, profile=True)
         forward = kt.forward_names(kt.load_trace(forward_trace(eng)))
+        bare = kt.attribute(kt.load_trace(bare_trace(eng)))
+        draft = kt.phase_signature(bare)
         eng.close()
-        fig = figures(res.trace, forward)
+        fig = figures(res.trace, forward, draft)
+        if k > 0:  # the bare reference: the draft graph, then the forward graph alone
+            bare_gap = kt.summarize(kt.step_figures(bare, forward))["kernel_draft_to_verify_us"]
+            assert draft and bare_gap is not None and bare_gap > 0, (mode, bare_gap)
         print(mode, fig, f"capture {res.capture_s:.4f}s")
         if k == 0:  # known: no graph kernels in the first profiled run of a process (see StepProfiler)
             continue
@@ -178,7 +183,7 @@ def test_cuda_kernel_figures_for_every_mode(engine_kernels):
         assert fig["kernel_draft_to_verify_us"] is not None and fig["kernel_verify_to_draft_us"] is not None
         assert fig["head_us"] is not None and fig["head_us"] >= 0
         # the cost model's calibration from the same trace (calibration.py)
-        s = calibration.samples(kt.load_trace(res.trace), forward)
+        s = calibration.samples(kt.load_trace(res.trace), forward, draft)
         print(mode, {k: (len(v), sorted(v)[len(v) // 2]) for k, v in sorted(s.items())})
         assert s["issue.graph_replay"] and all(v >= 0 for vals in s.values() for v in vals)
         if mode in ("baseline", "compile"):  # a synchronizing read-back every step

@@ -100,7 +100,7 @@ def _fused(trace):
         corr = (e.get("args") or {}).get("correlation")
         if e["name"] == "cudaGraphLaunch" and corr in draft_corr:
             continue  # the draft phase launches nothing
-        if e["cat"] == "kernel" and corr in draft_corr:
+        if e["cat"] in kt.DEVICE_CATS and corr in draft_corr:
             e = dict(e, args={"correlation": draft_corr[corr]})
         out.append(e)
     return {"traceEvents": out}
@@ -108,7 +108,7 @@ def _fused(trace):
 
 def test_a_fused_draft_is_found_inside_the_verify_phase():
     trace, expect = _trace(steps=3, head=2.0, d2v_idle=1.5, v2d=20.0)
-    draft = kt.phase_kernel_names(kt.attribute(kt.load_trace(trace)))
+    draft = kt.phase_signature(kt.attribute(kt.load_trace(trace)))
     assert draft == ["draft_0", "draft_1", "draft_2"]
     fused = kt.load_trace(_fused(trace))
     unsplit = kt.attribute(fused)
@@ -124,3 +124,22 @@ def test_a_fused_draft_is_found_inside_the_verify_phase():
     assert figs[0]["kernel_verify_to_draft_us"] == pytest.approx(20.0)
     # a step whose verify phase lacks the draft's sequence is left as it was
     assert not kt.attribute(fused, ["draft_0", "no_such_kernel"])[0].draft
+
+
+def test_a_draft_signature_matches_copies_of_either_kind():
+    """The draft's hand-over copies are memcpy nodes in one capture and copy kernels in another: both are COPY."""
+    trace, expect = _trace(steps=2, head=2.0, d2v_idle=3.0, v2d=20.0)
+    ev = trace["traceEvents"]
+    for e in ev:  # the bare draft graph: its last record is a memcpy
+        if e["cat"] == "kernel" and e["name"] == "draft_2":
+            e.update(cat="gpu_memcpy", name="Memcpy DtoD (Device -> Device)")
+    draft = kt.phase_signature(kt.attribute(kt.load_trace(trace)))
+    assert draft == ["draft_0", "draft_1", kt.COPY]
+    fused = _fused(trace)
+    for e in fused["traceEvents"]:  # the fused graph copies with a kernel instead
+        if e["name"].startswith("Memcpy"):
+            e.update(cat="kernel", name="void at::native::direct_copy_kernel_cuda<int>")
+    steps = kt.attribute(kt.load_trace(fused), draft)
+    assert [r.name for r in steps[0].draft][-1].startswith("void at::native::direct_copy")
+    figs = kt.step_figures(steps, FORWARD)
+    assert [f["kernel_draft_to_verify_us"] for f in figs] == pytest.approx([d for d, _, _ in expect])
