@@ -1,21 +1,25 @@
 """Host copies of a verify step's results, off the critical path.
 
 The fields the host reads (``accepted``, ``next_tokens``, ``next_last_token``,
-``next_seq_lens``) go to pinned host buffers with ``non_blocking`` copies on
-a side copy stream, followed by an event.  There are two sets of host
-buffers, used in turn, so the copy of a step in flight never overwrites what
-the host is reading from the step before: an engine that enqueues step ``i``
-before consuming step ``i - 1`` reads ``result(steps_back=1)`` and finds it
-complete.  A result stays readable until two later steps are copied.
+``next_seq_lens``, and the device guard's flag when given) are packed, on the
+step's own stream, into one device staging buffer (one ``torch.cat``), and
+that buffer goes to pinned host memory as one ``non_blocking`` copy on a side
+copy stream, followed by an event.  The copy reads only the staging buffer,
+never the step buffers, so the next step's work never waits for it: a copy
+is one memcpy on the copy stream beside the next step, not five small ones
+in front of it.
 
-The next writes to the device buffers a copy reads must wait for it:
-``wait_latest`` orders the current stream after the latest copy's event, on
-the device, without a host synchronization.
+There are two staging buffers and two sets of host buffers, used in turn, so
+the copy of a step in flight never overwrites what the host is reading from
+the step before: an engine that enqueues step ``i`` before consuming step
+``i - 1`` reads ``result(steps_back=1)`` and finds it complete.  A result
+stays readable until two later steps are copied.  Packing into a staging
+buffer first waits, on the device, for the copy that last read it (the one
+two steps back, which the host has normally consumed already).
 
-A copy may carry the device guard's flag too (``copy(..., flag=...)``);
-``poll_flag`` reads the flags of the copies already complete (``Event.query``,
-which never blocks) and so sees a step's flag one or two steps late, with no
-host synchronization of its own.
+``poll_flag`` reads the flags of the copies already complete
+(``Event.query``, which never blocks) and so sees a step's flag one or two
+steps late, with no host synchronization of its own.
 """
 
 from __future__ import annotations
@@ -24,10 +28,26 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["HOST_FIELDS", "HostMirror", "HostResult"]
+__all__ = ["HOST_FIELDS", "HostMirror", "HostResult", "packed_size"]
 
 HOST_FIELDS = ("accepted", "next_tokens", "next_last_token", "next_seq_lens")
 I32 = torch.int32
+
+
+def packed_size(rows: int, width: int) -> int:
+    """Entries of a packed step of ``rows`` sequences: the host fields, then the flag."""
+    return rows * (width + 3) + 1
+
+
+def _unpack(flat: torch.Tensor, rows: int, width: int, batch: int) -> dict[str, torch.Tensor]:
+    """The host fields of a packed step (``rows`` sequences packed, the first ``batch`` returned)."""
+    out, at = {}, 0
+    for n in HOST_FIELDS:
+        size = rows * width if n == "next_tokens" else rows
+        t = flat[at: at + size]
+        out[n] = (t.view(rows, width) if n == "next_tokens" else t)[:batch]
+        at += size
+    return out
 
 
 @dataclass(frozen=True)
@@ -39,52 +59,50 @@ class HostResult:
 
 
 class HostMirror:
-    """Double-buffered pinned host copies of the host fields, one event per buffer set.
+    """Double-buffered packed host copies of the host fields, one event per buffer set.
 
     ``api`` is a ``DeviceAPI`` (or anything with its ``new_stream``,
     ``current_stream``, ``stream`` and ``event``).
     """
 
     def __init__(self, api, device, max_batch: int, width: int, *, pin: bool = True):
-        self._api, self._device = api, device
+        self._api, self._device, self.width = api, device, int(width)
         self.copy_stream = api.new_stream(device)
-        self._slots: list[dict[str, torch.Tensor]] = []
-        self._events: list = []
-        for _ in range(2):  # double-buffered so a step in flight never overwrites what the host reads
-            self._slots.append({
-                "accepted": torch.empty(max_batch, dtype=I32, pin_memory=pin),
-                "next_tokens": torch.empty(max_batch, width, dtype=I32, pin_memory=pin),
-                "next_last_token": torch.empty(max_batch, dtype=I32, pin_memory=pin),
-                "next_seq_lens": torch.empty(max_batch, dtype=I32, pin_memory=pin),
-            })
-            self._events.append(api.event())
+        n = packed_size(max_batch, width)
+        # two of each, so a step in flight never overwrites what the host reads
+        self._staging = [torch.zeros(n, dtype=I32, device=device) for _ in range(2)]
+        self._host = [torch.zeros(n, dtype=I32, pin_memory=pin) for _ in range(2)]
+        self._no_flag = torch.zeros(1, dtype=I32, device=device)
+        self._events = [api.event() for _ in range(2)]
+        self._used = [False, False]  # whether a copy was ever made from each slot
         self._turn = 0
-        self._steps: list[tuple[int, int]] = []  # (slot, batch) of the latest two steps, newest last
-        self._flags = [torch.zeros(1, dtype=I32, pin_memory=pin) for _ in range(2)]
+        self._steps: list[tuple[int, int, int]] = []  # (slot, batch, rows) of the latest two steps, newest last
         self._flag_copy = [0, 0]  # which copy (1, 2, ...) each slot's flag belongs to; 0: none
         self.copies = 0  # copies made so far
 
     def copy(self, result, batch: int, flag: torch.Tensor | None = None) -> None:
-        """Non-blocking copies of ``result``'s host fields on the copy stream, then that slot's event.
+        """Pack ``result``'s host fields (and ``flag``) on the current stream, copy them to the host on the copy
+        stream, then record that slot's event.
 
-        ``result`` is a ``StepResult``; when it is not a fast-path result its
-        tensors are fresh, so the copy stream keeps their memory until it ran.
-        ``flag`` (a persistent device tensor of shape ``(1,)``) is copied along.
+        ``result`` is a ``StepResult`` (or anything with the host fields); its
+        fields may be views of persistent buffers with at least ``batch`` rows.
+        ``flag`` (a device tensor of shape ``(1,)``) is packed along.
         """
         slot = self._turn
         self._turn ^= 1
-        host, copy = self._slots[slot], self.copy_stream
-        copy.wait_stream(self._api.current_stream(self._device))
+        main, copy = self._api.current_stream(self._device), self.copy_stream
+        if self._used[slot]:
+            main.wait_event(self._events[slot])  # the copy that last read this staging buffer
+        n = packed_size(batch, self.width)
+        fields = [getattr(result, f)[:batch].reshape(-1) for f in HOST_FIELDS]
+        torch.cat(fields + [flag.reshape(-1)[:1] if flag is not None else self._no_flag],
+                  out=self._staging[slot][:n])
+        copy.wait_stream(main)
         with self._api.stream(copy):
-            for n in HOST_FIELDS:
-                src = getattr(result, n)
-                if not result.fast_path:
-                    src.record_stream(copy)
-                host[n][:batch].copy_(src, non_blocking=True)
-            if flag is not None:
-                self._flags[slot].copy_(flag, non_blocking=True)
+            self._host[slot][:n].copy_(self._staging[slot][:n], non_blocking=True)
             self._events[slot].record(copy)
-        self._steps = (self._steps + [(slot, batch)])[-2:]
+        self._used[slot] = True
+        self._steps = (self._steps + [(slot, batch, batch)])[-2:]
         self.copies += 1
         self._flag_copy[slot] = self.copies if flag is not None else 0
 
@@ -95,13 +113,14 @@ class HostMirror:
         (the device flag is sticky, so a later copy carries it too).
         """
         bits = 0
-        for slot in (0, 1):
+        for slot, batch, _ in self._steps:
             if self._flag_copy[slot] > newer_than and self._events[slot].query():
-                bits |= int(self._flags[slot][0])
+                bits |= int(self._host[slot][packed_size(batch, self.width) - 1])
         return bits
 
     def wait_latest(self) -> None:
-        """Order the current stream's next work after the latest copy (which reads the device buffers)."""
+        """Order the current stream's next work after the latest copy (it reads only a staging buffer, so
+        nothing needs this for correctness; kept for callers that want the copy finished on the device)."""
         if self._steps:
             self._api.current_stream(self._device).wait_event(self._events[self._steps[-1][0]])
 
@@ -114,7 +133,6 @@ class HostMirror:
             raise ValueError("steps_back must be 0 (latest step) or 1 (the one before)")
         if len(self._steps) <= steps_back:
             return None
-        slot, batch = self._steps[-1 - steps_back]
+        slot, batch, rows = self._steps[-1 - steps_back]
         self._events[slot].synchronize()
-        host = self._slots[slot]
-        return HostResult(**{n: host[n][:batch] for n in HOST_FIELDS})
+        return HostResult(**_unpack(self._host[slot], rows, self.width, batch))

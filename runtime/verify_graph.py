@@ -24,8 +24,9 @@ Backend ``"cuda"`` captures each bucket once (``runtime/device.py``); ``step``
 copies the inputs into the bucket's buffers and replays, waiting on an
 optional ``ready_event`` (the draft stream's event) without synchronizing the
 host.  Its result tensors are views of the persistent buffers, valid until
-the next step.  The host fields go to pinned buffers on a side copy stream
-(``runtime/host_mirror.py``); ``host_result(steps_back=1)`` reads the step
+the next step.  The host fields are packed into a staging buffer and go to
+pinned buffers as one copy on a side copy stream (``runtime/host_mirror.py``),
+which the next step never waits for; ``host_result(steps_back=1)`` reads the step
 before the latest one, which an engine that enqueues step ``i`` before
 consuming step ``i - 1`` finds already complete.  Engines whose producers
 write straight into the persistent buffers use ``buffers(batch)`` and
@@ -165,7 +166,6 @@ class SpecVerifyRuntime:
 
     def _capture(self, bucket: int) -> None:
         self._graphs.capture(bucket, self._sequence(bucket))
-        self._wait_host_copy()
         self._guard.flag.zero_()  # the warm-up runs saw whatever the buffers held before the first step
 
     def capture(self, batch: int) -> None:
@@ -236,7 +236,6 @@ class SpecVerifyRuntime:
         bufs = self.buffers(batch)
         self._wait_ready(ready_event)
         if batch < bufs["seq_lens"].shape[0]:
-            self._wait_host_copy()
             pad_rows(bufs, batch, self.scratch_block)
         reason = self._reason(batch, bufs["block_table"][:batch], self._bounds(bufs["seq_lens"][:0], seq_len_bounds))
         if self._device_trip() and reason is None:
@@ -246,15 +245,12 @@ class SpecVerifyRuntime:
             self._fast += 1
         else:
             if self.prologue is not None:
-                self._wait_host_copy()  # the previous step's host copy may still read what the draft reads
                 self.prologue()
             eager = self._eager_bufs(batch, bufs["last_tokens"][:batch], bufs["draft_tokens"][:batch],
                                      bufs["seq_lens"][:batch], bufs["block_table"][:batch])
             result = StepResult(**{n: eager[n] for n in RESULT_FIELDS}, fast_path=False, reason=reason)
             self._fallback[reason] += 1
-            # the engine reads every buffer of the step (results and the verify rows) in place; the
-            # previous step's host copy may still be reading them
-            self._wait_host_copy()
+            # the engine reads every buffer of the step (results and the verify rows) in place
             for n, t in eager.items():
                 if n not in INPUTS and n in bufs:
                     bufs[n].view(-1)[: t.numel()].copy_(t.view(-1))
@@ -277,7 +273,6 @@ class SpecVerifyRuntime:
         bits = self._mirror.poll_flag(self._guard_reset) if self._mirror is not None else int(guard.flag[0])
         if not bits:
             return False
-        self._wait_host_copy()  # the latest host copy may still read the flag
         guard.flag.zero_()
         if self._mirror is not None:
             self._guard_reset = self._mirror.copies
@@ -286,11 +281,6 @@ class SpecVerifyRuntime:
 
     def _bounds(self, seq_lens: torch.Tensor, given: tuple[int, int] | None) -> tuple[int, int]:
         return bounds_of(seq_lens, given, on_host=self.backend == "cpu")
-
-    def _wait_host_copy(self) -> None:
-        """Order the next writes to the persistent buffers after the latest host copy that reads them."""
-        if self._mirror is not None:
-            self._mirror.wait_latest()
 
     def _wait_ready(self, ready_event) -> None:
         if self._api is not None and ready_event is not None:
@@ -302,7 +292,6 @@ class SpecVerifyRuntime:
         if self._api is not None:
             if bucket not in self._graphs:
                 self._capture(bucket)
-            self._wait_host_copy()  # the previous step's host copy reads these buffers
             self._graphs.replay(bucket)
             out = {n: bufs[n][:batch] for n in RESULT_FIELDS}
         else:

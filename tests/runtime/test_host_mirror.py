@@ -59,18 +59,9 @@ class FakeAPI:
         return self.Event(self, f"event{self.events - 1}")
 
 
-class Tracked(torch.Tensor):
-    recorded: list = []
-
-    def record_stream(self, stream):
-        Tracked.recorded.append(stream.name)
-
-
 def result(k, batch, fast_path=True):
     """A step result whose host fields hold ``k`` (so each step is recognisable)."""
     fields = {n: torch.full((batch, W) if n == "next_tokens" else (batch,), k, dtype=I32) for n in HOST_FIELDS}
-    if not fast_path:
-        fields = {n: t.as_subclass(Tracked) for n, t in fields.items()}
     return SimpleNamespace(**fields, fast_path=fast_path)
 
 
@@ -111,12 +102,26 @@ def test_copy_orders_after_the_step_and_records_its_event(mirror):
     assert not any(e[1] == "synchronize" for e in api.log)  # no host synchronization on the way
 
 
-def test_fallback_results_keep_their_memory_for_the_copy(mirror):
-    m, _ = mirror
-    Tracked.recorded.clear()
+def test_a_staging_buffer_is_reused_only_after_its_copy(mirror):
+    """The pack reads the fields on the step's stream; the copy reads only the staging buffer.  The third
+    step packs into the first step's staging buffer after waiting, on the device, for that step's copy."""
+    m, api = mirror
+    m.copy(result(1, 2), 2)
+    m.copy(result(2, 3), 3)
+    assert not any(e[1] == "wait_event" for e in api.log)  # fresh buffers: nothing to wait for
+    api.log.clear()
     m.copy(result(5, 3, fast_path=False), 3)
-    assert Tracked.recorded == ["copy"] * len(HOST_FIELDS)
-    assert m.result(0).next_last_token.tolist() == [5] * 3
+    assert api.log[0] == ("main", "wait_event", "event0") and api.log[1] == ("copy", "wait_stream", "main")
+    assert m.result(0).next_last_token.tolist() == [5] * 3 and m.result(1).accepted.tolist() == [2] * 3
+
+
+def test_the_flag_travels_in_the_packed_copy(mirror):
+    m, _ = mirror
+    m.copy(result(1, 2), 2, flag=torch.tensor([6], dtype=I32))
+    m.copy(result(2, 4), 4)
+    host = m._host[0]
+    assert host[: 2 * (W + 3) + 1].tolist() == [1] * (2 * (W + 3)) + [6]
+    assert m.copies == 2 and m._flag_copy == [1, 0]
 
 
 def test_the_step_before_stays_readable_while_the_next_is_copied(mirror):
