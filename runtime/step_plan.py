@@ -9,7 +9,17 @@ copies (``d2h_*``) are the host mirror's business.  Plans are read as
 ``resolve_step_plan`` picks the layout (explicit, else the model's if built,
 else the first built one for the width) and, for built kernels, the callable
 of every kernel step; ``StepPlan.unavailable`` names the fallback reason when
-the sequence cannot run.  ``run_steps`` walks a sequence over step buffers; ``eager_step`` runs a
+the sequence cannot run.
+
+``hoist_around=(writes, reads)`` says a prologue (the engine's draft) runs
+at the head of the step, writing and reading those buffers: the head's work
+that reads none of ``writes`` and writes none of either is
+``StepPlan.hoisted`` and runs beside the prologue.  A
+composite head is split into its member families for that (their variants
+must be built, else the plan stays as the build made it): the token update
+stays after the draft, the metadata and attention-tiling updates run
+concurrently with it, and what is left on the path from the last draft
+kernel to the target forward is one small kernel.  ``run_steps`` walks a sequence over step buffers; ``eager_step`` runs a
 whole step on the families' torch semantics (eager), the fallback path.
 """
 
@@ -55,6 +65,7 @@ class StepPlan:
     kernels: Mapping[str, object] = field(default_factory=dict)  # step name -> KernelCallable
     num_splits: int = DEFAULT_NUM_SPLITS
     unavailable: str | None = None
+    hoisted: tuple[PlanStep, ...] = ()  # kernel steps that run beside a prologue (``hoist_after``)
 
 
 def built_layouts(library: KernelLibrary, width: int) -> list[tuple[int, int]]:
@@ -78,8 +89,65 @@ def _plan_steps(library: KernelLibrary, layout: Layout) -> list[PlanStep] | None
 
 def resolve_step_plan(library: KernelLibrary, caps: SpeculativeVerifyCapabilities, width: int, device_type: str,
                       kernels: str = "built", block_table_width: int | None = None,
-                      block_size: int | None = None) -> StepPlan:
+                      block_size: int | None = None,
+                      hoist_around: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> StepPlan:
     """The step plan of ``width`` on ``device_type``; see the module docstring."""
+    plan = _resolve(library, caps, width, device_type, kernels, block_table_width, block_size)
+    if hoist_around is None or plan.unavailable is not None:
+        return plan
+    hoisted, rest = hoist_split(plan.steps, *hoist_around, num_splits=plan.num_splits)
+    if not hoisted:
+        return plan
+    if kernels == "torch":
+        return StepPlan(layout=plan.layout, steps=rest, num_splits=plan.num_splits, hoisted=hoisted)
+    split = _bind_kernels(library, width, plan.layout, [*hoisted, *rest], TARGET_OF_DEVICE[device_type])
+    if split.unavailable is not None:  # the members are not built: the head stays one kernel after the prologue
+        return plan
+    return StepPlan(layout=plan.layout, steps=tuple(rest), kernels=split.kernels, num_splits=split.num_splits,
+                    hoisted=tuple(hoisted))
+
+
+def hoist_split(steps, written: tuple[str, ...], read: tuple[str, ...] = (), *, num_splits: int = DEFAULT_NUM_SPLITS
+                ) -> tuple[tuple[PlanStep, ...], tuple[PlanStep, ...]]:
+    """``(hoisted, rest)``: the kernel work before the forward that can run beside a prologue, and the rest.
+
+    The prologue writes ``written`` and reads ``read``.  Composites are looked
+    at member by member (a member of a composite reads no other member's
+    output); a step is hoisted only if it reads neither ``written`` nor
+    anything a step staying before it writes, and writes nothing the
+    prologue reads or writes.  Nothing moves past the target forward.
+    """
+    hoisted, rest, dirty, touched = [], [], set(written), set(written) | set(read)
+    before_forward = True
+    for step in steps:
+        if step.kind != "kernel" or not before_forward:
+            before_forward = before_forward and step.kind != "forward"
+            rest.append(step)
+            continue
+        v = step.variant
+        members = FAMILIES[v.family].members or (v.family,)
+        parts = [(m, FAMILIES[m]) for m in members]
+        free = [m for m, f in parts
+                if not {a.name for a in f.inputs} & dirty and not {a.name for a in f.outputs} & touched]
+        if not free:
+            rest.append(step)
+            dirty |= {a.name for a in FAMILIES[v.family].outputs}
+            continue
+        layout = Layout(v.width, v.block_table_width or 0, v.block_size or 0, v.draft_dtype)
+        member_step = lambda m: PlanStep.kernel(VariantSpec.of(m, layout, num_splits))  # noqa: E731
+        if len(free) == len(members):
+            hoisted.append(step)
+            continue
+        hoisted += [member_step(m) for m in free]
+        for m, f in parts:
+            if m not in free:
+                rest.append(member_step(m))
+                dirty |= {a.name for a in f.outputs}
+    return tuple(hoisted), tuple(rest)
+
+
+def _resolve(library: KernelLibrary, caps: SpeculativeVerifyCapabilities, width: int, device_type: str,
+             kernels: str, block_table_width: int | None, block_size: int | None) -> StepPlan:
     bt, bs = block_table_width, block_size
     if bt is None or bs is None:
         built = built_layouts(library, width)

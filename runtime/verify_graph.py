@@ -40,13 +40,19 @@ shows it set, the next step runs eager (``device_guard_trip``) and
 ``stats()["device_guard"]`` counts the conditions that failed.  On the CPU
 the flag is read directly, so the very next step sees it.
 
-``prologue`` (optional) is work that belongs at the head of every step: an
-engine passes its draft, which writes this step's inputs (``draft_tokens``,
-``last_tokens``, ``seq_lens``) into ``buffers(batch)``.  The captured graph
-then runs the draft, the head updates, the target forward and the tail as one
-replay, so no graph switch or cross-stream wait sits between the last draft
-kernel and the head; on the fallback path the prologue runs eagerly first.
-Only ``step_in_place`` takes a prologue (``step`` copies its inputs in).
+``prologue`` (optional, a ``Prologue``) is work that belongs at the head of
+every step: an engine passes its draft, which writes this step's inputs
+(``draft_tokens``; its ``setup`` carries the previous step's
+``next_seq_lens`` / ``next_last_token`` into ``seq_lens`` / ``last_tokens``)
+into ``buffers(batch)``.  The captured graph then runs the draft, the head
+updates, the target forward and the tail as one replay, so no graph switch
+or cross-stream wait sits between the last draft kernel and the head; the
+head's work that does not read what the draft writes (the metadata and
+attention-tiling updates, split out of a composite head) runs on a side
+stream beside the draft (``step_plan.hoist_split``), so only the token
+update stands between the last draft kernel and the target forward.  On the
+fallback path the prologue runs eagerly first.  Only ``step_in_place`` takes
+a prologue (``step`` copies its inputs in).
 
 Backend ``"npu"`` is the same sequence over ``torch_npu`` streams, events and
 ``torch.npu.NPUGraph`` capture; it has not been run on Ascend hardware.
@@ -60,7 +66,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Union
 
 import torch
 
@@ -74,7 +80,7 @@ from .host_mirror import HOST_FIELDS, HostMirror, HostResult
 from .library import KernelLibrary
 from .step_plan import DEFAULT_SEQUENCE, KERNEL_SOURCES, eager_step, resolve_step_plan, run_steps, semantics_call
 
-__all__ = ["BACKENDS", "DeviceAPI", "DEFAULT_SEQUENCE", "FALLBACK_REASONS", "HOST_FIELDS", "HostResult",
+__all__ = ["BACKENDS", "DeviceAPI", "DEFAULT_SEQUENCE", "FALLBACK_REASONS", "HOST_FIELDS", "HostResult", "Prologue",
            "SpecVerifyRuntime", "StepResult", "alloc_step_buffers", "buckets_for"]
 
 BACKENDS = ("cpu", "cuda", "npu")
@@ -95,6 +101,21 @@ class StepResult:
     reason: str | None = None      # the fallback reason, None on the fast path
 
 
+@dataclass(frozen=True)
+class Prologue:
+    """Work at the head of every step (see the module docstring).
+
+    ``run`` writes ``writes`` and reads ``reads`` (buffer names); ``setup``,
+    when given, runs before it and before any head work moved beside it.
+    The default ``writes`` is every step input, which moves nothing.
+    """
+
+    run: Callable[[], None]
+    writes: tuple[str, ...] = INPUTS
+    reads: tuple[str, ...] = ()
+    setup: Callable[[], None] | None = None
+
+
 class SpecVerifyRuntime:
     """Captured (or eager) verify steps for one verify width; see the module docstring."""
 
@@ -102,7 +123,7 @@ class SpecVerifyRuntime:
                  caps: SpeculativeVerifyCapabilities, width: int, max_batch: int = 64, backend: str = "cpu",
                  device: str | torch.device | None = None, *, block_table_width: int | None = None,
                  block_size: int | None = None, scratch_block: int = 0, warmup_iters: int = 2,
-                 kernels: str = "built", prologue: Callable[[], None] | None = None):
+                 kernels: str = "built", prologue: Union[Prologue, Callable[[], None], None] = None):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if kernels not in KERNEL_SOURCES:
@@ -111,7 +132,9 @@ class SpecVerifyRuntime:
             raise ValueError("max_batch must be >= 1")
         self.library, self.model_forward, self.caps = library, model_forward, caps
         self.width, self.max_batch, self.backend = int(width), int(max_batch), backend
-        self.kernels, self.prologue = kernels, prologue
+        self.kernels = kernels
+        self.prologue = Prologue(prologue) if prologue is not None and not isinstance(prologue, Prologue) \
+            else prologue
         self._api = DeviceAPI(backend) if backend != "cpu" else None
         self.device = torch.device(device if device is not None else backend)
         if self.device.type != backend:
@@ -121,9 +144,11 @@ class SpecVerifyRuntime:
         self.buckets = buckets_for(self.max_batch)
         self._fast = 0
         self._fallback: Counter[str] = Counter()
+        around = (self.prologue.writes, self.prologue.reads) if self.prologue is not None else None
         plan = self.step_plan = resolve_step_plan(library, caps, self.width, self.device.type, kernels,
-                                                  block_table_width, block_size)
+                                                  block_table_width, block_size, hoist_around=around)
         self.layout, self.sequence, self.num_splits = plan.layout, plan.steps, plan.num_splits
+        self.hoisted = plan.hoisted
         self._bufs: dict[int, dict[str, torch.Tensor]] = {}
         if self.step_plan.unavailable is None and caps.supports_in_graph_input_update:
             for bucket in self.buckets:
@@ -136,6 +161,7 @@ class SpecVerifyRuntime:
         self._guard = DeviceGuard(DeviceGuardSpec.of(plan, self.width), self.device, self._api) \
             if self._bufs else None
         self._guard_reset = 0  # host copies made before the flag was last cleared show a stale flag
+        self._hoist_stream = self._api.new_stream(self.device) if self._api is not None and self.hoisted else None
         self._guard_trips: Counter[str] = Counter()
 
     # ----------------------------------------------------------- decisions
@@ -158,11 +184,31 @@ class SpecVerifyRuntime:
 
         def run() -> None:
             if self.prologue is not None:  # the draft writes the inputs the guard and the head read
-                self.prologue()
+                self._run_prologue(bufs)
             guard.fork(bufs, bucket)
             run_steps(bufs, self.sequence, self.model_forward, self._call_kernel, after_forward=guard.join)
             guard.join()
         return run
+
+    def _run_prologue(self, bufs: Mapping[str, torch.Tensor]) -> None:
+        """The prologue's setup, then its run with the hoisted head work beside it (a side stream on a device)."""
+        p, side = self.prologue, self._hoist_stream
+        if p.setup is not None:
+            p.setup()
+        if not self.hoisted:
+            p.run()
+            return
+        hoisted = lambda: run_steps(bufs, self.hoisted, self.model_forward, self._call_kernel)  # noqa: E731
+        if side is None:
+            hoisted()
+            p.run()
+            return
+        main = self._api.current_stream(self.device)
+        side.wait_stream(main)
+        with self._api.stream(side):
+            hoisted()
+        p.run()
+        main.wait_stream(side)
 
     def _capture(self, bucket: int) -> None:
         self._graphs.capture(bucket, self._sequence(bucket))
@@ -244,8 +290,10 @@ class SpecVerifyRuntime:
             result = self._fast_step(batch)
             self._fast += 1
         else:
-            if self.prologue is not None:
-                self.prologue()
+            if self.prologue is not None:  # the eager step below recomputes the head work itself
+                if self.prologue.setup is not None:
+                    self.prologue.setup()
+                self.prologue.run()
             eager = self._eager_bufs(batch, bufs["last_tokens"][:batch], bufs["draft_tokens"][:batch],
                                      bufs["seq_lens"][:batch], bufs["block_table"][:batch])
             result = StepResult(**{n: eager[n] for n in RESULT_FIELDS}, fast_path=False, reason=reason)

@@ -85,6 +85,9 @@ class SpecDecodeEngine:
     """Greedy speculative decoding of ``batch`` prompts at verify width ``width``; see the module docstring."""
 
     scratch_block = SCRATCH_BLOCK
+    # the step buffers ``_draft_tokens`` reads (it writes only ``draft_tokens``)
+    draft_reads = ("tokens", "accepted", "next_last_token", "hidden_rows", "draft_positions", "draft_slots",
+                   "next_seq_lens", "block_table")
     modes: dict[str, type[Mode]] = MODES  # the boundary modes this engine's draft kind runs
 
     def __init__(self, model: Qwen3Model, head: MTPHead, *, mode: str, width: int, batch: int,
@@ -194,7 +197,19 @@ class SpecDecodeEngine:
         return CapturedGraph(fn, self.device, self.pool)
 
     def _draft(self) -> None:
-        """The MTP head over ``prepare_next_draft``'s two rows, then the chain; writes the next step's inputs."""
+        """The draft graph's body: the step's carried inputs (``_carry``), then the drafts (``_draft_tokens``)."""
+        self._carry()
+        self._draft_tokens()
+
+    def _carry(self) -> None:
+        """The previous step's bonus token and length become this step's ``last_tokens`` and ``seq_lens``."""
+        b = self.bufs
+        b["last_tokens"].copy_(b["next_last_token"])
+        b["seq_lens"].copy_(b["next_seq_lens"])
+
+    def _draft_tokens(self) -> None:
+        """The MTP head over ``prepare_next_draft``'s two rows, then the chain; writes ``draft_tokens`` (only
+        that step buffer: ``draft_reads`` are the ones it reads)."""
         b, B, W, BS, bt = self.bufs, self.batch, self.width, self.block_size, self.bufs["block_table"]
         dev = bt.device
         acc = b["accepted"].long()
@@ -215,8 +230,6 @@ class SpecDecodeEngine:
         if self.acceptance is not None:
             out = self.acceptance.apply(out, new_len, self.prompt_lens)
         b["draft_tokens"].copy_(out)
-        b["last_tokens"].copy_(b["next_last_token"])
-        b["seq_lens"].copy_(new_len)
 
     def _build_graphs(self) -> None:
         """Capture the draft graph and the mode's verify graph, leaving the step state as it was.

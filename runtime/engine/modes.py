@@ -15,7 +15,7 @@ import torch
 
 from ..buffers import alloc_step_buffers
 from ..capabilities import capabilities_of
-from ..verify_graph import SpecVerifyRuntime
+from ..verify_graph import Prologue, SpecVerifyRuntime
 from ...specializations.variants import Layout
 from .errors import EngineError
 from .graphs import TAIL_FAMILIES, compiled_updates, head_update, tail_family
@@ -210,13 +210,18 @@ class SpecgenMode(Mode):
         """The library whose plans and variants the runtime runs (the engine's build)."""
         return self.engine.library
 
+    def prologue(self) -> Prologue:
+        """The engine's draft as the runtime's prologue: the carry first, the drafts beside the hoisted head work."""
+        e = self.engine
+        return Prologue(run=e._draft_tokens, writes=("draft_tokens",), reads=e.draft_reads, setup=e._carry)
+
     def buffers(self) -> dict[str, torch.Tensor]:
         e = self.engine
         backend = "cuda" if e.device.type == "cuda" else "cpu"
         self.runtime = SpecVerifyRuntime(self.kernel_library(), e.target_forward, capabilities_of(e.model), e.width,
                                          max_batch=e.batch, backend=backend, device=e.device,
                                          block_table_width=e.block_table_width, block_size=e.block_size,
-                                         scratch_block=e.scratch_block, prologue=e._draft)
+                                         scratch_block=e.scratch_block, prologue=self.prologue())
         try:
             return self.runtime.buffers(e.batch)
         except LookupError as err:

@@ -104,8 +104,8 @@ def test_the_draft_runs_once_per_step(model, engine_kernels, mode, monkeypatch):
     from specgen.runtime.engine import engine as eng_mod
 
     calls = []
-    original = eng_mod.SpecDecodeEngine._draft
-    monkeypatch.setattr(eng_mod.SpecDecodeEngine, "_draft", lambda self: (calls.append(1), original(self))[1])
+    original = eng_mod.SpecDecodeEngine._draft_tokens
+    monkeypatch.setattr(eng_mod.SpecDecodeEngine, "_draft_tokens", lambda self: (calls.append(1), original(self))[1])
     prompts = prompts_for(2, seed=5)
     res = engine(model, engine_kernels, mode, 4, 2).run(prompts, steps=5)
     assert res.fused_draft is (mode == "specgen") and res.steps == 5

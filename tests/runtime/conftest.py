@@ -99,11 +99,13 @@ def token_lib(token_build):
     return load_library(token_build)
 
 
-def _planned_manifest(root: Path, width: int = 4, bt: int = 8, bs: int = 16, missing: tuple[str, ...] = ()) -> Path:
+def _planned_manifest(root: Path, width: int = 4, bt: int = 8, bs: int = 16, missing: tuple[str, ...] = (),
+                      extra: tuple[str, ...] = ()) -> Path:
     """A manifest with structured plans of both verify boundaries at one layout and their variants.
 
     The artifacts are never loaded (resolving a plan does not launch), so they
-    are placeholders; families in ``missing`` have no variant.
+    are placeholders; families in ``missing`` have no variant, families in
+    ``extra`` (e.g. a composite's members) have one that no plan names.
     """
     from specgen.specializations.families import FAMILIES
     from specgen.specializations.plan import DRAFT_TO_VERIFY, VERIFY_TO_DRAFT, Plan, PlanStep
@@ -117,7 +119,7 @@ def _planned_manifest(root: Path, width: int = 4, bt: int = 8, bs: int = 16, mis
                                             PlanStep.kernel(greedy), PlanStep("other", "mark"),
                                             PlanStep.kernel(prepare), PlanStep("copy", "d2h_accepted")))]
     variants = []
-    for v in (head, greedy, prepare):
+    for v in (head, greedy, prepare, *(VariantSpec.of(f, layout) for f in extra)):
         if v.family in missing:
             continue
         args = [{"name": a.name, "dtype": "int32" if a.dtype == "draft" else a.dtype, "shape": a.shape,
@@ -137,5 +139,6 @@ def _planned_manifest(root: Path, width: int = 4, bt: int = 8, bs: int = 16, mis
 
 @pytest.fixture(scope="session")
 def make_planned_build():
-    """``make(root, width=4, bt=8, bs=16, missing=()) -> Path``: a build folder of plans and unloaded variants."""
+    """``make(root, width=4, bt=8, bs=16, missing=(), extra=()) -> Path``: a build folder of plans and unloaded
+    variants."""
     return _planned_manifest

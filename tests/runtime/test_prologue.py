@@ -84,3 +84,40 @@ def test_step_with_a_prologue_is_refused(lib):
     with pytest.raises(ValueError, match="step_in_place"):
         rt.step(bufs["last_tokens"][:2], bufs["draft_tokens"][:2], bufs["seq_lens"][:2], bufs["block_table"][:2])
     assert draft.calls == 0
+
+
+def test_the_head_work_the_draft_does_not_read_runs_beside_it(lib):
+    """With a prologue that writes only the drafts, the metadata and tiling updates are hoisted: they have run
+    when the draft runs (here, in order on the CPU), and the step's results are the plain runtime's."""
+    from specgen.runtime.verify_graph import Prologue
+
+    plain = SpecVerifyRuntime(lib, model_forward, CAPS, W, max_batch=8)
+    seen = {}
+
+    def carry():
+        bufs["last_tokens"][:4].copy_(bufs["next_last_token"][:4])
+        bufs["seq_lens"][:4].copy_(bufs["next_seq_lens"][:4])
+
+    def draft():
+        seen["positions"] = bufs["positions"][: 4 * W].clone()
+        seen["seq_lens"] = bufs["seq_lens"][:4].clone()
+        bufs["draft_tokens"][:4].copy_((bufs["draft_tokens"][:4] * 5 + 3) % VOCAB)
+
+    rt = SpecVerifyRuntime(lib, model_forward, CAPS, W, max_batch=4,
+                           prologue=Prologue(draft, writes=("draft_tokens",), setup=carry))
+    assert [s.variant.family for s in rt.hoisted] == ["spec_verify_metadata_update",
+                                                       "spec_verify_attention_tiling_update"]
+    bufs = rt.buffers(4)
+    bufs["block_table"].copy_(torch.arange(1, 1 + 4 * BT, dtype=I32).view(4, BT))
+    bufs["next_seq_lens"].copy_(torch.tensor([3, 0, 17, 40], dtype=I32))
+    bufs["next_last_token"].copy_(torch.tensor([1, 2, 3, 4], dtype=I32))
+    for step in range(3):
+        res = rt.step_in_place(4, (0, 60))
+        assert res.fast_path
+        s = seen["seq_lens"]
+        assert torch.equal(seen["positions"].view(4, W), s[:, None] + torch.arange(W, dtype=I32))
+        expected = plain.step(bufs["last_tokens"].clone(), bufs["draft_tokens"].clone(), s,
+                              bufs["block_table"].clone(), (0, 60))
+        for name in ("accepted", "next_tokens", "next_seq_lens", "draft_slots", "hidden_rows"):
+            assert torch.equal(getattr(res, name), getattr(expected, name)), (step, name)
+        assert torch.equal(bufs["row_kv_lens"][: 4 * W].view(4, W), s[:, None] + torch.arange(1, W + 1, dtype=I32))

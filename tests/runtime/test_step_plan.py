@@ -7,7 +7,7 @@ import torch
 
 from specgen.runtime.library import KernelLibrary
 from specgen.runtime.step_plan import (DEFAULT_SEQUENCE, StepPlan, built_layouts, eager_step, eager_steps,
-                                       resolve_step_plan, run_steps, semantics_call)
+                                       hoist_split, resolve_step_plan, run_steps, semantics_call)
 from specgen.specializations.capabilities import SpeculativeVerifyCapabilities
 
 W, BT, BS = 4, 8, 16
@@ -85,3 +85,39 @@ def test_run_steps_order_and_eager_step():
     assert calls == list(DEFAULT_SEQUENCE)
     empty = eager_step(forward, W, BS, 8, last[:0], drafts[:0], seq_lens[:0], table[:0])
     assert empty["accepted"].shape == (0,)
+
+
+MEMBERS = ("spec_verify_token_update", "spec_verify_metadata_update", "spec_verify_attention_tiling_update")
+DRAFT = (("draft_tokens",), ("tokens", "accepted", "next_seq_lens", "block_table"))  # what a draft writes, reads
+
+
+def test_hoisting_splits_the_head_around_a_prologue(make_planned_build, tmp_path):
+    """Beside a draft that writes only the drafts, the metadata and tiling members run; the token update stays."""
+    lib = KernelLibrary(make_planned_build(tmp_path / "b", extra=MEMBERS))
+    plan = resolve_step_plan(lib, CAPS, W, "cpu", hoist_around=DRAFT)
+    assert [s.variant.family for s in plan.hoisted] == list(MEMBERS[1:])
+    assert [s.name for s in plan.steps] == [f"spec_verify_token_update__w{W}", *SEQUENCE[1:]]
+    assert set(plan.kernels) == {s.name for s in (*plan.hoisted, *plan.steps) if s.kind == "kernel"}
+    assert plan.num_splits == 8 and plan.hoisted[1].variant.num_splits == 8
+    # no prologue, or one that also writes the lengths the members read: the build's plan, unsplit
+    assert resolve_step_plan(lib, CAPS, W, "cpu").hoisted == ()
+    assert resolve_step_plan(lib, CAPS, W, "cpu", hoist_around=(("draft_tokens", "seq_lens"), ())).hoisted == ()
+    # a prologue that reads what a member writes keeps that member after it
+    part = resolve_step_plan(lib, CAPS, W, "cpu", hoist_around=(("draft_tokens",), ("positions",)))
+    assert [s.variant.family for s in part.hoisted] == [MEMBERS[2]]
+    assert [s.variant.family for s in part.steps if s.kind == "kernel"][:2] == [MEMBERS[0], MEMBERS[1]]
+
+
+def test_hoisting_needs_the_members_built(lib):
+    """Without the members' variants the head stays one kernel after the prologue."""
+    plan = resolve_step_plan(lib, CAPS, W, "cpu", hoist_around=DRAFT)
+    assert plan.unavailable is None and plan.hoisted == () and tuple(s.name for s in plan.steps) == SEQUENCE
+    torch_plan = resolve_step_plan(lib, CAPS, W, "cpu", kernels="torch", hoist_around=DRAFT)
+    assert [s.variant.family for s in torch_plan.hoisted] == list(MEMBERS[1:])  # the semantics need no build
+
+
+def test_nothing_moves_past_the_forward():
+    steps = eager_steps(W, BT, BS)
+    hoisted, rest = hoist_split(steps, ("draft_tokens",))
+    assert [s.variant.family for s in hoisted] == list(MEMBERS[1:])
+    assert [s.name for s in rest][1:] == [s.name for s in steps][3:]  # the forward and the tail keep their order
