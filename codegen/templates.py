@@ -142,6 +142,9 @@ def render_variant(spec: VariantSpec, target: str = "c", threads: int = 128) -> 
         raise ValueError(f"{spec.family}: no {spec.draft_dtype} draft variant")
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; one of {tuple(TARGETS)}")
+    if target == "cuda" and threads % 32:
+        # the tiling scan's shuffle masks name whole warps' lanes
+        raise ValueError(f"cuda blocks of whole warps only: {threads} threads is no multiple of 32")
     v = Instance(spec, target, threads)
     if fam.members:
         bodies = [(m, _member_body(v, m)) for m in fam.members]
@@ -159,9 +162,10 @@ def render_program(family: str, width: int, block_table_width: int | None = None
 
 
 def _member_body(v: Instance, member: str) -> str:
-    """The per-sequence statements of ``member`` (its template's ``body`` block), for a composite.
+    """The per-thread statements of ``member`` (its template's ``body`` block), for a composite.
 
-    Every member body reads the same ``b``; later members re-read ``S`` from
+    Every member body reads the same ``b`` (and ``r``, ``j`` of a per-row
+    launch, which all members share); later members re-read ``S`` from
     ``seq_lens``, which no member writes.
     """
     dtype = v.spec.draft_dtype if FAMILIES[member].has_draft_dtype else "int32"

@@ -47,6 +47,12 @@ def test_the_head_families_launch_one_thread_per_row(family, target):
         assert "for j in T.serial(W" not in text
 
 
+def test_cuda_blocks_are_whole_warps():
+    assert "THREADS = 64\n" in render_variant(SPECS[0], "cuda", threads=64)
+    with pytest.raises(ValueError, match="no multiple of 32"):
+        render_variant(SPECS[0], "cuda", threads=48)
+
+
 def test_a_composite_of_differently_launched_members_is_refused():
     from specgen.specializations.families import Family, register, unregister
 
