@@ -78,32 +78,42 @@ def _local(name):
     return sp.Symbol(name, integer=True)
 
 
+def _per_row(v: Instance) -> dict:
+    """What every per-row template prints besides its own values: its row ``r``, the row count
+    ``B * W`` and the test for the batch's last row (which closes the ``B + 1`` lists)."""
+    rows = ix.row(ix.B, 0)
+    return {"row": v.expr(ix.r), "total_rows": v.expr(rows), "last_row": v.expr(sp.Eq(ix.r, rows - 1))}
+
+
 @expressions("spec_verify_token_update")
 def _token_update(v: Instance) -> dict:
-    draft = "draft_tokens[b, j]"
+    draft = v.expr(_idx("draft_tokens")[b, j - 1])  # row j > 0 holds draft column j - 1
     # an int64 token outside int32 is no token: -1, never its low 32 bits
     wide = f'T.if_then_else(T.And({draft} >= {-ix.INT32_MAX - 1}, {draft} <= {ix.INT32_MAX}), ' \
            f'T.Cast("int32", {draft}), -1)'
-    return {"row_first": v.expr(ix.row(b, 0)), "row_draft": v.expr(ix.row(b, j + 1)),
-            "draft_value": draft if v.spec.draft_dtype == "int32" else wide}
+    return _per_row(v) | {"draft_value": draft if v.spec.draft_dtype == "int32" else wide}
 
 
 @expressions("spec_verify_metadata_update")
 def _metadata(v: Instance) -> dict:
-    return {"row": v.expr(ix.row(b, j)), "position": v.expr(sp.Max(S + j, 0)),
-            "entry": v.expr(slot_entry(b, S + j)), "slot": v.expr(slot_from_entry(_local("slot_entry"), S + j)),
-            "kv_len": v.expr(sp.Max(S + ix.W, 0)), "start": v.expr(ix.row(b, 0)),
-            "total_rows": v.expr(ix.row(ix.B, 0))}
+    return _per_row(v) | {
+        "position": v.expr(sp.Max(S + j, 0)), "entry": v.expr(slot_entry(b, S + j)),
+        "slot": v.expr(slot_from_entry(_local("slot_entry"), S + j)),
+        "kv_len": v.expr(sp.Max(S + ix.W, 0)), "start": v.expr(ix.row(b, 0))}
 
 
 @expressions("spec_verify_attention_tiling_update")
 def _tiling(v: Instance) -> dict:
     wide = sp.Symbol("wide", integer=True, nonnegative=True)  # the longest row, int64
+    jq = sp.Symbol("jq", integer=True, nonnegative=True)  # a row of an earlier stretch of a sequence
+    warp0 = sp.Symbol("warp0", integer=True, nonnegative=True)  # the first row of a thread's warp (cuda)
     seq_blocks = ix.sequence_blocks(Sq, v.spec.width, v.spec.block_size)
-    return {"row": v.expr(ix.row(b, j)), "kv_len": v.expr(sp.Max(ix.row_kv_len(), 0)),
-            "blocks": v.expr(ix.num_blocks()), "seq_blocks_q": v.expr(seq_blocks),
-            "last_len": v.expr(ix.last_block_len()), "total_rows": v.expr(ix.row(ix.B, 0)),
-            "kv_len_q_last": v.expr(ix.row_kv_len(Sq, ix.W - 1)), "split_len": v.expr(ix.kv_split_len(wide))}
+    return _per_row(v) | {
+        "kv_len": v.expr(sp.Max(ix.row_kv_len(), 0)), "blocks": v.expr(ix.num_blocks()),
+        "seq_blocks_q": v.expr(seq_blocks), "last_len": v.expr(ix.last_block_len()),
+        "blocks_before": v.expr(ix.num_blocks(S, jq)), "blocks_q_row": v.expr(ix.num_blocks(Sq, jq)),
+        "warp_seq": v.expr(ix.FloorDiv(warp0, ix.W)), "warp_col": v.expr(ix.Mod(warp0, ix.W)),
+        "kv_len_q_last": v.expr(ix.row_kv_len(Sq, ix.W - 1)), "split_len": v.expr(ix.kv_split_len(wide))}
 
 
 @expressions("greedy_prefix_verify")

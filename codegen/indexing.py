@@ -29,8 +29,9 @@ INT32_MAX = 2**31 - 1
 # Kernel-side names: the templates bind these Python names before use.  A
 # sequence length is any int32 (the kernels are total), so S and Sq carry no
 # sign; the templates saturate them at ``seq_cap(W)`` so that S + W fits int32.
-# The accepted count ``a`` is clamped into 0..W-1 where it is bound.
-b, j, a = (_int(n) for n in ("b", "j", "a"))
+# The accepted count ``a`` is clamped into 0..W-1 where it is bound.  A
+# per-row launch binds the row ``r`` and derives ``b = r // W``, ``j = r % W``.
+b, j, a, r = (_int(n) for n in ("b", "j", "a", "r"))
 S, Sq = sp.Symbol("S", integer=True), sp.Symbol("Sq", integer=True)
 W, BT, BS, NS, B = (_int(n) for n in ("W", "BT", "BS", "NS", "B"))
 block_table = sp.IndexedBase("block_table")

@@ -115,8 +115,18 @@ def lower(program_text: str, target: str, arch: str | None = None, symbol: str |
     entry = f"{symbol or namespace['ENTRY_NAME']}_kernel"
     params, pointers = parse_signature(art.kernel_source, entry)
     threads = int(namespace["THREADS"])
-    grid = f"(B + {threads - 1}) // {threads}"
-    return Lowered(target, arch, art.kernel_source, entry, params, pointers, threads, grid)
+    rows = int(namespace["W"]) if namespace.get("THREADS_PER") == "row" else 1
+    return Lowered(target, arch, art.kernel_source, entry, params, pointers, threads, launch_grid(threads, rows))
+
+
+def launch_grid(threads: int, rows_per_sequence: int = 1) -> str:
+    """Blocks to launch as a Python expression over ``B``: one thread per sequence or per row.
+
+    >>> launch_grid(128), launch_grid(128, 16)
+    ('(B + 127) // 128', '(B * 16 + 127) // 128')
+    """
+    count = "B" if rows_per_sequence == 1 else f"B * {rows_per_sequence}"
+    return f"({count} + {threads - 1}) // {threads}"
 
 
 def parse_signature(source: str, entry: str) -> tuple[list[str], list[str]]:

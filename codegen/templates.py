@@ -28,6 +28,7 @@ import sympy as sp
 from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES
 from ..specializations.targets import TARGETS
 from ..specializations.variants import VariantSpec, family_of
+from . import indexing as ix
 from .expressions import Instance, context
 from .guards import guards
 
@@ -77,19 +78,24 @@ def _params(v: Instance) -> str:
 
 
 def _launch(v: Instance) -> tuple[str, int]:
-    """The launch nest down to ``if b < B:`` and the indentation of the body below it.
+    """The launch nest down to the guard of a live thread and the indentation of the body below it.
 
-    One thread per sequence: ``cuda`` binds the thread index itself, ``c`` (no
-    SIMT threads) walks a block's threads in a serial loop.  Neither is a
-    tile-level ``T.Parallel`` loop: TileLang's layout inference and vectorize
-    planning of such a loop (Z3 proofs over every index expression) took ~40%
-    of a variant's lowering and changed nothing in the generated source, which
-    is the same text either way (``tests/codegen/test_launch.py``).
+    One thread per sequence (``b = bx * THREADS + i``, ``if b < B:``), or for
+    a per-row family one per verification row: ``r`` runs over ``B * W`` and
+    the body sees ``b = r // W`` and ``j = r % W`` (``if b < B:``).  ``cuda`` binds the thread
+    index itself, ``c`` (no SIMT threads) walks a block's threads in a serial
+    loop.  Neither is a tile-level ``T.Parallel`` loop: TileLang's layout
+    inference and vectorize planning of such a loop (Z3 proofs over every
+    index expression) took ~40% of a variant's lowering and changed nothing in
+    the generated source, which is the same text either way
+    (``tests/codegen/test_launch.py``).
     """
-    lines = ["with T.Kernel(T.ceildiv(B, THREADS), threads=THREADS) as bx:"]
+    per_row = FAMILIES[v.spec.family].per_row
+    count = "B * W" if per_row else "B"
+    lines = [f"with T.Kernel(T.ceildiv({count}, THREADS), threads=THREADS) as bx:"]
     if v.target == "ascend":
         # Ascend's T.Kernel is the core grid; threads exist only inside a SIMT region.
-        lines = ["with T.Kernel(T.ceildiv(B, THREADS)) as bx:", "    with T.SimtVF(threads=THREADS):"]
+        lines = [f"with T.Kernel(T.ceildiv({count}, THREADS)) as bx:", "    with T.SimtVF(threads=THREADS):"]
     depth = len(lines)
     pad = "    " * depth
     if v.target == "cuda":
@@ -98,7 +104,12 @@ def _launch(v: Instance) -> tuple[str, int]:
         loop = "T.serial(THREADS)" if v.target == "c" else "T.Parallel(THREADS)"
         lines += [pad + f"for i in {loop}:"]
         pad, depth = pad + "    ", depth + 1
-    lines += [pad + "b = bx * THREADS + i", pad + "if b < B:"]
+    if per_row:
+        # b < B is r < B * W, spelled so that TileLang sees that every b-indexed access is in bounds.
+        lines += [pad + "r = bx * THREADS + i", pad + f"b = {v.expr(ix.FloorDiv(ix.r, ix.W))}",
+                  pad + f"j = {v.expr(ix.Mod(ix.r, ix.W))}", pad + "if b < B:"]
+    else:
+        lines += [pad + "b = bx * THREADS + i", pad + "if b < B:"]
     return textwrap.indent("\n".join(lines), " " * _PARAM_INDENT), _PARAM_INDENT + 4 * (depth + 1)
 
 
@@ -115,7 +126,10 @@ def _constants(v: Instance) -> str:
 def _frame(v: Instance) -> dict:
     """What ``_kernel.py.jinja`` needs around a family's body."""
     launch, body_indent = _launch(v)
+    per_row = FAMILIES[v.spec.family].per_row
+    launch_doc = "One thread per verification row r = b * W + j" if per_row else "One thread per sequence"
     return dict(family=v.spec.family, target=v.target, threads=v.threads, key=v.spec.key,
+                threads_per=FAMILIES[v.spec.family].threads_per, launch_doc=launch_doc,
                 dialect=TARGETS[v.target].dialect, constants=_constants(v), params=_params(v), launch=launch,
                 body_indent=body_indent,
                 guard_lines="\n".join(f"    {g.expr}  ({g.why})" for g in guards(v.spec)))
@@ -128,6 +142,9 @@ def render_variant(spec: VariantSpec, target: str = "c", threads: int = 128) -> 
         raise ValueError(f"{spec.family}: no {spec.draft_dtype} draft variant")
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; one of {tuple(TARGETS)}")
+    if target == "cuda" and threads % 32:
+        # the tiling scan's shuffle masks name whole warps' lanes
+        raise ValueError(f"cuda blocks of whole warps only: {threads} threads is no multiple of 32")
     v = Instance(spec, target, threads)
     if fam.members:
         bodies = [(m, _member_body(v, m)) for m in fam.members]
@@ -145,9 +162,10 @@ def render_program(family: str, width: int, block_table_width: int | None = None
 
 
 def _member_body(v: Instance, member: str) -> str:
-    """The per-sequence statements of ``member`` (its template's ``body`` block), for a composite.
+    """The per-thread statements of ``member`` (its template's ``body`` block), for a composite.
 
-    Every member body reads the same ``b``; later members re-read ``S`` from
+    Every member body reads the same ``b`` (and ``r``, ``j`` of a per-row
+    launch, which all members share); later members re-read ``S`` from
     ``seq_lens``, which no member writes.
     """
     dtype = v.spec.draft_dtype if FAMILIES[member].has_draft_dtype else "int32"

@@ -62,14 +62,37 @@ BLOCK_ENTRY = GuardRule("max_seq_len + W <= BT * BS",
                         "S + W <= BT * BS: every verify position has a block-table entry")
 
 
+THREADS_PER = ("sequence", "row")
+
+
 @dataclass(frozen=True, slots=True)
 class Family:
+    """A kernel family.
+
+    ``threads_per`` is the launch: ``"sequence"`` runs one thread per sequence
+    ``b`` (``B`` threads), ``"row"`` one per verification row ``r = b * W + j``
+    (``B * W`` threads, so a thread's work does not grow with ``W``); a
+    per-row family needs ``W`` in its key.  A composite takes its members'
+    launch, which they must share.
+    """
+
     name: str
     key_params: tuple[str, ...]  # subset of ("W", "BT", "BS"), in key order
     args: tuple[ArgSpec, ...]
     has_draft_dtype: bool = False  # int32/int64 draft tokens are separate variants
     members: tuple[str, ...] = ()  # a composite: these families in order, one kernel (see COMPOSITES)
     guards: tuple[GuardRule, ...] | None = None  # None: what the arguments imply (see guard_rules)
+    threads_per: str = "sequence"  # one of THREADS_PER
+
+    def __post_init__(self):
+        if self.threads_per not in THREADS_PER:
+            raise ValueError(f"{self.name}: threads_per {self.threads_per!r} is not one of {', '.join(THREADS_PER)}")
+        if self.threads_per == "row" and "W" not in self.key_params:
+            raise ValueError(f"{self.name}: a per-row launch needs W in the key (B * W threads)")
+
+    @property
+    def per_row(self) -> bool:
+        return self.threads_per == "row"
 
     @property
     def uses_num_splits(self) -> bool:
@@ -114,9 +137,14 @@ def _composite(name: str, members: tuple[str, ...], bases: dict[str, "Family"]) 
     """One kernel doing ``members`` in order: the union of their arguments, inputs first.
 
     Its semantics are the composition of the members' sections of ``docs/kernels.md``
-    (no member reads another's output), its key the widest member key.
+    (no member reads another's output), its key the widest member key, its
+    launch (``threads_per``) the one all members share.
     """
     fams = [bases[m] for m in members]
+    launches = {f.threads_per for f in fams}
+    if len(launches) != 1:
+        per = ", ".join(f"{f.name}: one thread per {f.threads_per}" for f in fams)
+        raise ValueError(f"{name}: its members launch differently ({per}); one kernel has one launch")
     args: dict[str, ArgSpec] = {}
     for a in (a for f in fams for a in f.inputs):
         args.setdefault(a.name, a)
@@ -126,7 +154,7 @@ def _composite(name: str, members: tuple[str, ...], bases: dict[str, "Family"]) 
         args.setdefault(a.name, a)
     keys = {p for f in fams for p in f.key_params}
     return Family(name, tuple(p for p in ("W", "BT", "BS") if p in keys), tuple(args.values()),
-                  any(f.has_draft_dtype for f in fams), tuple(members))
+                  any(f.has_draft_dtype for f in fams), tuple(members), threads_per=launches.pop())
 
 
 FAMILIES: dict[str, Family] = {
@@ -137,7 +165,7 @@ FAMILIES: dict[str, Family] = {
             ("W",),
             (_a("last_tokens", "(B,)"), _a("draft_tokens", "(B, W - 1)", "draft"),
              _a("tokens", "(B * W,)", out=True)),
-            has_draft_dtype=True,
+            has_draft_dtype=True, threads_per="row",
         ),
         Family(
             "spec_verify_metadata_update",
@@ -145,6 +173,7 @@ FAMILIES: dict[str, Family] = {
             (_a("seq_lens", "(B,)"), _a("block_table", "(B, BT)"),
              _a("positions", "(B * W,)", out=True), _a("slot_mapping", "(B * W,)", out=True),
              _a("kv_lens", "(B,)", out=True), _a("query_start_loc", "(B + 1,)", out=True)),
+            threads_per="row",
         ),
         Family(
             "spec_verify_attention_tiling_update",
@@ -158,6 +187,7 @@ FAMILIES: dict[str, Family] = {
                               "S + W fits int32: row_kv_lens and max_kv_len are int32"),
                     GuardRule("batch * W * ((max_seq_len + W + BS - 1) // BS) <= 2147483647",
                               "B * W * ceil((S + W) / BS) fits int32: row_block_offsets ends with the total")),
+            threads_per="row",
         ),
         Family(
             "greedy_prefix_verify",

@@ -29,6 +29,14 @@ for j in T.serial(W):
 {% endblock %}
 """
 
+# The same family launched one thread per row: the nest binds r, b = r // W and j = r % W.
+ROW_TEMPLATE = """{% extends "_kernel.py.jinja" %}
+{% block body %}
+S = seq_lens[b]
+positions[{{ expr(ix.r) }}] = {{ expr(ix.S + ix.j + ix.W) }}
+{% endblock %}
+"""
+
 
 def toy_shift_positions(seq_lens, positions) -> None:
     width = positions.shape[0] // seq_lens.shape[0]
@@ -36,11 +44,13 @@ def toy_shift_positions(seq_lens, positions) -> None:
     positions.copy_(shifted.reshape(-1))
 
 
-@pytest.fixture
-def toy_family(tmp_path):
-    (tmp_path / f"{NAME}.py.jinja").write_text(TEMPLATE, encoding="utf-8")
+@pytest.fixture(params=["sequence", "row"])
+def toy_family(request, tmp_path):
+    per_row = request.param == "row"
+    (tmp_path / f"{NAME}.py.jinja").write_text(ROW_TEMPLATE if per_row else TEMPLATE, encoding="utf-8")
     family = register(Family(NAME, ("W",), (ArgSpec("seq_lens", "int32", "(B,)"),
-                                            ArgSpec("positions", "int32", "(B * W,)", output=True))))
+                                            ArgSpec("positions", "int32", "(B * W,)", output=True)),
+                             threads_per=request.param))
     add_template_dir(tmp_path)
     register_semantics(toy_shift_positions)
     try:
@@ -55,11 +65,19 @@ def test_toy_family_renders_with_the_common_context(toy_family):
     spec = VariantSpec.of(NAME, Layout(4, 64, 128))
     assert spec.key == "toy_shift_positions__w4"
     text = render_variant(spec, "c")
-    assert "positions[4*b + j] = S + j + 4" in text and "W = 4\n" in text
+    row = "positions[r] = S + j + 4" if toy_family.per_row else "positions[4*b + j] = S + j + 4"
+    assert row in text and "W = 4\n" in text
     assert 'positions: T.Tensor((4*B,), "int32"),' in text
     # no block table, no rules of its own: only the guards every family has
     assert [g.expr for g in guards(spec)] == ["min_seq_len >= 0", "batch >= 1"]
     assert "tilelang.ascend.language" in render_variant(spec, "ascend")
+
+
+def test_a_per_row_family_needs_w_in_its_key():
+    with pytest.raises(ValueError, match="needs W in the key"):
+        Family(NAME, ("BS",), (), threads_per="row")
+    with pytest.raises(ValueError, match="threads_per 'warp'"):
+        Family(NAME, ("W",), (), threads_per="warp")
 
 
 def test_unregister_removes_the_family(tmp_path):
@@ -80,6 +98,7 @@ def _launch(low, so, tensors, batch):
 def test_toy_family_compiles_and_equals_its_semantics(toy_family, tmp_path):
     spec = VariantSpec.of(NAME, Layout(5, 64, 128))
     low = lower(render_variant(spec, "c"), "c")
+    assert low.grid == ("(B * 5 + 127) // 128" if toy_family.per_row else "(B + 127) // 128")
     so = tmp_path / f"{spec.key}.so"
     compile_artifact(low, so)
     g = torch.Generator().manual_seed(0)

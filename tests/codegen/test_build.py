@@ -52,6 +52,21 @@ def test_manifest_lists_every_planned_variant(built):
     assert pkg.variants() == sorted(keys)
 
 
+def test_the_manifest_grid_covers_a_thread_per_row_or_per_sequence(built):
+    from specgen.specializations.expr import SHAPE_NAMES, safe_eval
+
+    out, _ = built
+    manifest = json.loads((out / "manifest.json").read_text())
+    widths = {v["width"] for v in manifest["variants"] if v["family"] == "spec_verify_head_update"}
+    assert {4, 5, 6, 16} <= widths  # the composite head at the widths of both drafts
+    for v in manifest["variants"]:
+        threads, per_row = v["launch"]["threads"], FAMILIES[v["family"]].per_row
+        for B in (1, 8, 9, 26, 256, 1000):
+            threads_needed = B * v["width"] if per_row else B
+            grid = safe_eval(v["launch"]["grid"], {"B": B, "W": v["width"], "BT": 0, "NS": 0}, SHAPE_NAMES)
+            assert grid == -(-threads_needed // threads), (v["key"], B)
+
+
 def test_rebuild_is_a_noop_and_manifest_is_byte_identical(built):
     out, _ = built
     first = (out / "manifest.json").read_bytes()

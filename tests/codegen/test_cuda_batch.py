@@ -26,6 +26,7 @@ from specgen.runtime import loaders
 from specgen.runtime.cubin import cubin_kernels, entry_problems
 from specgen.runtime.manifest import ArtifactError, folder_problems, load_manifest
 from specgen.specializations import Matrix
+from specgen.specializations.families import FAMILIES as FAMILY_RECORDS
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")]
 FAMILIES = ("spec_verify_token_update", "prepare_next_draft")
@@ -137,7 +138,9 @@ def test_the_launcher_loads_a_shared_cubin_once_and_packs_arguments_as_the_cubin
         loaders.CudaLauncher(v, manifest.root).launch(tensors, batch)
         index = {a.name: i for i, a in enumerate(v.args)}
         want = [batch if p == "B" else tensors[index[p]].data_ptr() for p in v.params]
-        assert drv.launches[-1] == (v.entry, (3, 1, 1), (v.threads, 1, 1), 0, 77, want), v.key
+        rows = batch * v.width if FAMILY_RECORDS[v.family].per_row else batch  # a thread per row or per sequence
+        grid = (rows + v.threads - 1) // v.threads
+        assert drv.launches[-1] == (v.entry, (grid, 1, 1), (v.threads, 1, 1), 0, 77, want), v.key
     groups = _by_artifact(manifest)
     assert sorted(drv.loads) == sorted(vs[0].sha256 for vs in groups.values())  # one load per cubin
     module_of = dict((name, module) for module, name in drv.functions)

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.slow
 
 # (family, W, BT, BS, draft dtype): the production layout (built by test_kernels_c.py too)
 # and W > BS with a block size that is no power of two and a three-block table, where
-# most positions fall outside the table.  Each example is a batch of 1 to 1000 sequences.
+# most positions fall outside the table.  Each example is a batch of 1 to 1000 sequences;
+# the per-row families launch B * W threads, so the batches include those that end a
+# thread block exactly or one row past it at W = 5 and 16 (25, 26, 8, 9).
 VARIANTS = [
     ("spec_verify_token_update", 5, None, None, "int64"), ("spec_verify_token_update", 16, None, None, "int32"),
     ("greedy_prefix_verify", 4, None, None, "int32"), ("greedy_prefix_verify", 16, None, None, "int32"),
@@ -27,13 +29,16 @@ VARIANTS = [
                                          "prepare_next_draft", "context_kv_update")
       for w, bt, bs in ((4, 64, 128), (6, 3, 5))],
     ("spec_verify_head_update", 5, 64, 128, "int64"), ("spec_verify_head_update", 6, 3, 5, "int32"),
+    # the per-row head at the widths' ends: B * W rows cross the 128-thread blocks at B = 8, 9, 26, ...
+    ("spec_verify_head_update", 2, 8, 16, "int64"), ("spec_verify_head_update", 16, 64, 128, "int32"),
+    ("spec_verify_head_update", 16, 3, 5, "int32"),
     ("spec_verify_attention_tiling_update", 6, None, 5, "int32", 1),  # one split: kv_split_len saturates
 ]
 EXAMPLES = 500  # per variant, so 1000 per family
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 EXPLICIT = st.lists(INT32, max_size=3)
-BATCH = st.one_of(st.integers(1, 4), st.sampled_from([1, 127, 128, 129, 256, 1000]))
+BATCH = st.one_of(st.integers(1, 4), st.sampled_from([1, 8, 9, 25, 26, 127, 128, 129, 256, 1000]))
 
 
 def _id(v):

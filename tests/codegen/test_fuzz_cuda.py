@@ -6,11 +6,14 @@ SPECGEN_TEST_CUDA_FUZZ_KERNELS (several joined with ``os.pathsep``); the GPU
 machine has no TileLang, so the kernels come from there.  The folders the
 documented run uses (``benchmarks/sanitize_kernels.sh``):
 
-    specgen build --target c,cuda --out build/kbuild-cuda                      # the default matrix
+    specgen build --target c,cuda --out build/kbuild-cuda                      # the default matrix (W 4-6, 8, 16)
     specgen build --target cuda --widths 6 --block-table-widths 3 --block-sizes 5 --out build/kbuild-cuda-edge
 
-Without the variable the test builds the production layout and the edge
-layout itself (TileLang and nvcc needed).  SPECGEN_FUZZ_EXAMPLES sets the
+The batches include those whose B * W rows end a thread block exactly or one
+row past it at W = 5 and 16 (the per-row head families launch B * W threads);
+the default matrix holds the head at W = 16 through its block widths.
+Without the variable the test builds the production layout, the edge layout
+and the head at W = 16 itself (TileLang and nvcc needed).  SPECGEN_FUZZ_EXAMPLES sets the
 examples per variant (default 300; fewer under compute-sanitizer, which is
 slow).  Run under the sanitizers with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so that
 each tensor is its own allocation and an access past its end is reported.
@@ -33,7 +36,7 @@ ENV = "SPECGEN_TEST_CUDA_FUZZ_KERNELS"
 EXAMPLES = int(os.environ.get("SPECGEN_FUZZ_EXAMPLES", "300"))
 INT32 = st.integers(-(2**31), 2**31 - 1)
 EXPLICIT = st.lists(INT32, max_size=3)
-BATCH = st.one_of(st.integers(1, 4), st.sampled_from([1, 127, 128, 129, 256, 1000]))
+BATCH = st.one_of(st.integers(1, 4), st.sampled_from([1, 8, 9, 25, 26, 127, 128, 129, 256, 1000]))
 
 
 def _libraries(tmp_path_factory):
@@ -44,10 +47,10 @@ def _libraries(tmp_path_factory):
     from specgen.specializations import Matrix
 
     libs = []
-    for w, bt, bs in ((4, 64, 128), (6, 3, 5)):
+    for w, bt, bs, extra in ((4, 64, 128, (16,)), (6, 3, 5, ())):
         out = tmp_path_factory.mktemp(f"fuzz_cuda_w{w}_bt{bt}_bs{bs}")
-        summary = build(Matrix(widths=(w,), block_table_widths=(bt,), block_sizes=(bs,)), ("cuda",), out=out,
-                        jobs=2, progress=None)
+        summary = build(Matrix(widths=(w,), block_table_widths=(bt,), block_sizes=(bs,), block_widths=extra),
+                        ("cuda",), out=out, jobs=2, progress=None)
         assert not summary.failed, summary.failed
         libs.append(load_library(out))
     return libs

@@ -1,4 +1,5 @@
-"""The launch nest: one thread per sequence, the same generated source as a tile-level ``T.Parallel`` loop.
+"""The launch nest (one thread per sequence, or per row for the head families): the same generated
+source as a tile-level ``T.Parallel`` loop.
 
 The templates bind the thread index (cuda) or walk a block's threads in a
 serial loop (c) because TileLang's layout inference and vectorize planning of
@@ -42,6 +43,7 @@ def test_the_launch_lowers_to_the_same_source_as_a_parallel_loop(spec, target):
     program = render_variant(spec, target)
     assert "T.Parallel" not in program
     assert ("i = T.get_thread_binding()" if target == "cuda" else "for i in T.serial(THREADS):") in program
+    assert ("T.ceildiv(B * W, THREADS)" in program) == (spec.family == "spec_verify_head_update")  # per row
     parallel = _as_parallel(program, target)
     assert parallel.count("for i in T.Parallel(THREADS):") == 1 and parallel != program
     ours, theirs = lower(program, target, symbol=spec.key), lower(parallel, target, symbol=spec.key)
