@@ -18,11 +18,11 @@
 # Stages: tests (every GPU test), engine-tests (tests/engine only: the decode engine's modes),
 # sanitize (the CUDA fuzz of every family under compute-sanitizer memcheck, racecheck, initcheck),
 # block-bench (DFlash depth 15 and DSpark depth 7 drafts, three modes),
-# heads (benchmarks/head_updates.py), bench / bench-8b (`specgen bench`, four modes, Qwen3-0.6B / Qwen3-8B
+# fuzz-heads (the CUDA fuzz of the head families at W = 2..16, build/head_kernels), heads (benchmarks/head_updates.py), bench / bench-8b (`specgen bench`, four modes, Qwen3-0.6B / Qwen3-8B
 # shapes, context 1024, the default build's bt64 bs128 layout; cli/bench.py over runtime/engine/bench.py),
 # (DEPTHS, e.g. 3,4,5, and MODES choose the sweep), bench-mtp (the MTP head's own acceptance), forward (benchmarks/forward_speed.py: the bare verify
 # forward and the draft step, torch and Triton forwards, kernels per layer).
-# Usage: benchmarks/h200.sh OUT_DIR [tests] [engine-tests] [sanitize] [heads] [forward] [bench] [bench-8b]
+# Usage: benchmarks/h200.sh OUT_DIR [tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
 #        [bench-mtp] [block-bench]
 set -u
 out=$1; shift
@@ -52,6 +52,9 @@ for stage in "$@"; do
           --block-table-width 80 --kernels build/block_bench_kernels --out "$out/bench_$1" > "$out/bench_$1.log" 2>&1
         echo "block bench $1: exit $?"; grep -v "^frame #" "$out/bench_$1.log" | tail -14
       done ;;
+    fuzz-heads) SPECGEN_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-50} SPECGEN_TEST_CUDA_FUZZ_KERNELS=build/head_kernels \
+        python3 -m pytest -q -p no:cacheprovider tests/codegen/test_fuzz_cuda.py -k "head or token or metadata or tiling" \
+        2>&1 | tee "$out/fuzz_heads.txt" | tail -3 ;;
     heads) python3 benchmarks/head_updates.py --kernels build/head_kernels --out "$out/head_updates.json" 2>&1 | tail -3 ;;
     forward)
       python3 benchmarks/forward_speed.py --model qwen3-0.6b --batch 1,8,32 --kernels ${FORWARD_KERNELS:-torch,triton} \
