@@ -106,8 +106,11 @@ def _launch(v: Instance) -> tuple[str, int]:
         pad, depth = pad + "    ", depth + 1
     if per_row:
         # b < B is r < B * W, spelled so that TileLang sees that every b-indexed access is in bounds.
+        # both spellings of a live thread: TileLang proves the r-indexed accesses in bounds from
+        # r < B * W and the b-indexed ones from b < B (neither follows from the other when W is a power of 2)
         lines += [pad + "r = bx * THREADS + i", pad + f"b = {v.expr(ix.FloorDiv(ix.r, ix.W))}",
-                  pad + f"j = {v.expr(ix.Mod(ix.r, ix.W))}", pad + "if b < B:"]
+                  pad + f"j = {v.expr(ix.Mod(ix.r, ix.W))}", pad + "if r < B * W:", pad + "    if b < B:"]
+        depth += 1
     else:
         lines += [pad + "b = bx * THREADS + i", pad + "if b < B:"]
     return textwrap.indent("\n".join(lines), " " * _PARAM_INDENT), _PARAM_INDENT + 4 * (depth + 1)

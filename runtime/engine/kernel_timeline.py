@@ -142,12 +142,17 @@ def attribute_with_method(events: list[dict], draft: list[str] | tuple[str, ...]
 def split_fused(steps: dict[int, StepKernels], draft: list[str] | tuple[str, ...]) -> dict[int, StepKernels]:
     """``steps`` with the draft of every step whose draft phase is empty found in its verify phase (in place).
 
-    The draft is the first place ``draft`` (a ``draft_signature``) occurs
-    among one stream's records of the verify phase; every verify record that
+    The draft is the first place ``draft`` (a ``draft_signature``, less its
+    leading copies) occurs among one stream's records of the verify phase; every verify record that
     starts from its first matched record's start to its last one's moves to
     the draft.  A step whose verify phase lacks the signature is left alone.
     """
-    if not draft:
+    # leading copies (the carry of the previous step's state into the inputs) may run on another stream
+    # than the draft proper in a graph that forks beside the draft, so they are not part of the pattern
+    pattern = list(draft)
+    while pattern and pattern[0] == COPY:
+        pattern.pop(0)
+    if not pattern:
         return steps
     for s in steps.values():
         if s.draft or not s.verify:
@@ -157,12 +162,12 @@ def split_fused(steps: dict[int, StepKernels], draft: list[str] | tuple[str, ...
             by_stream.setdefault(r.stream, []).append(r)
         for records in by_stream.values():
             records.sort(key=lambda r: r.start)
-            at = _find(draft_signature(records, ordered=True), list(draft))
+            at = _find(draft_signature(records, ordered=True), pattern)
             if at is not None:
                 break
         else:
             continue
-        lo, hi = records[at].start, records[at + len(draft) - 1].start
+        lo, hi = records[at].start, records[at + len(pattern) - 1].start
         s.draft = [r for r in s.verify if lo <= r.start <= hi]
         s.verify = [r for r in s.verify if not lo <= r.start <= hi]
     return steps

@@ -143,3 +143,12 @@ def test_a_draft_signature_matches_copies_of_either_kind():
     assert [r.name for r in steps[0].draft][-1].startswith("void at::native::direct_copy")
     figs = kt.step_figures(steps, FORWARD)
     assert [f["kernel_draft_to_verify_us"] for f in figs] == pytest.approx([d for d, _, _ in expect])
+
+
+def test_a_draft_signature_is_matched_without_its_leading_copies():
+    """The carry copies that open the draft graph run before the fork in a fused graph, on another stream."""
+    trace, expect = _trace(steps=2, head=2.0, d2v_idle=3.0, v2d=20.0)
+    steps = kt.attribute(kt.load_trace(_fused(trace)), [kt.COPY, kt.COPY, "draft_0", "draft_1", "draft_2"])
+    assert [r.name for r in steps[1].draft] == ["draft_0", "draft_1", "draft_2"]
+    assert kt.step_figures(steps, FORWARD)[0]["kernel_draft_to_verify_us"] == pytest.approx(expect[0][0])
+    assert not kt.attribute(kt.load_trace(_fused(trace)), [kt.COPY])[0].draft  # nothing but copies: no draft
