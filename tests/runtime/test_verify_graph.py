@@ -216,8 +216,10 @@ def test_cuda_graph_replay(tmp_path):
             torch.cuda.set_sync_debug_mode(0)
         assert res.fast_path
         assert torch.cuda.memory_allocated() == before
-        mem = before if mem is None else mem
-        assert before == mem
+        # no growth from step to step, counted from the end of the first step: allocations before it
+        # settle frees the captures deferred (the first inputs' allocation released 9 KiB of them)
+        mem = before if i == 1 else mem
+        assert i < 1 or before == mem
         host = rt.host_result(0)
         assert torch.equal(host.accepted, exp["accepted"])
         assert torch.equal(host.next_tokens, exp["next_tokens"])
