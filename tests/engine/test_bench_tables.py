@@ -35,3 +35,18 @@ def test_tables_judge_the_boundary_goal(tmp_path, capsys):
     assert "| toy | 3 | 1 | 7.5 | 5.0 | 2.5 (yes) | 14.0 | yes | 2.0 |" in out
     assert "| toy | 3 | 8 | 9.0 | 5.0 | 4.0 (**no**) | 6.0 | **no** | 2.0 |" in out
     assert "boom" not in out
+
+
+def test_host_step_cost_times_both_plans(engine_kernels, tmp_path):
+    """benchmarks/host_step_cost.py: the decision is timed for the plan as built and the hoisted one."""
+    path = Path(specgen.__file__).parent / "benchmarks" / "host_step_cost.py"
+    spec = importlib.util.spec_from_file_location("host_step_cost", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "cost.json"
+    assert mod.main(["--kernels", str(engine_kernels.root), "--calls", "3", "--repeats", "2", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["kernels"], r["case"], r["reason"]) for r in rows] == [
+        (3, "guards hold", None), (3, "a guard fails", "guard_failed"),
+        (5, "guards hold", None), (5, "a guard fails", "guard_failed")]
+    assert all(r["us_per_step"] > 0 and len(r["runs_us"]) == 2 for r in rows)
