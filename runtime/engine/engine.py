@@ -353,11 +353,6 @@ class SpecDecodeEngine:
 
     # ------------------------------------------------------- bare verification
     @torch.inference_mode()
-    def bare_verify_us(self, repeats: int = 50) -> float:
-        """The target forward alone (a captured graph on CUDA) in the decode loop's rhythm (``bare_spans``'s verify)."""
-        return self.bare_spans(repeats)[1]
-
-    @torch.inference_mode()
     def bare_spans(self, repeats: int = 50) -> tuple[float, float]:
         """The draft graph and the bare verify graph back to back: medians of their spans (us).
 
