@@ -17,44 +17,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
 
+from specgen.runtime.engine.clock import replay_us
 from specgen.runtime.engine.draft import MTPHead
+from specgen.runtime.engine.graphs import CapturedGraph
 from specgen.runtime.engine.model import Qwen3Model
 from specgen.runtime.engine.paged_kv import verify_metadata
 
 
-def replay_us(graph: torch.cuda.CUDAGraph, repeats: int, inner: int = 10) -> float:
-    for _ in range(3):
-        graph.replay()
-    times = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(inner):
-            graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000 / inner)
-    return statistics.median(times)
-
-
 def capture(fn) -> torch.cuda.CUDAGraph:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):  # JIT compiles and allocator warm-up, outside the capture
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g
+    """``fn`` captured in a CUDA graph after two warm-up runs outside it (JIT compiles, allocator)."""
+    return CapturedGraph(fn, torch.device("cuda"), warmup=2).graph
 
 
 def kernels_in(graph: torch.cuda.CUDAGraph, top: int = 8) -> tuple[int, list]:
@@ -111,14 +89,14 @@ def main(argv=None) -> dict:
             t0 = time.perf_counter()
             g = capture(lambda: model(toks, pos, slots, bt, kvl, qsl, w))
             cap_s = time.perf_counter() - t0
-            verify = replay_us(g, a.repeats)
+            verify = replay_us(g.replay, a.repeats, 10, warm=3)
             n_kernels, verify_top = kernels_in(g)
             del g
             d_pos, d_slots, d_kvl, d_qsl = verify_metadata(seq, bt, 1, bs)
             hid = torch.randn(b, model.config.hidden_size, dtype=torch.bfloat16, device=dev)
             dtok = toks[:b].clone()
             gd = capture(lambda: model.greedy_tokens(head(dtok, d_pos, d_slots, hid, bt, d_kvl, d_qsl, 1)[1]))
-            draft = replay_us(gd, a.repeats)
+            draft = replay_us(gd.replay, a.repeats, 10, warm=3)
             draft_kernels, draft_top = kernels_in(gd)
             del gd
             row = {"kernels": kernels, "batch": b, "width": w, "context": a.context,

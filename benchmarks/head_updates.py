@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
+from specgen.runtime.engine.clock import replay_us
+from specgen.runtime.engine.graphs import CapturedGraph
 from specgen.runtime.library import load_library
 from specgen.runtime.semantics import REFERENCES, reference_kwargs
 from specgen.specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, shape_of
@@ -72,24 +73,9 @@ def check_all(lib, dev) -> dict:
 
 
 def time_graph(fn, replays=200, repeats=15) -> float:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    times = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(replays):
-            graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000 / replays)
-    return statistics.median(times)
+    """``fn`` captured in a CUDA graph (one warm-up run outside it), then the median us per replay."""
+    graph = CapturedGraph(fn, torch.device("cuda"), warmup=1)
+    return replay_us(graph, repeats, replays)
 
 
 ALONE = 20

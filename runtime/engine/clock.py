@@ -9,6 +9,7 @@ enqueued.  On the CPU a host clock stands in for the events.
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 import warnings
 
@@ -16,7 +17,7 @@ import torch
 
 from .results import RunResult, StepTiming
 
-__all__ = ["HostStamp", "StepClock", "StepStamps", "SyncCount", "count_host_syncs", "wall_seconds"]
+__all__ = ["HostStamp", "StepClock", "StepStamps", "SyncCount", "count_host_syncs", "replay_us", "wall_seconds"]
 
 SYNC_WARNING = "synchronizing CUDA operation"
 
@@ -37,6 +38,25 @@ class HostStamp:
 def stamp_factory(cuda_events: bool):
     """A maker of timing stamps: CUDA events, or host clock readings."""
     return (lambda: torch.cuda.Event(enable_timing=True)) if cuda_events else HostStamp
+
+
+def replay_us(replay, repeats: int, inner: int, *, warm: int = 0, cuda: bool = True) -> float:
+    """The median time of one ``replay()`` in us: ``repeats`` timings of ``inner`` back-to-back calls each,
+    after ``warm`` untimed ones; CUDA events around each timing (``cuda``), else the host clock."""
+    stamp = stamp_factory(cuda)
+    for _ in range(warm):
+        replay()
+    times = []
+    for _ in range(repeats):
+        a, b = stamp(), stamp()
+        a.record()
+        for _ in range(inner):
+            replay()
+        b.record()
+        if cuda:
+            b.synchronize()
+        times.append(a.elapsed_time(b) * 1000 / inner)
+    return statistics.median(times)
 
 
 class StepStamps:

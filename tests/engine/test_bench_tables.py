@@ -50,3 +50,16 @@ def test_host_step_cost_times_both_plans(engine_kernels, tmp_path):
         (3, "guards hold", None), (3, "a guard fails", "guard_failed"),
         (5, "guards hold", None), (5, "a guard fails", "guard_failed")]
     assert all(r["us_per_step"] > 0 and len(r["runs_us"]) == 2 for r in rows)
+
+
+def test_replay_us_times_inner_calls_after_the_warm_ones():
+    """The benchmarks' replay timer (runtime/engine/clock.py), on the host clock: every call is counted once,
+    the warm calls are not timed, and the figure is per call."""
+    import time
+
+    from specgen.runtime.engine.clock import replay_us
+
+    calls = []
+    us = replay_us(lambda: (calls.append(1), time.sleep(0.002)), repeats=3, inner=4, warm=2, cuda=False)
+    assert len(calls) == 2 + 3 * 4
+    assert 1500 < us < 20000  # one 2 ms call, not four
