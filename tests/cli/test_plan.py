@@ -96,11 +96,11 @@ def test_compare_the_recorded_h200_bench(tmp_path, capsys):
         out = tmp_path / "c.json"
         assert main(["plan", "--compare", str(bench), "--compare-json", str(out), *extra]) == 0
         rows = json.loads(out.read_text())["rows"]
-        recorded = {(r["mode"], r["batch"]): r for r in json.loads(bench.read_text())["runs"]}
+        recorded = {(r["mode"], r["depth"], r["batch"]): r for r in json.loads(bench.read_text())["runs"]}
         assert len(rows) == 2 * len(recorded)
         for r in rows:
             key = "draft_to_verify_us" if r["boundary"] == "draft-to-verify" else "verify_to_draft_us"
-            assert r["measured_events_us"] == recorded[r["mode"], r["batch"]][key]
+            assert r["measured_events_us"] == recorded[r["mode"], r["depth"], r["batch"]][key]
             assert (r["predicted_calibrated_us"] is None) == (not extra)
 
 
