@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ..specializations.families import FAMILIES
 from ..specializations.targets import TARGET_OF_DEVICE, TARGETS
@@ -54,6 +54,7 @@ class KernelCallable:
         self._nargs = len(spec.args)
         self._draft_index = next((i for i, a in enumerate(spec.args) if a.dtype == "draft"), None)
         self._resolved: dict[tuple[str, str], tuple[VariantEntry, object]] = {}
+        self._guards: dict[str, tuple] = {}  # draft dtype -> the guards of every built target, each once
 
     def variant(self, draft_dtype: str = "int32") -> VariantSpec:
         return _spec(self.family, self.width, self.block_table_width, self.block_size, draft_dtype)
@@ -99,12 +100,16 @@ class KernelCallable:
     def check_guards(self, *, min_seq_len: int, max_seq_len: int, batch: int,
                      draft_dtype: str = "int32") -> GuardResult:
         """Evaluate the guards of every built target of this specialization."""
-        failed: list[tuple[str, str]] = []
-        for e in self.library.entries():
-            if e.key == self.key(draft_dtype):
-                for f in check_guards(e.guards, min_seq_len=min_seq_len, max_seq_len=max_seq_len,
-                                      batch=batch).failed:
-                    failed += [f] if f not in failed else []
+        guards = self._guards.get(draft_dtype)
+        if guards is None:  # the manifest does not change under a loaded library: collect them once
+            key, seen = self.key(draft_dtype), {}
+            for e in self.library.entries():
+                if e.key == key:
+                    for g in e.guards:
+                        expr, why = (g["expr"], g.get("why", "")) if isinstance(g, Mapping) else g
+                        seen.setdefault((expr, why), None)
+            guards = self._guards[draft_dtype] = tuple(seen)
+        failed = check_guards(guards, min_seq_len=min_seq_len, max_seq_len=max_seq_len, batch=batch).failed
         return GuardResult(not failed, failed)
 
     def __repr__(self) -> str:

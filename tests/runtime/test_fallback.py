@@ -64,3 +64,18 @@ def test_seq_len_bounds():
     assert seq_len_bounds(lens, None, on_host=False) == (2, 9)
     assert seq_len_bounds(lens[:0], (1, 2), on_host=True) == (1, 2)
     assert seq_len_bounds(lens[:0], None, on_host=False) == (0, 0)
+
+
+def test_a_kernels_guards_are_collected_once(make_planned_build, tmp_path):
+    """The per-step guard check reads the manifest's entries once per kernel, then only evaluates the guards."""
+    from specgen.runtime.library import KernelLibrary
+
+    lib = KernelLibrary(make_planned_build(tmp_path / "b", bt=8, bs=16))
+    kernel = lib.get("spec_verify_head_update", 4, 8, 16)
+    calls = []
+    entries = lib.entries
+    lib.entries = lambda: (calls.append(1), entries())[1]
+    first = kernel.check_guards(min_seq_len=0, max_seq_len=100, batch=4)
+    assert first.ok and len(calls) == 1
+    bad = kernel.check_guards(min_seq_len=0, max_seq_len=8 * 16, batch=4)
+    assert not bad.ok and bad.failed == [("max_seq_len + 4 <= 128", "S + W <= BT * BS")] and len(calls) == 1
