@@ -20,9 +20,9 @@
 # block-bench (DFlash depth 15 and DSpark depth 7 drafts, three modes),
 # fuzz-heads (the CUDA fuzz of the head families at W = 2..16, build/head_kernels), heads (benchmarks/head_updates.py), bench / bench-8b (`specgen bench`, four modes, Qwen3-0.6B / Qwen3-8B
 # shapes, context 1024, the default build's bt64 bs128 layout; cli/bench.py over runtime/engine/bench.py),
-# (DEPTHS, e.g. 3,4,5, and MODES choose the sweep), bench-mtp (the MTP head's own acceptance), forward (benchmarks/forward_speed.py: the bare verify
+# (DEPTHS, e.g. 3,4,5, MODES and STEPS choose the sweep), host-profile (cProfile of the host's step loop), bench-mtp (the MTP head's own acceptance), forward (benchmarks/forward_speed.py: the bare verify
 # forward and the draft step, torch and Triton forwards, kernels per layer).
-# Usage: benchmarks/h200.sh OUT_DIR [tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
+# Usage: benchmarks/h200.sh OUT_DIR [tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b] [host-profile]
 #        [bench-mtp] [block-bench]
 set -u
 out=$1; shift
@@ -61,11 +61,19 @@ for stage in "$@"; do
         --out "$out/forward_qwen3-0.6b.json" \
         2>&1 | grep '^{' ;;
     bench|bench-8b)
-      model=qwen3-0.6b; steps=32; [ $stage = bench-8b ] && { model=qwen3-8b; steps=16; }
-      specgen bench --model $model --depth ${DEPTHS:-3} --batch 1,8,32 --steps $steps --profile-steps 8 --warmup 3 \
+      model=qwen3-0.6b; steps=${STEPS:-96}; [ $stage = bench-8b ] && { model=qwen3-8b; steps=${STEPS:-48}; }
+      specgen bench --model $model --depth ${DEPTHS:-3} --batch 1,8,32 --steps $steps --profile-steps 8 --warmup 10 \
         --modes ${MODES:-baseline,compile,inductor,specgen} --acceptance 0.7 --prompt-len 1024 --block-size 128 \
         --block-table-width 64 --kernels build/specgen_kernels --out "$out/bench_$model" > "$out/bench_$model.log" 2>&1
       echo "bench $model: exit $?"; grep -v "^frame #" "$out/bench_$model.log" | grep -v "^bench: \[" | tail -24 ;;
+    host-profile)  # where the host's time per step goes: specgen, depth 3, B = 1, under cProfile
+      python3 -m cProfile -o "$out/host.prof" -m specgen bench --model qwen3-0.6b --depth 3 --batch 1 --steps 300 \
+        --warmup 10 --profile-steps 0 --modes ${MODES:-specgen} --acceptance 0.7 --prompt-len 1024 --block-size 128 \
+        --block-table-width 64 --kernels build/specgen_kernels --out "$out/host_profile" > "$out/host_profile.log" 2>&1
+      echo "host-profile: exit $?"
+      python3 -c "import pstats, sys; s = pstats.Stats(sys.argv[1]); s.sort_stats('cumtime').print_callees('_loop')
+s.sort_stats('cumtime').print_stats('runtime/', 45); s.sort_stats('tottime').print_stats(25)" "$out/host.prof" > "$out/host_profile.txt" 2>&1
+      grep -A30 "_loop" "$out/host_profile.txt" | cut -c1-170 | head -30 ;;
     bench-mtp) specgen bench --model qwen3-0.6b --depth 3 --batch 1,8,32 --steps 64 --warmup 3 \
              --modes baseline,compile,specgen --kernels build/bench_kernels --out "$out/bench_mtp" > "$out/bench_mtp.log" 2>&1; grep -v "^frame #" "$out/bench_mtp.log" | tail -20 ;;
   esac
