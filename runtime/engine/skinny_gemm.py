@@ -5,8 +5,8 @@ output is 16 tiles: 16 SMs stream the whole weight).  Here each program
 streams a ``BLOCK_N x K / splits`` slab of the weight; with more than one
 split the result is float32 partial sums ``[splits, M, N]`` that the consumer
 adds up (``fast_kernels.add_rms_norm`` takes them as its ``y``), so the split
-costs no extra launch.  Opt-in (``SPECGEN_SKINNY_GEMM=1``), measured by
-``benchmarks/forward_speed.py``.
+costs no extra launch.  On by default for at most ``MAX_ROWS`` rows
+(``SPECGEN_SKINNY_GEMM=0`` turns it off), measured by ``benchmarks/forward_speed.py``.
 """
 
 from __future__ import annotations

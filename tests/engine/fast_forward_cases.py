@@ -169,12 +169,16 @@ def main(dev: str, dtype_name: str) -> dict:
         "attn_largest": attention_case(dev, dtype, 64 if big else 16, 4, 2, 16, 2, 3, 16, 6, holes=True),
         "norm_rope": norm_rope_case(dev, dtype, 9, 4, 2, 16, 7),
         "elementwise": elementwise_case(dev, dtype, 5, 96, 80, 8),
-        "forward": forward_case(dev, dtype, 9),
         "skinny": skinny_case(dev, dtype, 13),
     }
-    os.environ["SPECGEN_SKINNY_GEMM"] = "1"  # the same forward comparison, every projection skinny
-    cases["forward_skinny"] = forward_case(dev, dtype, 9)
-    del os.environ["SPECGEN_SKINNY_GEMM"]
+    before = os.environ.get("SPECGEN_SKINNY_GEMM")
+    for name, flag in (("forward", "0"), ("forward_skinny", "1")):  # cuBLAS, then every projection skinny
+        os.environ["SPECGEN_SKINNY_GEMM"] = flag
+        cases[name] = forward_case(dev, dtype, 9)
+    if before is None:
+        del os.environ["SPECGEN_SKINNY_GEMM"]
+    else:
+        os.environ["SPECGEN_SKINNY_GEMM"] = before
     if big:  # the production head layout
         cases["attn_qwen3"] = attention_case(dev, dtype, 2, 16, 8, 128, 4, 10, 128, 10, holes=True)
         cases["norm_rope_qwen3"] = norm_rope_case(dev, dtype, 6, 16, 8, 128, 11)
