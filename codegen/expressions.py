@@ -107,14 +107,12 @@ def _tiling(v: Instance) -> dict:
     wide = sp.Symbol("wide", integer=True, nonnegative=True)  # the longest row, int64
     jq = sp.Symbol("jq", integer=True, nonnegative=True)  # a row of an earlier stretch of a sequence
     warp0 = sp.Symbol("warp0", integer=True, nonnegative=True)  # the first row of a thread's warp (cuda)
-    block0 = sp.Symbol("bx", integer=True, nonnegative=True) * sp.Symbol("THREADS", integer=True, positive=True)
     seq_blocks = ix.sequence_blocks(Sq, v.spec.width, v.spec.block_size)
     return _per_row(v) | {
         "kv_len": v.expr(sp.Max(ix.row_kv_len(), 0)), "blocks": v.expr(ix.num_blocks()),
         "seq_blocks_q": v.expr(seq_blocks), "last_len": v.expr(ix.last_block_len()),
         "blocks_before": v.expr(ix.num_blocks(S, jq)), "blocks_q_row": v.expr(ix.num_blocks(Sq, jq)),
         "warp_seq": v.expr(ix.FloorDiv(warp0, ix.W)), "warp_col": v.expr(ix.Mod(warp0, ix.W)),
-        "block_seq": v.expr(ix.FloorDiv(block0, ix.W)),  # the block's first sequence (cuda)
         "kv_len_q_last": v.expr(ix.row_kv_len(Sq, ix.W - 1)), "split_len": v.expr(ix.kv_split_len(wide))}
 
 

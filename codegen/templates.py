@@ -77,9 +77,8 @@ def _params(v: Instance) -> str:
     return textwrap.indent("\n".join(lines), " " * _PARAM_INDENT)
 
 
-def _launch(v: Instance) -> tuple[str, int, str, int]:
-    """The launch nest: its thread-level lines and their indentation, then the guard of a live
-    thread and the indentation of the body below it.
+def _launch(v: Instance) -> tuple[str, int]:
+    """The launch nest down to the guard of a live thread and the indentation of the body below it.
 
     One thread per sequence (``b = bx * THREADS + i``, ``if b < B:``), or for
     a per-row family one per verification row: ``r`` runs over ``B * W`` and
@@ -89,8 +88,7 @@ def _launch(v: Instance) -> tuple[str, int, str, int]:
     inference and vectorize planning of such a loop (Z3 proofs over every
     index expression) took ~40% of a variant's lowering and changed nothing in
     the generated source, which is the same text either way
-    (``tests/codegen/test_launch.py``).  A template's ``prologue`` block goes
-    between the two, where every thread of the block runs (a barrier may sit there).
+    (``tests/codegen/test_launch.py``).
     """
     per_row = FAMILIES[v.spec.family].per_row
     count = "B * W" if per_row else "B"
@@ -106,21 +104,16 @@ def _launch(v: Instance) -> tuple[str, int, str, int]:
         loop = "T.serial(THREADS)" if v.target == "c" else "T.Parallel(THREADS)"
         lines += [pad + f"for i in {loop}:"]
         pad, depth = pad + "    ", depth + 1
-    guard = []
     if per_row:
         # b < B is r < B * W, spelled so that TileLang sees that every b-indexed access is in bounds.
         # both spellings of a live thread: TileLang proves the r-indexed accesses in bounds from
         # r < B * W and the b-indexed ones from b < B (neither follows from the other when W is a power of 2)
         lines += [pad + "r = bx * THREADS + i", pad + f"b = {v.expr(ix.FloorDiv(ix.r, ix.W))}",
-                  pad + f"j = {v.expr(ix.Mod(ix.r, ix.W))}"]
-        guard = [pad + "if r < B * W:", pad + "    if b < B:"]
-        body_depth = depth + 2
+                  pad + f"j = {v.expr(ix.Mod(ix.r, ix.W))}", pad + "if r < B * W:", pad + "    if b < B:"]
+        depth += 1
     else:
-        lines += [pad + "b = bx * THREADS + i"]
-        guard = [pad + "if b < B:"]
-        body_depth = depth + 1
-    return (textwrap.indent("\n".join(lines), " " * _PARAM_INDENT), _PARAM_INDENT + 4 * depth,
-            textwrap.indent("\n".join(guard), " " * _PARAM_INDENT), _PARAM_INDENT + 4 * body_depth)
+        lines += [pad + "b = bx * THREADS + i", pad + "if b < B:"]
+    return textwrap.indent("\n".join(lines), " " * _PARAM_INDENT), _PARAM_INDENT + 4 * (depth + 1)
 
 
 def _constants(v: Instance) -> str:
@@ -135,13 +128,13 @@ def _constants(v: Instance) -> str:
 
 def _frame(v: Instance) -> dict:
     """What ``_kernel.py.jinja`` needs around a family's body."""
-    launch, prologue_indent, guard, body_indent = _launch(v)
+    launch, body_indent = _launch(v)
     per_row = FAMILIES[v.spec.family].per_row
     launch_doc = "One thread per verification row r = b * W + j" if per_row else "One thread per sequence"
     return dict(family=v.spec.family, target=v.target, threads=v.threads, key=v.spec.key,
                 threads_per=FAMILIES[v.spec.family].threads_per, launch_doc=launch_doc,
                 dialect=TARGETS[v.target].dialect, constants=_constants(v), params=_params(v), launch=launch,
-                prologue_indent=prologue_indent, guard=guard, body_indent=body_indent,
+                body_indent=body_indent,
                 guard_lines="\n".join(f"    {g.expr}  ({g.why})" for g in guards(v.spec)))
 
 
@@ -157,9 +150,8 @@ def render_variant(spec: VariantSpec, target: str = "c", threads: int = 128) -> 
         raise ValueError(f"cuda blocks of whole warps only: {threads} threads is no multiple of 32")
     v = Instance(spec, target, threads)
     if fam.members:
-        bodies = [(m, _member_block(v, m, "body")) for m in fam.members]
-        prologues = [(m, p) for m in fam.members if (p := _member_block(v, m, "prologue"))]
-        return load_template("_composite").render(**_frame(v), member_bodies=bodies, member_prologues=prologues)
+        bodies = [(m, _member_body(v, m)) for m in fam.members]
+        return load_template("_composite").render(**_frame(v), member_bodies=bodies)
     return load_template(spec.family).render(**_frame(v), **context(v))
 
 
@@ -172,9 +164,8 @@ def render_program(family: str, width: int, block_table_width: int | None = None
     return render_variant(spec, target, threads)
 
 
-def _member_block(v: Instance, member: str, block: str) -> str:
-    """The statements of ``member``'s template block ``block`` (``body``: per live thread;
-    ``prologue``: per thread of the block, before the guard; empty if it has none), for a composite.
+def _member_body(v: Instance, member: str) -> str:
+    """The per-thread statements of ``member`` (its template's ``body`` block), for a composite.
 
     Every member body reads the same ``b`` (and ``r``, ``j`` of a per-row
     launch, which all members share); later members re-read ``S`` from
@@ -183,7 +174,5 @@ def _member_block(v: Instance, member: str, block: str) -> str:
     dtype = v.spec.draft_dtype if FAMILIES[member].has_draft_dtype else "int32"
     mv = dataclasses.replace(v, spec=dataclasses.replace(v.spec, family=member, draft_dtype=dtype))
     template = load_template(member)
-    if block not in template.blocks:
-        return ""
     ctx = template.new_context({**context(mv), "target": v.target})
-    return "".join(template.blocks[block](ctx)).strip("\n")
+    return "".join(template.blocks["body"](ctx)).strip("\n")

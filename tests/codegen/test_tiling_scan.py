@@ -1,14 +1,12 @@
-"""The tiling prefix of the per-row launch: a block-wide part and a warp shuffle scan on cuda, per-thread sums elsewhere.
+"""The tiling prefix of the per-row launch: a warp-cooperative shuffle scan on cuda, per-thread sums elsewhere.
 
 Both compute the same int64 exclusive prefix of the row block counts; the C
 kernels are checked against the semantics by the C fuzz, the cuda ones by
 ``test_fuzz_cuda.py`` on a GPU (batches of 1 to 1000 at widths up to 16: many
 warps and blocks, partial last warps).  Here: which spelling each target
 renders, in the standalone family and inside the composite head, that the
-launch covers ``B * W`` rows, that the cuda block part runs before the row
-guard (its one barrier is reached by every thread of the block) through static
-shared memory, and that the warp scan lowers to shuffles whose mask holds only
-the warp's active lanes and compiles at the widths' ends.
+launch covers ``B * W`` rows, and that the cuda scan lowers to warp shuffles
+whose mask holds only the warp's active lanes and compiles at the widths' ends.
 """
 
 from __future__ import annotations
@@ -30,12 +28,8 @@ SPECS = [VariantSpec("spec_verify_attention_tiling_update", 16, None, 128, "int3
 def test_each_target_renders_its_prefix(spec):
     cuda, c = render_variant(spec, "cuda"), render_variant(spec, "c")
     assert "T.shfl_sync(incl" in cuda and "for k in T.serial(T.ceildiv(T.max(" in cuda
-    # the block part (every thread, before the guard), then the rows
-    assert cuda.index("T.sync_threads()") < cuda.index("if r < B * W:")
-    assert "block_before + T.shfl_sync(earlier" in cuda and "max_kv_len[0] = block_longest" in cuda
     assert "for q in T.serial(b):" not in cuda and "for q in T.serial(B):" not in cuda
     assert "shfl" not in c and "for q in T.serial(b):" in c and "for jq in T.serial(j):" in c
-    assert "sync_threads" not in c and "alloc_shared" not in c
     assert "for q in T.serial(B):" in c
 
 
@@ -71,13 +65,8 @@ def test_a_composite_of_differently_launched_members_is_refused():
 @pytest.mark.slow
 def test_cuda_prefix_lowers_to_masked_shuffles():
     source = lower(render_variant(SPECS[1], "cuda"), "cuda", symbol=SPECS[1].key).source
-    assert source.count("__shfl_sync(") == 3  # the warp's two scans and their broadcast
-    assert source.count("__shfl_xor_sync((uint)4294967295") == 2  # the block part's butterflies: whole warps
+    assert source.count("__shfl_sync(") == 5  # two scans, their broadcast, the max scan and its broadcast
     assert "4294967295" in source and "- (uint)1" in source  # full warp, or the low n_active lanes
-    # one barrier, at the kernel's top level (before any row guard), and static shared memory
-    assert source.count("__syncthreads();") == 1
-    assert source.index("__syncthreads();") < source.index("< (B * 2)")
-    assert "__shared__" in source and "extern __shared__" not in source
     assert "blockIdx.x) * 128) + ((int)threadIdx.x)) >> 1) < B)" in source  # b = r // 2 < B: the live rows
     # r < B * W is tested once, at the top: no access repeats it (a power-of-2 W once left TileLang unable
     # to prove it from b < B, and every row-indexed store carried its own check)
