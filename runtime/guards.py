@@ -24,7 +24,7 @@ from ..specializations.expr import (GUARD_NAMES, SHAPE_NAMES, UnsafeExpressionEr
                                     validate_expression)
 
 __all__ = ["GUARD_NAMES", "SHAPE_NAMES", "GuardResult", "KernelArgumentError", "UnsafeExpressionError",
-           "check_guards", "check_tensors", "safe_eval", "validate_expression"]
+           "check_guards", "check_tensors", "guard_pair", "safe_eval", "validate_expression"]
 
 
 class KernelArgumentError(TypeError):
@@ -40,12 +40,17 @@ class GuardResult:
         return self.ok
 
 
+def guard_pair(guard) -> tuple[str, str]:
+    """A guard as ``(expr, why)``: a manifest guard dict, or such a pair already."""
+    return (guard["expr"], guard.get("why", "")) if isinstance(guard, Mapping) else tuple(guard)
+
+
 def check_guards(guards: Iterable, *, min_seq_len: int, max_seq_len: int, batch: int) -> GuardResult:
     """Evaluate ``(expr, why)`` pairs (or manifest guard dicts) for one batch."""
     env = {"min_seq_len": min_seq_len, "max_seq_len": max_seq_len, "batch": batch}
     failed = []
     for guard in guards:
-        expr, why = (guard["expr"], guard.get("why", "")) if isinstance(guard, Mapping) else guard
+        expr, why = guard_pair(guard)
         if not safe_eval(expr, env):
             failed.append((expr, why))
     return GuardResult(not failed, failed)

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from ..specializations.families import FAMILIES
 from ..specializations.targets import TARGET_OF_DEVICE, TARGETS
 from ..specializations.variants import UnknownFamily, VariantSpec, build_command, family_of
-from .guards import GuardResult, KernelArgumentError, check_guards, check_tensors
+from .guards import GuardResult, KernelArgumentError, check_guards, check_tensors, guard_pair
 from .manifest import (ArtifactError, KernelLaunchError, Manifest, ManifestError, VariantEntry,
                                       load_manifest, parse_manifest)
 
@@ -102,13 +102,9 @@ class KernelCallable:
         """Evaluate the guards of every built target of this specialization."""
         guards = self._guards.get(draft_dtype)
         if guards is None:  # the manifest does not change under a loaded library: collect them once
-            key, seen = self.key(draft_dtype), {}
-            for e in self.library.entries():
-                if e.key == key:
-                    for g in e.guards:
-                        expr, why = (g["expr"], g.get("why", "")) if isinstance(g, Mapping) else g
-                        seen.setdefault((expr, why), None)
-            guards = self._guards[draft_dtype] = tuple(seen)
+            key = self.key(draft_dtype)
+            pairs = (guard_pair(g) for e in self.library.entries() if e.key == key for g in e.guards)
+            guards = self._guards[draft_dtype] = tuple(dict.fromkeys(pairs))
         failed = check_guards(guards, min_seq_len=min_seq_len, max_seq_len=max_seq_len, batch=batch).failed
         return GuardResult(not failed, failed)
 

@@ -65,7 +65,7 @@ class StepPlan:
     kernels: Mapping[str, object] = field(default_factory=dict)  # step name -> KernelCallable
     num_splits: int = DEFAULT_NUM_SPLITS
     unavailable: str | None = None
-    hoisted: tuple[PlanStep, ...] = ()  # kernel steps that run beside a prologue (``hoist_after``)
+    hoisted: tuple[PlanStep, ...] = ()  # kernel steps that run beside a prologue (``hoist_around``)
 
 
 def built_layouts(library: KernelLibrary, width: int) -> list[tuple[int, int]]:
