@@ -87,7 +87,9 @@ def _per_row(v: Instance) -> dict:
 
 @expressions("spec_verify_token_update")
 def _token_update(v: Instance) -> dict:
-    draft = v.expr(_idx("draft_tokens")[b, j - 1])  # row j > 0 holds draft column j - 1
+    # Row j > 0 holds draft column j - 1. Every row reads column max(j - 1, 0), inside the W - 1 >= 1
+    # columns, so that the read needs no branch; row 0 then takes last_tokens instead.
+    draft = v.expr(_idx("draft_tokens")[b, sp.Max(j - 1, 0)])
     # an int64 token outside int32 is no token: -1, never its low 32 bits
     wide = f'T.if_then_else(T.And({draft} >= {-ix.INT32_MAX - 1}, {draft} <= {ix.INT32_MAX}), ' \
            f'T.Cast("int32", {draft}), -1)'

@@ -39,13 +39,13 @@ def packed_size(rows: int, width: int) -> int:
     return rows * (width + 3) + 1
 
 
-def _unpack(flat: torch.Tensor, rows: int, width: int, batch: int) -> dict[str, torch.Tensor]:
-    """The host fields of a packed step (``rows`` sequences packed, the first ``batch`` returned)."""
+def _unpack(flat: torch.Tensor, batch: int, width: int) -> dict[str, torch.Tensor]:
+    """The host fields of a step packed for ``batch`` sequences."""
     out, at = {}, 0
     for n in HOST_FIELDS:
-        size = rows * width if n == "next_tokens" else rows
+        size = batch * width if n == "next_tokens" else batch
         t = flat[at: at + size]
-        out[n] = (t.view(rows, width) if n == "next_tokens" else t)[:batch]
+        out[n] = t.view(batch, width) if n == "next_tokens" else t
         at += size
     return out
 
@@ -76,7 +76,7 @@ class HostMirror:
         self._events = [api.event() for _ in range(2)]
         self._used = [False, False]  # whether a copy was ever made from each slot
         self._turn = 0
-        self._steps: list[tuple[int, int, int]] = []  # (slot, batch, rows) of the latest two steps, newest last
+        self._steps: list[tuple[int, int]] = []  # (slot, batch) of the latest two steps, newest last
         self._flag_copy = [0, 0]  # which copy (1, 2, ...) each slot's flag belongs to; 0: none
         self.copies = 0  # copies made so far
 
@@ -102,7 +102,7 @@ class HostMirror:
             self._host[slot][:n].copy_(self._staging[slot][:n], non_blocking=True)
             self._events[slot].record(copy)
         self._used[slot] = True
-        self._steps = (self._steps + [(slot, batch, batch)])[-2:]
+        self._steps = (self._steps + [(slot, batch)])[-2:]
         self.copies += 1
         self._flag_copy[slot] = self.copies if flag is not None else 0
 
@@ -113,7 +113,7 @@ class HostMirror:
         (the device flag is sticky, so a later copy carries it too).
         """
         bits = 0
-        for slot, batch, _ in self._steps:
+        for slot, batch in self._steps:
             if self._flag_copy[slot] > newer_than and self._events[slot].query():
                 bits |= int(self._host[slot][packed_size(batch, self.width) - 1])
         return bits
@@ -133,6 +133,6 @@ class HostMirror:
             raise ValueError("steps_back must be 0 (latest step) or 1 (the one before)")
         if len(self._steps) <= steps_back:
             return None
-        slot, batch, rows = self._steps[-1 - steps_back]
+        slot, batch = self._steps[-1 - steps_back]
         self._events[slot].synchronize()
-        return HostResult(**_unpack(self._host[slot], rows, self.width, batch))
+        return HostResult(**_unpack(self._host[slot], batch, self.width))

@@ -115,6 +115,12 @@ class Prologue:
     reads: tuple[str, ...] = ()
     setup: Callable[[], None] | None = None
 
+    def __call__(self) -> None:
+        """``setup``, then ``run``: the whole prologue with nothing beside it."""
+        if self.setup is not None:
+            self.setup()
+        self.run()
+
 
 class SpecVerifyRuntime:
     """Captured (or eager) verify steps for one verify width; see the module docstring."""
@@ -193,11 +199,11 @@ class SpecVerifyRuntime:
     def _run_prologue(self, bufs: Mapping[str, torch.Tensor]) -> None:
         """The prologue's setup, then its run with the hoisted head work beside it (a side stream on a device)."""
         p, side = self.prologue, self._hoist_stream
+        if not self.hoisted:
+            p()
+            return
         if p.setup is not None:
             p.setup()
-        if not self.hoisted:
-            p.run()
-            return
         hoisted = lambda: run_steps(bufs, self.hoisted, self.model_forward, self._call_kernel)  # noqa: E731
         if side is None:
             hoisted()
@@ -291,9 +297,7 @@ class SpecVerifyRuntime:
             self._fast += 1
         else:
             if self.prologue is not None:  # the eager step below recomputes the head work itself
-                if self.prologue.setup is not None:
-                    self.prologue.setup()
-                self.prologue.run()
+                self.prologue()
             eager = self._eager_bufs(batch, bufs["last_tokens"][:batch], bufs["draft_tokens"][:batch],
                                      bufs["seq_lens"][:batch], bufs["block_table"][:batch])
             result = StepResult(**{n: eager[n] for n in RESULT_FIELDS}, fast_path=False, reason=reason)
