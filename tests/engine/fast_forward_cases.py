@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from unittest import mock
 
 import torch
 
@@ -171,14 +172,9 @@ def main(dev: str, dtype_name: str) -> dict:
         "elementwise": elementwise_case(dev, dtype, 5, 96, 80, 8),
         "skinny": skinny_case(dev, dtype, 13),
     }
-    before = os.environ.get("SPECGEN_SKINNY_GEMM")
     for name, flag in (("forward", "0"), ("forward_skinny", "1")):  # cuBLAS, then every projection skinny
-        os.environ["SPECGEN_SKINNY_GEMM"] = flag
-        cases[name] = forward_case(dev, dtype, 9)
-    if before is None:
-        del os.environ["SPECGEN_SKINNY_GEMM"]
-    else:
-        os.environ["SPECGEN_SKINNY_GEMM"] = before
+        with mock.patch.dict(os.environ, {"SPECGEN_SKINNY_GEMM": flag}):
+            cases[name] = forward_case(dev, dtype, 9)
     if big:  # the production head layout
         cases["attn_qwen3"] = attention_case(dev, dtype, 2, 16, 8, 128, 4, 10, 128, 10, holes=True)
         cases["norm_rope_qwen3"] = norm_rope_case(dev, dtype, 6, 16, 8, 128, 11)

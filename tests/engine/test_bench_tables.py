@@ -9,9 +9,10 @@ from pathlib import Path
 import specgen
 
 
-def _module():
-    path = Path(specgen.__file__).parent / "benchmarks" / "bench_tables.py"
-    spec = importlib.util.spec_from_file_location("bench_tables", path)
+def _module(name: str = "bench_tables"):
+    """``benchmarks/NAME.py`` imported from the package's folder (benchmarks/ is not a package)."""
+    path = Path(specgen.__file__).parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -39,10 +40,7 @@ def test_tables_judge_the_boundary_goal(tmp_path, capsys):
 
 def test_host_step_cost_times_both_plans(engine_kernels, tmp_path):
     """benchmarks/host_step_cost.py: the decision is timed for the plan as built and the hoisted one."""
-    path = Path(specgen.__file__).parent / "benchmarks" / "host_step_cost.py"
-    spec = importlib.util.spec_from_file_location("host_step_cost", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _module("host_step_cost")
     out = tmp_path / "cost.json"
     assert mod.main(["--kernels", str(engine_kernels.root), "--calls", "3", "--repeats", "2", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
