@@ -60,9 +60,12 @@ def cached_plans(out: Path, matrix: Matrix, boundaries=BOUNDARY_NAMES):
     from .passes.plan import plan_variants
 
     specs, needed_by, plans = plan_variants(matrix, boundaries)
-    blob = {"key": key, "specs": [_fields(s) for s in specs],
-            "needed_by": {k: sorted(v) for k, v in needed_by.items()},
-            "plans": [{"boundary": p.boundary, "record": p.as_dict()} for p in plans]}
+    blob = {
+        "key": key,
+        "specs": [_fields(s) for s in specs],
+        "needed_by": {k: sorted(v) for k, v in needed_by.items()},
+        "plans": [{"boundary": p.boundary, "record": p.as_dict()} for p in plans],
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(json.dumps(blob, sort_keys=True))
@@ -74,9 +77,17 @@ def _fields(spec: VariantSpec) -> dict:
     return {f: getattr(spec, f) for f in spec.__dataclass_fields__}
 
 
-def plan_and_build(matrix: Matrix, targets=("c",), out: str | Path = "build/specgen_kernels",
-                   arch: str | None = None, jobs: int = 1, boundaries=BOUNDARY_NAMES,
-                   families: tuple[str, ...] | None = None, progress=sys.stderr, replace: bool = False):
+def plan_and_build(
+    matrix: Matrix,
+    targets=("c",),
+    out: str | Path = "build/specgen_kernels",
+    arch: str | None = None,
+    jobs: int = 1,
+    boundaries=BOUNDARY_NAMES,
+    families: tuple[str, ...] | None = None,
+    progress=sys.stderr,
+    replace: bool = False,
+):
     """Plan every boundary x layout of ``matrix``, then build the variants the plans name.
 
     The build adds to ``out``: variants already there stay unless ``replace``.
@@ -84,5 +95,17 @@ def plan_and_build(matrix: Matrix, targets=("c",), out: str | Path = "build/spec
     from .codegen.build import build
 
     specs, needed_by, plans = cached_plans(Path(out), matrix, boundaries)
-    return build(specs, needed_by, plans, matrix, targets, out, arch=arch, jobs=jobs, families=families,
-                 progress=progress, version=__version__, replace=replace)
+    return build(
+        specs,
+        needed_by,
+        plans,
+        matrix,
+        targets,
+        out,
+        arch=arch,
+        jobs=jobs,
+        families=families,
+        progress=progress,
+        version=__version__,
+        replace=replace,
+    )

@@ -36,27 +36,37 @@ def tpot_table(result: dict, depth: int) -> str:
     modes = [m for m in ORDER if any(m in v for (d, _), v in runs.items() if d == depth)]
     others = [m for m in modes if m != "specgen"]
     short = "/".join(m[0] for m in modes)
-    head = (f"| B | TPOT ms ({short}) | specgen vs {' / '.join(others)} | k d->v us ({short}) | bare k d->v us "
-            f"| specgen head us | k v->d us ({short}) | bare verify us | draft us | capture s ({short}) | accept |")
+    head = (
+        f"| B | TPOT ms ({short}) | specgen vs {' / '.join(others)} | k d->v us ({short}) | bare k d->v us "
+        f"| specgen head us | k v->d us ({short}) | bare verify us | draft us | capture s ({short}) | accept |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for (d, b), by_mode in sorted(runs.items()):
         if d != depth:
             continue
         s = by_mode.get("specgen", {})
         row = lambda key, digits=1: " / ".join(_fmt(by_mode.get(m, {}).get(key), digits) for m in modes)  # noqa: E731
-        ratios = [f"{(s['tpot_ms'] / by_mode[m]['tpot_ms'] - 1) * 100:+.1f}%"
-                  for m in others if s.get("tpot_ms") and by_mode.get(m, {}).get("tpot_ms")]
+        ratios = [
+            f"{(s['tpot_ms'] / by_mode[m]['tpot_ms'] - 1) * 100:+.1f}%"
+            for m in others
+            if s.get("tpot_ms") and by_mode.get(m, {}).get("tpot_ms")
+        ]
         any_run = next(iter(by_mode.values()))
-        lines.append(f"| {b} | {row('tpot_ms', 3)} | {' / '.join(ratios)} | {row('kernel_draft_to_verify_us')} "
-                     f"| {_fmt(any_run.get('bare_kernel_draft_to_verify_us'))} | {_fmt(s.get('head_us'))} "
-                     f"| {row('kernel_verify_to_draft_us')} | {_fmt(any_run.get('bare_verify_us'), 0)} "
-                     f"| {_fmt(s.get('draft_us'), 0)} | {row('capture_s', 2)} | {_fmt(s.get('acceptance'), 2)} |")
+        lines.append(
+            f"| {b} | {row('tpot_ms', 3)} | {' / '.join(ratios)} | {row('kernel_draft_to_verify_us')} "
+            f"| {_fmt(any_run.get('bare_kernel_draft_to_verify_us'))} | {_fmt(s.get('head_us'))} "
+            f"| {row('kernel_verify_to_draft_us')} | {_fmt(any_run.get('bare_verify_us'), 0)} "
+            f"| {_fmt(s.get('draft_us'), 0)} | {row('capture_s', 2)} | {_fmt(s.get('acceptance'), 2)} |"
+        )
     return "\n".join(lines)
 
 
 def boundary_table(results: list[tuple[str, dict]]) -> str:
-    lines = ["| model | depth | B | specgen k d->v us | bare k d->v us | over bare (goal <= 3) | compile k d->v us "
-             "| <= compile | head us |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | depth | B | specgen k d->v us | bare k d->v us | over bare (goal <= 3) | compile k d->v us "
+        "| <= compile | head us |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, result in results:
         for (d, b), by_mode in sorted(_runs(result).items()):
             s, c = by_mode.get("specgen"), by_mode.get("compile")
@@ -67,8 +77,10 @@ def boundary_table(results: list[tuple[str, dict]]) -> str:
             cgap = c.get("kernel_draft_to_verify_us") if c else None
             ok_bare = "" if over is None else ("yes" if over <= GOAL_OVER_BARE_US else "**no**")
             ok_c = "" if cgap is None else ("yes" if gap <= cgap else "**no**")
-            lines.append(f"| {name} | {d} | {b} | {_fmt(gap)} | {_fmt(bare)} | {_fmt(over)} ({ok_bare}) "
-                         f"| {_fmt(cgap)} | {ok_c} | {_fmt(s.get('head_us'))} |")
+            lines.append(
+                f"| {name} | {d} | {b} | {_fmt(gap)} | {_fmt(bare)} | {_fmt(over)} ({ok_bare}) "
+                f"| {_fmt(cgap)} | {ok_c} | {_fmt(s.get('head_us'))} |"
+            )
     return "\n".join(lines)
 
 

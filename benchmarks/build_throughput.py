@@ -31,8 +31,10 @@ WIDE = ["--widths", "2-16", "--block-table-widths", "32,64", "--block-sizes", "1
 SCENARIOS = {  # name -> (build options, warm rebuild after the cold one)
     "default": ([], True),
     "wide": (WIDE, True),
-    "cuda": (["--target", "c,cuda", "--widths", "4", "--families", "spec_verify_token_update,greedy_prefix_verify"],
-             False),
+    "cuda": (
+        ["--target", "c,cuda", "--widths", "4", "--families", "spec_verify_token_update,greedy_prefix_verify"],
+        False,
+    ),
 }
 
 
@@ -50,16 +52,28 @@ def _one(argv: list[str], out: str, jobs: int) -> dict:
     targets = tuple(args.target.split(","))
     families = tuple(args.families.split(",")) if args.families else None
     s = plan_and_build(matrix, targets, out, arch=args.arch, jobs=jobs, families=families, progress=None)
-    return {"seconds_in_process": round(time.perf_counter() - t0, 2), "built": s.built, "cached": s.cached,
-            "failed": len(s.failed), "lower_s_summed": round(s.lower_s, 1), "compile_s_summed": round(s.compile_s, 1),
-            "compiler_runs": s.compiler_runs, "pool_s": round(s.pool_s, 1), "tail_s": round(s.tail_s, 1)}
+    return {
+        "seconds_in_process": round(time.perf_counter() - t0, 2),
+        "built": s.built,
+        "cached": s.cached,
+        "failed": len(s.failed),
+        "lower_s_summed": round(s.lower_s, 1),
+        "compile_s_summed": round(s.compile_s, 1),
+        "compiler_runs": s.compiler_runs,
+        "pool_s": round(s.pool_s, 1),
+        "tail_s": round(s.tail_s, 1),
+    }
 
 
 def _timed(argv: list[str], out: str, jobs: int) -> dict:
     """One build in a fresh process: wall seconds and the CPU seconds of it and its workers and compilers."""
     before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--one", json.dumps(argv), "--out", out, "--jobs", str(jobs)],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--one", json.dumps(argv), "--out", out, "--jobs", str(jobs)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"build {argv} failed:\n{proc.stderr[-3000:]}")
@@ -69,7 +83,11 @@ def _timed(argv: list[str], out: str, jobs: int) -> dict:
 
 def _median(rows: list[dict]) -> float:
     walls = sorted(r["wall_s"] for r in rows)
-    return walls[len(walls) // 2] if len(walls) % 2 else round((walls[len(walls) // 2 - 1] + walls[len(walls) // 2]) / 2, 2)
+    return (
+        walls[len(walls) // 2]
+        if len(walls) % 2
+        else round((walls[len(walls) // 2 - 1] + walls[len(walls) // 2]) / 2, 2)
+    )
 
 
 def main() -> None:

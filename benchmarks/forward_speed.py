@@ -23,11 +23,11 @@ from pathlib import Path
 
 import torch
 
-from specgen.runtime.engine.clock import replay_us
-from specgen.runtime.engine.draft import MTPHead
-from specgen.runtime.engine.graphs import CapturedGraph
-from specgen.runtime.engine.model import Qwen3Model
-from specgen.runtime.engine.paged_kv import verify_metadata
+from specgen.engine.clock import replay_us
+from specgen.engine.graphs import CapturedGraph
+from specgen.models.mtp_head import MTPHead
+from specgen.models.paged_kv import verify_metadata
+from specgen.models.qwen3 import Qwen3Model
 
 
 def capture(fn) -> torch.cuda.CUDAGraph:
@@ -99,17 +99,30 @@ def main(argv=None) -> dict:
             draft = replay_us(gd.replay, a.repeats, 10, warm=3)
             draft_kernels, draft_top = kernels_in(gd)
             del gd
-            row = {"kernels": kernels, "batch": b, "width": w, "context": a.context,
-                   "verify_us": round(verify, 1), "draft_us_per_token": round(draft, 1),
-                   "verify_kernels": n_kernels,
-                   "kernels_per_layer": round(n_kernels / model.config.num_layers, 2),
-                   "draft_kernels": draft_kernels, "first_capture_s": round(cap_s, 2)}
+            row = {
+                "kernels": kernels,
+                "batch": b,
+                "width": w,
+                "context": a.context,
+                "verify_us": round(verify, 1),
+                "draft_us_per_token": round(draft, 1),
+                "verify_kernels": n_kernels,
+                "kernels_per_layer": round(n_kernels / model.config.num_layers, 2),
+                "draft_kernels": draft_kernels,
+                "first_capture_s": round(cap_s, 2),
+            }
             print(json.dumps(row), flush=True)
             row.update(verify_top_kernels=verify_top, draft_top_kernels=draft_top)
             rows.append(row)
-    out = {"command": "python benchmarks/forward_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "model": a.model, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "block_size": bs, "block_table_width": bt_w, "rows": rows}
+    out = {
+        "command": "python benchmarks/forward_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "model": a.model,
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "block_size": bs,
+        "block_table_width": bt_w,
+        "rows": rows,
+    }
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(out, indent=1) + "\n")

@@ -15,11 +15,11 @@
 #   specgen build --target cuda --widths 2-16 --block-table-widths 64 --block-sizes 128 --draft-dtypes int32 \
 #       --families spec_verify_head_update,spec_verify_token_update,spec_verify_metadata_update,\
 #       spec_verify_attention_tiling_update --out build/head_kernels
-# Stages: tests (every GPU test), engine-tests (tests/engine only: the decode engine's modes),
+# Stages: tests (every GPU test), engine-tests (tests/models, tests/engine, tests/bench: the reference application),
 # sanitize (the CUDA fuzz of every family under compute-sanitizer memcheck, racecheck, initcheck),
 # block-bench (DFlash depth 15 and DSpark depth 7 drafts, three modes),
 # fuzz-heads (the CUDA fuzz of the head families at W = 2..16, build/head_kernels), heads (benchmarks/head_updates.py), bench / bench-8b (`specgen bench`, four modes, Qwen3-0.6B / Qwen3-8B
-# shapes, context 1024, the default build's bt64 bs128 layout; cli/bench.py over runtime/engine/bench.py),
+# shapes, context 1024, the default build's bt64 bs128 layout; cli/bench.py over bench/harness.py),
 # (DEPTHS, e.g. 3,4,5, MODES and STEPS choose the sweep), host-profile (cProfile of the host's step loop), bench-mtp (the MTP head's own acceptance), forward (benchmarks/forward_speed.py: the bare verify
 # forward and the draft step, torch and Triton forwards, kernels per layer).
 # Usage: benchmarks/h200.sh OUT_DIR [tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b] [host-profile]
@@ -37,7 +37,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 for stage in "$@"; do
   case $stage in
     tests) python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/ 2>&1 | tee "$out/gpu_tests.txt" | tail -40 ;;
-    engine-tests) python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/engine 2>&1 \
+    engine-tests) python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/models tests/engine tests/bench 2>&1 \
              | tee "$out/gpu_engine_tests.txt" | tail -20 ;;
     sanitize)
       for tool in memcheck racecheck initcheck; do

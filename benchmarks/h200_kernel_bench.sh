@@ -50,7 +50,7 @@ for depth in 3 4 5; do
   test -f "$d/costs.json" || { echo "bench_d$depth: no costs.json  <-- MISSING"; continue; }
   python3 -m specgen plan --compare "$d/bench.json" --costs "$d/costs.json" | tee "$d/compare.md"
 done
-timeout 150 python3 -m pytest -q -s -p no:cacheprovider tests/engine/test_bench_kernels.py tests/engine/test_mode_inductor.py \
+timeout 150 python3 -m pytest -q -s -p no:cacheprovider tests/bench/test_bench_kernels.py tests/engine/modes/test_inductor.py \
   2>&1 | tail -25 | tee "$out/gpu_tests.txt"
 rm -rf "$out/.inductor_cache"
 echo "total $((SECONDS - t0)) s"

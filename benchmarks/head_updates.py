@@ -1,6 +1,7 @@
-"""Check every built cuda variant against the families' torch semantics, then time the graph-head updates.
+r"""Check every built cuda variant against the families' torch semantics, then time the graph-head updates.
 
-    python benchmarks/head_updates.py --kernels build/head_kernels --out benchmarks/results/performance/head_updates.json
+    python benchmarks/head_updates.py --kernels build/head_kernels \
+        --out benchmarks/results/performance/head_updates.json
 
 (``build/head_kernels``: ``specgen build --target cuda --widths 2-16 --block-table-widths 64
 --block-sizes 128 --draft-dtypes int32 --families spec_verify_head_update,spec_verify_token_update,
@@ -26,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-from specgen.runtime.engine.clock import replay_us
-from specgen.runtime.engine.graphs import CapturedGraph
+from specgen.engine.clock import replay_us
+from specgen.engine.graphs import CapturedGraph
 from specgen.runtime.library import load_library
 from specgen.runtime.semantics import REFERENCES, reference_kwargs
 from specgen.specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, shape_of
@@ -42,10 +43,15 @@ def _inputs(fam, W, BT, BS, B, dtype, g, dev):
     target = torch.randint(50, 100, (B, W), generator=g, dtype=torch.int32)
     for b in range(B):
         target[b, : acc[b]] = drafts[b, : acc[b]].to(torch.int32)
-    vals = {"seq_lens": seq, "block_table": torch.randint(0, 4096, (B, BT), generator=g, dtype=torch.int32),
-            "last_tokens": torch.randint(0, 50, (B,), generator=g, dtype=torch.int32),
-            "draft_tokens": drafts.to(getattr(torch, dtype)) if FAMILIES[fam].has_draft_dtype else drafts.int(),
-            "target_tokens": target, "accepted": acc, "scratch_slot": torch.tensor([4096 * BS], dtype=torch.int32)}
+    vals = {
+        "seq_lens": seq,
+        "block_table": torch.randint(0, 4096, (B, BT), generator=g, dtype=torch.int32),
+        "last_tokens": torch.randint(0, 50, (B,), generator=g, dtype=torch.int32),
+        "draft_tokens": drafts.to(getattr(torch, dtype)) if FAMILIES[fam].has_draft_dtype else drafts.int(),
+        "target_tokens": target,
+        "accepted": acc,
+        "scratch_slot": torch.tensor([4096 * BS], dtype=torch.int32),
+    }
     out = []
     for a in FAMILIES[fam].args:
         t = torch.full(shape_of(a, B, W, BT), -777, dtype=torch.int32) if a.output else vals[a.name]
@@ -119,9 +125,16 @@ def head_cost(lib, dev, W, B) -> dict:
     head = time_graph(with_head, replays=100)
     one = time_graph(with_fused_head, replays=100)
     alone = time_graph(fused_alone, replays=20) / ALONE
-    return {"width": W, "batch": B, "bare_graph_us": round(bare, 3), "with_head_us": round(head, 3),
-            "head_updates_us": round(head - bare, 3), "with_fused_head_us": round(one, 3),
-            "fused_head_update_us": round(one - bare, 3), "fused_head_alone_us": round(alone, 3)}
+    return {
+        "width": W,
+        "batch": B,
+        "bare_graph_us": round(bare, 3),
+        "with_head_us": round(head, 3),
+        "head_updates_us": round(head - bare, 3),
+        "with_fused_head_us": round(one, 3),
+        "fused_head_update_us": round(one - bare, 3),
+        "fused_head_alone_us": round(alone, 3),
+    }
 
 
 def main(argv=None) -> int:
@@ -132,21 +145,36 @@ def main(argv=None) -> int:
     dev = torch.device("cuda")
     lib = load_library(args.kernels)
     checks = check_all(lib, dev)
-    widths = sorted({e.width for e in lib.entries() if e.target == "cuda" and e.family == "spec_verify_head_update"
-                     and e.block_table_width == 64 and e.block_size == 128})
+    widths = sorted(
+        {
+            e.width
+            for e in lib.entries()
+            if e.target == "cuda"
+            and e.family == "spec_verify_head_update"
+            and e.block_table_width == 64
+            and e.block_size == 128
+        }
+    )
     timings = [head_cost(lib, dev, W, B) for W in widths for B in BATCHES]
-    report = {"command": "python " + " ".join(sys.argv), "device": torch.cuda.get_device_name(),
-              "torch": torch.__version__, "variants_checked": checks, "all_match": all(checks.values()),
-              "head_update_timings": timings}
+    report = {
+        "command": "python " + " ".join(sys.argv),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "variants_checked": checks,
+        "all_match": all(checks.values()),
+        "head_update_timings": timings,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(json.dumps({"all_match": report["all_match"], "n": len(checks)}))
     for t in timings:
         print(t)
     worst = max(timings, key=lambda t: t["fused_head_alone_us"])
-    print(f"widths {widths[0]}..{widths[-1]}, batches {BATCHES[0]}..{BATCHES[-1]}: composite head at most "
-          f"{worst['fused_head_alone_us']} us alone (W={worst['width']}, B={worst['batch']}), at most "
-          f"{max(t['fused_head_update_us'] for t in timings)} us in front of the forward")
+    print(
+        f"widths {widths[0]}..{widths[-1]}, batches {BATCHES[0]}..{BATCHES[-1]}: composite head at most "
+        f"{worst['fused_head_alone_us']} us alone (W={worst['width']}, B={worst['batch']}), at most "
+        f"{max(t['fused_head_update_us'] for t in timings)} us in front of the forward"
+    )
     return 0 if report["all_match"] else 1
 
 

@@ -27,18 +27,24 @@ def measure(kernels: Path, width: int, calls: int, repeats: int) -> list[dict]:
     from specgen.runtime.verify_graph import Prologue, SpecVerifyRuntime
 
     lib = load_library(kernels)
-    layouts = sorted({(v.block_table_width, v.block_size) for v in lib.manifest.variants
-                      if v.family == "spec_verify_head_update" and v.width == width})
+    layouts = sorted(
+        {
+            (v.block_table_width, v.block_size)
+            for v in lib.manifest.variants
+            if v.family == "spec_verify_head_update" and v.width == width
+        }
+    )
     if not layouts:
         raise SystemExit(f"{kernels}: no spec_verify_head_update variant at width {width}")
     bt, bs = layouts[0]
     caps = SpeculativeVerifyCapabilities(supports_in_graph_input_update=True, block_size=bs, block_table_width=bt)
-    plans = {"as built": None,
-             "hoisted beside a draft": Prologue(lambda: None, writes=("draft_tokens",), setup=lambda: None)}
+    plans = {
+        "as built": None,
+        "hoisted beside a draft": Prologue(lambda: None, writes=("draft_tokens",), setup=lambda: None),
+    }
     out = []
     for plan, prologue in plans.items():
-        rt = SpecVerifyRuntime(lib, lambda b: b["tokens"].view(-1, width), caps, width, max_batch=1,
-                               prologue=prologue)
+        rt = SpecVerifyRuntime(lib, lambda b: b["tokens"].view(-1, width), caps, width, max_batch=1, prologue=prologue)
         table = rt.buffers(1)["block_table"][:1]
         for case, bounds in (("guards hold", (bt * bs // 2, bt * bs // 2 + width)), ("a guard fails", (0, 10**9))):
             runs = []
@@ -47,8 +53,16 @@ def measure(kernels: Path, width: int, calls: int, repeats: int) -> list[dict]:
                 for _ in range(calls):
                     reason = rt._reason(1, table, bounds)
                 runs.append((time.perf_counter() - t) / calls * 1e6)
-            out.append({"plan": plan, "kernels": len(rt.step_plan.kernels), "case": case, "reason": reason,
-                        "us_per_step": round(statistics.median(runs), 2), "runs_us": [round(x, 2) for x in runs]})
+            out.append(
+                {
+                    "plan": plan,
+                    "kernels": len(rt.step_plan.kernels),
+                    "case": case,
+                    "reason": reason,
+                    "us_per_step": round(statistics.median(runs), 2),
+                    "runs_us": [round(x, 2) for x in runs],
+                }
+            )
     return out
 
 
@@ -64,8 +78,11 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"{r['plan']:>24}  {r['kernels']} kernels  {r['case']:>13}: {r['us_per_step']:8.1f} us per step")
     if args.out:
-        doc = {"command": " ".join(["python", "benchmarks/host_step_cost.py", *(argv or sys.argv[1:])]),
-               "python": sys.version.split()[0], "rows": rows}
+        doc = {
+            "command": " ".join(["python", "benchmarks/host_step_cost.py", *(argv or sys.argv[1:])]),
+            "python": sys.version.split()[0],
+            "rows": rows,
+        }
         args.out.write_text(json.dumps(doc, indent=1))
     return 0
 

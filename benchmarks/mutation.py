@@ -67,8 +67,18 @@ def mutate(source: str, mutation: dict) -> str:
 def _pytest(copy: Path, tests: list[str], timeout: int) -> tuple[int, str, float]:
     env = dict(os.environ, PYTHONPATH=str(copy.parent), SPECGEN_VERIFY="1")
     # the list's own test would "kill" every mutant (its patch no longer applies to a mutated copy)
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--hypothesis-seed=0",
-           f"--ignore={SELF_TEST}", *tests]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-x",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--hypothesis-seed=0",
+        f"--ignore={SELF_TEST}",
+        *tests,
+    ]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)

@@ -6,7 +6,7 @@
 #       --boundary draft-to-verify,verify-to-draft --out build/bench_kernels
 # Leave the machine's NCCL_NVLS_ENABLE=0 / TORCH_SYMM_MEM_DISABLE_MULTICAST=1 / NVSHMEM_DISABLE_NVLS=1 as set.
 # Stages (each fits one 10-minute command; every multi-GPU command runs under a timeout):
-#   tp-tests   tests/engine/test_tp.py on the GPUs: TP2 == TP1 greedy for every mode, widths 2-6,
+#   tp-tests   tests/parallel/test_tp.py on the GPUs: TP2 == TP1 greedy for every mode, widths 2-6,
 #              batches 1/3/8, the rank check after every step, 0 host syncs per specgen step
 #   tp-check   `torchrun ... specgen bench --tp 2 --check-ranks 1 --check` on the tiny model (NCCL)
 #   tp-bench1  specgen bench at Qwen3-0.6B shapes, TP1: depth 3, B = 1, 8, 32, every mode
@@ -25,7 +25,7 @@ BENCH="--model qwen3-0.6b --depth 3 --batch 1,8,32 --steps 64 --warmup 3 --modes
 for stage in "$@"; do
   case $stage in
     tp-tests)
-      timeout -k 10 570 python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/engine/test_tp.py 2>&1 \
+      timeout -k 10 570 python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/parallel/test_tp.py 2>&1 \
         | tee "$out/tp_gpu_tests.txt" | tail -20 ;;
     tp-check)
       timeout -k 10 150 torchrun --nproc-per-node 2 -m specgen bench --model tiny --tp 2 --check-ranks 1 --check \

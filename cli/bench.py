@@ -1,6 +1,6 @@
 """``specgen bench``: decode with every boundary mode and measure them side by side.
 
-The harness lives beside the engine (``runtime/engine/bench.py``); this
+The harness lives beside the engine (``bench/harness.py``); this
 command parses the options, builds the kernels the run needs when they are
 missing (planning and code generation happen here, above the runtime), runs
 the harness and writes ``bench.json``, ``costs.json`` (the cost model's
@@ -24,45 +24,72 @@ BENCH_BOUNDARIES = (DRAFT_TO_VERIFY, VERIFY_TO_DRAFT)  # the MTP draft's; a draf
 def register(sub) -> None:
     """Add the ``bench`` subcommand to the ``sub`` parsers."""
     p = sub.add_parser("bench", help="decode with every boundary mode and measure them side by side")
-    p.add_argument("--model", default="tiny", choices=["tiny", "qwen3-0.6b", "qwen3-8b"],
-                   help="model preset (random weights)")
+    p.add_argument(
+        "--model", default="tiny", choices=["tiny", "qwen3-0.6b", "qwen3-8b"], help="model preset (random weights)"
+    )
     p.add_argument("--depth", default="3", help="drafts per step (verify width = depth + 1), e.g. 3 or 3,4,5")
     p.add_argument("--draft", default="mtp", help="draft kind: mtp (default), dflash or dspark")
-    p.add_argument("--draft-weights", metavar="DIR", help="a DFlash / DSpark draft from a local safetensors folder "
-                   "(default: random weights)")
+    p.add_argument(
+        "--draft-weights",
+        metavar="DIR",
+        help="a DFlash / DSpark draft from a local safetensors folder (default: random weights)",
+    )
     p.add_argument("--batch", default="1", help="batch sizes, e.g. 1,8,32")
     p.add_argument("--steps", type=int, default=32, help="timed decode steps per run")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (capture, compilation)")
     p.add_argument("--modes", help="registered boundary modes, comma-separated (default: every one)")
-    p.add_argument("--acceptance", type=float, help="drafts agree with the target with probability p "
-                   "(default: the MTP head's own drafts)")
+    p.add_argument(
+        "--acceptance",
+        type=float,
+        help="drafts agree with the target with probability p (default: the MTP head's own drafts)",
+    )
     p.add_argument("--check", action="store_true", help="also compare every mode with plain greedy decoding")
     p.add_argument("--out", default="bench_results", help="folder for bench.json and timeline.png")
     p.add_argument("--kernels", help="kernel build folder (default build/bench_kernels, built when missing)")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--block-table-width", type=int, default=32, help="blocks per sequence (0: just enough)")
     p.add_argument("--prompt-len", type=int, default=32, help="longest prompt; lengths vary down to half")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
-                   help="auto: bfloat16 for qwen3-0.6b on CUDA, else float32")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "bfloat16"],
+        help="auto: bfloat16 for qwen3-0.6b on CUDA, else float32",
+    )
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--bare-repeats", type=int, default=30,
-                   help="draft + bare verify replays timed for the boundary figures")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks of the target, one process per "
-                   "device (NCCL on GPUs, gloo on the CPU); launched here unless run under torchrun")
+    p.add_argument(
+        "--bare-repeats", type=int, default=30, help="draft + bare verify replays timed for the boundary figures"
+    )
+    p.add_argument(
+        "--tp",
+        type=int,
+        default=1,
+        help="tensor-parallel ranks of the target, one process per "
+        "device (NCCL on GPUs, gloo on the CPU); launched here unless run under torchrun",
+    )
     p.add_argument("--draft-tp", type=int, default=1, help="1: the MTP draft body whole on every rank; or --tp")
-    p.add_argument("--check-ranks", type=int, default=0, metavar="N",
-                   help="compare the ranks' step state every N steps; stop at the first differing field")
-    p.add_argument("--profile-steps", type=int, default=8, help="after the timed runs, profile this many steps "
-                   "of each run with torch.profiler for the kernel-level figures and the cost model's calibration "
-                   "costs.json (the CPU: baseline runs, host compute only; 0: off)")
+    p.add_argument(
+        "--check-ranks",
+        type=int,
+        default=0,
+        metavar="N",
+        help="compare the ranks' step state every N steps; stop at the first differing field",
+    )
+    p.add_argument(
+        "--profile-steps",
+        type=int,
+        default=8,
+        help="after the timed runs, profile this many steps "
+        "of each run with torch.profiler for the kernel-level figures and the cost model's calibration "
+        "costs.json (the CPU: baseline runs, host compute only; 0: off)",
+    )
     p.add_argument("--replot", metavar="BENCH_JSON", help="only redraw timeline.png from a bench.json")
     p.set_defaults(func=run)
 
 
 def _modes(text: str | None) -> tuple[str, ...]:
     """The ``--modes`` list, each a registered mode (default: all of them)."""
-    from ..runtime.engine.modes import MODES
+    from ..engine.modes import MODES
 
     if text is None:
         return tuple(MODES)
@@ -74,7 +101,7 @@ def _modes(text: str | None) -> tuple[str, ...]:
 
 
 def _replot(path: str) -> int:
-    from ..runtime.engine.bench_report import ResultError, check, plot
+    from ..bench.report import ResultError, check, plot
 
     try:
         result = check(json.loads(Path(path).read_text()))
@@ -100,17 +127,36 @@ def run(args) -> int:
         return _replot(args.replot)
     depths, batches = int_list(args.depth, "--depth"), int_list(args.batch, "--batch")
     modes = _modes(args.modes)
-    from ..runtime.engine import bench, bench_report, parallel
+    from ..bench import harness as bench
+    from ..bench import report as bench_report
+    from ..parallel import group as parallel
 
     command = "specgen bench " + " ".join(args.cli_argv[1:])  # the words after "bench", as given
     try:
         config = bench.configure(
-            model=args.model, depths=depths, batches=batches, modes=modes, steps=args.steps, warmup=args.warmup,
-            acceptance=args.acceptance, check=args.check, block_size=args.block_size,
-            block_table_width=args.block_table_width, prompt_len=args.prompt_len, dtype=args.dtype,
-            device=args.device, seed=args.seed, bare_repeats=args.bare_repeats, command=command, draft=args.draft,
-            draft_weights=args.draft_weights, tp=args.tp,
-            draft_tp=args.draft_tp, check_ranks=args.check_ranks, profile_steps=args.profile_steps)
+            model=args.model,
+            depths=depths,
+            batches=batches,
+            modes=modes,
+            steps=args.steps,
+            warmup=args.warmup,
+            acceptance=args.acceptance,
+            check=args.check,
+            block_size=args.block_size,
+            block_table_width=args.block_table_width,
+            prompt_len=args.prompt_len,
+            dtype=args.dtype,
+            device=args.device,
+            seed=args.seed,
+            bare_repeats=args.bare_repeats,
+            command=command,
+            draft=args.draft,
+            draft_weights=args.draft_weights,
+            tp=args.tp,
+            draft_tp=args.draft_tp,
+            check_ranks=args.check_ranks,
+            profile_steps=args.profile_steps,
+        )
         out = writable_dir(args.out, "--out")  # before the run: results that cannot be written are lost
         if config.cuda:
             parallel.check_gpus(config.tp)
@@ -125,8 +171,10 @@ def run(args) -> int:
         return 0
     print(bench_report.table(result))
     if not bench_report.ok_runs(result):
-        print(f"specgen: no run finished; {out / 'bench.json'} and its timeline.png are left as they were",
-              file=sys.stderr)
+        print(
+            f"specgen: no run finished; {out / 'bench.json'} and its timeline.png are left as they were",
+            file=sys.stderr,
+        )
         return 1
     for p in bench_report.write(result, out):
         print(f"wrote {p}")
@@ -135,14 +183,14 @@ def run(args) -> int:
 
 def _launch_ranks(args) -> int:
     """``specgen bench --tp N`` outside torchrun: this same command as N local ranks (rank 0 reports)."""
-    from ..runtime.engine import launch
+    from ..parallel import launch
 
     return launch.launch([sys.executable, "-m", "specgen", *args.cli_argv], args.tp, quiet_ranks=True)
 
 
 def _measure(args, config, tp, trace_dir) -> dict:
     """Run the harness on this rank; rank 0 builds missing kernels while the others wait."""
-    from ..runtime.engine import bench
+    from ..bench import harness as bench
 
     try:
         library = None
@@ -189,15 +237,20 @@ def _build(out: Path, todo, config) -> None:
         from ..driver import plan_and_build
         from ..specializations import Matrix
     except ImportError as e:  # no TileLang on this machine: kernels must come prebuilt
-        raise UsageError(f"kernels for {', '.join(lay.key for lay in todo)} ({target}) are not built in {out} and "
-                         f"this machine cannot build them ({e}); run specgen build --target {target} --boundary "
-                         f"{','.join(config.boundaries)} --widths {','.join(map(str, widths))} --block-table-widths "
-                         f"{config.block_table_width} --block-sizes {config.block_size} --out {out} where TileLang "
-                         "is installed") from None
-    print(f"bench: building {len(todo)} missing layout(s) for target {target} into {out}", file=sys.stderr,
-          flush=True)
-    matrix = Matrix(widths=tuple(widths), block_table_widths=(config.block_table_width,),
-                    block_sizes=(config.block_size,), draft_dtypes=("int32",))
+        raise UsageError(
+            f"kernels for {', '.join(lay.key for lay in todo)} ({target}) are not built in {out} and "
+            f"this machine cannot build them ({e}); run specgen build --target {target} --boundary "
+            f"{','.join(config.boundaries)} --widths {','.join(map(str, widths))} --block-table-widths "
+            f"{config.block_table_width} --block-sizes {config.block_size} --out {out} where TileLang "
+            "is installed"
+        ) from None
+    print(f"bench: building {len(todo)} missing layout(s) for target {target} into {out}", file=sys.stderr, flush=True)
+    matrix = Matrix(
+        widths=tuple(widths),
+        block_table_widths=(config.block_table_width,),
+        block_sizes=(config.block_size,),
+        draft_dtypes=("int32",),
+    )
     summary = plan_and_build(matrix, (target,), out=out, jobs=2, boundaries=config.boundaries, progress=sys.stderr)
     if summary.failed:
         raise UsageError(f"building the bench kernels failed: {summary.failed[0]}")

@@ -42,11 +42,16 @@ def _matrix_file(path: str):
         raise UsageError(f"--matrix {path}: not valid TOML: {e}") from None
     for key, kind in _MATRIX_TYPES.items():
         value = data.get(key)
-        if value is not None and (not isinstance(value, list) or not value
-                                  or any(not isinstance(v, kind) or isinstance(v, bool) for v in value)):
-            raise UsageError(f"--matrix {path}: '{key}' must be a non-empty list of "
-                             f"{'integers' if kind is int else 'strings'}, e.g. {key} = "
-                             f"{[4, 5] if kind is int else ['int32']}; got {value!r}")
+        if value is not None and (
+            not isinstance(value, list)
+            or not value
+            or any(not isinstance(v, kind) or isinstance(v, bool) for v in value)
+        ):
+            raise UsageError(
+                f"--matrix {path}: '{key}' must be a non-empty list of "
+                f"{'integers' if kind is int else 'strings'}, e.g. {key} = "
+                f"{[4, 5] if kind is int else ['int32']}; got {value!r}"
+            )
     splits = data.get("num_splits")
     if splits is not None and (not isinstance(splits, int) or isinstance(splits, bool)):
         raise UsageError(f"--matrix {path}: 'num_splits' must be an integer, got {splits!r}")
@@ -59,10 +64,12 @@ def _matrix(args):
     matrix = _matrix_file(args.matrix) if args.matrix else DEFAULT
     return matrix.with_overrides(
         widths=int_list(args.widths, "--widths") if args.widths is not None else None,
-        block_table_widths=(int_list(args.block_table_widths, "--block-table-widths")
-                            if args.block_table_widths is not None else None),
+        block_table_widths=(
+            int_list(args.block_table_widths, "--block-table-widths") if args.block_table_widths is not None else None
+        ),
         block_sizes=int_list(args.block_sizes, "--block-sizes") if args.block_sizes is not None else None,
-        draft_dtypes=name_list(args.draft_dtypes, "--draft-dtypes") if args.draft_dtypes is not None else None)
+        draft_dtypes=name_list(args.draft_dtypes, "--draft-dtypes") if args.draft_dtypes is not None else None,
+    )
 
 
 def default_jobs() -> int:
@@ -92,9 +99,17 @@ def run(args) -> int:
         raise UsageError(str(e)) from None
     out = writable_dir(args.out, "--out")
     try:
-        summary = plan_and_build(matrix, targets, out, arch=args.arch, jobs=args.jobs or default_jobs(),
-                                 boundaries=tuple(boundaries), families=families or None,
-                                 progress=None if args.quiet else sys.stderr, replace=args.replace)
+        summary = plan_and_build(
+            matrix,
+            targets,
+            out,
+            arch=args.arch,
+            jobs=args.jobs or default_jobs(),
+            boundaries=tuple(boundaries),
+            families=families or None,
+            progress=None if args.quiet else sys.stderr,
+            replace=args.replace,
+        )
     except (MatrixError, ToolchainMissing, BuildError) as e:
         raise UsageError(str(e)) from None
     except Exception as e:
@@ -113,12 +128,20 @@ def register(sub) -> None:
     p = sub.add_parser("build", help="generate and compile the kernel variants ahead of time (adds to --out)")
     p.add_argument("--target", default="c", help="c | cuda | ascend, comma-separated (default c)")
     p.add_argument("--arch", default="sm_90", help="CUDA architecture for --target cuda (default sm_90)")
-    p.add_argument("--out", default="build/specgen_kernels",
-                   help="output folder, an importable package; a build adds to what is there")
-    p.add_argument("--replace", action="store_true",
-                   help="remove the variants earlier builds put in --out (default: keep them)")
-    p.add_argument("--jobs", type=int, default=None,
-                   help="parallel lowering/compile workers (default: one per CPU core this process may use)")
+    p.add_argument(
+        "--out",
+        default="build/specgen_kernels",
+        help="output folder, an importable package; a build adds to what is there",
+    )
+    p.add_argument(
+        "--replace", action="store_true", help="remove the variants earlier builds put in --out (default: keep them)"
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="parallel lowering/compile workers (default: one per CPU core this process may use)",
+    )
     p.add_argument("--boundary", help="boundaries to plan (default all three), comma-separated")
     p.add_argument("--widths", help="verify widths, e.g. 4,5,6 or 2-16")
     p.add_argument("--block-table-widths", help="e.g. 32,64")

@@ -52,6 +52,7 @@ def writable_dir(path: str | Path, option: str) -> Path:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as e:
-        raise UsageError(f"{option} {path}: cannot write there ({e.strerror or e}); choose a folder you can "
-                         f"write to") from None
+        raise UsageError(
+            f"{option} {path}: cannot write there ({e.strerror or e}); choose a folder you can write to"
+        ) from None
     return path

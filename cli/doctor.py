@@ -16,16 +16,25 @@ def _targets() -> None:
     import torch
 
     print(f"torch {torch.__version__}")
-    print("target c: can run (CPU)" if shutil.which("g++") or shutil.which("clang++")
-          else "target c: artifacts load; building needs g++ or clang++")
+    print(
+        "target c: can run (CPU)"
+        if shutil.which("g++") or shutil.which("clang++")
+        else "target c: artifacts load; building needs g++ or clang++"
+    )
     if torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability()
         print(f"target cuda: {torch.cuda.get_device_name()} (sm_{major}{minor})")
     else:
         print("target cuda: no CUDA device visible to torch")
     print("nvcc: " + (shutil.which("nvcc") or "not on PATH (cuda builds need it)"))
-    print("target ascend: " + ("torch_npu importable" if importlib.util.find_spec("torch_npu")
-                               else "torch_npu not installed; nothing has been run on Ascend hardware"))
+    print(
+        "target ascend: "
+        + (
+            "torch_npu importable"
+            if importlib.util.find_spec("torch_npu")
+            else "torch_npu not installed; nothing has been run on Ascend hardware"
+        )
+    )
 
 
 def _cannot_run_here(target: str) -> str | None:
@@ -64,8 +73,10 @@ def run(args) -> int:
     by_target: dict[str, list] = {}
     for e in lib.entries():
         by_target.setdefault(e.target, []).append(e)
-    print(f"kernels {args.kernels}: {len(lib.entries())} variant(s) "
-          f"({', '.join(f'{t}: {len(v)}' for t, v in sorted(by_target.items()))})")
+    print(
+        f"kernels {args.kernels}: {len(lib.entries())} variant(s) "
+        f"({', '.join(f'{t}: {len(v)}' for t, v in sorted(by_target.items()))})"
+    )
     for target, entries in sorted(by_target.items()):
         why = _cannot_run_here(target)
         intact = [e for e in entries if e.artifact not in damaged]

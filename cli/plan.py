@@ -11,13 +11,26 @@ from pathlib import Path
 
 from .common import UsageError, writable_dir
 
-_COUNTS = ("host_syncs_on_critical_path", "h2d_copies_on_critical_path", "host_calls_after_final_draft",
-           "predicted_bubble_us")
+_COUNTS = (
+    "host_syncs_on_critical_path",
+    "h2d_copies_on_critical_path",
+    "host_calls_after_final_draft",
+    "predicted_bubble_us",
+)
 
 
 def run(args) -> int:
-    from ..passes import (DEFAULT_PIPELINE, BoundaryGraphError, CostModel, PassManager, PassPipelineError,
-                          build_boundary, render_mermaid, render_text, summary)
+    from ..passes import (
+        DEFAULT_PIPELINE,
+        BoundaryGraphError,
+        CostModel,
+        PassManager,
+        PassPipelineError,
+        build_boundary,
+        render_mermaid,
+        render_text,
+        summary,
+    )
     from ..specializations.capabilities import SpeculativeVerifyCapabilities
 
     if args.compare:
@@ -33,8 +46,15 @@ def run(args) -> int:
     caps = SpeculativeVerifyCapabilities(has_linear_state=args.linear_state)
     dump_dir = writable_dir(args.dump_dir, "--dump-dir") if args.dump_dir else None
     try:
-        before = build_boundary(args.boundary, width=args.width, batch=args.batch, block_size=args.block_size,
-                                block_table_width=args.block_table_width, draft_dtype=args.draft_dtype, caps=caps)
+        before = build_boundary(
+            args.boundary,
+            width=args.width,
+            batch=args.batch,
+            block_size=args.block_size,
+            block_table_width=args.block_table_width,
+            draft_dtype=args.draft_dtype,
+            caps=caps,
+        )
         try:
             pm = PassManager.from_text(_pipeline(args.pipeline or DEFAULT_PIPELINE), dump_dir=dump_dir)
         except ValueError as e:  # an option value that is not a number
@@ -111,8 +131,9 @@ def _pipeline(text: str) -> str:
             except ValueError:
                 ok = False
             if not ok:
-                raise UsageError(f"--pipeline: {name.strip()}{{{key}={val}}}: {key} must be an integer of at "
-                                 f"least {low}")
+                raise UsageError(
+                    f"--pipeline: {name.strip()}{{{key}={val}}}: {key} must be an integer of at least {low}"
+                )
     return text
 
 
@@ -129,8 +150,15 @@ def register(sub) -> None:
     p.add_argument("--costs", help="JSON calibration file overriding the cost model")
     p.add_argument("--format", choices=("text", "mermaid", "json"), default="text")
     p.add_argument("--dump-dir", help="write every stage as {idx:03d}_{pass}.txt")
-    p.add_argument("--compare", metavar="BENCH_JSON", help="predicted bubble of each boundary and mode (default "
-                   "costs, and --costs) next to a bench.json's measured ones: a markdown table and a JSON file")
-    p.add_argument("--compare-json", metavar="FILE", help="where --compare writes its JSON (default: compare.json "
-                   "beside BENCH_JSON)")
+    p.add_argument(
+        "--compare",
+        metavar="BENCH_JSON",
+        help="predicted bubble of each boundary and mode (default "
+        "costs, and --costs) next to a bench.json's measured ones: a markdown table and a JSON file",
+    )
+    p.add_argument(
+        "--compare-json",
+        metavar="FILE",
+        help="where --compare writes its JSON (default: compare.json beside BENCH_JSON)",
+    )
     p.set_defaults(func=run)

@@ -40,8 +40,10 @@ DEFAULT = "default"
 COMPILE_PIPELINE = "sync-to-event,hoist,fuse,capture"
 MODE_PIPELINES = {"baseline": None, "compile": COMPILE_PIPELINE, "inductor": DEFAULT, "specgen": DEFAULT}
 READ_BACK_FIRST = {"compile"}  # modes whose host waits for the step's result before the next draft
-MEASURED = {"draft-to-verify": ("draft_to_verify_us", "kernel_draft_to_verify_us"),
-            "verify-to-draft": ("verify_to_draft_us", "kernel_verify_to_draft_us")}
+MEASURED = {
+    "draft-to-verify": ("draft_to_verify_us", "kernel_draft_to_verify_us"),
+    "verify-to-draft": ("verify_to_draft_us", "kernel_verify_to_draft_us"),
+}
 
 
 def _read_back_first(graph):
@@ -50,7 +52,7 @@ def _read_back_first(graph):
     names = [o.name for o in ops]
     end_stream = graph.op(graph.end).stream
     at = next((i for i in range(names.index(graph.start) + 1, len(ops)) if ops[i].stream == end_stream), None)
-    syncs = [o for o in ops[at or 0:] if o.kind.value == "host_sync"]
+    syncs = [o for o in ops[at or 0 :] if o.kind.value == "host_sync"]
     if at is None or not syncs:
         return graph
     rest = [o for o in ops if o not in syncs]
@@ -61,8 +63,12 @@ def _read_back_first(graph):
 def _graph(boundary: str, mode: str, run: dict, layout: dict):
     from ..passes import DEFAULT_PIPELINE, build_boundary, run_pipeline
 
-    kw = dict(width=run["width"], batch=run["batch"], block_size=layout.get("block_size", 16),
-              block_table_width=layout.get("block_table_width", 32))
+    kw = dict(
+        width=run["width"],
+        batch=run["batch"],
+        block_size=layout.get("block_size", 16),
+        block_table_width=layout.get("block_table_width", 32),
+    )
     if run.get("draft_us") and run.get("depth"):
         kw["draft_us"] = float(run["draft_us"]) / run["depth"]
     if run.get("bare_verify_us"):
@@ -95,13 +101,19 @@ def compare(result: dict, costs: dict | None = None) -> list[dict]:
             g = _graph(boundary, run["mode"], run, layout)
             cal = _calibrated(costs, run["batch"])
             pipeline = MODE_PIPELINES[run["mode"]]
-            rows.append({
-                "boundary": boundary, "mode": run["mode"], "depth": run["depth"], "batch": run["batch"],
-                "pipeline": "none (before passes)" if pipeline is None else pipeline,
-                "predicted_default_us": round(bubble_us(g, CostModel()), 2),
-                "predicted_calibrated_us": round(bubble_us(g, cal), 2) if cal is not None else None,
-                "measured_events_us": run.get(events_key), "measured_kernel_us": run.get(kernel_key),
-            })
+            rows.append(
+                {
+                    "boundary": boundary,
+                    "mode": run["mode"],
+                    "depth": run["depth"],
+                    "batch": run["batch"],
+                    "pipeline": "none (before passes)" if pipeline is None else pipeline,
+                    "predicted_default_us": round(bubble_us(g, CostModel()), 2),
+                    "predicted_calibrated_us": round(bubble_us(g, cal), 2) if cal is not None else None,
+                    "measured_events_us": run.get(events_key),
+                    "measured_kernel_us": run.get(kernel_key),
+                }
+            )
     return rows
 
 
@@ -112,14 +124,18 @@ def _cell(v, missing: str) -> str:
 def markdown(rows: list[dict], calibrated: bool, on_cpu: bool = False) -> str:
     """The rows as a markdown table; empty cells say what would fill them (the CPU has no kernel figures)."""
     no_kernels = "n/a (CPU)" if on_cpu else "needs a trace"
-    head = ("| boundary | mode | depth | B | predicted, default costs (us) | predicted, calibrated (us) | "
-            "measured, events (us) | measured, kernels (us) |")
+    head = (
+        "| boundary | mode | depth | B | predicted, default costs (us) | predicted, calibrated (us) | "
+        "measured, events (us) | measured, kernels (us) |"
+    )
     out = [head, "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['boundary']} | {r['mode']} | {r['depth']} | {r['batch']} | "
-                   f"{_cell(r['predicted_default_us'], '')} | "
-                   f"{_cell(r['predicted_calibrated_us'], 'needs a trace' if not calibrated else 'n/a')} | "
-                   f"{_cell(r['measured_events_us'], 'n/a')} | {_cell(r['measured_kernel_us'], no_kernels)} |")
+        out.append(
+            f"| {r['boundary']} | {r['mode']} | {r['depth']} | {r['batch']} | "
+            f"{_cell(r['predicted_default_us'], '')} | "
+            f"{_cell(r['predicted_calibrated_us'], 'needs a trace' if not calibrated else 'n/a')} | "
+            f"{_cell(r['measured_events_us'], 'n/a')} | {_cell(r['measured_kernel_us'], no_kernels)} |"
+        )
     return "\n".join(out)
 
 
@@ -134,7 +150,7 @@ def _load(path: str, option: str):
 
 def run_compare(args, costs_check) -> int:
     """The ``--compare`` branch of ``specgen plan``: print the table (or JSON), write the JSON file."""
-    from ..runtime.engine.bench_report import ResultError, check
+    from ..bench.report import ResultError, check
 
     try:
         result = check(_load(args.compare, "--compare"))
@@ -146,8 +162,7 @@ def run_compare(args, costs_check) -> int:
         costs = _load(args.costs, "--costs")
     rows = compare(result, costs)
     if not rows:
-        raise UsageError(f"--compare {args.compare}: no finished run of a modelled mode "
-                         f"({', '.join(MODE_PIPELINES)})")
+        raise UsageError(f"--compare {args.compare}: no finished run of a modelled mode ({', '.join(MODE_PIPELINES)})")
     out = Path(args.compare_json) if args.compare_json else Path(args.compare).with_name("compare.json")
     doc = {"bench": str(args.compare), "costs": args.costs, "mode_pipelines": MODE_PIPELINES, "rows": rows}
     try:

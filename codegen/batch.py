@@ -71,8 +71,13 @@ def lower_job(job: dict) -> dict:
     if ck == job.get("stamp_cache_key"):
         return {"cached": True, "guards": guard_records(job["spec"])}
     lowered = lower(program, job["target"], job["tool"]["arch"], symbol=job["key"])
-    return {"program": program, "cache_key": ck, "guards": guard_records(job["spec"]), "lowered": lowered,
-            "lower_s": time.perf_counter() - t0}
+    return {
+        "program": program,
+        "cache_key": ck,
+        "guards": guard_records(job["spec"]),
+        "lowered": lowered,
+        "lower_s": time.perf_counter() - t0,
+    }
 
 
 def batches(keys: list[str], size: int = MAX_BATCH) -> list[list[str]]:
@@ -132,10 +137,18 @@ def compile_job(job: dict) -> dict:
                 low = m["lowered"]
                 (stage / f"{m['key']}.tl.py").write_text(m["program"])
                 (stage / f"{m['key']}{source_suffix(target)}").write_text(low.source)
-                stamps[m["key"]] = {"cache_key": m["cache_key"], "entry": low.entry, "params": low.params,
-                                    "threads": low.threads, "grid": low.grid, "arch": low.arch,
-                                    "artifact": f"{target}/{name}", "sha256": sha,
-                                    "render_key": m.get("render_key"), "guards": m.get("guards")}
+                stamps[m["key"]] = {
+                    "cache_key": m["cache_key"],
+                    "entry": low.entry,
+                    "params": low.params,
+                    "threads": low.threads,
+                    "grid": low.grid,
+                    "arch": low.arch,
+                    "artifact": f"{target}/{name}",
+                    "sha256": sha,
+                    "render_key": m.get("render_key"),
+                    "guards": m.get("guards"),
+                }
                 (stage / f"{m['key']}.json").write_text(json.dumps(stamps[m["key"]], sort_keys=True, indent=1))
         compile_s = time.perf_counter() - t0
         with folder_lock(out):

@@ -29,12 +29,20 @@ from pathlib import Path
 from ..specializations.families import FAMILIES
 from ..specializations.matrix import Matrix
 from ..specializations.plan import Plan
-from ..specializations.variants import VariantSpec
 from ..specializations.targets import TARGETS
-from .batch import (MAX_BATCH, batches, cache_key, compile_job, guard_records, lower_job, read_stamp,
-                    remove_unreferenced, warm_worker)
-from .folder import (MANIFEST, STAGING, drop_empty_staging, folder_lock, merge, new_staging, read_manifest,
-                     sweep_staging)
+from ..specializations.variants import VariantSpec
+from .batch import (
+    MAX_BATCH,
+    batches,
+    cache_key,
+    compile_job,
+    guard_records,
+    lower_job,
+    read_stamp,
+    remove_unreferenced,
+    warm_worker,
+)
+from .folder import MANIFEST, STAGING, drop_empty_staging, folder_lock, merge, new_staging, read_manifest, sweep_staging
 from .package import render_package_init
 
 SCHEMA_VERSION = 2  # the runtime's manifest reader checks the same number
@@ -54,8 +62,13 @@ def _toolchain(target: str, arch: str | None) -> dict:
     cc = compiler(target)  # raises ToolchainMissing with what to install
     lines = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout.splitlines()
     lines = [ln for ln in lines if ln.strip()] or ["unknown"]
-    return {"tilelang": _tilelang_version(), "compiler": cc, "arch": arch, "flags_version": FLAGS_VERSION,
-            "compiler_version": lines[-1] if cc == "nvcc" else lines[0]}
+    return {
+        "tilelang": _tilelang_version(),
+        "compiler": cc,
+        "arch": arch,
+        "flags_version": FLAGS_VERSION,
+        "compiler_version": lines[-1] if cc == "nvcc" else lines[0],
+    }
 
 
 def _renderer_digest() -> str:
@@ -64,8 +77,9 @@ def _renderer_digest() -> str:
     from importlib.metadata import version
 
     h = hashlib.sha256(f"jinja2 {version('jinja2')} sympy {version('sympy')}\n".encode())
-    for f in sorted([*(root / "codegen").glob("*.py"), *(root / "specializations").rglob("*.py"),
-                     *(root / "templates").iterdir()]):
+    for f in sorted(
+        [*(root / "codegen").glob("*.py"), *(root / "specializations").rglob("*.py"), *(root / "templates").iterdir()]
+    ):
         if f.is_file():
             h.update(f"{f.relative_to(root)}\n".encode())
             h.update(f.read_bytes())
@@ -88,25 +102,44 @@ class BuildSummary:
 
     def line(self) -> str:
         kept = f", {self.kept} kept from earlier builds" if self.kept else ""
-        return (f"specgen build: {self.built} built, {self.cached} cached, {len(self.failed)} failed{kept} "
-                f"in {self.seconds:.1f}s -> {self.out}")
+        return (
+            f"specgen build: {self.built} built, {self.cached} cached, {len(self.failed)} failed{kept} "
+            f"in {self.seconds:.1f}s -> {self.out}"
+        )
 
 
 def _entry(spec: VariantSpec, target: str, stamp: dict, boundaries: set[str]) -> dict:
     from .lower import source_suffix
 
     fam = FAMILIES[spec.family]
-    args = [{"name": a.name, "dtype": spec.draft_dtype if a.dtype == "draft" else a.dtype,
-             "shape": a.shape, "output": a.output} for a in fam.args]
+    args = [
+        {
+            "name": a.name,
+            "dtype": spec.draft_dtype if a.dtype == "draft" else a.dtype,
+            "shape": a.shape,
+            "output": a.output,
+        }
+        for a in fam.args
+    ]
     return {
-        "key": spec.key, "family": spec.family, "width": spec.width,
-        "block_table_width": spec.block_table_width, "block_size": spec.block_size,
-        "draft_dtype": spec.draft_dtype, "num_splits": spec.num_splits, "target": target,
-        "arch": stamp.get("arch"), "artifact": stamp["artifact"],
-        "sha256": stamp["sha256"], "entry": stamp["entry"], "params": stamp["params"], "args": args,
+        "key": spec.key,
+        "family": spec.family,
+        "width": spec.width,
+        "block_table_width": spec.block_table_width,
+        "block_size": spec.block_size,
+        "draft_dtype": spec.draft_dtype,
+        "num_splits": spec.num_splits,
+        "target": target,
+        "arch": stamp.get("arch"),
+        "artifact": stamp["artifact"],
+        "sha256": stamp["sha256"],
+        "entry": stamp["entry"],
+        "params": stamp["params"],
+        "args": args,
         "launch": {"threads": stamp["threads"], "grid": stamp["grid"]},
         "guards": stamp.get("guards") or guard_records(spec),
-        "boundaries": sorted(boundaries), "program": f"{target}/{spec.key}.tl.py",
+        "boundaries": sorted(boundaries),
+        "program": f"{target}/{spec.key}.tl.py",
         "source": f"{target}/{spec.key}{source_suffix(target)}",
     }
 
@@ -117,10 +150,21 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def build(specs: list[VariantSpec], needed_by: dict[str, set[str]], plans: list[Plan], matrix: Matrix,
-          targets=("c",), out: str | Path = "build/specgen_kernels", arch: str | None = None, jobs: int = 1,
-          families: tuple[str, ...] | None = None, progress=sys.stderr, *, version: str,
-          replace: bool = False) -> BuildSummary:
+def build(
+    specs: list[VariantSpec],
+    needed_by: dict[str, set[str]],
+    plans: list[Plan],
+    matrix: Matrix,
+    targets=("c",),
+    out: str | Path = "build/specgen_kernels",
+    arch: str | None = None,
+    jobs: int = 1,
+    families: tuple[str, ...] | None = None,
+    progress=sys.stderr,
+    *,
+    version: str,
+    replace: bool = False,
+) -> BuildSummary:
     """Render, lower and compile ``specs`` for ``targets`` into ``out``; merge the manifest, write the package.
 
     The folder keeps the variants other builds put there (``replace`` drops
@@ -135,8 +179,9 @@ def build(specs: list[VariantSpec], needed_by: dict[str, set[str]], plans: list[
         _note(progress, f"removed {len(swept)} staging folder(s) that interrupted builds left in {out / STAGING}")
     stage = new_staging(out)
     try:
-        summary = _build(specs, needed_by, plans, matrix, targets, out, arch, jobs, families, progress, version,
-                         replace, stage)
+        summary = _build(
+            specs, needed_by, plans, matrix, targets, out, arch, jobs, families, progress, version, replace, stage
+        )
     finally:
         shutil.rmtree(stage, ignore_errors=True)
         drop_empty_staging(out)
@@ -144,8 +189,9 @@ def build(specs: list[VariantSpec], needed_by: dict[str, set[str]], plans: list[
     return summary
 
 
-def _build(specs, needed_by, plans, matrix, targets, out: Path, arch, jobs, families, progress, version, replace,
-           stage: Path) -> BuildSummary:
+def _build(
+    specs, needed_by, plans, matrix, targets, out: Path, arch, jobs, families, progress, version, replace, stage: Path
+) -> BuildSummary:
     specs = {s.key: s for s in specs if not families or s.family in families}
     todo, done, stamps, shas, renderer = [], {}, {}, {}, _renderer_digest()
     for target in targets:
@@ -158,28 +204,56 @@ def _build(specs, needed_by, plans, matrix, targets, out: Path, arch, jobs, fami
                 continue
             # rendered in a worker: a program whose cache key matches the stamp's is not lowered again
             stamps[(spec.key, target)] = stamp
-            todo.append({"target": target, "key": spec.key, "family": spec.family, "spec": spec, "tool": tool,
-                         "render_key": rk, "stamp_cache_key": stamp and stamp.get("cache_key")})
+            todo.append(
+                {
+                    "target": target,
+                    "key": spec.key,
+                    "family": spec.family,
+                    "spec": spec,
+                    "tool": tool,
+                    "render_key": rk,
+                    "stamp_cache_key": stamp and stamp.get("cache_key"),
+                }
+            )
     summary = BuildSummary(cached=len(done), out=out)
     total = len(done) + len(todo)
     _progress(progress, len(done), total, "cached", f"{len(done)} variant(s) up to date")
     if todo:
-        _run(todo, out, stage, jobs, done, stamps, summary,
-             lambda msg: _progress(progress, len(done) + len(summary.failed), total, "", msg))
+        _run(
+            todo,
+            out,
+            stage,
+            jobs,
+            done,
+            stamps,
+            summary,
+            lambda msg: _progress(progress, len(done) + len(summary.failed), total, "", msg),
+        )
     plan_records: dict[str, dict] = {}
     for plan in plans:
         plan_records.setdefault(plan.boundary, {})[plan.layout.key] = plan.as_dict()
     with folder_lock(out):
         _refresh_stamps(out, done)
         # the stamps on disk, read under the lock: another build may have moved its own copy in since
-        entries = [_entry(specs[k], t, read_stamp(out, t, k) or stamp, needed_by.get(k, set()))
-                   for (k, t), stamp in sorted(done.items())]
-        made = {"schema_version": SCHEMA_VERSION, "specgen_version": version,
-                "tilelang_version": _tilelang_version(), "targets": sorted(set(targets)),
-                "matrix": {"widths": list(matrix.widths), "block_table_widths": list(matrix.block_table_widths),
-                           "block_sizes": list(matrix.block_sizes), "draft_dtypes": list(matrix.draft_dtypes),
-                           "num_splits": matrix.num_splits},
-                "plans": plan_records, "variants": entries}
+        entries = [
+            _entry(specs[k], t, read_stamp(out, t, k) or stamp, needed_by.get(k, set()))
+            for (k, t), stamp in sorted(done.items())
+        ]
+        made = {
+            "schema_version": SCHEMA_VERSION,
+            "specgen_version": version,
+            "tilelang_version": _tilelang_version(),
+            "targets": sorted(set(targets)),
+            "matrix": {
+                "widths": list(matrix.widths),
+                "block_table_widths": list(matrix.block_table_widths),
+                "block_sizes": list(matrix.block_sizes),
+                "draft_dtypes": list(matrix.draft_dtypes),
+                "num_splits": matrix.num_splits,
+            },
+            "plans": plan_records,
+            "variants": entries,
+        }
         old, why_not = read_manifest(out)
         manifest, notes = merge(old, made, out, SCHEMA_VERSION, replace=replace)
         notes = [why_not] * bool(why_not) + notes
@@ -192,8 +266,9 @@ def _build(specs, needed_by, plans, matrix, targets, out: Path, arch, jobs, fami
     return summary
 
 
-def _run(todo: list[dict], out: Path, stage: Path, jobs: int, done: dict, stamps: dict, summary: BuildSummary,
-         report) -> None:
+def _run(
+    todo: list[dict], out: Path, stage: Path, jobs: int, done: dict, stamps: dict, summary: BuildSummary, report
+) -> None:
     """Render and lower ``todo`` one variant per task; compile each family's variants in batches.
 
     The pool holds at most one task more than it has workers, and a batch
@@ -245,14 +320,23 @@ def _run(todo: list[dict], out: Path, stage: Path, jobs: int, done: dict, stamps
                 else:
                     if result.get("cached"):  # the rendered program is the one already built
                         done[(j["key"], j["target"])] = stamps[(j["key"], j["target"])] | {
-                            "status": "cached", "seconds": 0.0, "refresh": {"render_key": j["render_key"],
-                                                                            "guards": result["guards"]}}
+                            "status": "cached",
+                            "seconds": 0.0,
+                            "refresh": {"render_key": j["render_key"], "guards": result["guards"]},
+                        }
                         summary.cached += 1
                     else:
                         batch["members"].append(dict(j, **result))
                 if not batch["keys"] and batch["members"]:
-                    compiles.append({"out": str(out), "stage": str(stage), "target": j["target"],
-                                     "family": j["family"], "members": batch["members"]})
+                    compiles.append(
+                        {
+                            "out": str(out),
+                            "stage": str(stage),
+                            "target": j["target"],
+                            "family": j["family"],
+                            "members": batch["members"],
+                        }
+                    )
             fill()
             if tail is None and len(pending) < workers:
                 tail = time.perf_counter()

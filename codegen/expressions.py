@@ -19,9 +19,9 @@ from typing import Callable
 
 import sympy as sp
 
-from . import indexing as ix
 from ..specializations.families import DEFAULT_NUM_SPLITS
 from ..specializations.variants import VariantSpec
+from . import indexing as ix
 from .indexing import S, Sq, a, b, j, slot_entry, slot_from_entry, specialize, tl
 
 
@@ -52,9 +52,11 @@ EXPRESSIONS: dict[str, Builder] = {}
 
 def expressions(family: str) -> Callable[[Builder], Builder]:
     """Register the expression builder of ``family`` (a decorator)."""
+
     def register(fn: Builder) -> Builder:
         EXPRESSIONS[family] = fn
         return fn
+
     return register
 
 
@@ -91,17 +93,22 @@ def _token_update(v: Instance) -> dict:
     # columns, so that the read needs no branch; row 0 then takes last_tokens instead.
     draft = v.expr(_idx("draft_tokens")[b, sp.Max(j - 1, 0)])
     # an int64 token outside int32 is no token: -1, never its low 32 bits
-    wide = f'T.if_then_else(T.And({draft} >= {-ix.INT32_MAX - 1}, {draft} <= {ix.INT32_MAX}), ' \
-           f'T.Cast("int32", {draft}), -1)'
+    wide = (
+        f"T.if_then_else(T.And({draft} >= {-ix.INT32_MAX - 1}, {draft} <= {ix.INT32_MAX}), "
+        f'T.Cast("int32", {draft}), -1)'
+    )
     return _per_row(v) | {"draft_value": draft if v.spec.draft_dtype == "int32" else wide}
 
 
 @expressions("spec_verify_metadata_update")
 def _metadata(v: Instance) -> dict:
     return _per_row(v) | {
-        "position": v.expr(sp.Max(S + j, 0)), "entry": v.expr(slot_entry(b, S + j)),
+        "position": v.expr(sp.Max(S + j, 0)),
+        "entry": v.expr(slot_entry(b, S + j)),
         "slot": v.expr(slot_from_entry(_local("slot_entry"), S + j)),
-        "kv_len": v.expr(sp.Max(S + ix.W, 0)), "start": v.expr(ix.row(b, 0))}
+        "kv_len": v.expr(sp.Max(S + ix.W, 0)),
+        "start": v.expr(ix.row(b, 0)),
+    }
 
 
 @expressions("spec_verify_attention_tiling_update")
@@ -111,11 +118,17 @@ def _tiling(v: Instance) -> dict:
     warp0 = sp.Symbol("warp0", integer=True, nonnegative=True)  # the first row of a thread's warp (cuda)
     seq_blocks = ix.sequence_blocks(Sq, v.spec.width, v.spec.block_size)
     return _per_row(v) | {
-        "kv_len": v.expr(sp.Max(ix.row_kv_len(), 0)), "blocks": v.expr(ix.num_blocks()),
-        "seq_blocks_q": v.expr(seq_blocks), "last_len": v.expr(ix.last_block_len()),
-        "blocks_before": v.expr(ix.num_blocks(S, jq)), "blocks_q_row": v.expr(ix.num_blocks(Sq, jq)),
-        "warp_seq": v.expr(ix.FloorDiv(warp0, ix.W)), "warp_col": v.expr(ix.Mod(warp0, ix.W)),
-        "kv_len_q_last": v.expr(ix.row_kv_len(Sq, ix.W - 1)), "split_len": v.expr(ix.kv_split_len(wide))}
+        "kv_len": v.expr(sp.Max(ix.row_kv_len(), 0)),
+        "blocks": v.expr(ix.num_blocks()),
+        "seq_blocks_q": v.expr(seq_blocks),
+        "last_len": v.expr(ix.last_block_len()),
+        "blocks_before": v.expr(ix.num_blocks(S, jq)),
+        "blocks_q_row": v.expr(ix.num_blocks(Sq, jq)),
+        "warp_seq": v.expr(ix.FloorDiv(warp0, ix.W)),
+        "warp_col": v.expr(ix.Mod(warp0, ix.W)),
+        "kv_len_q_last": v.expr(ix.row_kv_len(Sq, ix.W - 1)),
+        "split_len": v.expr(ix.kv_split_len(wide)),
+    }
 
 
 @expressions("greedy_prefix_verify")
@@ -132,18 +145,25 @@ def _greedy(v: Instance) -> dict:
 def _next_draft(v: Instance) -> dict:
     new_len = S + a + 1  # S': tokens with valid target KV after this step; a is clamped, S saturated
     full = sp.Eq(a, ix.W - 1)  # only then does the repair row write a real slot (and read the table)
-    repair = sp.Piecewise((slot_from_entry(_local("repair_entry"), new_len - 1), full),
-                          (_idx("scratch_slot")[0], True))
-    return {"bonus": v.expr(_idx("target_tokens")[b, a]), "new_len": v.expr(sp.Max(new_len, 0)),
-            "repair_pos": v.expr(sp.Max(new_len - 1, 0)), "repair_slot": v.expr(repair),
-            "repair_entry": v.expr(slot_entry(b, new_len - 1, when=full)),
-            "draft_entry": v.expr(slot_entry(b, new_len)),
-            "draft_slot": v.expr(slot_from_entry(_local("draft_entry"), new_len)),
-            "repair_row": v.expr(ix.row(b, sp.Max(a - 1, 0))), "draft_row": v.expr(ix.row(b, a))}
+    repair = sp.Piecewise((slot_from_entry(_local("repair_entry"), new_len - 1), full), (_idx("scratch_slot")[0], True))
+    return {
+        "bonus": v.expr(_idx("target_tokens")[b, a]),
+        "new_len": v.expr(sp.Max(new_len, 0)),
+        "repair_pos": v.expr(sp.Max(new_len - 1, 0)),
+        "repair_slot": v.expr(repair),
+        "repair_entry": v.expr(slot_entry(b, new_len - 1, when=full)),
+        "draft_entry": v.expr(slot_entry(b, new_len)),
+        "draft_slot": v.expr(slot_from_entry(_local("draft_entry"), new_len)),
+        "repair_row": v.expr(ix.row(b, sp.Max(a - 1, 0))),
+        "draft_row": v.expr(ix.row(b, a)),
+    }
 
 
 @expressions("context_kv_update")
 def _context(v: Instance) -> dict:
     # a rejected row (j > a) reads no entry: -1, so its slot is -1 too
-    return {"row": v.expr(ix.row(b, j)), "entry": v.expr(slot_entry(b, S + j, when=j <= a)),
-            "context_slot": v.expr(slot_from_entry(_local("context_entry"), S + j))}
+    return {
+        "row": v.expr(ix.row(b, j)),
+        "entry": v.expr(slot_entry(b, S + j, when=j <= a)),
+        "context_slot": v.expr(slot_from_entry(_local("context_entry"), S + j)),
+    }

@@ -155,11 +155,14 @@ def merge(old: dict | None, new: dict, out: Path, schema_version: int, replace: 
         else:
             missing.append(f"{v.get('key')} ({v.get('target')})")
     if missing:
-        notes.append(f"dropped {len(missing)} variant(s) whose artifact is gone: {', '.join(missing[:4])}"
-                     + (" ..." if len(missing) > 4 else ""))
+        notes.append(
+            f"dropped {len(missing)} variant(s) whose artifact is gone: {', '.join(missing[:4])}"
+            + (" ..." if len(missing) > 4 else "")
+        )
     variants = sorted([*kept, *made.values()], key=lambda v: (v["key"], v["target"]))
-    plans: dict = {} if replace else {b: dict(p) for b, p in ((old or {}).get("plans") or {}).items()
-                                      if isinstance(p, dict)}
+    plans: dict = (
+        {} if replace else {b: dict(p) for b, p in ((old or {}).get("plans") or {}).items() if isinstance(p, dict)}
+    )
     for boundary, by_layout in new["plans"].items():
         plans.setdefault(boundary, {}).update(by_layout)
     matrix = dict(new["matrix"])
@@ -168,6 +171,11 @@ def merge(old: dict | None, new: dict, out: Path, schema_version: int, replace: 
         for k in ("widths", "block_table_widths", "block_sizes", "draft_dtypes"):
             if isinstance(old_matrix.get(k), list):
                 matrix[k] = sorted(set(matrix[k]) | set(old_matrix[k]))
-    merged = dict(new, variants=variants, plans=plans, matrix=matrix,
-                  targets=sorted({v["target"] for v in variants} | set(new["targets"])))
+    merged = dict(
+        new,
+        variants=variants,
+        plans=plans,
+        matrix=matrix,
+        targets=sorted({v["target"] for v in variants} | set(new["targets"])),
+    )
     return merged, notes

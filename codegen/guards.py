@@ -29,11 +29,27 @@ from .indexing import BS, BT, NS, FloorDiv, W, atom, specialize
 
 # Plain integers: a guard must not be presumed true by the symbols' assumptions.
 min_seq_len, max_seq_len, batch = sp.symbols("min_seq_len max_seq_len batch", integer=True)
-_SYMBOLS = {"min_seq_len": min_seq_len, "max_seq_len": max_seq_len, "batch": batch,
-            "W": W, "BT": BT, "BS": BS, "NS": NS}
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: FloorDiv,
-        ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-        ast.Eq: sp.Eq, ast.NotEq: sp.Ne}
+_SYMBOLS = {
+    "min_seq_len": min_seq_len,
+    "max_seq_len": max_seq_len,
+    "batch": batch,
+    "W": W,
+    "BT": BT,
+    "BS": BS,
+    "NS": NS,
+}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: FloorDiv,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Eq: sp.Eq,
+    ast.NotEq: sp.Ne,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +74,7 @@ def relation(text: str):
     The ground floor already checked the syntax (``GuardRule`` validates it),
     so only the integer subset reaches here.
     """
+
     def walk(node):
         if isinstance(node, ast.Constant):
             return sp.Integer(node.value)

@@ -241,8 +241,7 @@ def kv_split_len(max_kv, bs=BS, ns=NS):
 
 def specialize(expr, width=None, block_table_width=None, block_size=None, num_splits=None):
     """Substitute the variant's constants; the FloorDiv/Mod rules then fold."""
-    subs = {k: v for k, v in ((W, width), (BT, block_table_width), (BS, block_size),
-                              (NS, num_splits)) if v is not None}
+    subs = {k: v for k, v in ((W, width), (BT, block_table_width), (BS, block_size), (NS, num_splits)) if v is not None}
     out = sp.sympify(expr).subs(subs)
     return out.replace(lambda e: isinstance(e, Relational), _integral_relation)
 

@@ -86,8 +86,10 @@ def _program(program_text: str, target: str):
     exec(compile(program_text, filename, "exec"), namespace)  # noqa: S102 - our own render
     dialect_ascend = "tilelang.ascend.language" in program_text
     if dialect_ascend != (target == "ascend"):
-        raise LoweringError(f"program was rendered for another target than {target!r}: "
-                            "render_variant(..., target=...) must match lower's target")
+        raise LoweringError(
+            f"program was rendered for another target than {target!r}: "
+            "render_variant(..., target=...) must match lower's target"
+        )
     return namespace["program"](), namespace
 
 
@@ -110,8 +112,10 @@ def lower(program_text: str, target: str, arch: str | None = None, symbol: str |
         with tg:
             art = tilelang.lower(func, target=tg)
     except Exception as exc:  # TVM raises its own error types
-        raise LoweringError(f"tilelang could not lower {namespace['ENTRY_NAME']} for {target}: "
-                            f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else exc!r}") from exc
+        raise LoweringError(
+            f"tilelang could not lower {namespace['ENTRY_NAME']} for {target}: "
+            f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else exc!r}"
+        ) from exc
     entry = f"{symbol or namespace['ENTRY_NAME']}_kernel"
     params, pointers = parse_signature(art.kernel_source, entry)
     threads = int(namespace["THREADS"])
@@ -210,4 +214,3 @@ def compile_many(lowered: list[Lowered], out_path: str | Path) -> list[str]:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
         raise CompileError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{tail}")
     return cmd
-

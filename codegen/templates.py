@@ -41,8 +41,12 @@ def _environment() -> jinja2.Environment:
     root = str(files("specgen.templates"))
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader([root, *_EXTRA_DIRS], encoding="utf-8"),
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-        trim_blocks=True, lstrip_blocks=True, autoescape=False)
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
 
 
 def add_template_dir(path: str | Path) -> None:
@@ -108,8 +112,13 @@ def _launch(v: Instance) -> tuple[str, int]:
         # b < B is r < B * W, spelled so that TileLang sees that every b-indexed access is in bounds.
         # both spellings of a live thread: TileLang proves the r-indexed accesses in bounds from
         # r < B * W and the b-indexed ones from b < B (neither follows from the other when W is a power of 2)
-        lines += [pad + "r = bx * THREADS + i", pad + f"b = {v.expr(ix.FloorDiv(ix.r, ix.W))}",
-                  pad + f"j = {v.expr(ix.Mod(ix.r, ix.W))}", pad + "if r < B * W:", pad + "    if b < B:"]
+        lines += [
+            pad + "r = bx * THREADS + i",
+            pad + f"b = {v.expr(ix.FloorDiv(ix.r, ix.W))}",
+            pad + f"j = {v.expr(ix.Mod(ix.r, ix.W))}",
+            pad + "if r < B * W:",
+            pad + "    if b < B:",
+        ]
         depth += 1
     else:
         lines += [pad + "b = bx * THREADS + i", pad + "if b < B:"]
@@ -131,11 +140,20 @@ def _frame(v: Instance) -> dict:
     launch, body_indent = _launch(v)
     per_row = FAMILIES[v.spec.family].per_row
     launch_doc = "One thread per verification row r = b * W + j" if per_row else "One thread per sequence"
-    return dict(family=v.spec.family, target=v.target, threads=v.threads, key=v.spec.key,
-                threads_per=FAMILIES[v.spec.family].threads_per, launch_doc=launch_doc,
-                dialect=TARGETS[v.target].dialect, constants=_constants(v), params=_params(v), launch=launch,
-                body_indent=body_indent,
-                guard_lines="\n".join(f"    {g.expr}  ({g.why})" for g in guards(v.spec)))
+    return dict(
+        family=v.spec.family,
+        target=v.target,
+        threads=v.threads,
+        key=v.spec.key,
+        threads_per=FAMILIES[v.spec.family].threads_per,
+        launch_doc=launch_doc,
+        dialect=TARGETS[v.target].dialect,
+        constants=_constants(v),
+        params=_params(v),
+        launch=launch,
+        body_indent=body_indent,
+        guard_lines="\n".join(f"    {g.expr}  ({g.why})" for g in guards(v.spec)),
+    )
 
 
 def render_variant(spec: VariantSpec, target: str = "c", threads: int = 128) -> str:
@@ -155,9 +173,16 @@ def render_variant(spec: VariantSpec, target: str = "c", threads: int = 128) -> 
     return load_template(spec.family).render(**_frame(v), **context(v))
 
 
-def render_program(family: str, width: int, block_table_width: int | None = None,
-                   block_size: int | None = None, draft_dtype: str = "int32",
-                   num_splits: int = DEFAULT_NUM_SPLITS, threads: int = 128, target: str = "c") -> str:
+def render_program(
+    family: str,
+    width: int,
+    block_table_width: int | None = None,
+    block_size: int | None = None,
+    draft_dtype: str = "int32",
+    num_splits: int = DEFAULT_NUM_SPLITS,
+    threads: int = 128,
+    target: str = "c",
+) -> str:
     """``render_variant`` spelled with the layout's numbers (tests and examples)."""
     splits = num_splits if family_of(family).uses_num_splits else None
     spec = VariantSpec(family, width, block_table_width, block_size, draft_dtype, splits)

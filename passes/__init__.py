@@ -21,7 +21,19 @@ from .manager import DEFAULT_PIPELINE, PASSES, PassManager, PassPipelineError, p
 from .plan import plan_boundary, plan_variants
 
 __all__ = [
-    "DEFAULT_PIPELINE", "PASSES", "BoundaryGraphError", "CostModel", "PassManager", "PassPipelineError",
-    "bubble_us", "build_boundary", "parse_pipeline", "plan_boundary", "plan_variants", "render_mermaid",
-    "render_text", "run_pipeline", "summary",
+    "DEFAULT_PIPELINE",
+    "PASSES",
+    "BoundaryGraphError",
+    "CostModel",
+    "PassManager",
+    "PassPipelineError",
+    "bubble_us",
+    "build_boundary",
+    "parse_pipeline",
+    "plan_boundary",
+    "plan_variants",
+    "render_mermaid",
+    "render_text",
+    "run_pipeline",
+    "summary",
 ]

@@ -33,8 +33,9 @@ def lengthens_bubble(before: BoundaryGraph, after: BoundaryGraph) -> bool:
     return bubble_us(after) > bubble_us(before) + TOLERANCE_US
 
 
-def no_worse(ctx: PassContext | None, pass_name: str, before: BoundaryGraph, after: BoundaryGraph,
-             why: str | None = None) -> BoundaryGraph:
+def no_worse(
+    ctx: PassContext | None, pass_name: str, before: BoundaryGraph, after: BoundaryGraph, why: str | None = None
+) -> BoundaryGraph:
     """The cost guard every pass applies: ``after``, unless it lengthens the bubble; then ``before``.
 
     A dropped rewrite is noted under ``pass_name`` with ``why`` when given,

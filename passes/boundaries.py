@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..specializations.capabilities import SpeculativeVerifyCapabilities as Capabilities
-from ..specializations.plan import PlanStep
 from ..specializations.families import DEFAULT_NUM_SPLITS, MAX_WIDTH, MIN_WIDTH
+from ..specializations.plan import PlanStep
 from .ir import HOST, BoundaryGraph, BoundaryGraphError, Op, OpKind, Placement, Value
 from .ir import semantics as sem
 
@@ -34,8 +34,9 @@ class _Builder:
     values: dict[str, Value] = field(default_factory=dict)
 
     def val(self, name, placement, shape, dtype="int32", persistent=False, init=None):
-        self.values[name] = Value(name, placement, tuple(shape), dtype, persistent,
-                                  is_input=init is not None, init=init or "zeros")
+        self.values[name] = Value(
+            name, placement, tuple(shape), dtype, persistent, is_input=init is not None, init=init or "zeros"
+        )
         return name
 
     def op(self, name, kind, stream, reads=(), writes=(), fn: Callable | None = None, cost=None, **attrs):
@@ -58,8 +59,16 @@ class _Builder:
             self.op(f"h2d_{o}", K.H2D, stream, [h], [o])
 
     def build(self, start, end, outputs, token_sources) -> BoundaryGraph:
-        return BoundaryGraph(self.name, tuple(self.ops), dict(self.values), start, end,
-                             tuple(outputs), dict(self.params), tuple(token_sources))
+        return BoundaryGraph(
+            self.name,
+            tuple(self.ops),
+            dict(self.values),
+            start,
+            end,
+            tuple(outputs),
+            dict(self.params),
+            tuple(token_sources),
+        )
 
 
 def check_params(width: int, batch: int, block_size: int, block_table_width: int) -> None:
@@ -75,13 +84,28 @@ def check_params(width: int, batch: int, block_size: int, block_table_width: int
 
 def _params(width, batch, block_size, block_table_width, draft_dtype="int32"):
     check_params(width, batch, block_size, block_table_width)
-    return dict(width=width, batch=batch, block_size=block_size, block_table_width=block_table_width,
-                draft_dtype=draft_dtype, num_splits=DEFAULT_NUM_SPLITS, graph_stream="target",
-                prepare_stream="prepare")
+    return dict(
+        width=width,
+        batch=batch,
+        block_size=block_size,
+        block_table_width=block_table_width,
+        draft_dtype=draft_dtype,
+        num_splits=DEFAULT_NUM_SPLITS,
+        graph_stream="target",
+        prepare_stream="prepare",
+    )
 
 
-def draft_to_verify(width=4, batch=1, block_size=128, block_table_width=64, draft_dtype="int32",
-                    caps: Capabilities = Capabilities(), draft_us=300.0, forward_us=2250.0) -> BoundaryGraph:
+def draft_to_verify(
+    width=4,
+    batch=1,
+    block_size=128,
+    block_table_width=64,
+    draft_dtype="int32",
+    caps: Capabilities = Capabilities(),
+    draft_us=300.0,
+    forward_us=2250.0,
+) -> BoundaryGraph:
     W, B, BS, BT = width, batch, block_size, block_table_width
     b = _Builder("draft-to-verify", _params(W, B, BS, BT, draft_dtype))
     NS = b.params["num_splits"]
@@ -92,8 +116,15 @@ def draft_to_verify(width=4, batch=1, block_size=128, block_table_width=64, draf
     b.val("last_tokens", P.DEVICE, (B,), persistent=True, init="token")  # the previous step's bonus token
     for i in range(W - 1):  # draft steps 1..N; the last is the final draft
         name = "final_draft" if i == W - 2 else f"draft_step_{i + 1}"
-        b.op(name, K.DEVICE_KERNEL, "draft", ["draft_tokens", "draft_hidden"], ["draft_tokens"],
-             sem.draft_step(i), draft_us)
+        b.op(
+            name,
+            K.DEVICE_KERNEL,
+            "draft",
+            ["draft_tokens", "draft_hidden"],
+            ["draft_tokens"],
+            sem.draft_step(i),
+            draft_us,
+        )
     # The bubble: everything below waits for the final draft token on the host.
     b.val("draft_tokens_host", P.PINNED, (B, W - 1), draft_dtype)
     b.val("last_tokens_host", P.PINNED, (B,))
@@ -101,82 +132,167 @@ def draft_to_verify(width=4, batch=1, block_size=128, block_table_width=64, draf
     b.op("sync_final_draft", K.HOST_SYNC, HOST, ["last_tokens_host", "draft_tokens_host"])
     b.val("tokens_host", P.PINNED, (B * W,))
     b.val("tokens", P.DEVICE, (B * W,), persistent=True)
-    b.op("host_stack_tokens", K.HOST_COMPUTE, HOST, ["last_tokens_host", "draft_tokens_host"],
-         ["tokens_host"], sem.stack_tokens, family="spec_verify_token_update")
+    b.op(
+        "host_stack_tokens",
+        K.HOST_COMPUTE,
+        HOST,
+        ["last_tokens_host", "draft_tokens_host"],
+        ["tokens_host"],
+        sem.stack_tokens,
+        family="spec_verify_token_update",
+    )
     b.op("h2d_tokens", K.H2D, "target", ["tokens_host"], ["tokens"])
     b.host_input_with_copy("seq_lens_sched", "seq_lens", (B,), "seq_len", "target")
     b.host_input_with_copy("block_table_sched", "block_table", (B, BT), "block_table", "target")
     shapes = {"positions": (B * W,), "slot_mapping": (B * W,), "kv_lens": (B,), "query_start_loc": (B + 1,)}
     meta = "spec_verify_metadata_update"
     b.host_chain("positions", meta, sem.positions(W), ["seq_lens_sched"], ["positions"], "target", shapes)
-    b.host_chain("slots", meta, sem.slots(W, BS), ["seq_lens_sched", "block_table_sched"], ["slot_mapping"],
-                 "target", shapes)
+    b.host_chain(
+        "slots", meta, sem.slots(W, BS), ["seq_lens_sched", "block_table_sched"], ["slot_mapping"], "target", shapes
+    )
     b.host_chain("kv_lens", meta, sem.kv_lens(W), ["seq_lens_sched"], ["kv_lens"], "target", shapes)
     b.host_chain("query_start", meta, sem.query_start(W), ["seq_lens_sched"], ["query_start_loc"], "target", shapes)
     tiles = ["row_kv_lens", "row_num_blocks", "row_last_block_len", "row_block_offsets", "max_kv_len", "kv_split_len"]
     tshape = dict(zip(tiles, [(B * W,)] * 3 + [(B * W + 1,), (1,), (1,)]))
-    b.host_chain("tiling_setup", "spec_verify_attention_tiling_update", sem.tiling(W, BS, NS), ["seq_lens_sched"],
-                 tiles, "target", tshape)
+    b.host_chain(
+        "tiling_setup",
+        "spec_verify_attention_tiling_update",
+        sem.tiling(W, BS, NS),
+        ["seq_lens_sched"],
+        tiles,
+        "target",
+        tshape,
+    )
     graph_reads = ["tokens", "positions", "slot_mapping", "kv_lens", "query_start_loc", "block_table", *tiles]
     if caps.has_linear_state:
         b.host_input_with_copy("state_slots_sched", "linear_state_indices", (B,), "state_slot", "target")
         graph_reads.append("linear_state_indices")
     if caps.graph_task_update:
         b.val("graph_task_params", P.PINNED, (B,), persistent=True)
-        b.op("update_graph_task", K.GRAPH_TASK_UPDATE, HOST, ["seq_lens_sched"], ["graph_task_params"],
-             sem.graph_task_params)
+        b.op(
+            "update_graph_task",
+            K.GRAPH_TASK_UPDATE,
+            HOST,
+            ["seq_lens_sched"],
+            ["graph_task_params"],
+            sem.graph_task_params,
+        )
         graph_reads.append("graph_task_params")
     b.val("target_tokens", P.DEVICE, (B, W), persistent=True)
-    b.op("target_replay", K.GRAPH_REPLAY, "target", graph_reads, ["target_tokens"],
-         lambda *xs: sem.mix(*xs, rows=B, cols=W), forward_us, graph_ops=("target_forward",), graph_steps=(PlanStep.forward(),))
+    b.op(
+        "target_replay",
+        K.GRAPH_REPLAY,
+        "target",
+        graph_reads,
+        ["target_tokens"],
+        lambda *xs: sem.mix(*xs, rows=B, cols=W),
+        forward_us,
+        graph_ops=("target_forward",),
+        graph_steps=(PlanStep.forward(),),
+    )
     outputs = [v for v in graph_reads if b.values[v].placement is not P.PINNED] + ["target_tokens"]
     return b.build("final_draft", "target_replay", outputs, ["draft_tokens"])
 
 
-def verify_to_draft(width=4, batch=1, block_size=128, block_table_width=64, draft_dtype="int32",
-                    caps: Capabilities = Capabilities(), forward_us=2250.0, draft_us=300.0) -> BoundaryGraph:
+def verify_to_draft(
+    width=4,
+    batch=1,
+    block_size=128,
+    block_table_width=64,
+    draft_dtype="int32",
+    caps: Capabilities = Capabilities(),
+    forward_us=2250.0,
+    draft_us=300.0,
+) -> BoundaryGraph:
     W, B, BS, BT = width, batch, block_size, block_table_width
     b = _Builder("verify-to-draft", _params(W, B, BS, BT, draft_dtype))
     _verify_and_accept(b, W, B, BS, BT, forward_us)
-    shapes = {"next_last_token": (B,), "next_seq_lens": (B,), "draft_positions": (B, 2),
-              "draft_slots": (B, 2), "hidden_rows": (B, 2)}
+    shapes = {
+        "next_last_token": (B,),
+        "next_seq_lens": (B,),
+        "draft_positions": (B, 2),
+        "draft_slots": (B, 2),
+        "hidden_rows": (B, 2),
+    }
     fam = "prepare_next_draft"
     acc, tt, sl, bt = "accepted_host", "target_tokens_host", "seq_lens_sched", "block_table_sched"
     b.host_chain("next_last_token", fam, sem.next_last_token, [acc, tt], ["next_last_token"], "draft", shapes)
     b.host_chain("next_seq_lens", fam, sem.next_seq_lens, [acc, sl], ["next_seq_lens"], "draft", shapes)
     b.host_chain("draft_positions", fam, sem.draft_positions, [acc, sl], ["draft_positions"], "draft", shapes)
-    b.host_chain("draft_slots", fam, sem.draft_slots(W, BS), [acc, sl, bt, "scratch_slot_sched"],
-                 ["draft_slots"], "draft", shapes)
+    b.host_chain(
+        "draft_slots",
+        fam,
+        sem.draft_slots(W, BS),
+        [acc, sl, bt, "scratch_slot_sched"],
+        ["draft_slots"],
+        "draft",
+        shapes,
+    )
     b.host_chain("hidden_rows", fam, sem.hidden_rows(W), [acc], ["hidden_rows"], "draft", shapes)
     reads = list(shapes)
     b.val("draft_out", P.DEVICE, (B, 2), persistent=True)
-    b.op("next_draft", K.DEVICE_KERNEL, "draft", reads, ["draft_out"],
-         lambda *xs: sem.mix(*xs, rows=B, cols=2), draft_us)
+    b.op(
+        "next_draft", K.DEVICE_KERNEL, "draft", reads, ["draft_out"], lambda *xs: sem.mix(*xs, rows=B, cols=2), draft_us
+    )
     _commit_on_host(b, W, B)
-    return b.build("target_replay", "next_draft", [*reads, "draft_out", "accepted", "next_tokens", "committed"],
-                   ["target_tokens"])
+    return b.build(
+        "target_replay", "next_draft", [*reads, "draft_out", "accepted", "next_tokens", "committed"], ["target_tokens"]
+    )
 
 
-def context_kv(width=4, batch=1, block_size=128, block_table_width=64, draft_dtype="int32",
-               caps: Capabilities = Capabilities(), forward_us=2250.0, draft_us=300.0) -> BoundaryGraph:
+def context_kv(
+    width=4,
+    batch=1,
+    block_size=128,
+    block_table_width=64,
+    draft_dtype="int32",
+    caps: Capabilities = Capabilities(),
+    forward_us=2250.0,
+    draft_us=300.0,
+) -> BoundaryGraph:
     W, B, BS, BT = width, batch, block_size, block_table_width
     b = _Builder("context-kv", _params(W, B, BS, BT, draft_dtype))
     _verify_and_accept(b, W, B, BS, BT, forward_us)
     fam = "context_kv_update"
     b.val("context_slots_all_host", P.PINNED, (B * W,))
-    b.op("host_context_slots", K.HOST_COMPUTE, HOST, ["seq_lens_sched", "block_table_sched"],
-         ["context_slots_all_host"], sem.context_slots_all(W, BS), family=fam)
+    b.op(
+        "host_context_slots",
+        K.HOST_COMPUTE,
+        HOST,
+        ["seq_lens_sched", "block_table_sched"],
+        ["context_slots_all_host"],
+        sem.context_slots_all(W, BS),
+        family=fam,
+    )
     b.val("context_slots_host", P.PINNED, (B * W,))
     b.val("context_slots", P.DEVICE, (B * W,), persistent=True)
-    b.op("host_context_mask", K.HOST_COMPUTE, HOST, ["accepted_host", "context_slots_all_host"],
-         ["context_slots_host"], sem.context_mask(W), family=fam)
+    b.op(
+        "host_context_mask",
+        K.HOST_COMPUTE,
+        HOST,
+        ["accepted_host", "context_slots_all_host"],
+        ["context_slots_host"],
+        sem.context_mask(W),
+        family=fam,
+    )
     b.op("h2d_context_slots", K.H2D, "draft", ["context_slots_host"], ["context_slots"])
     b.val("draft_context_kv", P.DEVICE, (B, W), persistent=True)
-    b.op("context_kv_write", K.DEVICE_KERNEL, "draft", ["context_slots", "target_tokens"], ["draft_context_kv"],
-         lambda *xs: sem.mix(*xs, rows=B, cols=W), draft_us / 10)
+    b.op(
+        "context_kv_write",
+        K.DEVICE_KERNEL,
+        "draft",
+        ["context_slots", "target_tokens"],
+        ["draft_context_kv"],
+        lambda *xs: sem.mix(*xs, rows=B, cols=W),
+        draft_us / 10,
+    )
     _commit_on_host(b, W, B)
-    return b.build("target_replay", "context_kv_write",
-                   ["context_slots", "draft_context_kv", "accepted", "next_tokens", "committed"], ["target_tokens"])
+    return b.build(
+        "target_replay",
+        "context_kv_write",
+        ["context_slots", "draft_context_kv", "accepted", "next_tokens", "committed"],
+        ["target_tokens"],
+    )
 
 
 def _verify_and_accept(b: _Builder, W, B, BS, BT, forward_us) -> None:
@@ -189,17 +305,40 @@ def _verify_and_accept(b: _Builder, W, B, BS, BT, forward_us) -> None:
     b.val("ev_sources", P.EVENT, ())
     b.op("wait_sources", K.EVENT_WAIT, "target", ["ev_sources"], [])
     b.val("target_tokens", P.DEVICE, (B, W), persistent=True)
-    b.op("target_replay", K.GRAPH_REPLAY, "target", ["draft_tokens", "seq_lens", "block_table"], ["target_tokens"],
-         lambda *xs: sem.mix(*xs, rows=B, cols=W), forward_us, graph_ops=("target_forward",), graph_steps=(PlanStep.forward(),))
+    b.op(
+        "target_replay",
+        K.GRAPH_REPLAY,
+        "target",
+        ["draft_tokens", "seq_lens", "block_table"],
+        ["target_tokens"],
+        lambda *xs: sem.mix(*xs, rows=B, cols=W),
+        forward_us,
+        graph_ops=("target_forward",),
+        graph_steps=(PlanStep.forward(),),
+    )
     fam = "greedy_prefix_verify"
     b.val("accept_mask", P.DEVICE, (B, W - 1))
     b.val("accepted", P.DEVICE, (B,), persistent=True)
     b.val("next_tokens", P.DEVICE, (B, W), persistent=True)
-    b.op("accept_match", K.DEVICE_KERNEL, "target", ["draft_tokens", "target_tokens"], ["accept_mask"],
-         sem.accept_match, family=fam)
+    b.op(
+        "accept_match",
+        K.DEVICE_KERNEL,
+        "target",
+        ["draft_tokens", "target_tokens"],
+        ["accept_mask"],
+        sem.accept_match,
+        family=fam,
+    )
     b.op("accept_len", K.DEVICE_KERNEL, "target", ["accept_mask"], ["accepted"], sem.accept_len, family=fam)
-    b.op("accept_select", K.DEVICE_KERNEL, "target", ["accepted", "target_tokens"], ["next_tokens"],
-         sem.accept_select, family=fam)
+    b.op(
+        "accept_select",
+        K.DEVICE_KERNEL,
+        "target",
+        ["accepted", "target_tokens"],
+        ["next_tokens"],
+        sem.accept_select,
+        family=fam,
+    )
     b.val("accepted_host", P.PINNED, (B,), persistent=True)
     b.val("target_tokens_host", P.PINNED, (B, W), persistent=True)
     b.op("d2h_accepted", K.D2H, "target", ["accepted"], ["accepted_host"])
@@ -210,8 +349,7 @@ def _verify_and_accept(b: _Builder, W, B, BS, BT, forward_us) -> None:
 def _commit_on_host(b: _Builder, W, B) -> None:
     """The scheduler's own use of the result: a host-only consumer."""
     b.val("committed", P.HOST, (B, W))
-    b.op("host_commit", K.HOST_COMPUTE, HOST, ["accepted_host", "target_tokens_host"], ["committed"],
-         sem.accept_select)
+    b.op("host_commit", K.HOST_COMPUTE, HOST, ["accepted_host", "target_tokens_host"], ["committed"], sem.accept_select)
 
 
 BOUNDARIES: dict[str, Callable[..., BoundaryGraph]] = {

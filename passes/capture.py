@@ -65,7 +65,7 @@ class Capture:
                 ctx.note(self.name, f"'{o.name}' stays outside the graph: {why}")
                 break
             head.insert(0, o)
-        for o in lane[at + 1:]:
+        for o in lane[at + 1 :]:
             if why := self._why_not(graph, o):
                 if o.kind is not OpKind.EVENT_RECORD:
                     ctx.note(self.name, f"'{o.name}' stays outside the graph: {why}")
@@ -96,7 +96,7 @@ class Capture:
             at = last
         ops = [o for o in graph.ops[:at] if o.name not in names]
         ops += sorted(waits, key=lambda w: graph.index(w.name)) + [merged]
-        ops += [o for o in graph.ops[at + 1:] if o.name not in names]
+        ops += [o for o in graph.ops[at + 1 :] if o.name not in names]
         return order_with_events(graph.with_ops(ops))
 
     @staticmethod
@@ -107,8 +107,13 @@ class Capture:
             members = head + [replay] + tail
             names = {m.name for m in members}
             lo, hi = graph.index(members[0].name), graph.index(members[-1].name)
-            bad = [o.name for o in graph.ops[lo:hi] if o.name not in names and o.kind is not OpKind.EVENT_WAIT
-                   and any(p in names for p in deps.predecessors(o.name))]
+            bad = [
+                o.name
+                for o in graph.ops[lo:hi]
+                if o.name not in names
+                and o.kind is not OpKind.EVENT_WAIT
+                and any(p in names for p in deps.predecessors(o.name))
+            ]
             if not bad:
                 return head, tail
             ctx.note("capture", f"'{bad[0]}' depends on graph work issued before it; region shrinks")
@@ -132,19 +137,32 @@ class Capture:
         def fn(*args):
             env = dict(zip(reads, args))
             for m in members:
-                env.update(zip(m.writes, m.fn(*(env[r] for r in m.reads)) if m.fn else
-                               (env[r].clone() for r in m.reads)))
+                env.update(
+                    zip(m.writes, m.fn(*(env[r] for r in m.reads)) if m.fn else (env[r].clone() for r in m.reads))
+                )
             return tuple(env[w] for w in writes)
 
         n_copies = sum(1 for m in head + tail if m.kind is not OpKind.DEVICE_KERNEL)
-        return Op(replay.name, OpKind.GRAPH_REPLAY, replay.stream, tuple(reads), tuple(writes), fn, replay.cost_us,
-                  {**replay.attrs, "graph_ops": tuple(gops), "graph_steps": tuple(steps),
-                   "captured_kernels": replay.attr("captured_kernels", 0) + len(head) + len(tail) - n_copies,
-                   "head_ops": replay.attr("head_ops", 0) + len(head),
-                   "tail_us": replay.attr("tail_us", 0.0) + sum(
-                       IN_GRAPH_COPY_US if m.kind is not OpKind.DEVICE_KERNEL else IN_GRAPH_KERNEL_US for m in tail),
-                   "captured_copies": replay.attr("captured_copies", 0) + n_copies,
-                   "kernel_families": tuple(replay.attr("kernel_families", ())) + variants})
+        return Op(
+            replay.name,
+            OpKind.GRAPH_REPLAY,
+            replay.stream,
+            tuple(reads),
+            tuple(writes),
+            fn,
+            replay.cost_us,
+            {
+                **replay.attrs,
+                "graph_ops": tuple(gops),
+                "graph_steps": tuple(steps),
+                "captured_kernels": replay.attr("captured_kernels", 0) + len(head) + len(tail) - n_copies,
+                "head_ops": replay.attr("head_ops", 0) + len(head),
+                "tail_us": replay.attr("tail_us", 0.0)
+                + sum(IN_GRAPH_COPY_US if m.kind is not OpKind.DEVICE_KERNEL else IN_GRAPH_KERNEL_US for m in tail),
+                "captured_copies": replay.attr("captured_copies", 0) + n_copies,
+                "kernel_families": tuple(replay.attr("kernel_families", ())) + variants,
+            },
+        )
 
 
 def _label(op: Op) -> str:

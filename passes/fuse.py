@@ -49,8 +49,9 @@ class Fuse:
                 ctx.note(self.name, str(why))
                 # the refusal stays on the ops, so a later run does not fuse what is left of the group
                 refused = {m.name for m in members}
-                graph = graph.with_ops([o.with_(attrs={**o.attrs, "unfused": str(why)}) if o.name in refused else o
-                                        for o in graph.ops])
+                graph = graph.with_ops(
+                    [o.with_(attrs={**o.attrs, "unfused": str(why)}) if o.name in refused else o for o in graph.ops]
+                )
         return graph
 
     def _fuse(self, graph: BoundaryGraph, fam: str, members: list[Op]) -> BoundaryGraph:
@@ -65,15 +66,17 @@ class Fuse:
             outside = [r for r in graph.readers(w) if r not in names]
             if outside and not graph.values[w].persistent:
                 raise WhyNoFuse(fam, "'%s' is not persistent and '%s' reads it", w, outside[0])
-        internal = {w for w in written if not graph.values[w].persistent and graph.readers(w)
-                    and all(r in names for r in graph.readers(w))}
+        internal = {
+            w
+            for w in written
+            if not graph.values[w].persistent and graph.readers(w) and all(r in names for r in graph.readers(w))
+        }
         reads, produced = [], set()
         for m in members:
             reads += [r for r in m.reads if r not in produced and r not in reads]
             produced.update(m.writes)
         writes = tuple(w for w in dict.fromkeys(w for m in members for w in m.writes) if w not in internal)
-        return replace_with_fused(graph, members, fam, stream, tuple(reads), writes,
-                                  tuple(m.name for m in members))
+        return replace_with_fused(graph, members, fam, stream, tuple(reads), writes, tuple(m.name for m in members))
 
 
 def one_stream(family: str, members: list[Op]) -> str:
@@ -86,18 +89,33 @@ def one_stream(family: str, members: list[Op]) -> str:
 
 def variant_at(family: str, params: Mapping) -> VariantSpec:
     """``family`` specialized at the boundary's layout (its graph parameters)."""
-    layout = Layout(params["width"], params["block_table_width"], params["block_size"],
-                    params.get("draft_dtype", "int32"))
+    layout = Layout(
+        params["width"], params["block_table_width"], params["block_size"], params.get("draft_dtype", "int32")
+    )
     return VariantSpec.of(family, layout, params.get("num_splits", DEFAULT_NUM_SPLITS))
 
 
-def replace_with_fused(graph: BoundaryGraph, members: list[Op], family: str, stream: str,
-                       reads: tuple[str, ...], writes: tuple[str, ...], member_names: tuple[str, ...]) -> BoundaryGraph:
+def replace_with_fused(
+    graph: BoundaryGraph,
+    members: list[Op],
+    family: str,
+    stream: str,
+    reads: tuple[str, ...],
+    writes: tuple[str, ...],
+    member_names: tuple[str, ...],
+) -> BoundaryGraph:
     """``graph`` with ``members`` replaced by one launch of ``family``, where the dependencies allow."""
     pos = fusion_position(graph, members)
-    fused = Op(graph.fresh_name(family), OpKind.DEVICE_KERNEL, stream, reads, writes,
-               _compose(members, reads, writes), None,
-               {"family": family, "variant": variant_at(family, graph.params), "members": member_names})
+    fused = Op(
+        graph.fresh_name(family),
+        OpKind.DEVICE_KERNEL,
+        stream,
+        reads,
+        writes,
+        _compose(members, reads, writes),
+        None,
+        {"family": family, "variant": variant_at(family, graph.params), "members": member_names},
+    )
     names = {m.name for m in members}
     ops = [o for o in graph.ops if o.name not in names]
     anchor = sum(1 for o in graph.ops[:pos] if o.name not in names)
@@ -110,7 +128,7 @@ def fusion_position(graph: BoundaryGraph, members: list[Op]) -> int:
     idx = sorted(graph.index(m.name) for m in members)
     names = {m.name for m in members}
     deps = graph.dependency_graph()
-    between = [o.name for o in graph.ops[idx[0]:idx[-1]] if o.name not in names]
+    between = [o.name for o in graph.ops[idx[0] : idx[-1]] if o.name not in names]
     if not any(deps.has_edge(m, o) and graph.index(m) < graph.index(o) for o in between for m in names):
         return idx[-1] + 1
     if not any(deps.has_edge(o, m) and graph.index(o) < graph.index(m) for o in between for m in names):
@@ -125,4 +143,5 @@ def _compose(members: list[Op], reads: tuple[str, ...], writes: tuple[str, ...])
         for m in members:
             env.update(zip(m.writes, m.fn(*(env[r] for r in m.reads))))
         return tuple(env[w] for w in writes)
+
     return fn

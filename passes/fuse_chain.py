@@ -29,8 +29,14 @@ class FuseChain:
 
     def apply(self, ctx: PassContext, graph: BoundaryGraph) -> BoundaryGraph:
         for comp, member_fams in COMPOSITES.items():
-            found = [[o for o in graph.ops if o.kind is OpKind.DEVICE_KERNEL and variant_of(o) is not None
-                      and o.attr("family") == fam] for fam in member_fams]
+            found = [
+                [
+                    o
+                    for o in graph.ops
+                    if o.kind is OpKind.DEVICE_KERNEL and variant_of(o) is not None and o.attr("family") == fam
+                ]
+                for fam in member_fams
+            ]
             if not any(found):
                 continue
             try:

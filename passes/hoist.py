@@ -36,8 +36,9 @@ class Hoist:
             candidate, moved = self._hoist(graph, allowed)
             if no_worse(None, self.name, graph, candidate) is candidate:
                 if moved:
-                    ctx.note(self.name, f"moved {len(moved)} op(s) ahead of '{graph.start}'s completion: "
-                             + ", ".join(moved))
+                    ctx.note(
+                        self.name, f"moved {len(moved)} op(s) ahead of '{graph.start}'s completion: " + ", ".join(moved)
+                    )
                 return candidate
         ctx.note(self.name, "nothing moved: every move would lengthen the bubble")
         return graph
@@ -53,7 +54,8 @@ class Hoist:
         for o in graph.ops[first:]:
             # a staying op it depends on, or a staying sync it needs (it would race without it), holds it back
             blocked = any(p in stays for p in deps.predecessors(o.name)) or any(
-                o.name in needs_sync[s] for s in stays if s in needs_sync)
+                o.name in needs_sync[s] for s in stays if s in needs_sync
+            )
             stream = prepare if o.kind is OpKind.H2D else o.stream
             # a record travels with the op it marks (and to its new stream)
             if o.kind is OpKind.EVENT_RECORD and moved_to.get(o.stream):

@@ -19,16 +19,23 @@ from .manager import run_pipeline
 
 def plan_boundary(name: str, layout: Layout, pipeline: str | None = None) -> Plan:
     """The default pipeline's plan of ``name`` at ``layout`` (batch 1: plans do not depend on B)."""
-    graph = build_boundary(name, width=layout.width, batch=1, block_size=layout.block_size,
-                           block_table_width=layout.block_table_width, draft_dtype=layout.draft_dtype)
+    graph = build_boundary(
+        name,
+        width=layout.width,
+        batch=1,
+        block_size=layout.block_size,
+        block_table_width=layout.block_table_width,
+        draft_dtype=layout.draft_dtype,
+    )
     after, _ = run_pipeline(graph) if pipeline is None else run_pipeline(graph, pipeline)
     replay = next((o for o in after.ops if o.kind is OpKind.GRAPH_REPLAY), None)
     steps = tuple(replay.attr("graph_steps", ())) if replay else ()
     return Plan(name, layout, steps)
 
 
-def plan_variants(matrix: Matrix, boundaries=BOUNDARY_NAMES) -> tuple[list[VariantSpec], dict[str, set[str]],
-                                                                      list[Plan]]:
+def plan_variants(
+    matrix: Matrix, boundaries=BOUNDARY_NAMES
+) -> tuple[list[VariantSpec], dict[str, set[str]], list[Plan]]:
     """Every variant the plans of each boundary x ``matrix.layouts(boundary)`` launch.
 
     Returns the variants (sorted by key), the boundaries that need each key,

@@ -31,7 +31,7 @@ def _mirrors(graph: BoundaryGraph) -> dict[str, tuple[str, str]]:
     out = {}
     for i, o in enumerate(graph.ops):
         if o.kind in (OpKind.H2D, OpKind.D2H):
-            later = {w for x in graph.ops[i + 1:] for w in x.writes}
+            later = {w for x in graph.ops[i + 1 :] for w in x.writes}
             for src, dst in zip(o.reads, o.writes):
                 host, dev = (src, dst) if o.kind is OpKind.H2D else (dst, src)
                 if host not in later and dev not in later:
@@ -48,13 +48,14 @@ def _stale_reads(graph: BoundaryGraph) -> list[tuple[str, str, str, str]]:
         if o.kind is not OpKind.HOST_COMPUTE or o.fn is None:
             continue
         for r in o.reads:
-            copies = [i for i, c in enumerate(graph.ops) if c.kind in (OpKind.H2D, OpKind.D2H)
-                      and r in (*c.reads, *c.writes)]
+            copies = [
+                i for i, c in enumerate(graph.ops) if c.kind in (OpKind.H2D, OpKind.D2H) and r in (*c.reads, *c.writes)
+            ]
             if r in mirrors or not copies:
                 continue
             c = graph.ops[copies[-1]]
             sides = set(c.reads) | set(c.writes)
-            writer = next((x.name for x in graph.ops[copies[-1] + 1:] if sides & set(x.writes)), "?")
+            writer = next((x.name for x in graph.ops[copies[-1] + 1 :] if sides & set(x.writes)), "?")
             out.append((o.name, r, c.name, writer))
     return out
 
@@ -68,8 +69,11 @@ class SyncToEvent:
 
     def _rewrite(self, ctx: PassContext, graph: BoundaryGraph) -> BoundaryGraph:
         for op, value, copy, writer in _stale_reads(graph):
-            ctx.note(self.name, f"'{op}' stays on the host: '{value}' is rewritten by '{writer}' after its copy "
-                     f"'{copy}', so the device side is no mirror of it")
+            ctx.note(
+                self.name,
+                f"'{op}' stays on the host: '{value}' is rewritten by '{writer}' after its copy "
+                f"'{copy}', so the device side is no mirror of it",
+            )
         excluded: set[str] = set()
         while converted := self._convertible(graph, excluded):
             result = self._convert(ctx, graph, converted)
@@ -84,17 +88,25 @@ class SyncToEvent:
     def _convertible(self, graph: BoundaryGraph, excluded: set[str]) -> list[Op]:
         mirrors = _mirrors(graph)
         first = graph.index(graph.start) + 1
-        cand = {o.name: o for o in graph.ops[first:]
-                if o.kind is OpKind.HOST_COMPUTE and o.fn is not None and o.name not in excluded}
+        cand = {
+            o.name: o
+            for o in graph.ops[first:]
+            if o.kind is OpKind.HOST_COMPUTE and o.fn is not None and o.name not in excluded
+        }
         changed = True
         while changed:
             changed = False
             produced = {w: n for n, o in cand.items() for w in o.writes}
             for n, o in list(cand.items()):
                 ok_in = all(r in mirrors or r in produced for r in o.reads)
-                ok_out = all(w not in graph.outputs and graph.readers(w) and graph.writers(w) == [n] and all(
-                    graph.op(r).kind is OpKind.H2D or r in cand for r in graph.readers(w))
-                    and sum(graph.op(r).kind is OpKind.H2D for r in graph.readers(w)) <= 1 for w in o.writes)
+                ok_out = all(
+                    w not in graph.outputs
+                    and graph.readers(w)
+                    and graph.writers(w) == [n]
+                    and all(graph.op(r).kind is OpKind.H2D or r in cand for r in graph.readers(w))
+                    and sum(graph.op(r).kind is OpKind.H2D for r in graph.readers(w)) <= 1
+                    for w in o.writes
+                )
                 if not (ok_in and ok_out):
                     del cand[n]
                     changed = True
@@ -120,9 +132,19 @@ class SyncToEvent:
         for r in {r for o in chain for r in o.reads} - set(rename):
             rename[r] = mirrors[r][0]
         stream = graph.params.get("graph_stream", "target")
-        new_ops = [Op(graph.fresh_name("dev_" + o.name.removeprefix("host_")), OpKind.DEVICE_KERNEL, stream,
-                      tuple(rename[r] for r in o.reads), tuple(rename[w] for w in o.writes), o.fn, None,
-                      {**o.attrs, "converted_from": o.name}) for o in chain]
+        new_ops = [
+            Op(
+                graph.fresh_name("dev_" + o.name.removeprefix("host_")),
+                OpKind.DEVICE_KERNEL,
+                stream,
+                tuple(rename[r] for r in o.reads),
+                tuple(rename[w] for w in o.writes),
+                o.fn,
+                None,
+                {**o.attrs, "converted_from": o.name},
+            )
+            for o in chain
+        ]
         produced = {w for o in new_ops for w in o.writes}
         rest = [o for o in graph.ops if o.name not in names and o.name not in dropped]
         # As early as the inputs allow: where the data is ready, not where it used to be consumed.
@@ -140,8 +162,12 @@ class SyncToEvent:
             if not ready.issuperset(new.reads):
                 return orig.name
             ready.update(new.writes)
-        ctx.note(self.name, f"{len(chain)} host op(s) now run on the device ({stream}): "
-                 + ", ".join(o.name for o in chain) + f"; {len(dropped)} H2D copies removed")
+        ctx.note(
+            self.name,
+            f"{len(chain)} host op(s) now run on the device ({stream}): "
+            + ", ".join(o.name for o in chain)
+            + f"; {len(dropped)} H2D copies removed",
+        )
         ops = rest[:at] + new_ops + rest[at:]
         return self._drop_dead_d2h(graph.with_ops(ops, values))
 
@@ -154,8 +180,12 @@ class SyncToEvent:
                 if all(u.kind is OpKind.HOST_SYNC for u in users) and not set(o.writes) & set(graph.outputs):
                     continue
             keep.append(o)
-        keep = [o for o in keep if o.kind is not OpKind.HOST_SYNC
-                or any(r in {w for k in keep for w in k.writes} or graph.values[r].is_input for r in o.reads)]
+        keep = [
+            o
+            for o in keep
+            if o.kind is not OpKind.HOST_SYNC
+            or any(r in {w for k in keep for w in k.writes} or graph.values[r].is_input for r in o.reads)
+        ]
         return graph.with_ops(keep)
 
     # -- syncs: gone when nothing on the host needs them, deferred when only the host does ------
@@ -173,7 +203,7 @@ class SyncToEvent:
                 ops.remove(s)
                 ctx.note(self.name, f"removed '{s.name}': nothing races without it")
                 continue
-            host_users = [o for o in ops[idx + 1:] if o.kind.on_host and o.name in racing]
+            host_users = [o for o in ops[idx + 1 :] if o.kind.on_host and o.name in racing]
             if not host_users:
                 ctx.note(self.name, f"kept '{s.name}': device work issued after it needs it")
                 continue

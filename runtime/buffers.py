@@ -30,9 +30,17 @@ def bucket_of(buckets: tuple[int, ...], batch: int) -> int:
     return next(b for b in buckets if b >= batch)
 
 
-def alloc_step_buffers(batch: int, width: int, block_table_width: int, *, block_size: int, scratch_block: int = 0,
-                       num_splits: int = DEFAULT_NUM_SPLITS, device=None,
-                       fill_padding: bool = False) -> dict[str, torch.Tensor]:
+def alloc_step_buffers(
+    batch: int,
+    width: int,
+    block_table_width: int,
+    *,
+    block_size: int,
+    scratch_block: int = 0,
+    num_splits: int = DEFAULT_NUM_SPLITS,
+    device=None,
+    fill_padding: bool = False,
+) -> dict[str, torch.Tensor]:
     """Every buffer of one verify step for ``batch`` rows: the families' arguments, int32, zeroed.
 
     ``scratch_slot`` holds the scratch block's first slot; with ``fill_padding``
@@ -57,9 +65,17 @@ def pad_rows(bufs: dict[str, torch.Tensor], batch: int, scratch_block: int) -> N
     bufs["block_table"][batch:].fill_(scratch_block)
 
 
-def load_inputs(bufs: dict[str, torch.Tensor], batch: int, last_tokens: torch.Tensor, draft_tokens: torch.Tensor,
-                seq_lens: torch.Tensor, block_table: torch.Tensor, *, scratch_block: int,
-                non_blocking: bool = False) -> None:
+def load_inputs(
+    bufs: dict[str, torch.Tensor],
+    batch: int,
+    last_tokens: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    *,
+    scratch_block: int,
+    non_blocking: bool = False,
+) -> None:
     """Copy a step's inputs into rows ``:batch`` of a bucket's buffers and pad the rows after them."""
     bufs["last_tokens"][:batch].copy_(last_tokens, non_blocking=non_blocking)
     bufs["draft_tokens"][:batch].copy_(draft_tokens, non_blocking=non_blocking)

@@ -37,5 +37,6 @@ def capabilities_of(model: Any) -> SpeculativeVerifyCapabilities:
         if unknown:
             raise TypeError(f"unknown speculative-verify capabilities: {', '.join(unknown)}")
         return SpeculativeVerifyCapabilities(**dict(raw))
-    raise TypeError(f"speculative_verify_capabilities must give a SpeculativeVerifyCapabilities, "
-                    f"got {type(raw).__name__}")
+    raise TypeError(
+        f"speculative_verify_capabilities must give a SpeculativeVerifyCapabilities, got {type(raw).__name__}"
+    )

@@ -40,7 +40,7 @@ def _sections(image: bytes) -> list[tuple[str, int, int, int, int]]:
     """(name, type, offset, size, link) of every section."""
     if image[:4] != b"\x7fELF" or image[4:6] != b"\x02\x01":
         raise ValueError("not a 64-bit little-endian ELF file")
-    shoff, = struct.unpack_from("<Q", image, 0x28)
+    (shoff,) = struct.unpack_from("<Q", image, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", image, 0x3A)
     raw = [struct.unpack_from("<IIQQQQIIQQ", image, shoff + i * shentsize) for i in range(shnum)]
     names = raw[shstrndx][4]
@@ -48,7 +48,7 @@ def _sections(image: bytes) -> list[tuple[str, int, int, int, int]]:
 
 
 def _string(image: bytes, at: int) -> str:
-    return image[at:image.index(b"\0", at)].decode()
+    return image[at : image.index(b"\0", at)].decode()
 
 
 def _attributes(image: bytes, offset: int, size: int):
@@ -57,11 +57,11 @@ def _attributes(image: bytes, offset: int, size: int):
     while p + 2 <= end:
         fmt, attr = image[p], image[p + 1]
         if fmt == _EIFMT_SVAL:
-            n, = struct.unpack_from("<H", image, p + 2)
-            yield attr, image[p + 4:p + 4 + n]
+            (n,) = struct.unpack_from("<H", image, p + 2)
+            yield attr, image[p + 4 : p + 4 + n]
             p += 4 + n
         elif fmt in (_EIFMT_HVAL, _EIFMT_BVAL):
-            yield attr, image[p + 2:p + 4]
+            yield attr, image[p + 2 : p + 4]
             p += 4
         elif fmt == _EIFMT_NVAL:
             yield attr, b""
@@ -82,8 +82,11 @@ def cubin_kernels(image: bytes) -> dict[str, CubinKernel]:
             name, info = struct.unpack_from("<IB", image, at)
             if info & 0xF == _STT_FUNC and info >> 4 == _STB_GLOBAL:
                 functions.add(_string(image, strtab + name))
-    info = {name[len(".nv.info."):]: (offset, size) for name, _, offset, size, _ in sections
-            if name.startswith(".nv.info.")}
+    info = {
+        name[len(".nv.info.") :]: (offset, size)
+        for name, _, offset, size, _ in sections
+        if name.startswith(".nv.info.")
+    }
     kernels = {}
     for name in sorted(functions):
         params, threads = {}, None
@@ -115,9 +118,13 @@ def entry_problems(image: bytes, entry, kernels: dict[str, CubinKernel] | None =
     sizes = tuple(size for _, size in kernel.params)
     want = tuple(BATCH_SIZE if p == "B" else POINTER_SIZE for p in entry.params)
     if sizes != want:
-        problems.append(f"{entry.entry} takes parameters of {list(sizes)} bytes; the manifest's "
-                        f"{list(entry.params)} are packed as {list(want)}")
+        problems.append(
+            f"{entry.entry} takes parameters of {list(sizes)} bytes; the manifest's "
+            f"{list(entry.params)} are packed as {list(want)}"
+        )
     if kernel.max_threads is not None and kernel.max_threads[0] < entry.threads:
-        problems.append(f"{entry.entry} is bounded to {kernel.max_threads[0]} threads a block; the manifest "
-                        f"launches {entry.threads}")
+        problems.append(
+            f"{entry.entry} is bounded to {kernel.max_threads[0]} threads a block; the manifest "
+            f"launches {entry.threads}"
+        )
     return problems

@@ -47,8 +47,14 @@ ACCEPTED_RANGE = "accepted_range"
 _DATA_NAMES = ("min_seq_len", "max_seq_len")
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
-_CMPOPS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-           ast.Eq: operator.eq, ast.NotEq: operator.ne}
+_CMPOPS = {
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+}
 
 
 # Bool tensors combine with Python bools through ``&`` / ``|`` (a scalar operand makes no host tensor,
@@ -77,6 +83,7 @@ def device_eval(text: str, env: Mapping[str, object]):
     read back to the host: ``and`` / ``or`` / ``not`` and chained comparisons
     become ``logical_*``.
     """
+
     def walk(node):
         if isinstance(node, ast.Constant):
             return node.value
@@ -132,8 +139,14 @@ def _reach(family: str, width: int, block_table_width: int, block_size: int) -> 
     for rule in FAMILIES[family].guard_rules:
         if "BT" not in rule.expr:
             continue
-        env = {"min_seq_len": 0, "batch": 1, "W": width, "BT": block_table_width, "BS": block_size,
-               "NS": DEFAULT_NUM_SPLITS}
+        env = {
+            "min_seq_len": 0,
+            "batch": 1,
+            "W": width,
+            "BT": block_table_width,
+            "BS": block_size,
+            "NS": DEFAULT_NUM_SPLITS,
+        }
         holds = lambda s: safe_eval(rule.expr, {**env, "max_seq_len": s}, GUARD_RULE_NAMES)  # noqa: E731
         if not holds(0):
             continue
@@ -155,7 +168,7 @@ class DeviceGuardSpec:
     block_table_width: int
     block_size: int
     guards: tuple[str, ...]  # the host's guard expressions that read the data (min / max seq_len)
-    reach: int               # positions S .. S + reach - 1 need an allocated block
+    reach: int  # positions S .. S + reach - 1 need an allocated block
 
     @classmethod
     def of(cls, plan, width: int) -> "DeviceGuardSpec":

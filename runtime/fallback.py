@@ -21,20 +21,34 @@ from .step_plan import StepPlan
 
 __all__ = ["FALLBACK_REASONS", "fallback_reason", "seq_len_bounds"]
 
-FALLBACK_REASONS = ("capability_off", "variant_not_built", "layout_mismatch", "batch_exceeds_buckets", "empty_batch",
-                    "guard_failed", "device_guard_trip")
+FALLBACK_REASONS = (
+    "capability_off",
+    "variant_not_built",
+    "layout_mismatch",
+    "batch_exceeds_buckets",
+    "empty_batch",
+    "guard_failed",
+    "device_guard_trip",
+)
 
 
-def fallback_reason(caps: SpeculativeVerifyCapabilities, plan: StepPlan, buckets: tuple[int, ...], batch: int,
-                    block_table: torch.Tensor | None, bounds: tuple[int, int]) -> str | None:
+def fallback_reason(
+    caps: SpeculativeVerifyCapabilities,
+    plan: StepPlan,
+    buckets: tuple[int, ...],
+    batch: int,
+    block_table: torch.Tensor | None,
+    bounds: tuple[int, int],
+) -> str | None:
     """Why ``batch`` rows with ``block_table`` and sequence lengths in ``bounds`` cannot replay; None if they can."""
     if not caps.supports_in_graph_input_update:
         return "capability_off"
     if plan.unavailable is not None:
         return plan.unavailable
     bt, bs = plan.layout
-    if (caps.block_size, caps.block_table_width) != (bs, bt) or \
-            (block_table is not None and block_table.shape[1] != bt):
+    if (caps.block_size, caps.block_table_width) != (bs, bt) or (
+        block_table is not None and block_table.shape[1] != bt
+    ):
         return "layout_mismatch"
     if batch > buckets[-1]:
         return "batch_exceeds_buckets"

@@ -20,11 +20,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from ..specializations.expr import (GUARD_NAMES, SHAPE_NAMES, UnsafeExpressionError, eval_shape, safe_eval,
-                                    validate_expression)
+from ..specializations.expr import (
+    GUARD_NAMES,
+    SHAPE_NAMES,
+    UnsafeExpressionError,
+    eval_shape,
+    safe_eval,
+    validate_expression,
+)
 
-__all__ = ["GUARD_NAMES", "SHAPE_NAMES", "GuardResult", "KernelArgumentError", "UnsafeExpressionError",
-           "check_guards", "check_tensors", "guard_pair", "safe_eval", "validate_expression"]
+__all__ = [
+    "GUARD_NAMES",
+    "SHAPE_NAMES",
+    "GuardResult",
+    "KernelArgumentError",
+    "UnsafeExpressionError",
+    "check_guards",
+    "check_tensors",
+    "guard_pair",
+    "safe_eval",
+    "validate_expression",
+]
 
 
 class KernelArgumentError(TypeError):
@@ -56,8 +72,7 @@ def check_guards(guards: Iterable, *, min_seq_len: int, max_seq_len: int, batch:
     return GuardResult(not failed, failed)
 
 
-def check_tensors(args: Sequence, tensors: Sequence, *, W: int, BT: int | None, NS: int | None,
-                  key: str) -> int:
+def check_tensors(args: Sequence, tensors: Sequence, *, W: int, BT: int | None, NS: int | None, key: str) -> int:
     """Check ``tensors`` against the variant's ``args``; return the batch B.
 
     ``args`` are manifest argument records (``name``, ``dtype``, ``shape``).
@@ -80,12 +95,18 @@ def check_tensors(args: Sequence, tensors: Sequence, *, W: int, BT: int | None, 
     for a, t in zip(args, tensors):
         want_dtype = getattr(torch, a.dtype)
         if t.dtype != want_dtype:
-            raise KernelArgumentError(f"{key}: {a.name} dtype expected {a.dtype}, got {str(t.dtype).removeprefix('torch.')}")
+            raise KernelArgumentError(
+                f"{key}: {a.name} dtype expected {a.dtype}, got {str(t.dtype).removeprefix('torch.')}"
+            )
         want_shape = eval_shape(a.shape, B=B, W=W, BT=BT, NS=NS)
         if tuple(t.shape) != want_shape:
-            raise KernelArgumentError(f"{key}: {a.name} shape expected {want_shape} ({a.shape} with B={B}), got {tuple(t.shape)}")
+            raise KernelArgumentError(
+                f"{key}: {a.name} shape expected {want_shape} ({a.shape} with B={B}), got {tuple(t.shape)}"
+            )
         if t.device != device:
-            raise KernelArgumentError(f"{key}: {a.name} device expected {device} (that of {args[0].name}), got {t.device}")
+            raise KernelArgumentError(
+                f"{key}: {a.name} device expected {device} (that of {args[0].name}), got {t.device}"
+            )
         if not t.is_contiguous():
             raise KernelArgumentError(f"{key}: {a.name} must be contiguous, got strides {tuple(t.stride())}")
     return B

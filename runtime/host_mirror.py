@@ -44,7 +44,7 @@ def _unpack(flat: torch.Tensor, batch: int, width: int) -> dict[str, torch.Tenso
     out, at = {}, 0
     for n in HOST_FIELDS:
         size = batch * width if n == "next_tokens" else batch
-        t = flat[at: at + size]
+        t = flat[at : at + size]
         out[n] = t.view(batch, width) if n == "next_tokens" else t
         at += size
     return out
@@ -95,8 +95,7 @@ class HostMirror:
             main.wait_event(self._events[slot])  # the copy that last read this staging buffer
         n = packed_size(batch, self.width)
         fields = [getattr(result, f)[:batch].reshape(-1) for f in HOST_FIELDS]
-        torch.cat(fields + [flag.reshape(-1)[:1] if flag is not None else self._no_flag],
-                  out=self._staging[slot][:n])
+        torch.cat(fields + [flag.reshape(-1)[:1] if flag is not None else self._no_flag], out=self._staging[slot][:n])
         copy.wait_stream(main)
         with self._api.stream(copy):
             self._host[slot][:n].copy_(self._staging[slot][:n], non_blocking=True)

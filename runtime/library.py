@@ -23,31 +23,59 @@ from ..specializations.families import FAMILIES
 from ..specializations.targets import TARGET_OF_DEVICE, TARGETS
 from ..specializations.variants import UnknownFamily, VariantSpec, build_command, family_of
 from .guards import GuardResult, KernelArgumentError, check_guards, check_tensors, guard_pair
-from .manifest import (ArtifactError, KernelLaunchError, Manifest, ManifestError, VariantEntry,
-                                      load_manifest, parse_manifest)
+from .manifest import (
+    ArtifactError,
+    KernelLaunchError,
+    Manifest,
+    ManifestError,
+    VariantEntry,
+    load_manifest,
+)
 
-__all__ = ["ArtifactError", "KernelArgumentError", "KernelCallable", "KernelLaunchError", "KernelLibrary",
-           "ManifestError", "UnknownFamily", "VariantNotBuilt", "build_command", "load_library"]
+__all__ = [
+    "ArtifactError",
+    "KernelArgumentError",
+    "KernelCallable",
+    "KernelLaunchError",
+    "KernelLibrary",
+    "ManifestError",
+    "UnknownFamily",
+    "VariantNotBuilt",
+    "build_command",
+    "load_library",
+]
 
 
 class VariantNotBuilt(LookupError):
     """The requested specialization is not in the build; the message says how to build it."""
 
 
-def _spec(family: str, width: int, block_table_width: int | None, block_size: int | None,
-          draft_dtype: str = "int32") -> VariantSpec:
+def _spec(
+    family: str, width: int, block_table_width: int | None, block_size: int | None, draft_dtype: str = "int32"
+) -> VariantSpec:
     """``family`` at these parameters, keeping only those its key names (like ``VariantSpec.of``)."""
     fam = family_of(family)
-    return VariantSpec(family, width, block_table_width if "BT" in fam.key_params else None,
-                       block_size if "BS" in fam.key_params else None,
-                       draft_dtype if fam.has_draft_dtype else "int32")
+    return VariantSpec(
+        family,
+        width,
+        block_table_width if "BT" in fam.key_params else None,
+        block_size if "BS" in fam.key_params else None,
+        draft_dtype if fam.has_draft_dtype else "int32",
+    )
 
 
 class KernelCallable:
     """One specialization of one family; call it with the family's tensors in ``docs/kernels.md`` order."""
 
-    def __init__(self, library: "KernelLibrary", family: str, width: int, block_table_width: int | None = None,
-                 block_size: int | None = None, target: str | None = None):
+    def __init__(
+        self,
+        library: "KernelLibrary",
+        family: str,
+        width: int,
+        block_table_width: int | None = None,
+        block_size: int | None = None,
+        target: str | None = None,
+    ):
         self.library, self.family, self.width = library, family, int(width)
         self.block_table_width, self.block_size, self.target = block_table_width, block_size, target
         spec = family_of(family)
@@ -88,8 +116,9 @@ class KernelCallable:
             raise KernelArgumentError(f"{self.key()}: tensors on {device} cannot run target {target or '(none)'}")
         draft_dtype = self._draft_dtype(tensors)
         entry, launcher = self.resolve(target, draft_dtype)
-        batch = check_tensors(entry.args, tensors, W=entry.width, BT=entry.block_table_width,
-                              NS=entry.num_splits, key=entry.key)
+        batch = check_tensors(
+            entry.args, tensors, W=entry.width, BT=entry.block_table_width, NS=entry.num_splits, key=entry.key
+        )
         if not batch:
             return  # nothing to do; the artifact is not even loaded
         if launcher is None:
@@ -97,8 +126,9 @@ class KernelCallable:
             self._resolved[(target, draft_dtype)] = (entry, launcher)
         launcher.launch(tensors, batch)
 
-    def check_guards(self, *, min_seq_len: int, max_seq_len: int, batch: int,
-                     draft_dtype: str = "int32") -> GuardResult:
+    def check_guards(
+        self, *, min_seq_len: int, max_seq_len: int, batch: int, draft_dtype: str = "int32"
+    ) -> GuardResult:
         """Evaluate the guards of every built target of this specialization."""
         guards = self._guards.get(draft_dtype)
         if guards is None:  # the manifest does not change under a loaded library: collect them once
@@ -128,19 +158,36 @@ class KernelLibrary:
     def entries(self) -> tuple[VariantEntry, ...]:
         return self.manifest.variants
 
-    def has(self, family: str, width: int, block_table_width: int | None = None, block_size: int | None = None,
-            *, target: str | None = None, draft_dtype: str | None = None) -> bool:
+    def has(
+        self,
+        family: str,
+        width: int,
+        block_table_width: int | None = None,
+        block_size: int | None = None,
+        *,
+        target: str | None = None,
+        draft_dtype: str | None = None,
+    ) -> bool:
         dtypes = [draft_dtype] if draft_dtype else ["int32", "int64"]
         keys = {_spec(family, width, block_table_width, block_size, d).key for d in dtypes}
         return any(k in keys and (target is None or t == target) for k, t in self._by_key)
 
-    def get(self, family: str, width: int, block_table_width: int | None = None, block_size: int | None = None,
-            *, target: str | None = None) -> KernelCallable:
+    def get(
+        self,
+        family: str,
+        width: int,
+        block_table_width: int | None = None,
+        block_size: int | None = None,
+        *,
+        target: str | None = None,
+    ) -> KernelCallable:
         """A callable for the specialization; ``VariantNotBuilt`` if no target has it."""
         if not self.has(family, width, block_table_width, block_size, target=target):
             spec = _spec(family, width, block_table_width, block_size)
-            raise VariantNotBuilt(f"{spec.key} is not built{f' for target {target}' if target else ''}: run "
-                                  f"`{build_command(spec, target or 'c')} --out {self.root}`")
+            raise VariantNotBuilt(
+                f"{spec.key} is not built{f' for target {target}' if target else ''}: run "
+                f"`{build_command(spec, target or 'c')} --out {self.root}`"
+            )
         return KernelCallable(self, family, width, block_table_width, block_size, target)
 
     def entry(self, key: str, target: str, *, draft_dtype: str = "int32") -> VariantEntry:
@@ -148,8 +195,11 @@ class KernelLibrary:
         if hit is None:
             others = sorted(t for k, t in self._by_key if k == key)
             known = next((e for e in self.manifest.variants if e.key == key), None)
-            cmd = (build_command(known.variant.with_dtype(draft_dtype), target) if known
-                   else f"specgen build --target {target}") + f" --out {self.root}"
+            cmd = (
+                build_command(known.variant.with_dtype(draft_dtype), target)
+                if known
+                else f"specgen build --target {target}"
+            ) + f" --out {self.root}"
             built = f" (built for: {', '.join(others)})" if others else ""
             raise VariantNotBuilt(f"{key} is not built for target {target}{built}: run `{cmd}`")
         return hit

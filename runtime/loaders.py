@@ -41,7 +41,6 @@ from ..specializations.targets import TARGETS
 from .cubin import cubin_kernels, entry_problems
 from .manifest import ArtifactError, KernelLaunchError, VariantEntry, read_artifact
 
-
 _ARCH = re.compile(r"^sm_(\d+)(\d)([af]?)$")
 _PACK_CACHE_SIZE = 64
 _ASCEND_BINARIES = (TARGETS["ascend"].artifact_suffix, ".so", ".bin")  # what bisheng may emit
@@ -155,9 +154,11 @@ class CudaLauncher:
 
         cap = torch.cuda.get_device_capability(index)
         if not arch_fits(self.entry.arch, cap):
-            raise ArtifactError(f"{self.path}: cubin built for {self.entry.arch} cannot run on "
-                                f"{torch.cuda.get_device_name(index)} (sm_{cap[0]}{cap[1]}); "
-                                f"rebuild with `specgen build --target cuda --arch sm_{cap[0]}{cap[1]}`")
+            raise ArtifactError(
+                f"{self.path}: cubin built for {self.entry.arch} cannot run on "
+                f"{torch.cuda.get_device_name(index)} (sm_{cap[0]}{cap[1]}); "
+                f"rebuild with `specgen build --target cuda --arch sm_{cap[0]}{cap[1]}`"
+            )
         drv = _driver()
         check(drv.cuInit(0), "cuInit")
         with torch.cuda.device(index):
@@ -168,8 +169,9 @@ class CudaLauncher:
             if module is None:  # variants that share a cubin share its module
                 module = check(drv.cuModuleLoadData(self._image), f"cuModuleLoadData({self.path.name})")
                 _MODULES[(index, self.entry.sha256)] = module
-            fn = check(drv.cuModuleGetFunction(module, self.entry.entry.encode()),
-                       f"cuModuleGetFunction({self.entry.entry})")
+            fn = check(
+                drv.cuModuleGetFunction(module, self.entry.entry.encode()), f"cuModuleGetFunction({self.entry.entry})"
+            )
         self._per_device[index] = (ctx, module, fn)
         return self._per_device[index]
 
@@ -210,9 +212,10 @@ class CudaLauncher:
         if grid <= 0:
             return
         stream = torch.cuda.current_stream(index).cuda_stream
-        check(drv.cuLaunchKernel(fn, grid, 1, 1, self.entry.threads, 1, 1, 0, stream,
-                                 self._pack(tensors, batch), 0),
-              f"cuLaunchKernel({self.entry.entry}, grid={grid}, block={self.entry.threads})")
+        check(
+            drv.cuLaunchKernel(fn, grid, 1, 1, self.entry.threads, 1, 1, 0, stream, self._pack(tensors, batch), 0),
+            f"cuLaunchKernel({self.entry.entry}, grid={grid}, block={self.entry.threads})",
+        )
 
     def __repr__(self) -> str:
         return f"CudaLauncher({self.entry.key}, {self.entry.arch}, {self.path})"
@@ -239,10 +242,12 @@ class AscendLauncher:
         if not self.path.name.endswith(_ASCEND_BINARIES):
             raise TargetUnavailableError(
                 f"{self.path}: {entry.key} was built for ascend as Ascend C source only; compiling it "
-                f"needs CANN's bisheng, which this build did not have, so it cannot be launched")
+                f"needs CANN's bisheng, which this build did not have, so it cannot be launched"
+            )
         raise TargetUnavailableError(
             f"{self.path}: launching compiled Ascend kernels ({entry.key}) is not implemented in this "
-            f"runtime; it has not been verified on NPU hardware")
+            f"runtime; it has not been verified on NPU hardware"
+        )
 
     def launch(self, tensors: Sequence, batch: int) -> None:  # pragma: no cover - __init__ refuses
         raise TargetUnavailableError(f"{self.entry.key}: ascend launch is not available")

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..specializations.expr import GUARD_NAMES, SHAPE_NAMES, UnsafeExpressionError, validate_expression
 from ..specializations.plan import Plan, PlanError
 from ..specializations.targets import TARGET_NAMES as TARGETS
 from ..specializations.targets import TARGETS as TARGET_ROWS
 from ..specializations.variants import Layout, VariantSpec, build_command
-from ..specializations.expr import GUARD_NAMES, SHAPE_NAMES, UnsafeExpressionError, validate_expression
 from .cubin import entry_problems
 
 SCHEMA_VERSION = 2  # 2: plans carry structured steps and their layout
@@ -74,8 +74,9 @@ class VariantEntry:
 
     @property
     def variant(self) -> VariantSpec:
-        return VariantSpec(self.family, self.width, self.block_table_width, self.block_size, self.draft_dtype,
-                           self.num_splits)
+        return VariantSpec(
+            self.family, self.width, self.block_table_width, self.block_size, self.draft_dtype, self.num_splits
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,8 +139,12 @@ def _parse_variant(rec: Any, where: str) -> VariantEntry:
         aw = f"{where} args[{i}]"
         if not isinstance(a, dict):
             raise ManifestError(f"{aw}: must be an object")
-        arg = ArgEntry(_need(a, "name", aw, str), _need(a, "dtype", aw, str), _need(a, "shape", aw, str),
-                       bool(a.get("output", False)))
+        arg = ArgEntry(
+            _need(a, "name", aw, str),
+            _need(a, "dtype", aw, str),
+            _need(a, "shape", aw, str),
+            bool(a.get("output", False)),
+        )
         if arg.dtype not in ("int32", "int64"):
             raise ManifestError(f"{aw}: field 'dtype' must be int32 or int64, got {arg.dtype!r}")
         _check_expr(arg.shape, SHAPE_NAMES, f"{aw}: field 'shape'")
@@ -161,13 +166,27 @@ def _parse_variant(rec: Any, where: str) -> VariantEntry:
     grid = str(launch.get("grid", "B"))
     _check_expr(grid, SHAPE_NAMES, f"{where}: field 'launch.grid'")
     return VariantEntry(
-        key=key, family=_need(rec, "family", where, str), target=target,
-        width=_need(rec, "width", where, int), block_table_width=_opt_int(rec, "block_table_width", where),
-        block_size=_opt_int(rec, "block_size", where), draft_dtype=str(rec.get("draft_dtype") or "int32"),
-        num_splits=_opt_int(rec, "num_splits", where), arch=rec.get("arch"), artifact=artifact,
-        sha256=_need(rec, "sha256", where, str).lower(), entry=_need(rec, "entry", where, str), params=params,
-        args=tuple(args), threads=int(launch.get("threads", 128)), grid=grid, guards=tuple(guards),
-        boundaries=tuple(rec.get("boundaries") or ()), program=rec.get("program"), source=rec.get("source"))
+        key=key,
+        family=_need(rec, "family", where, str),
+        target=target,
+        width=_need(rec, "width", where, int),
+        block_table_width=_opt_int(rec, "block_table_width", where),
+        block_size=_opt_int(rec, "block_size", where),
+        draft_dtype=str(rec.get("draft_dtype") or "int32"),
+        num_splits=_opt_int(rec, "num_splits", where),
+        arch=rec.get("arch"),
+        artifact=artifact,
+        sha256=_need(rec, "sha256", where, str).lower(),
+        entry=_need(rec, "entry", where, str),
+        params=params,
+        args=tuple(args),
+        threads=int(launch.get("threads", 128)),
+        grid=grid,
+        guards=tuple(guards),
+        boundaries=tuple(rec.get("boundaries") or ()),
+        program=rec.get("program"),
+        source=rec.get("source"),
+    )
 
 
 def _parse_plan(boundary: str, rec: Any, num_splits: int | None, where: str) -> Plan:
@@ -204,10 +223,13 @@ def parse_manifest(data: Any, path: Path) -> Manifest:
         raise ManifestError(f"{where}: top level must be an object")
     version = _need(data, "schema_version", where, int)
     if version != SCHEMA_VERSION:
-        raise ManifestError(f"{where}: field 'schema_version' is {version}, this runtime reads {SCHEMA_VERSION}; "
-                            f"rebuild the folder with `specgen build`")
-    variants = tuple(_parse_variant(v, f"{where} variants[{i}]")
-                     for i, v in enumerate(_need(data, "variants", where, list)))
+        raise ManifestError(
+            f"{where}: field 'schema_version' is {version}, this runtime reads {SCHEMA_VERSION}; "
+            f"rebuild the folder with `specgen build`"
+        )
+    variants = tuple(
+        _parse_variant(v, f"{where} variants[{i}]") for i, v in enumerate(_need(data, "variants", where, list))
+    )
     seen = set()
     for v in variants:
         if (v.key, v.target) in seen:
@@ -223,10 +245,16 @@ def parse_manifest(data: Any, path: Path) -> Manifest:
             raise ManifestError(f"{where}: field 'plans[{boundary!r}]' must be an object")
         for key, rec in (by_layout or {}).items():
             parsed.append(_parse_plan(boundary, rec, num_splits, f"{where} plans[{boundary!r}][{key!r}]"))
-    return Manifest(path=path, schema_version=version, specgen_version=str(data.get("specgen_version", "")),
-                    tilelang_version=data.get("tilelang_version"),
-                    targets=tuple(data.get("targets") or sorted({v.target for v in variants})),
-                    variants=variants, plans=dict(plans), parsed_plans=tuple(parsed))
+    return Manifest(
+        path=path,
+        schema_version=version,
+        specgen_version=str(data.get("specgen_version", "")),
+        tilelang_version=data.get("tilelang_version"),
+        targets=tuple(data.get("targets") or sorted({v.target for v in variants})),
+        variants=variants,
+        plans=dict(plans),
+        parsed_plans=tuple(parsed),
+    )
 
 
 def load_manifest(path: str | Path) -> Manifest:
@@ -252,9 +280,11 @@ def read_artifact(entry: VariantEntry, root: Path) -> bytes:
         raise ArtifactError(f"{path}: artifact of {entry.key} ({entry.target}) cannot be read: {exc}") from None
     digest = hashlib.sha256(blob).hexdigest()
     if digest != entry.sha256:
-        raise ArtifactError(f"{path}: sha256 {digest} does not match the manifest's {entry.sha256} "
-                            f"for {entry.key} ({entry.target}); rebuild it with `{rebuild_command(entry, root)}` "
-                            f"(the folder's other variants stay)")
+        raise ArtifactError(
+            f"{path}: sha256 {digest} does not match the manifest's {entry.sha256} "
+            f"for {entry.key} ({entry.target}); rebuild it with `{rebuild_command(entry, root)}` "
+            f"(the folder's other variants stay)"
+        )
     return blob
 
 
@@ -265,7 +295,9 @@ def rebuild_command(entry: VariantEntry, root: Path) -> str:
     variant the folder's manifest lists in ``entry``'s artifact.
     """
     try:
-        together = [e for e in load_manifest(root).variants if e.artifact == entry.artifact and e.target == entry.target]
+        together = [
+            e for e in load_manifest(root).variants if e.artifact == entry.artifact and e.target == entry.target
+        ]
     except ManifestError:
         together = []
     if len(together) < 2:
@@ -313,11 +345,12 @@ def folder_problems(manifest: Manifest) -> list[str]:
                     cmd = f"{build_command(spec, name)} --families {spec.family} --out {root}"
                 except (ValueError, KeyError, LookupError):
                     cmd = f"specgen build --target {name} --out {root}"
-                problems.append(f"{rel}: on disk but not in the manifest (a build that did not finish); run "
-                                f"`{cmd}` to list it again, or delete the file")
+                problems.append(
+                    f"{rel}: on disk but not in the manifest (a build that did not finish); run "
+                    f"`{cmd}` to list it again, or delete the file"
+                )
     return problems
 
 
 class KernelLaunchError(RuntimeError):
     """The driver or the kernel's host entry reported a failure."""
-

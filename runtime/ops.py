@@ -67,8 +67,10 @@ def _make_impl(family: str):
     def impl(*args) -> None:
         state = _state()
         if state._library is None:
-            raise RuntimeError(f"torch.ops.{NAMESPACE}.{family}: no kernel library; call "
-                               f"specgen.runtime.ops.use_library(<build folder>) first")
+            raise RuntimeError(
+                f"torch.ops.{NAMESPACE}.{family}: no kernel library; call "
+                f"specgen.runtime.ops.use_library(<build folder>) first"
+            )
         tensors, keys = args[:n], tuple(int(k) for k in args[n:])
         fn = state._callables.get((family, keys))
         if fn is None:
@@ -87,8 +89,9 @@ def _register(family: str):
     if hasattr(getattr(torch.ops, NAMESPACE), family):
         return getattr(getattr(torch.ops, NAMESPACE), family)
     mutated = [a.name for a in FAMILIES[family].outputs]
-    op = torch.library.custom_op(f"{NAMESPACE}::{family}", _make_impl(family), mutates_args=mutated,
-                                 schema=schema(family))
+    op = torch.library.custom_op(
+        f"{NAMESPACE}::{family}", _make_impl(family), mutates_args=mutated, schema=schema(family)
+    )
     op.register_fake(_fake)
     return getattr(getattr(torch.ops, NAMESPACE), family)
 

@@ -74,8 +74,9 @@ def spec_verify_token_update(last_tokens, draft_tokens, tokens) -> None:
     view[:, 1:] = torch.where(fits, wide, torch.full_like(wide, -1))
 
 
-def spec_verify_metadata_update(seq_lens, block_table, positions, slot_mapping, kv_lens,
-                                query_start_loc, *, block_size: int) -> None:
+def spec_verify_metadata_update(
+    seq_lens, block_table, positions, slot_mapping, kv_lens, query_start_loc, *, block_size: int
+) -> None:
     batch = seq_lens.shape[0]
     width = positions.shape[0] // batch
     pos = _rows(seq_lens, width)
@@ -85,9 +86,18 @@ def spec_verify_metadata_update(seq_lens, block_table, positions, slot_mapping, 
     query_start_loc.copy_(torch.arange(batch + 1, device=seq_lens.device) * width)
 
 
-def spec_verify_attention_tiling_update(seq_lens, row_kv_lens, row_num_blocks, row_last_block_len,
-                                        row_block_offsets, max_kv_len, kv_split_len, *,
-                                        block_size: int, num_splits: int = DEFAULT_NUM_SPLITS) -> None:
+def spec_verify_attention_tiling_update(
+    seq_lens,
+    row_kv_lens,
+    row_num_blocks,
+    row_last_block_len,
+    row_block_offsets,
+    max_kv_len,
+    kv_split_len,
+    *,
+    block_size: int,
+    num_splits: int = DEFAULT_NUM_SPLITS,
+) -> None:
     width = row_kv_lens.shape[0] // seq_lens.shape[0]
     kv = (_rows(seq_lens, width) + 1).reshape(-1).clamp(min=0)  # an empty row has 0 keys, 0 blocks
     blocks = torch.div(kv + block_size - 1, block_size, rounding_mode="floor")
@@ -117,9 +127,20 @@ def greedy_prefix_verify(draft_tokens, target_tokens, accepted, next_tokens) -> 
     next_tokens.copy_(torch.where(keep, target_tokens, torch.full_like(target_tokens, -1)))
 
 
-def prepare_next_draft(accepted, target_tokens, seq_lens, block_table, scratch_slot,
-                       next_last_token, next_seq_lens, draft_positions, draft_slots, hidden_rows,
-                       *, block_size: int) -> None:
+def prepare_next_draft(
+    accepted,
+    target_tokens,
+    seq_lens,
+    block_table,
+    scratch_slot,
+    next_last_token,
+    next_seq_lens,
+    draft_positions,
+    draft_slots,
+    hidden_rows,
+    *,
+    block_size: int,
+) -> None:
     batch, width = target_tokens.shape
     acc = accepted_read(accepted, width)
     new_len = seq_lens_read(seq_lens, width) + acc + 1  # S': tokens with valid target KV
@@ -128,8 +149,9 @@ def prepare_next_draft(accepted, target_tokens, seq_lens, block_table, scratch_s
     next_seq_lens.copy_(new_len.clamp(min=0))
     draft_positions.copy_(torch.stack([new_len - 1, new_len], dim=1).clamp(min=0))
     hidden_rows.copy_(torch.stack([base + (acc - 1).clamp(min=0), base + acc], dim=1))
-    repair = torch.where(acc == width - 1, slot(block_table, new_len - 1, block_size),
-                         scratch_slot.to(I32).expand(batch))
+    repair = torch.where(
+        acc == width - 1, slot(block_table, new_len - 1, block_size), scratch_slot.to(I32).expand(batch)
+    )
     draft_slots.copy_(torch.stack([repair, slot(block_table, new_len, block_size)], dim=1))
 
 
@@ -141,16 +163,42 @@ def context_kv_update(accepted, seq_lens, block_table, context_slots, *, block_s
     context_slots.copy_(torch.where(keep, slots, torch.full_like(slots, -1)).reshape(-1))
 
 
-def spec_verify_head_update(last_tokens, draft_tokens, seq_lens, block_table, tokens, positions, slot_mapping,
-                            kv_lens, query_start_loc, row_kv_lens, row_num_blocks, row_last_block_len,
-                            row_block_offsets, max_kv_len, kv_split_len, *, block_size: int,
-                            num_splits: int = DEFAULT_NUM_SPLITS) -> None:
+def spec_verify_head_update(
+    last_tokens,
+    draft_tokens,
+    seq_lens,
+    block_table,
+    tokens,
+    positions,
+    slot_mapping,
+    kv_lens,
+    query_start_loc,
+    row_kv_lens,
+    row_num_blocks,
+    row_last_block_len,
+    row_block_offsets,
+    max_kv_len,
+    kv_split_len,
+    *,
+    block_size: int,
+    num_splits: int = DEFAULT_NUM_SPLITS,
+) -> None:
     """The composite: token update, metadata update, attention tiling update."""
     spec_verify_token_update(last_tokens, draft_tokens, tokens)
-    spec_verify_metadata_update(seq_lens, block_table, positions, slot_mapping, kv_lens, query_start_loc,
-                                block_size=block_size)
-    spec_verify_attention_tiling_update(seq_lens, row_kv_lens, row_num_blocks, row_last_block_len, row_block_offsets,
-                                        max_kv_len, kv_split_len, block_size=block_size, num_splits=num_splits)
+    spec_verify_metadata_update(
+        seq_lens, block_table, positions, slot_mapping, kv_lens, query_start_loc, block_size=block_size
+    )
+    spec_verify_attention_tiling_update(
+        seq_lens,
+        row_kv_lens,
+        row_num_blocks,
+        row_last_block_len,
+        row_block_offsets,
+        max_kv_len,
+        kv_split_len,
+        block_size=block_size,
+        num_splits=num_splits,
+    )
 
 
 def reference_kwargs(family: str, block_size: int, num_splits: int = DEFAULT_NUM_SPLITS) -> dict:
@@ -164,8 +212,9 @@ def reference_kwargs(family: str, block_size: int, num_splits: int = DEFAULT_NUM
 
 def run_reference(family: str, bufs, *, block_size: int, num_splits: int = DEFAULT_NUM_SPLITS) -> None:
     """``family``'s reference over a dict of step buffers named like its arguments."""
-    REFERENCES[family](*(bufs[a.name] for a in FAMILIES[family].args),
-                       **reference_kwargs(family, block_size, num_splits))
+    REFERENCES[family](
+        *(bufs[a.name] for a in FAMILIES[family].args), **reference_kwargs(family, block_size, num_splits)
+    )
 
 
 def register_semantics(fn: Callable[..., None], name: str | None = None) -> Callable[..., None]:
@@ -179,7 +228,13 @@ def register_semantics(fn: Callable[..., None], name: str | None = None) -> Call
 
 REFERENCES: dict[str, Callable[..., None]] = {
     f.__name__: f
-    for f in (spec_verify_token_update, spec_verify_metadata_update,
-              spec_verify_attention_tiling_update, greedy_prefix_verify,
-              prepare_next_draft, context_kv_update, spec_verify_head_update)
+    for f in (
+        spec_verify_token_update,
+        spec_verify_metadata_update,
+        spec_verify_attention_tiling_update,
+        greedy_prefix_verify,
+        prepare_next_draft,
+        context_kv_update,
+        spec_verify_head_update,
+    )
 }

@@ -19,7 +19,8 @@ composite head is split into its member families for that (their variants
 must be built, else the plan stays as the build made it): the token update
 stays after the draft, the metadata and attention-tiling updates run
 concurrently with it, and what is left on the path from the last draft
-kernel to the target forward is one small kernel.  ``run_steps`` walks a sequence over step buffers; ``eager_step`` runs a
+kernel to the target forward is one small kernel.  ``run_steps`` walks a sequence over step buffers;
+``eager_step`` runs a
 whole step on the families' torch semantics (eager), the fallback path.
 """
 
@@ -39,13 +40,27 @@ from . import semantics
 from .buffers import alloc_step_buffers
 from .library import KernelLibrary, VariantNotBuilt
 
-__all__ = ["DEFAULT_SEQUENCE", "KERNEL_SOURCES", "StepPlan", "built_layouts", "eager_step", "eager_steps",
-           "resolve_step_plan", "run_steps", "semantics_call"]
+__all__ = [
+    "DEFAULT_SEQUENCE",
+    "KERNEL_SOURCES",
+    "StepPlan",
+    "built_layouts",
+    "eager_step",
+    "eager_steps",
+    "resolve_step_plan",
+    "run_steps",
+    "semantics_call",
+]
 
 # The eager path's sequence (the same order the build's plans capture).
-DEFAULT_SEQUENCE = ("spec_verify_token_update", "spec_verify_metadata_update",
-                    "spec_verify_attention_tiling_update", TARGET_FORWARD, "greedy_prefix_verify",
-                    "prepare_next_draft")
+DEFAULT_SEQUENCE = (
+    "spec_verify_token_update",
+    "spec_verify_metadata_update",
+    "spec_verify_attention_tiling_update",
+    TARGET_FORWARD,
+    "greedy_prefix_verify",
+    "prepare_next_draft",
+)
 KERNEL_SOURCES = ("built", "torch")
 
 StepCall = Callable[[PlanStep, list], None]
@@ -70,8 +85,11 @@ class StepPlan:
 
 def built_layouts(library: KernelLibrary, width: int) -> list[tuple[int, int]]:
     """``(block_table_width, block_size)`` of every int32 draft-to-verify plan the build made for ``width``."""
-    return [(lay.block_table_width, lay.block_size) for lay in library.manifest.layouts(DRAFT_TO_VERIFY)
-            if lay.width == width and lay.draft_dtype == "int32"]
+    return [
+        (lay.block_table_width, lay.block_size)
+        for lay in library.manifest.layouts(DRAFT_TO_VERIFY)
+        if lay.width == width and lay.draft_dtype == "int32"
+    ]
 
 
 def _plan_steps(library: KernelLibrary, layout: Layout) -> list[PlanStep] | None:
@@ -87,10 +105,16 @@ def _plan_steps(library: KernelLibrary, layout: Layout) -> list[PlanStep] | None
     return [s for s in (*first.steps, *tail) if s.kind in ("kernel", "forward")]
 
 
-def resolve_step_plan(library: KernelLibrary, caps: SpeculativeVerifyCapabilities, width: int, device_type: str,
-                      kernels: str = "built", block_table_width: int | None = None,
-                      block_size: int | None = None,
-                      hoist_around: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> StepPlan:
+def resolve_step_plan(
+    library: KernelLibrary,
+    caps: SpeculativeVerifyCapabilities,
+    width: int,
+    device_type: str,
+    kernels: str = "built",
+    block_table_width: int | None = None,
+    block_size: int | None = None,
+    hoist_around: tuple[tuple[str, ...], tuple[str, ...]] | None = None,
+) -> StepPlan:
     """The step plan of ``width`` on ``device_type``; see the module docstring."""
     plan = _resolve(library, caps, width, device_type, kernels, block_table_width, block_size)
     if hoist_around is None or plan.unavailable is not None:
@@ -103,12 +127,18 @@ def resolve_step_plan(library: KernelLibrary, caps: SpeculativeVerifyCapabilitie
     split = _bind_kernels(library, width, plan.layout, [*hoisted, *rest], TARGET_OF_DEVICE[device_type])
     if split.unavailable is not None:  # the members are not built: the head stays one kernel after the prologue
         return plan
-    return StepPlan(layout=plan.layout, steps=tuple(rest), kernels=split.kernels, num_splits=split.num_splits,
-                    hoisted=tuple(hoisted))
+    return StepPlan(
+        layout=plan.layout,
+        steps=tuple(rest),
+        kernels=split.kernels,
+        num_splits=split.num_splits,
+        hoisted=tuple(hoisted),
+    )
 
 
-def hoist_split(steps, written: tuple[str, ...], read: tuple[str, ...] = (), *, num_splits: int = DEFAULT_NUM_SPLITS
-                ) -> tuple[tuple[PlanStep, ...], tuple[PlanStep, ...]]:
+def hoist_split(
+    steps, written: tuple[str, ...], read: tuple[str, ...] = (), *, num_splits: int = DEFAULT_NUM_SPLITS
+) -> tuple[tuple[PlanStep, ...], tuple[PlanStep, ...]]:
     """``(hoisted, rest)``: the kernel work before the forward that can run beside a prologue, and the rest.
 
     The prologue writes ``written`` and reads ``read``.  Composites are looked
@@ -127,8 +157,9 @@ def hoist_split(steps, written: tuple[str, ...], read: tuple[str, ...] = (), *, 
         v = step.variant
         members = FAMILIES[v.family].members or (v.family,)
         parts = [(m, FAMILIES[m]) for m in members]
-        free = [m for m, f in parts
-                if not {a.name for a in f.inputs} & dirty and not {a.name for a in f.outputs} & touched]
+        free = [
+            m for m, f in parts if not {a.name for a in f.inputs} & dirty and not {a.name for a in f.outputs} & touched
+        ]
         if not free:
             rest.append(step)
             dirty |= {a.name for a in FAMILIES[v.family].outputs}
@@ -146,8 +177,15 @@ def hoist_split(steps, written: tuple[str, ...], read: tuple[str, ...] = (), *, 
     return tuple(hoisted), tuple(rest)
 
 
-def _resolve(library: KernelLibrary, caps: SpeculativeVerifyCapabilities, width: int, device_type: str,
-             kernels: str, block_table_width: int | None, block_size: int | None) -> StepPlan:
+def _resolve(
+    library: KernelLibrary,
+    caps: SpeculativeVerifyCapabilities,
+    width: int,
+    device_type: str,
+    kernels: str,
+    block_table_width: int | None,
+    block_size: int | None,
+) -> StepPlan:
     bt, bs = block_table_width, block_size
     if bt is None or bs is None:
         built = built_layouts(library, width)
@@ -167,8 +205,9 @@ def _resolve(library: KernelLibrary, caps: SpeculativeVerifyCapabilities, width:
     return _bind_kernels(library, width, layout, steps, TARGET_OF_DEVICE[device_type])
 
 
-def _bind_kernels(library: KernelLibrary, width: int, layout: tuple[int, int], steps: list[PlanStep],
-                  target: str) -> StepPlan:
+def _bind_kernels(
+    library: KernelLibrary, width: int, layout: tuple[int, int], steps: list[PlanStep], target: str
+) -> StepPlan:
     """The callable of every kernel step for ``target``; ``variant_not_built`` when one is missing."""
     bound, num_splits = {}, DEFAULT_NUM_SPLITS
     try:
@@ -190,20 +229,29 @@ def _bind_kernels(library: KernelLibrary, width: int, layout: tuple[int, int], s
 def eager_steps(width: int, block_table_width: int, block_size: int) -> list[PlanStep]:
     """``DEFAULT_SEQUENCE`` as plan steps at one layout (the eager path needs no build)."""
     layout = Layout(width, block_table_width, block_size)
-    return [PlanStep.forward() if f == TARGET_FORWARD else PlanStep.kernel(VariantSpec.of(f, layout))
-            for f in DEFAULT_SEQUENCE]
+    return [
+        PlanStep.forward() if f == TARGET_FORWARD else PlanStep.kernel(VariantSpec.of(f, layout))
+        for f in DEFAULT_SEQUENCE
+    ]
 
 
 def semantics_call(block_size: int, num_splits: int) -> StepCall:
     """A step call that runs the family's torch semantics (``runtime/semantics.py``)."""
+
     def call(step: PlanStep, args: list) -> None:
         family = step.variant.family
         semantics.REFERENCES[family](*args, **semantics.reference_kwargs(family, block_size, num_splits))
+
     return call
 
 
-def run_steps(bufs: Mapping[str, torch.Tensor], steps, model_forward: Callable, call: StepCall,
-              after_forward: Callable[[], None] | None = None) -> None:
+def run_steps(
+    bufs: Mapping[str, torch.Tensor],
+    steps,
+    model_forward: Callable,
+    call: StepCall,
+    after_forward: Callable[[], None] | None = None,
+) -> None:
     """Each step in order over ``bufs``: the forward writes ``target_tokens``, a kernel step goes to ``call``.
 
     ``after_forward()`` runs right after the forward (the verify graph joins
@@ -219,17 +267,28 @@ def run_steps(bufs: Mapping[str, torch.Tensor], steps, model_forward: Callable, 
             call(step, [bufs[a.name] for a in FAMILIES[step.variant.family].args])
 
 
-def eager_step(model_forward: Callable, width: int, block_size: int, num_splits: int, last_tokens: torch.Tensor,
-               draft_tokens: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor, *,
-               scratch_block: int = 0, device=None) -> dict[str, torch.Tensor]:
+def eager_step(
+    model_forward: Callable,
+    width: int,
+    block_size: int,
+    num_splits: int,
+    last_tokens: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    *,
+    scratch_block: int = 0,
+    device=None,
+) -> dict[str, torch.Tensor]:
     """One verify step on the families' torch semantics (eager) in fresh buffers; returns all of them.
 
     The layout is the caller's (``block_table``'s width, ``block_size``), so
     it needs no build.
     """
     batch, bt = int(seq_lens.shape[0]), int(block_table.shape[1])
-    bufs = alloc_step_buffers(batch, width, bt, block_size=block_size, scratch_block=scratch_block,
-                              num_splits=num_splits, device=device)
+    bufs = alloc_step_buffers(
+        batch, width, bt, block_size=block_size, scratch_block=scratch_block, num_splits=num_splits, device=device
+    )
     bufs["last_tokens"].copy_(last_tokens)
     bufs["draft_tokens"].copy_(draft_tokens)
     bufs["seq_lens"].copy_(seq_lens)

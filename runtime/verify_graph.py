@@ -66,7 +66,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Mapping, Union
+from typing import Callable, Mapping
 
 import torch
 
@@ -75,30 +75,49 @@ from .buffers import INPUTS, alloc_step_buffers, bucket_of, buckets_for, load_in
 from .capabilities import SpeculativeVerifyCapabilities
 from .device import BucketGraphs, DeviceAPI
 from .device_guard import DeviceGuard, DeviceGuardSpec
-from .fallback import FALLBACK_REASONS, fallback_reason, seq_len_bounds as bounds_of
+from .fallback import FALLBACK_REASONS, fallback_reason
+from .fallback import seq_len_bounds as bounds_of
 from .host_mirror import HOST_FIELDS, HostMirror, HostResult
 from .library import KernelLibrary
 from .step_plan import DEFAULT_SEQUENCE, KERNEL_SOURCES, eager_step, resolve_step_plan, run_steps, semantics_call
 
-__all__ = ["BACKENDS", "DeviceAPI", "DEFAULT_SEQUENCE", "FALLBACK_REASONS", "HOST_FIELDS", "HostResult", "Prologue",
-           "SpecVerifyRuntime", "StepResult", "alloc_step_buffers", "buckets_for"]
+__all__ = [
+    "BACKENDS",
+    "DeviceAPI",
+    "DEFAULT_SEQUENCE",
+    "FALLBACK_REASONS",
+    "HOST_FIELDS",
+    "HostResult",
+    "Prologue",
+    "SpecVerifyRuntime",
+    "StepResult",
+    "alloc_step_buffers",
+    "buckets_for",
+]
 
 BACKENDS = ("cpu", "cuda", "npu")
-RESULT_FIELDS = ("accepted", "next_tokens", "next_last_token", "next_seq_lens", "draft_positions",
-                 "draft_slots", "hidden_rows")
+RESULT_FIELDS = (
+    "accepted",
+    "next_tokens",
+    "next_last_token",
+    "next_seq_lens",
+    "draft_positions",
+    "draft_slots",
+    "hidden_rows",
+)
 
 
 @dataclass(frozen=True)
 class StepResult:
-    accepted: torch.Tensor         # [B]
-    next_tokens: torch.Tensor      # [B, W]
+    accepted: torch.Tensor  # [B]
+    next_tokens: torch.Tensor  # [B, W]
     next_last_token: torch.Tensor  # [B]
-    next_seq_lens: torch.Tensor    # [B]
+    next_seq_lens: torch.Tensor  # [B]
     draft_positions: torch.Tensor  # [B, 2]
-    draft_slots: torch.Tensor      # [B, 2]
-    hidden_rows: torch.Tensor      # [B, 2]
+    draft_slots: torch.Tensor  # [B, 2]
+    hidden_rows: torch.Tensor  # [B, 2]
     fast_path: bool = False
-    reason: str | None = None      # the fallback reason, None on the fast path
+    reason: str | None = None  # the fallback reason, None on the fast path
 
 
 @dataclass(frozen=True)
@@ -125,11 +144,23 @@ class Prologue:
 class SpecVerifyRuntime:
     """Captured (or eager) verify steps for one verify width; see the module docstring."""
 
-    def __init__(self, library: KernelLibrary, model_forward: Callable[[Mapping[str, torch.Tensor]], torch.Tensor],
-                 caps: SpeculativeVerifyCapabilities, width: int, max_batch: int = 64, backend: str = "cpu",
-                 device: str | torch.device | None = None, *, block_table_width: int | None = None,
-                 block_size: int | None = None, scratch_block: int = 0, warmup_iters: int = 2,
-                 kernels: str = "built", prologue: Union[Prologue, Callable[[], None], None] = None):
+    def __init__(
+        self,
+        library: KernelLibrary,
+        model_forward: Callable[[Mapping[str, torch.Tensor]], torch.Tensor],
+        caps: SpeculativeVerifyCapabilities,
+        width: int,
+        max_batch: int = 64,
+        backend: str = "cpu",
+        device: str | torch.device | None = None,
+        *,
+        block_table_width: int | None = None,
+        block_size: int | None = None,
+        scratch_block: int = 0,
+        warmup_iters: int = 2,
+        kernels: str = "built",
+        prologue: Prologue | Callable[[], None] | None = None,
+    ):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if kernels not in KERNEL_SOURCES:
@@ -139,8 +170,7 @@ class SpecVerifyRuntime:
         self.library, self.model_forward, self.caps = library, model_forward, caps
         self.width, self.max_batch, self.backend = int(width), int(max_batch), backend
         self.kernels = kernels
-        self.prologue = Prologue(prologue) if prologue is not None and not isinstance(prologue, Prologue) \
-            else prologue
+        self.prologue = Prologue(prologue) if prologue is not None and not isinstance(prologue, Prologue) else prologue
         self._api = DeviceAPI(backend) if backend != "cpu" else None
         self.device = torch.device(device if device is not None else backend)
         if self.device.type != backend:
@@ -151,21 +181,27 @@ class SpecVerifyRuntime:
         self._fast = 0
         self._fallback: Counter[str] = Counter()
         around = (self.prologue.writes, self.prologue.reads) if self.prologue is not None else None
-        plan = self.step_plan = resolve_step_plan(library, caps, self.width, self.device.type, kernels,
-                                                  block_table_width, block_size, hoist_around=around)
+        plan = self.step_plan = resolve_step_plan(
+            library, caps, self.width, self.device.type, kernels, block_table_width, block_size, hoist_around=around
+        )
         self.layout, self.sequence, self.num_splits = plan.layout, plan.steps, plan.num_splits
         self.hoisted = plan.hoisted
         self._bufs: dict[int, dict[str, torch.Tensor]] = {}
         if self.step_plan.unavailable is None and caps.supports_in_graph_input_update:
             for bucket in self.buckets:
                 self._bufs[bucket] = alloc_step_buffers(
-                    bucket, self.width, self.layout[0], block_size=self.layout[1], scratch_block=self.scratch_block,
-                    num_splits=self.num_splits, device=self.device, fill_padding=True)
+                    bucket,
+                    self.width,
+                    self.layout[0],
+                    block_size=self.layout[1],
+                    scratch_block=self.scratch_block,
+                    num_splits=self.num_splits,
+                    device=self.device,
+                    fill_padding=True,
+                )
         self._graphs = BucketGraphs(self._api, self.device, self.warmup_iters) if self._api is not None else None
-        self._mirror = HostMirror(self._api, self.device, self.max_batch, self.width) \
-            if self._api is not None else None
-        self._guard = DeviceGuard(DeviceGuardSpec.of(plan, self.width), self.device, self._api) \
-            if self._bufs else None
+        self._mirror = HostMirror(self._api, self.device, self.max_batch, self.width) if self._api is not None else None
+        self._guard = DeviceGuard(DeviceGuardSpec.of(plan, self.width), self.device, self._api) if self._bufs else None
         self._guard_reset = 0  # host copies made before the flag was last cleared show a stale flag
         self._hoist_stream = self._api.new_stream(self.device) if self._api is not None and self.hoisted else None
         self._guard_trips: Counter[str] = Counter()
@@ -194,6 +230,7 @@ class SpecVerifyRuntime:
             guard.fork(bufs, bucket)
             run_steps(bufs, self.sequence, self.model_forward, self._call_kernel, after_forward=guard.join)
             guard.join()
+
         return run
 
     def _run_prologue(self, bufs: Mapping[str, torch.Tensor]) -> None:
@@ -241,23 +278,36 @@ class SpecVerifyRuntime:
         off, variants not built, or ``batch`` beyond the buckets).
         """
         if not self._bufs or not 1 <= batch <= self.max_batch:
-            raise LookupError(f"no persistent buffers for batch {batch}: "
-                              f"{self._reason(batch, None, (0, 0)) or 'batch out of range'}")
+            raise LookupError(
+                f"no persistent buffers for batch {batch}: {self._reason(batch, None, (0, 0)) or 'batch out of range'}"
+            )
         return self._bufs[self._bucket(batch)]
 
     # ----------------------------------------------------------- execution
-    def step(self, last_tokens: torch.Tensor, draft_tokens: torch.Tensor, seq_lens: torch.Tensor,
-             block_table: torch.Tensor, seq_len_bounds: tuple[int, int] | None = None,
-             ready_event=None) -> StepResult:
+    def step(
+        self,
+        last_tokens: torch.Tensor,
+        draft_tokens: torch.Tensor,
+        seq_lens: torch.Tensor,
+        block_table: torch.Tensor,
+        seq_len_bounds: tuple[int, int] | None = None,
+        ready_event=None,
+    ) -> StepResult:
         """One verification of ``B`` sequences; see the module docstring."""
         if self.prologue is not None:
             raise ValueError("step: a runtime with a prologue takes its inputs in place (step_in_place)")
         batch = int(seq_lens.shape[0])
-        if draft_tokens.shape != (batch, self.width - 1) or last_tokens.shape != (batch,) \
-                or block_table.dim() != 2 or block_table.shape[0] != batch:
-            raise ValueError(f"step: expected last_tokens[B], draft_tokens[B, {self.width - 1}], seq_lens[B], "
-                             f"block_table[B, BT]; got {tuple(last_tokens.shape)}, {tuple(draft_tokens.shape)}, "
-                             f"{tuple(seq_lens.shape)}, {tuple(block_table.shape)}")
+        if (
+            draft_tokens.shape != (batch, self.width - 1)
+            or last_tokens.shape != (batch,)
+            or block_table.dim() != 2
+            or block_table.shape[0] != batch
+        ):
+            raise ValueError(
+                f"step: expected last_tokens[B], draft_tokens[B, {self.width - 1}], seq_lens[B], "
+                f"block_table[B, BT]; got {tuple(last_tokens.shape)}, {tuple(draft_tokens.shape)}, "
+                f"{tuple(seq_lens.shape)}, {tuple(block_table.shape)}"
+            )
         self._wait_ready(ready_event)
         if batch == 0:
             reason = "empty_batch"  # nothing to launch; the eager path returns empty results
@@ -266,8 +316,16 @@ class SpecVerifyRuntime:
         if self._device_trip() and reason is None:
             reason = "device_guard_trip"
         if reason is None:
-            load_inputs(self._bufs[self._bucket(batch)], batch, last_tokens, draft_tokens, seq_lens, block_table,
-                        scratch_block=self.scratch_block, non_blocking=self.backend != "cpu")
+            load_inputs(
+                self._bufs[self._bucket(batch)],
+                batch,
+                last_tokens,
+                draft_tokens,
+                seq_lens,
+                block_table,
+                scratch_block=self.scratch_block,
+                non_blocking=self.backend != "cpu",
+            )
             result = self._fast_step(batch)
             self._fast += 1
         else:
@@ -298,8 +356,13 @@ class SpecVerifyRuntime:
         else:
             if self.prologue is not None:  # the eager step below recomputes the head work itself
                 self.prologue()
-            eager = self._eager_bufs(batch, bufs["last_tokens"][:batch], bufs["draft_tokens"][:batch],
-                                     bufs["seq_lens"][:batch], bufs["block_table"][:batch])
+            eager = self._eager_bufs(
+                batch,
+                bufs["last_tokens"][:batch],
+                bufs["draft_tokens"][:batch],
+                bufs["seq_lens"][:batch],
+                bufs["block_table"][:batch],
+            )
             result = StepResult(**{n: eager[n] for n in RESULT_FIELDS}, fast_path=False, reason=reason)
             self._fallback[reason] += 1
             # the engine reads every buffer of the step (results and the verify rows) in place
@@ -353,8 +416,18 @@ class SpecVerifyRuntime:
 
     def _eager_bufs(self, batch, last_tokens, draft_tokens, seq_lens, block_table) -> dict[str, torch.Tensor]:
         # the model's cache layout (caps.block_size, the table's width) is the truth on the eager path
-        return eager_step(self.model_forward, self.width, self.caps.block_size, self.num_splits, last_tokens,
-                          draft_tokens, seq_lens, block_table, scratch_block=self.scratch_block, device=self.device)
+        return eager_step(
+            self.model_forward,
+            self.width,
+            self.caps.block_size,
+            self.num_splits,
+            last_tokens,
+            draft_tokens,
+            seq_lens,
+            block_table,
+            scratch_block=self.scratch_block,
+            device=self.device,
+        )
 
     def host_result(self, steps_back: int = 0) -> HostResult | None:
         """The host copy of the latest (``steps_back=0``) or the previous (1) step's results.

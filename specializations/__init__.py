@@ -5,17 +5,73 @@ the tools share one vocabulary without pulling each other in.
 """
 
 from .capabilities import SpeculativeVerifyCapabilities
-from .families import (BASE_GUARDS, BLOCK_ENTRY, COMPOSITES, DEFAULT_NUM_SPLITS, DRAFT_DTYPES, FAMILIES, MAX_WIDTH,
-                       MIN_WIDTH, ArgSpec, Family, GuardRule, register, shape_of, unregister)
+from .families import (
+    BASE_GUARDS,
+    BLOCK_ENTRY,
+    COMPOSITES,
+    DEFAULT_NUM_SPLITS,
+    DRAFT_DTYPES,
+    FAMILIES,
+    MAX_WIDTH,
+    MIN_WIDTH,
+    ArgSpec,
+    Family,
+    GuardRule,
+    register,
+    shape_of,
+    unregister,
+)
 from .matrix import DEFAULT, Matrix, MatrixError, load_toml
-from .plan import (BOUNDARY_NAMES, CONTEXT_KV, DRAFT_TO_VERIFY, TARGET_FORWARD, VERIFY_TO_DRAFT, Plan, PlanError,
-                   PlanStep)
+from .plan import (
+    BOUNDARY_NAMES,
+    CONTEXT_KV,
+    DRAFT_TO_VERIFY,
+    TARGET_FORWARD,
+    VERIFY_TO_DRAFT,
+    Plan,
+    PlanError,
+    PlanStep,
+)
 from .targets import TARGET_NAMES, TARGET_OF_DEVICE, TARGETS, Target, target
 from .variants import KeyFormatError, Layout, UnknownFamily, VariantSpec, build_command, family_of
 
-__all__ = ["ArgSpec", "BASE_GUARDS", "BLOCK_ENTRY", "BOUNDARY_NAMES", "COMPOSITES", "CONTEXT_KV", "DEFAULT",
-           "DEFAULT_NUM_SPLITS", "DRAFT_DTYPES", "DRAFT_TO_VERIFY", "FAMILIES", "Family", "GuardRule", "KeyFormatError",
-           "Layout", "MAX_WIDTH", "MIN_WIDTH", "Matrix", "MatrixError", "Plan", "PlanError", "PlanStep",
-           "SpeculativeVerifyCapabilities", "TARGETS", "TARGET_FORWARD", "TARGET_NAMES", "TARGET_OF_DEVICE", "Target",
-           "UnknownFamily", "VERIFY_TO_DRAFT", "VariantSpec", "build_command", "family_of", "load_toml", "register",
-           "shape_of", "target", "unregister"]
+__all__ = [
+    "ArgSpec",
+    "BASE_GUARDS",
+    "BLOCK_ENTRY",
+    "BOUNDARY_NAMES",
+    "COMPOSITES",
+    "CONTEXT_KV",
+    "DEFAULT",
+    "DEFAULT_NUM_SPLITS",
+    "DRAFT_DTYPES",
+    "DRAFT_TO_VERIFY",
+    "FAMILIES",
+    "Family",
+    "GuardRule",
+    "KeyFormatError",
+    "Layout",
+    "MAX_WIDTH",
+    "MIN_WIDTH",
+    "Matrix",
+    "MatrixError",
+    "Plan",
+    "PlanError",
+    "PlanStep",
+    "SpeculativeVerifyCapabilities",
+    "TARGETS",
+    "TARGET_FORWARD",
+    "TARGET_NAMES",
+    "TARGET_OF_DEVICE",
+    "Target",
+    "UnknownFamily",
+    "VERIFY_TO_DRAFT",
+    "VariantSpec",
+    "build_command",
+    "family_of",
+    "load_toml",
+    "register",
+    "shape_of",
+    "target",
+    "unregister",
+]

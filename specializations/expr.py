@@ -23,10 +23,15 @@ from typing import Mapping
 GUARD_NAMES = frozenset({"min_seq_len", "max_seq_len", "batch"})
 SHAPE_NAMES = frozenset({"B", "W", "BT", "NS"})
 
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.FloorDiv: operator.floordiv}
-_CMPOPS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
-           ast.GtE: operator.ge, ast.Eq: operator.eq, ast.NotEq: operator.ne}
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
+_CMPOPS = {
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+}
 
 
 class UnsafeExpressionError(ValueError):

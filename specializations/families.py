@@ -58,8 +58,7 @@ BASE_GUARDS = (
     GuardRule("batch >= 1", "B >= 1: a launch covers at least one sequence"),
 )
 # What a block_table argument implies: every position a variant writes, S .. S + W - 1, has an entry.
-BLOCK_ENTRY = GuardRule("max_seq_len + W <= BT * BS",
-                        "S + W <= BT * BS: every verify position has a block-table entry")
+BLOCK_ENTRY = GuardRule("max_seq_len + W <= BT * BS", "S + W <= BT * BS: every verify position has a block-table entry")
 
 
 THREADS_PER = ("sequence", "row")
@@ -153,8 +152,14 @@ def _composite(name: str, members: tuple[str, ...], bases: dict[str, "Family"]) 
             raise ValueError(f"{name}: '{a.name}' is both read and written by its members")
         args.setdefault(a.name, a)
     keys = {p for f in fams for p in f.key_params}
-    return Family(name, tuple(p for p in ("W", "BT", "BS") if p in keys), tuple(args.values()),
-                  any(f.has_draft_dtype for f in fams), tuple(members), threads_per=launches.pop())
+    return Family(
+        name,
+        tuple(p for p in ("W", "BT", "BS") if p in keys),
+        tuple(args.values()),
+        any(f.has_draft_dtype for f in fams),
+        tuple(members),
+        threads_per=launches.pop(),
+    )
 
 
 FAMILIES: dict[str, Family] = {
@@ -163,56 +168,90 @@ FAMILIES: dict[str, Family] = {
         Family(
             "spec_verify_token_update",
             ("W",),
-            (_a("last_tokens", "(B,)"), _a("draft_tokens", "(B, W - 1)", "draft"),
-             _a("tokens", "(B * W,)", out=True)),
-            has_draft_dtype=True, threads_per="row",
+            (_a("last_tokens", "(B,)"), _a("draft_tokens", "(B, W - 1)", "draft"), _a("tokens", "(B * W,)", out=True)),
+            has_draft_dtype=True,
+            threads_per="row",
         ),
         Family(
             "spec_verify_metadata_update",
             ("W", "BT", "BS"),
-            (_a("seq_lens", "(B,)"), _a("block_table", "(B, BT)"),
-             _a("positions", "(B * W,)", out=True), _a("slot_mapping", "(B * W,)", out=True),
-             _a("kv_lens", "(B,)", out=True), _a("query_start_loc", "(B + 1,)", out=True)),
+            (
+                _a("seq_lens", "(B,)"),
+                _a("block_table", "(B, BT)"),
+                _a("positions", "(B * W,)", out=True),
+                _a("slot_mapping", "(B * W,)", out=True),
+                _a("kv_lens", "(B,)", out=True),
+                _a("query_start_loc", "(B + 1,)", out=True),
+            ),
             threads_per="row",
         ),
         Family(
             "spec_verify_attention_tiling_update",
             ("W", "BS"),
-            (_a("seq_lens", "(B,)"),
-             _a("row_kv_lens", "(B * W,)", out=True), _a("row_num_blocks", "(B * W,)", out=True),
-             _a("row_last_block_len", "(B * W,)", out=True),
-             _a("row_block_offsets", "(B * W + 1,)", out=True),
-             _a("max_kv_len", "(1,)", out=True), _a("kv_split_len", "(1,)", out=True)),
-            guards=(GuardRule("max_seq_len + W <= 2147483647",
-                              "S + W fits int32: row_kv_lens and max_kv_len are int32"),
-                    GuardRule("batch * W * ((max_seq_len + W + BS - 1) // BS) <= 2147483647",
-                              "B * W * ceil((S + W) / BS) fits int32: row_block_offsets ends with the total")),
+            (
+                _a("seq_lens", "(B,)"),
+                _a("row_kv_lens", "(B * W,)", out=True),
+                _a("row_num_blocks", "(B * W,)", out=True),
+                _a("row_last_block_len", "(B * W,)", out=True),
+                _a("row_block_offsets", "(B * W + 1,)", out=True),
+                _a("max_kv_len", "(1,)", out=True),
+                _a("kv_split_len", "(1,)", out=True),
+            ),
+            guards=(
+                GuardRule("max_seq_len + W <= 2147483647", "S + W fits int32: row_kv_lens and max_kv_len are int32"),
+                GuardRule(
+                    "batch * W * ((max_seq_len + W + BS - 1) // BS) <= 2147483647",
+                    "B * W * ceil((S + W) / BS) fits int32: row_block_offsets ends with the total",
+                ),
+            ),
             threads_per="row",
         ),
         Family(
             "greedy_prefix_verify",
             ("W",),
-            (_a("draft_tokens", "(B, W - 1)"), _a("target_tokens", "(B, W)"),
-             _a("accepted", "(B,)", out=True), _a("next_tokens", "(B, W)", out=True)),
+            (
+                _a("draft_tokens", "(B, W - 1)"),
+                _a("target_tokens", "(B, W)"),
+                _a("accepted", "(B,)", out=True),
+                _a("next_tokens", "(B, W)", out=True),
+            ),
         ),
         Family(
             "prepare_next_draft",
             ("W", "BT", "BS"),
-            (_a("accepted", "(B,)"), _a("target_tokens", "(B, W)"), _a("seq_lens", "(B,)"),
-             _a("block_table", "(B, BT)"), _a("scratch_slot", "(1,)"),
-             _a("next_last_token", "(B,)", out=True), _a("next_seq_lens", "(B,)", out=True),
-             _a("draft_positions", "(B, 2)", out=True), _a("draft_slots", "(B, 2)", out=True),
-             _a("hidden_rows", "(B, 2)", out=True)),
-            guards=(GuardRule("max_seq_len + W + 1 <= BT * BS", "S + W + 1 <= BT * BS: the next draft position "
-                              "S' <= S + W has a block-table entry"),),
+            (
+                _a("accepted", "(B,)"),
+                _a("target_tokens", "(B, W)"),
+                _a("seq_lens", "(B,)"),
+                _a("block_table", "(B, BT)"),
+                _a("scratch_slot", "(1,)"),
+                _a("next_last_token", "(B,)", out=True),
+                _a("next_seq_lens", "(B,)", out=True),
+                _a("draft_positions", "(B, 2)", out=True),
+                _a("draft_slots", "(B, 2)", out=True),
+                _a("hidden_rows", "(B, 2)", out=True),
+            ),
+            guards=(
+                GuardRule(
+                    "max_seq_len + W + 1 <= BT * BS",
+                    "S + W + 1 <= BT * BS: the next draft position S' <= S + W has a block-table entry",
+                ),
+            ),
         ),
         Family(
             "context_kv_update",
             ("W", "BT", "BS"),
-            (_a("accepted", "(B,)"), _a("seq_lens", "(B,)"), _a("block_table", "(B, BT)"),
-             _a("context_slots", "(B * W,)", out=True)),
-            guards=(GuardRule("max_seq_len + W <= BT * BS",
-                              "S + W <= BT * BS: every accepted context row has a block-table entry"),),
+            (
+                _a("accepted", "(B,)"),
+                _a("seq_lens", "(B,)"),
+                _a("block_table", "(B, BT)"),
+                _a("context_slots", "(B * W,)", out=True),
+            ),
+            guards=(
+                GuardRule(
+                    "max_seq_len + W <= BT * BS", "S + W <= BT * BS: every accepted context row has a block-table entry"
+                ),
+            ),
         ),
     )
 }

@@ -65,7 +65,7 @@ class Matrix:
         for w in (*self.widths, *extra):
             for bt in self.block_table_widths:
                 for bs in self.block_sizes:
-                    for d in (self.draft_dtypes if w in self.widths else ("int32",)):
+                    for d in self.draft_dtypes if w in self.widths else ("int32",):
                         yield Layout(w, bt, bs, d)
 
     def with_overrides(self, **kw) -> "Matrix":

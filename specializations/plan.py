@@ -28,8 +28,8 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class PlanStep:
-    kind: str                       # one of STEP_KINDS
-    name: str                       # the variant key for kernels, else the op's name
+    kind: str  # one of STEP_KINDS
+    name: str  # the variant key for kernels, else the op's name
     variant: VariantSpec | None = None
 
     def __post_init__(self):
@@ -68,14 +68,16 @@ class Plan:
         kinds = [s.kind for s in self.steps]
         if "forward" not in kinds:
             raise PlanError(f"{self.boundary} {self.layout.key}: the plan has no target forward")
-        return self.steps[kinds.index("forward") + 1:]
+        return self.steps[kinds.index("forward") + 1 :]
 
     def as_dict(self) -> dict:
         """The manifest record: the old string lists beside the structured fields."""
-        return {"graph_ops": [s.name for s in self.steps],
-                "kernel_families": [v.key for v in self.kernels],
-                "layout": self.layout.as_dict(),
-                "steps": [s.as_dict() for s in self.steps]}
+        return {
+            "graph_ops": [s.name for s in self.steps],
+            "kernel_families": [v.key for v in self.kernels],
+            "layout": self.layout.as_dict(),
+            "steps": [s.as_dict() for s in self.steps],
+        }
 
     @classmethod
     def from_dict(cls, boundary: str, rec: dict, num_splits: int | None = None) -> "Plan":
@@ -83,8 +85,12 @@ class Plan:
         where = f"plan {boundary}"
         try:
             lay = rec["layout"]
-            layout = Layout(int(lay["width"]), int(lay["block_table_width"]), int(lay["block_size"]),
-                            str(lay.get("draft_dtype", "int32")))
+            layout = Layout(
+                int(lay["width"]),
+                int(lay["block_table_width"]),
+                int(lay["block_size"]),
+                str(lay.get("draft_dtype", "int32")),
+            )
             steps = []
             for s in rec["steps"]:
                 if s["kind"] == "kernel":

@@ -13,19 +13,22 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class Target:
     name: str
-    device: str            # torch device type the artifacts run on
-    dialect: str           # TileLang language module the programs import
+    device: str  # torch device type the artifacts run on
+    dialect: str  # TileLang language module the programs import
     source_suffix: str
     artifact_suffix: str
     default_arch: str | None
-    launcher: str          # class name in specgen.runtime.loaders
+    launcher: str  # class name in specgen.runtime.loaders
 
 
-TARGETS: dict[str, Target] = {t.name: t for t in (
-    Target("c", "cpu", "tilelang.language", ".c", ".so", None, "CLauncher"),
-    Target("cuda", "cuda", "tilelang.language", ".cu", ".cubin", "sm_90", "CudaLauncher"),
-    Target("ascend", "npu", "tilelang.ascend.language", ".cpp", ".o", None, "AscendLauncher"),
-)}
+TARGETS: dict[str, Target] = {
+    t.name: t
+    for t in (
+        Target("c", "cpu", "tilelang.language", ".c", ".so", None, "CLauncher"),
+        Target("cuda", "cuda", "tilelang.language", ".cu", ".cubin", "sm_90", "CudaLauncher"),
+        Target("ascend", "npu", "tilelang.ascend.language", ".cpp", ".o", None, "AscendLauncher"),
+    )
+}
 TARGET_NAMES = tuple(TARGETS)
 TARGET_OF_DEVICE = {t.device: t.name for t in TARGETS.values()}
 

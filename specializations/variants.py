@@ -52,8 +52,12 @@ class Layout:
         return cls(int(m[1]), int(m[2]), int(m[3]), m[4])
 
     def as_dict(self) -> dict:
-        return {"width": self.width, "block_table_width": self.block_table_width,
-                "block_size": self.block_size, "draft_dtype": self.draft_dtype}
+        return {
+            "width": self.width,
+            "block_table_width": self.block_table_width,
+            "block_size": self.block_size,
+            "draft_dtype": self.draft_dtype,
+        }
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -77,11 +81,14 @@ class VariantSpec:
     def of(cls, family: str, layout: Layout, num_splits: int = DEFAULT_NUM_SPLITS) -> "VariantSpec":
         """``family`` at ``layout``, keeping only what the family's key names."""
         fam = family_of(family)
-        return cls(family, layout.width,
-                   layout.block_table_width if "BT" in fam.key_params else None,
-                   layout.block_size if "BS" in fam.key_params else None,
-                   layout.draft_dtype if fam.has_draft_dtype else "int32",
-                   num_splits if fam.uses_num_splits else None)
+        return cls(
+            family,
+            layout.width,
+            layout.block_table_width if "BT" in fam.key_params else None,
+            layout.block_size if "BS" in fam.key_params else None,
+            layout.draft_dtype if fam.has_draft_dtype else "int32",
+            num_splits if fam.uses_num_splits else None,
+        )
 
     @property
     def spec(self) -> Family:

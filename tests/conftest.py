@@ -1,7 +1,12 @@
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+
+# test-only oracles (tests/oracles/) import as ``oracles.<name>``
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(autouse=True)
@@ -37,11 +42,16 @@ def kernel_library(tmp_path_factory):
         from specgen.specializations import Matrix
 
         out = tmp_path_factory.mktemp(env_var.lower())
-        matrix = Matrix(widths=layout["widths"], block_table_widths=(layout["block_table_width"],),
-                        block_sizes=(layout["block_size"],), draft_dtypes=("int32",))
+        matrix = Matrix(
+            widths=layout["widths"],
+            block_table_widths=(layout["block_table_width"],),
+            block_sizes=(layout["block_size"],),
+            draft_dtypes=("int32",),
+        )
         targets = ("c", "cuda") if torch.cuda.is_available() else ("c",)
-        summary = plan_and_build(matrix, targets, out=out, jobs=2, boundaries=boundaries, families=families,
-                                 progress=None)
+        summary = plan_and_build(
+            matrix, targets, out=out, jobs=2, boundaries=boundaries, families=families, progress=None
+        )
         assert not summary.failed, summary.failed
         return load_library(out)
 
@@ -56,3 +66,50 @@ def engine_kernels(kernel_library):
     (specgen build --target c,cuda --widths 2-6 --block-table-widths 8 --block-sizes 16 ...).
     """
     return kernel_library("SPECGEN_TEST_ENGINE_KERNELS", ENGINE_LAYOUT, ("draft-to-verify", "verify-to-draft"))
+
+
+APP_TESTS = ("models", "parallel", "engine", "bench")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread(request):
+    """The tiny model's ops are far too small for intra-op threads to pay off (the application's tests)."""
+    if Path(request.node.path).relative_to(Path(__file__).parent).parts[0] not in APP_TESTS:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """The tiny target and its MTP head (seeds 0 and 1), once per test module."""
+    from specgen.models import MTPHead, Qwen3Model
+
+    m = Qwen3Model.create("tiny", seed=0)
+    return m, MTPHead.create(m, seed=1)
+
+
+BLOCK_LAYOUT = {"widths": (4, 8, 16), "block_table_width": 8, "block_size": 16}
+BLOCK_FAMILIES = ("spec_verify_head_update", "greedy_prefix_verify", "context_kv_update")
+
+
+@pytest.fixture(scope="session")
+def block_kernels(kernel_library):
+    """C kernels of the block-draft plans (draft-to-verify, context-kv) at widths 4, 8, 16, bt8, bs16.
+
+    On a GPU machine without TileLang, SPECGEN_TEST_BLOCK_KERNELS names a prebuilt folder
+    (specgen build --target c,cuda --boundary draft-to-verify,context-kv --widths 4,8,16
+    --block-table-widths 8 --block-sizes 16 --draft-dtypes int32
+    --families spec_verify_head_update,greedy_prefix_verify,context_kv_update --out ...).
+    """
+    return kernel_library("SPECGEN_TEST_BLOCK_KERNELS", BLOCK_LAYOUT, ("draft-to-verify", "context-kv"), BLOCK_FAMILIES)
+
+
+@pytest.fixture(scope="module")
+def tiny_target():
+    from specgen.models import Qwen3Model
+
+    return Qwen3Model.create("tiny", seed=0)

@@ -1,13 +1,15 @@
-"""The package's architecture, checked from its source.
+"""The package's architecture, checked from its source: the one place its layer rules live.
 
 Layers, top to bottom: the package face (``cli/``, ``driver.py``, ``__init__.py``,
-``__main__.py`` and any other root module) -> ``passes/`` and ``codegen/``
-(siblings) -> ``runtime/`` -> ``specializations/``.  Imports run down only
-(imports inside functions and under ``TYPE_CHECKING`` count), no two modules
-import each other, no source file exceeds 400 lines, the package imports itself
-relatively, ``runtime`` loads no compiler and ``specializations`` no heavy
-dependency.  Every test collects all violations and reports them at once, each
-as ``file:line`` with the import that breaks the rule.
+``__main__.py`` and any other root module) -> ``bench/`` -> ``engine/`` -> ``models/``
+-> ``parallel/`` -> ``runtime/`` -> ``specializations/``, with the compiler
+(``passes/`` and ``codegen/``, siblings) between the face and the runtime.  Imports
+run down only (imports inside functions and under ``TYPE_CHECKING`` count), no two
+modules import each other, no source file exceeds 400 lines, the package imports
+itself relatively, ``runtime`` (the library users import) loads no compiler and none
+of the application's heavy dependencies, and ``specializations`` no heavy dependency.
+Every test collects all violations and reports them at once, each as ``file:line``
+with the import that breaks the rule.
 """
 
 from __future__ import annotations
@@ -30,16 +32,39 @@ MAX_LINES = 400
 THIS_FILE = Path(__file__).resolve()
 
 # Which layer may import which: the face sits on top, specializations at the bottom.
+_BELOW_RUNTIME = {"runtime", "specializations"}
 ALLOWED = {
-    "face": {"face", "passes", "codegen", "runtime", "specializations"},
-    "passes": {"passes", "runtime", "specializations"},
-    "codegen": {"codegen", "runtime", "specializations"},
-    "runtime": {"runtime", "specializations"},
+    "face": {"face", "bench", "engine", "models", "parallel", "passes", "codegen", "runtime", "specializations"},
+    "bench": {"bench", "engine", "models", "parallel", *_BELOW_RUNTIME},
+    "engine": {"engine", "models", "parallel", *_BELOW_RUNTIME},
+    "models": {"models", "parallel", *_BELOW_RUNTIME},
+    "parallel": {"parallel", *_BELOW_RUNTIME},
+    "passes": {"passes", *_BELOW_RUNTIME},
+    "codegen": {"codegen", *_BELOW_RUNTIME},
+    "runtime": _BELOW_RUNTIME,
     "specializations": {"specializations"},
 }
-# Third-party packages a layer must not import; "module level" bans only import-time loads.
-BANNED_ANYWHERE = {"runtime": {"tilelang", "sympy", "jinja2"}}
+LAYERS = tuple(ALLOWED)
+# Third-party (and standard) modules a layer must not import; "at import" bans only import-time loads.
+RUNTIME_BANNED = (
+    "tilelang",
+    "sympy",
+    "jinja2",
+    "matplotlib",
+    "triton",
+    "safetensors",
+    "subprocess",
+    "torch.distributed",
+)
+BANNED_ANYWHERE = {
+    "runtime": set(RUNTIME_BANNED),
+    "parallel": {"matplotlib", "tilelang"},
+    "models": {"matplotlib", "tilelang"},
+    "engine": {"matplotlib", "tilelang"},
+}
 BANNED_AT_IMPORT = {"specializations": {"torch", "sympy", "jinja2", "tilelang"}}
+# What the runtime may import besides the standard library and its own layer: torch and the device bindings.
+RUNTIME_THIRD_PARTY = {"torch", "torch_npu", "cuda"}
 
 
 @dataclass(frozen=True)
@@ -49,6 +74,7 @@ class Import:
     line: int
     text: str  # the import statement as written
     target: str  # a specgen module, or a third-party top-level name
+    full: str  # the imported module as spelled, resolved (``torch.distributed``, ``specgen.runtime.ops``)
     internal: bool
     in_function: bool
     type_checking: bool
@@ -65,7 +91,7 @@ def layer(module: str) -> str:
     top = parts[1] if len(parts) > 1 else ""
     if top == "templates":
         return "codegen"  # the templates are codegen's data
-    return top if top in ("passes", "codegen", "runtime", "specializations") else "face"
+    return top if top in LAYERS and top != "face" else "face"
 
 
 def _package_files() -> dict[str, Path]:
@@ -98,7 +124,8 @@ def _known(name: str) -> str:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _walk(node: ast.AST, in_function=False, type_checking=False):
@@ -161,22 +188,23 @@ def _imports_of(module: str) -> list[Import]:
     out = []
     for node, in_function, type_checking in _walk(_tree(module)):
         text = ast.unparse(node)
-        common = dict(source=module, path=path, line=node.lineno, text=text, in_function=in_function,
-                      type_checking=type_checking)
+        common = dict(
+            source=module, path=path, line=node.lineno, text=text, in_function=in_function, type_checking=type_checking
+        )
         if isinstance(node, ast.Import):
             for alias in node.names:
                 internal = alias.name == PACKAGE or alias.name.startswith(PACKAGE + ".")
                 target = _known(alias.name) if internal else alias.name.split(".")[0]
-                out.append(Import(target=target, internal=internal, absolute=internal, **common))
+                out.append(Import(target=target, full=alias.name, internal=internal, absolute=internal, **common))
             continue
         base = _base(module, node)
         internal = base == PACKAGE or base.startswith(PACKAGE + ".")
         if not internal:
-            out.append(Import(target=base.split(".")[0], internal=False, absolute=False, **common))
+            out.append(Import(target=base.split(".")[0], full=base, internal=False, absolute=False, **common))
             continue
         for target in dict.fromkeys(_resolve_name(base, alias.name) for alias in node.names):
             if target != module:  # one record per imported module, however many names come from it
-                out.append(Import(target=target, internal=True, absolute=node.level == 0, **common))
+                out.append(Import(target=target, full=target, internal=True, absolute=node.level == 0, **common))
     return out
 
 
@@ -238,22 +266,41 @@ def test_imports_run_down_the_layers():
     problems = []
     for i in all_imports():
         if i.internal and layer(i.target) not in ALLOWED[layer(i.source)]:
-            problems.append(f"{i.where}: {layer(i.source)} ({i.source}) imports {layer(i.target)} ({i.target}); "
-                            f"{layer(i.source)} may import only {sorted(ALLOWED[layer(i.source)])}")
+            problems.append(
+                f"{i.where}: {layer(i.source)} ({i.source}) imports {layer(i.target)} ({i.target}); "
+                f"{layer(i.source)} may import only {sorted(ALLOWED[layer(i.source)])}"
+            )
     assert not problems, _report("imports against the layers", problems)
 
 
-def test_lower_layers_avoid_compiler_dependencies():
+def _banned(name: str, banned) -> str | None:
+    return next((b for b in banned if name == b or name.startswith(b + ".")), None)
+
+
+def test_lower_layers_avoid_heavy_dependencies():
     problems = []
     for i in all_imports():
         if i.internal:
             continue
         where = layer(i.source)
-        if i.target in BANNED_ANYWHERE.get(where, ()):
-            problems.append(f"{i.where}: {where} never imports {i.target}")
-        elif i.target in BANNED_AT_IMPORT.get(where, ()) and not (i.in_function or i.type_checking):
-            problems.append(f"{i.where}: {where} does not import {i.target} at import time")
+        if hit := _banned(i.full, BANNED_ANYWHERE.get(where, ())):
+            problems.append(f"{i.where}: {where} never imports {hit}")
+        elif (hit := _banned(i.full, BANNED_AT_IMPORT.get(where, ()))) and not (i.in_function or i.type_checking):
+            problems.append(f"{i.where}: {where} does not import {hit} at import time")
     assert not problems, _report("third-party imports against the layers", problems)
+
+
+def test_runtime_stands_on_torch_and_the_device_bindings_only():
+    problems = []
+    for i in all_imports():
+        if layer(i.source) != "runtime" or i.internal or i.target == "__future__":
+            continue
+        if i.target not in sys.stdlib_module_names and i.target not in RUNTIME_THIRD_PARTY:
+            problems.append(
+                f"{i.where}: runtime imports {i.target} (only the standard library, "
+                f"{sorted(RUNTIME_THIRD_PARTY)} and specializations)"
+            )
+    assert not problems, _report("runtime imports outside torch and the device bindings", problems)
 
 
 def test_source_files_are_short():
@@ -271,8 +318,11 @@ def _absolute_allowed(module: str) -> bool:
 
 
 def test_package_imports_itself_relatively():
-    problems = [f"{i.where}: use a relative import inside the package" for i in all_imports()
-                if i.absolute and not _absolute_allowed(i.source)]
+    problems = [
+        f"{i.where}: use a relative import inside the package"
+        for i in all_imports()
+        if i.absolute and not _absolute_allowed(i.source)
+    ]
     assert not problems, _report("absolute specgen imports", sorted(set(problems)))
 
 
@@ -281,6 +331,7 @@ def test_package_imports_itself_relatively():
 _PROBE = textwrap.dedent("""
     import importlib, importlib.util, json, pkgutil, sys
     package, banned = sys.argv[1], sys.argv[2].split(",")
+    import torch  # noqa: F401  what torch loads by itself is not the package's doing
 
     def loaded():
         return {m for m in sys.modules if any(m == b or m.startswith(b + ".") for b in banned)}
@@ -310,8 +361,13 @@ _PROBE = textwrap.dedent("""
 
 def _probe(package: str, banned: list[str], tmp_path: Path) -> dict[str, list[str]]:
     """For each module of ``package`` (walked without importing), the banned modules its import loaded first."""
-    done = subprocess.run([sys.executable, "-c", _PROBE, package, ",".join(banned)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, package, ",".join(banned)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -331,10 +387,11 @@ def _explain(report: dict[str, list[str]]) -> list[str]:
     return problems
 
 
-def test_runtime_loads_no_compiler(tmp_path):
-    banned = ["tilelang", "sympy", "jinja2", "specgen.codegen", "specgen.passes"]
+def test_runtime_loads_nothing_above_it(tmp_path):
+    above = [f"specgen.{name}" for name in LAYERS if name not in ("face", "runtime", "specializations")]
+    banned = [*RUNTIME_BANNED, *above, "specgen.driver", "specgen.cli", "cuda.bindings"]
     problems = _explain(_probe("specgen.runtime", banned, tmp_path))
-    assert not problems, _report("runtime modules loading compiler modules", problems)
+    assert not problems, _report("runtime modules loading what the library must not", problems)
 
 
 def test_specializations_load_no_heavy_dependency(tmp_path):
@@ -356,8 +413,12 @@ def test_kernel_contract_document_covers_every_family():
 
 
 def test_sources_cite_the_contract_in_the_repository():
-    sources = [*FILES.values(), *(ROOT / "templates").glob("*.jinja"), *(ROOT / "tests").rglob("*.py"),
-               ROOT / "README.md"]
+    sources = [
+        *FILES.values(),
+        *(ROOT / "templates").glob("*.jinja"),
+        *(ROOT / "tests").rglob("*.py"),
+        ROOT / "README.md",
+    ]
     problems = []
     for path in sorted(set(sources)):
         if path.resolve() == THIS_FILE:

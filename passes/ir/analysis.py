@@ -112,5 +112,8 @@ def between(graph: BoundaryGraph, ordering: Ordering | None = None) -> list[str]
     """Ops on an hb path from ``start`` to ``end`` (the bubble's candidates), in program order."""
     ordering = ordering or Ordering(graph)
     after_start = ordering.after(graph.start)
-    return [o.name for o in graph.ops
-            if o.name in after_start and (o.name == graph.end or ordering.ordered(o.name, graph.end))]
+    return [
+        o.name
+        for o in graph.ops
+        if o.name in after_start and (o.name == graph.end or ordering.ordered(o.name, graph.end))
+    ]

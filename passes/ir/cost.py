@@ -28,11 +28,23 @@ from .analysis import Ordering
 from .core import BoundaryGraph, Op, OpKind
 
 DEFAULT_RUN_US = {
-    "device_kernel": 4.0, "host_compute": 12.0, "h2d": 3.0, "d2h": 3.0, "host_sync": 10.0,
-    "event_record": 0.5, "event_wait": 0.5, "graph_replay": 0.0, "graph_task_update": 25.0,
+    "device_kernel": 4.0,
+    "host_compute": 12.0,
+    "h2d": 3.0,
+    "d2h": 3.0,
+    "host_sync": 10.0,
+    "event_record": 0.5,
+    "event_wait": 0.5,
+    "graph_replay": 0.0,
+    "graph_task_update": 25.0,
 }
 DEFAULT_ISSUE_US = {
-    "device_kernel": 5.0, "h2d": 8.0, "d2h": 8.0, "event_record": 2.0, "event_wait": 2.0, "graph_replay": 10.0,
+    "device_kernel": 5.0,
+    "h2d": 8.0,
+    "d2h": 8.0,
+    "event_record": 2.0,
+    "event_wait": 2.0,
+    "graph_replay": 10.0,
 }
 IN_GRAPH_KERNEL_US = 1.5
 IN_GRAPH_COPY_US = 2.0
@@ -72,10 +84,17 @@ class CostModel:
             getattr(base, part).update({k: float(v) for k, v in data.get(part, {}).items()})
         fams = data.get("host_family", {})
         if not isinstance(fams, dict) or set(fams) - set(FAMILIES):
-            raise ValueError(f"{where}: 'host_family' must map kernel families to microseconds; unknown: "
-                             f"{sorted(set(fams) - set(FAMILIES)) if isinstance(fams, dict) else fams}")
-        return cls(base.run, base.issue, float(data.get("in_graph_kernel", base.in_graph_kernel)),
-                   float(data.get("in_graph_copy", base.in_graph_copy)), {k: float(v) for k, v in fams.items()})
+            raise ValueError(
+                f"{where}: 'host_family' must map kernel families to microseconds; unknown: "
+                f"{sorted(set(fams) - set(FAMILIES)) if isinstance(fams, dict) else fams}"
+            )
+        return cls(
+            base.run,
+            base.issue,
+            float(data.get("in_graph_kernel", base.in_graph_kernel)),
+            float(data.get("in_graph_copy", base.in_graph_copy)),
+            {k: float(v) for k, v in fams.items()},
+        )
 
     def host_costs(self, graph: BoundaryGraph) -> dict[str, float]:
         """Per host compute op of ``graph`` whose family (or a composite holding it) has a ``host_family`` time:
@@ -87,8 +106,11 @@ class CostModel:
             fam = o.attr("family") if o.kind is OpKind.HOST_COMPUTE else None
             if fam is None:
                 continue
-            owner = fam if fam in self.host_family else next(
-                (c for c in self.host_family if fam in FAMILIES[c].members), None)
+            owner = (
+                fam
+                if fam in self.host_family
+                else next((c for c in self.host_family if fam in FAMILIES[c].members), None)
+            )
             if owner is not None:
                 groups.setdefault(owner, []).append(o.name)
         return {n: self.host_family[f] / len(ops) for f, ops in groups.items() for n in ops}

@@ -57,13 +57,16 @@ def execute(graph: BoundaryGraph, o: Op, env: MutableMapping[str, torch.Tensor])
     else:
         outs = o.fn(*(env[r] for r in o.reads))
     if len(outs) != len(o.writes):
-        raise BoundaryGraphError(f"{graph.name}: op '{o.name}' produced {len(outs)} values "
-                                 f"for {len(o.writes)} writes", op=o.name)
+        raise BoundaryGraphError(
+            f"{graph.name}: op '{o.name}' produced {len(outs)} values for {len(o.writes)} writes", op=o.name
+        )
     for name, t in zip(o.writes, outs):
         want = graph.values[name]
         if tuple(t.shape) != tuple(int(s) for s in want.shape):
-            raise BoundaryGraphError(f"{graph.name}: op '{o.name}' wrote '{name}' with shape "
-                                     f"{tuple(t.shape)}, declared {tuple(want.shape)}", op=o.name)
+            raise BoundaryGraphError(
+                f"{graph.name}: op '{o.name}' wrote '{name}' with shape {tuple(t.shape)}, declared {tuple(want.shape)}",
+                op=o.name,
+            )
         env[name] = t.to(getattr(torch, want.dtype))
 
 

@@ -29,8 +29,9 @@ def _order_pair(graph: BoundaryGraph, a: Op, b: Op, value: str) -> BoundaryGraph
     values = dict(graph.values)
     ia, ib = graph.index(a.name), graph.index(b.name)
     if ia > ib:
-        raise BoundaryGraphError(f"{graph.name}: '{b.name}' needs '{value}' from '{a.name}', "
-                                 "which is issued after it", op=b.name)
+        raise BoundaryGraphError(
+            f"{graph.name}: '{b.name}' needs '{value}' from '{a.name}', which is issued after it", op=b.name
+        )
     if b.kind.on_host and value in a.writes:  # a sync on the value waits for its last writer, a
         sync = Op(graph.fresh_name(f"sync_{a.name}"), OpKind.HOST_SYNC, HOST, (value,))
         ops.insert(ib, sync)
@@ -45,8 +46,9 @@ def _order_pair(graph: BoundaryGraph, a: Op, b: Op, value: str) -> BoundaryGraph
     # of a's stream, issued before b, that any of them depends on.
     deps = graph.dependency_graph()
     consumers = [y.name for y in ops[ib:] if y.stream == b.stream]
-    needed = [i for i, x in enumerate(ops[:ib]) if x.stream == a.stream
-              and any(deps.has_edge(x.name, y) for y in consumers)]
+    needed = [
+        i for i, x in enumerate(ops[:ib]) if x.stream == a.stream and any(deps.has_edge(x.name, y) for y in consumers)
+    ]
     at = max(needed + [ia]) + 1
     event = graph.fresh_name(f"ev_{ops[at - 1].name}")
     values[event] = Value(event, Placement.EVENT)

@@ -6,8 +6,8 @@ from typing import Any, Mapping
 
 from ...specializations.variants import VariantSpec
 from .analysis import Ordering, between
-from .cost import CostModel, bubble_us, simulate
 from .core import HOST, BoundaryGraph, OpKind, variant_of
+from .cost import CostModel, bubble_us, simulate
 
 
 def summary(graph: BoundaryGraph, model: CostModel | None = None) -> dict[str, Any]:
@@ -39,9 +39,14 @@ def _family_entry(variant: VariantSpec, params: Mapping[str, Any]) -> dict[str, 
     The layout fields come from the graph's parameters, not from the variant,
     which keeps only what its key names.
     """
-    return {"family": variant.family, "key": variant.key, "width": params["width"],
-            "block_table_width": params["block_table_width"], "block_size": params["block_size"],
-            "draft_dtype": params.get("draft_dtype", "int32")}
+    return {
+        "family": variant.family,
+        "key": variant.key,
+        "width": params["width"],
+        "block_table_width": params["block_table_width"],
+        "block_size": params["block_size"],
+        "draft_dtype": params.get("draft_dtype", "int32"),
+    }
 
 
 def _describe(o) -> str:
@@ -53,8 +58,10 @@ def _describe(o) -> str:
 
 
 def render_text(graph: BoundaryGraph) -> str:
-    lines = [f"boundary {graph.name}  start={graph.start} end={graph.end}",
-             "params " + " ".join(f"{k}={v}" for k, v in graph.params.items())]
+    lines = [
+        f"boundary {graph.name}  start={graph.start} end={graph.end}",
+        "params " + " ".join(f"{k}={v}" for k, v in graph.params.items()),
+    ]
     for stream in graph.streams():
         lines.append(f"stream {stream}:")
         for i, o in enumerate(graph.ops):

@@ -68,8 +68,11 @@ def _waits(graph: BoundaryGraph) -> dict[int, set[int]]:
 
 def run_schedule(graph: BoundaryGraph, inputs: Mapping[str, torch.Tensor], choose: Choose) -> ScheduleRun:
     """Run ``graph`` in the schedule ``choose`` picks; the final memory, the run order, the last writers."""
-    env = {k: torch.zeros(tuple(int(s) for s in v.shape), dtype=getattr(torch, v.dtype))
-           for k, v in graph.values.items() if v.placement is not Placement.EVENT}
+    env = {
+        k: torch.zeros(tuple(int(s) for s in v.shape), dtype=getattr(torch, v.dtype))
+        for k, v in graph.values.items()
+        if v.placement is not Placement.EVENT
+    }
     env.update({k: t.clone() for k, t in inputs.items()})
     run = ScheduleRun(env)
     waits = _waits(graph)
@@ -94,8 +97,10 @@ def run_schedule(graph: BoundaryGraph, inputs: Mapping[str, torch.Tensor], choos
         if not moves:
             blocked = graph.ops[pc].name if pc < len(graph.ops) else "(host done)"
             heads = [graph.ops[q[0]].name for q in queues.values() if q]
-            raise BoundaryGraphError(f"{graph.name}: no op can run: the host waits at '{blocked}', "
-                                     f"the streams at {heads}", op=heads[0] if heads else blocked)
+            raise BoundaryGraphError(
+                f"{graph.name}: no op can run: the host waits at '{blocked}', the streams at {heads}",
+                op=heads[0] if heads else blocked,
+            )
         k = choose(len(moves))
         if not 0 <= k < len(moves):
             raise ValueError(f"choose({len(moves)}) returned {k}")
@@ -131,10 +136,14 @@ def check_schedule(before: BoundaryGraph, after: BoundaryGraph, choose: Choose, 
         op = run.writer.get(bad[0])
         raise BoundaryGraphError(
             f"{after.name}: output '{bad[0]}' differs from the graph before the rewrite; op '{op}' wrote it "
-            f"in the schedule [{', '.join(run.trace)}] ({len(bad)} output(s) differ: {', '.join(bad)})", op=op)
+            f"in the schedule [{', '.join(run.trace)}] ({len(bad)} output(s) differ: {', '.join(bad)})",
+            op=op,
+        )
 
 
-def search(before: BoundaryGraph, after: BoundaryGraph, tries: int = 200, seed: int = 0) -> tuple[int, list[str]] | None:
+def search(
+    before: BoundaryGraph, after: BoundaryGraph, tries: int = 200, seed: int = 0
+) -> tuple[int, list[str]] | None:
     """The first of ``tries`` random schedules of ``after`` whose outputs differ from ``before``'s:
     ``(schedule seed, differing outputs)``, or None when all agree."""
     for k in range(tries):

@@ -30,6 +30,7 @@ def draft_step(col: int):
         prev = draft_hidden if col == 0 else draft_tokens[:, col - 1].to(torch.int64)
         out[:, col] = ((prev.to(torch.int64) * 131 + 7 * col + 3) % VOCAB).to(out.dtype)
         return (out,)
+
     return fn
 
 
@@ -54,6 +55,7 @@ def query_start(W):
     def fn(seq_lens):
         B = seq_lens.shape[0]
         return ((torch.arange(B + 1, device=seq_lens.device) * W).to(_I32),)
+
     return fn
 
 
@@ -67,6 +69,7 @@ def tiling(W, BS, NS):
         mx = kv.max().reshape(1)
         split = ((mx + BS - 1) // BS + NS - 1) // NS * BS
         return tuple(t.reshape(-1).to(_I32) for t in (kv, nb, last, offs, mx, split))
+
     return fn
 
 
@@ -125,9 +128,13 @@ def draft_slots(W, BS):
         s1 = seq_lens.to(torch.int64) + accepted + 1
         pos = torch.stack([s1 - 1, s1], dim=1)
         sl = slot(block_table, pos, BS)
-        repair = torch.where(accepted.to(torch.int64) == W - 1, sl[:, 0].to(torch.int64),
-                             scratch_slot.to(torch.int64).expand(accepted.shape[0]))
+        repair = torch.where(
+            accepted.to(torch.int64) == W - 1,
+            sl[:, 0].to(torch.int64),
+            scratch_slot.to(torch.int64).expand(accepted.shape[0]),
+        )
         return (torch.stack([repair, sl[:, 1].to(torch.int64)], dim=1).to(_I32),)
+
     return fn
 
 
@@ -137,6 +144,7 @@ def hidden_rows(W):
         base = torch.arange(B, device=accepted.device, dtype=torch.int64) * W
         a = accepted.to(torch.int64)
         return (torch.stack([base + torch.clamp(a - 1, min=0), base + a], dim=1).to(_I32),)
+
     return fn
 
 
@@ -151,4 +159,5 @@ def context_mask(W):
         keep = j <= accepted.to(torch.int64)[:, None]
         masked = torch.where(keep, slots_all.reshape(-1, W), torch.full_like(slots_all.reshape(-1, W), -1))
         return (masked.reshape(-1).to(_I32),)
+
     return fn

@@ -33,11 +33,17 @@ RULES: dict[OpKind, tuple[bool, set[Placement], set[Placement]]] = {
 STABLE_ADDRESS = frozenset({OpKind.GRAPH_REPLAY})
 
 _ARITY: dict[OpKind, Callable[[Op], str | None]] = {
-    OpKind.H2D: lambda o: None if len(o.reads) == len(o.writes) >= 1 else "a copy reads and writes the same number of buffers",
-    OpKind.D2H: lambda o: None if len(o.reads) == len(o.writes) >= 1 else "a copy reads and writes the same number of buffers",
+    OpKind.H2D: lambda o: (
+        None if len(o.reads) == len(o.writes) >= 1 else "a copy reads and writes the same number of buffers"
+    ),
+    OpKind.D2H: lambda o: (
+        None if len(o.reads) == len(o.writes) >= 1 else "a copy reads and writes the same number of buffers"
+    ),
     OpKind.EVENT_RECORD: lambda o: None if len(o.writes) == 1 and not o.reads else "a record writes exactly one event",
     OpKind.EVENT_WAIT: lambda o: None if o.reads and not o.writes else "a wait reads events and writes nothing",
-    OpKind.HOST_SYNC: lambda o: None if o.reads and not o.writes else "a host sync waits on something and writes nothing",
+    OpKind.HOST_SYNC: lambda o: (
+        None if o.reads and not o.writes else "a host sync waits on something and writes nothing"
+    ),
 }
 
 
@@ -47,7 +53,8 @@ def _fail(graph: BoundaryGraph, op: Op | str, message: str) -> BoundaryGraphErro
     if not isinstance(op, str):
         detail = f" ({op.kind.value} on stream '{op.stream}')"
     return BoundaryGraphError(
-        f"{graph.name}: op '{name}'{detail}: {message}; neighbours: {graph.neighbours(name)}", op=name)
+        f"{graph.name}: op '{name}'{detail}: {message}; neighbours: {graph.neighbours(name)}", op=name
+    )
 
 
 def verify_structure(graph: BoundaryGraph) -> None:
@@ -88,27 +95,42 @@ def _check_op(graph: BoundaryGraph, o: Op, defined: set[str]) -> None:
         if v not in defined:
             raise _fail(graph, o, f"reads '{v}', which nothing before it produces and which is not an input")
         if graph.values[v].placement not in may_read:
-            raise _fail(graph, o, f"reads {graph.values[v].placement.value} buffer '{v}' "
-                        f"(a {o.kind.value} may read {sorted(p.value for p in may_read)})")
+            raise _fail(
+                graph,
+                o,
+                f"reads {graph.values[v].placement.value} buffer '{v}' "
+                f"(a {o.kind.value} may read {sorted(p.value for p in may_read)})",
+            )
     for v in o.writes:
         if v not in graph.values:
             raise _fail(graph, o, f"writes undeclared value '{v}'")
         if graph.values[v].placement not in may_write:
-            raise _fail(graph, o, f"writes {graph.values[v].placement.value} buffer '{v}' "
-                        f"(a {o.kind.value} may write {sorted(p.value for p in may_write)})")
+            raise _fail(
+                graph,
+                o,
+                f"writes {graph.values[v].placement.value} buffer '{v}' "
+                f"(a {o.kind.value} may write {sorted(p.value for p in may_write)})",
+            )
     if o.kind in STABLE_ADDRESS:
         unstable = [v for v in (*o.reads, *o.writes) if not graph.values[v].persistent]
         if unstable:
-            raise _fail(graph, o, f"a captured graph replays fixed addresses, but '{unstable[0]}' "
-                        "has no stable address (not persistent)")
+            raise _fail(
+                graph,
+                o,
+                f"a captured graph replays fixed addresses, but '{unstable[0]}' has no stable address (not persistent)",
+            )
 
 
 def verify_races(graph: BoundaryGraph) -> None:
     races = find_races(graph)
     if races:
         kind, value, a, b = races[0]
-        raise _fail(graph, b, f"{kind.upper()} race on '{value}' with '{a}': no happens-before "
-                    f"(stream order, event, or host sync) orders them ({len(races)} race(s) in all)")
+        raise _fail(
+            graph,
+            b,
+            f"{kind.upper()} race on '{value}' with '{a}': no happens-before "
+            f"(stream order, event, or host sync) orders them ({len(races)} race(s) in all)",
+        )
 
 
 def verify(graph: BoundaryGraph) -> None:

@@ -7,8 +7,15 @@ import shutil
 import pytest
 
 # the smallest real build: one family at two widths, one boundary planned
-BASE_BUILD = ["--families", "greedy_prefix_verify", "--boundary", "verify-to-draft", "--draft-dtypes", "int32",
-              "--quiet"]
+BASE_BUILD = [
+    "--families",
+    "greedy_prefix_verify",
+    "--boundary",
+    "verify-to-draft",
+    "--draft-dtypes",
+    "int32",
+    "--quiet",
+]
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,10 @@ from specgen.cli import main
 CASES = [
     # plan
     (["plan", "--boundary", "context-kv", "--pipeline", "fuse{max-group=x}"], "max-group must be an integer"),
-    (["plan", "--boundary", "context-kv", "--pipeline", "fuse{max-group=0}"], "max-group must be an integer of at least 2"),
+    (
+        ["plan", "--boundary", "context-kv", "--pipeline", "fuse{max-group=0}"],
+        "max-group must be an integer of at least 2",
+    ),
     (["plan", "--boundary", "context-kv", "--pipeline", ","], "names no pass"),
     (["plan", "--boundary", "context-kv", "--dump-dir", "{unwritable}"], "--dump-dir"),
     (["plan", "--boundary", "context-kv", "--costs", "{list_json}"], "must be a JSON object, not list"),
@@ -50,11 +53,14 @@ def files(tmp_path):
     """The files the cases point at, by name."""
     (tmp_path / "a_file").write_text("")
     paths = {"unwritable": tmp_path / "a_file" / "x", "missing": tmp_path / "missing.json"}
-    for name, text in {"list_json": "[1, 2]", "run_number_json": '{"run": 5}',
-                       "no_runs_json": json.dumps({"runs": [{"mode": "specgen", "depth": 3, "batch": 1,
-                                                             "error": "failed"}]}),
-                       "matrix_str": 'widths = "4"\n', "matrix_float": "widths = [4.5]\n",
-                       "matrix_splits": 'num_splits = "x"\n'}.items():
+    for name, text in {
+        "list_json": "[1, 2]",
+        "run_number_json": '{"run": 5}',
+        "no_runs_json": json.dumps({"runs": [{"mode": "specgen", "depth": 3, "batch": 1, "error": "failed"}]}),
+        "matrix_str": 'widths = "4"\n',
+        "matrix_float": "widths = [4.5]\n",
+        "matrix_splits": 'num_splits = "x"\n',
+    }.items():
         paths[name] = tmp_path / f"{name}.{'toml' if name.startswith('matrix') else 'json'}"
         paths[name].write_text(text)
     return paths
@@ -67,8 +73,9 @@ def test_bad_input_is_one_line_naming_the_fix_and_status_2(argv, message, files,
     if argv[0] in ("build", "bench") and "--out" not in argv:
         argv += ["--out", str(tmp_path / "out")]
     if argv[0] == "bench":
-        argv += ["--kernels", str(kernels), "--device", "cpu"] if "--device" not in argv else ["--kernels",
-                                                                                              str(kernels)]
+        argv += (
+            ["--kernels", str(kernels), "--device", "cpu"] if "--device" not in argv else ["--kernels", str(kernels)]
+        )
     assert main(argv) == 2
     cap = capsys.readouterr()
     assert cap.err.startswith("specgen: error: ") and cap.err.count("\n") == 1, cap.err
@@ -88,8 +95,11 @@ def test_bench_on_cuda_without_cuda_fails_before_building(tmp_path, capsys):
 def test_a_bad_input_in_a_real_process_has_no_traceback(tmp_path):
     import subprocess
 
-    proc = subprocess.run([sys.executable, "-m", "specgen", "bench", "--device", "nope", "--out", str(tmp_path)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specgen", "bench", "--device", "nope", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and proc.stderr == "specgen: error: --device nope: use cpu or cuda (or cuda:N)\n"
 
 
@@ -126,5 +136,7 @@ def test_pyproject_installs_tomli_where_tomllib_is_missing():
     tomllib = _toml()
     data = tomllib.loads((Path(specgen.__file__).parent / "pyproject.toml").read_text())
     assert data["project"]["requires-python"] == ">=3.10"
-    assert any(d.replace(" ", "").startswith("tomli") and "python_version<'3.11'" in d.replace(" ", "")
-               for d in data["project"]["dependencies"])
+    assert any(
+        d.replace(" ", "").startswith("tomli") and "python_version<'3.11'" in d.replace(" ", "")
+        for d in data["project"]["dependencies"]
+    )

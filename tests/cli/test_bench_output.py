@@ -9,23 +9,59 @@ import time
 
 import pytest
 
+from specgen.bench import harness as bench
+from specgen.bench import report as bench_report
+from specgen.bench.support import still_running
 from specgen.cli import main
-from specgen.runtime.engine import bench, bench_report
-from specgen.runtime.engine.bench_support import still_running
 
-TINY = ["--model", "tiny", "--steps", "4", "--warmup", "1", "--bare-repeats", "3", "--prompt-len", "8",
-        "--block-table-width", "8", "--block-size", "16", "--device", "cpu"]
+TINY = [
+    "--model",
+    "tiny",
+    "--steps",
+    "4",
+    "--warmup",
+    "1",
+    "--bare-repeats",
+    "3",
+    "--prompt-len",
+    "8",
+    "--block-table-width",
+    "8",
+    "--block-size",
+    "16",
+    "--device",
+    "cpu",
+]
 
 
 def _row(mode, tpot, quarters, acceptance=0.5, depth=3, batch=1, syncs=None):
-    return {"mode": mode, "depth": depth, "batch": batch, "width": depth + 1, "tpot_ms": tpot, "tokens_per_s": 1.0,
-            "acceptance": acceptance, "draft_us": 10.0, "draft_to_verify_us": 5.0, "bare_verify_us": 20.0,
-            "verify_to_draft_us": 3.0, "host_syncs_per_step": syncs, "step_us_by_quarter": quarters}
+    return {
+        "mode": mode,
+        "depth": depth,
+        "batch": batch,
+        "width": depth + 1,
+        "tpot_ms": tpot,
+        "tokens_per_s": 1.0,
+        "acceptance": acceptance,
+        "draft_us": 10.0,
+        "draft_to_verify_us": 5.0,
+        "bare_verify_us": 20.0,
+        "verify_to_draft_us": 3.0,
+        "host_syncs_per_step": syncs,
+        "step_us_by_quarter": quarters,
+    }
 
 
 def _result(runs, acceptance_p=None):
-    return {"command": "specgen bench", "model": "tiny", "environment": {"device": "cpu"}, "runs": runs,
-            "acceptance_p": acceptance_p, "skipped_modes": {}, "ratios": bench.ratios(runs)}
+    return {
+        "command": "specgen bench",
+        "model": "tiny",
+        "environment": {"device": "cpu"},
+        "runs": runs,
+        "acceptance_p": acceptance_p,
+        "skipped_modes": {},
+        "ratios": bench.ratios(runs),
+    }
 
 
 @pytest.mark.slow
@@ -80,19 +116,21 @@ def test_a_picture_that_cannot_be_drawn_is_not_left_stale(tmp_path, monkeypatch,
     assert "could not draw timeline.png (RuntimeError: no fonts)" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("subject, baseline, noisy", [
-    ([90, 91, 89, 90], [100, 100, 101, 99], False),   # -10 % in every quarter: a real difference
-    ([60, 140, 80, 120], [100, 100, 100, 100], True),  # -40 % .. +40 % around 0 %: noise
-    ([95, 105], [100, 100], True),                     # +-5 % around 0 %
-])
+@pytest.mark.parametrize(
+    "subject, baseline, noisy",
+    [
+        ([90, 91, 89, 90], [100, 100, 101, 99], False),  # -10 % in every quarter: a real difference
+        ([60, 140, 80, 120], [100, 100, 100, 100], True),  # -40 % .. +40 % around 0 %: noise
+        ([95, 105], [100, 100], True),  # +-5 % around 0 %
+    ],
+)
 def test_a_noise_warning_when_quarters_disagree_more_than_the_difference(subject, baseline, noisy):
     runs = [_row("baseline", sum(baseline) / 100, baseline), _row("specgen", sum(subject) / 100, subject)]
     notes = bench_report.notes(_result(runs))
     assert any(n.startswith("noisy timing at depth 3 B=1: specgen vs baseline") for n in notes) == noisy
 
 
-@pytest.mark.parametrize("acceptance, acceptance_p, hint", [(0.03, None, True), (0.6, None, False),
-                                                            (0.03, 0.7, False)])
+@pytest.mark.parametrize("acceptance, acceptance_p, hint", [(0.03, None, True), (0.6, None, False), (0.03, 0.7, False)])
 def test_a_hint_about_acceptance_when_the_drafts_seldom_agree(acceptance, acceptance_p, hint):
     runs = [_row(m, 1.0, [], acceptance=acceptance, syncs=0.0) for m in ("baseline", "specgen")]
     notes = bench_report.notes(_result(runs, acceptance_p))
@@ -114,8 +152,11 @@ def test_the_timeline_legend_covers_nothing_and_the_panels_fill_the_picture(pane
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = [_row(m, 1.0, [], depth=d, batch=b) for d, b in [(3, 1), (4, 1), (3, 8), (4, 8)][:panels]
-            for m in ("baseline", "specgen", "compile")]
+    runs = [
+        _row(m, 1.0, [], depth=d, batch=b)
+        for d, b in [(3, 1), (4, 1), (3, 8), (4, 8)][:panels]
+        for m in ("baseline", "specgen", "compile")
+    ]
     fig = bench_report.figure(_result(runs))
     try:
         fig.canvas.draw()

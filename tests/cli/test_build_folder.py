@@ -93,16 +93,28 @@ def test_doctor_on_a_cpu_machine_checks_cuda_entries_against_their_cubin(folder,
     cap = capsys.readouterr()
     assert "  c: 2 load" in cap.out and "information: no CUDA device here" in cap.out
     for v in manifest["variants"][:2]:
-        assert (f"problem: cuda/{v['key']}.cubin: {v['entry']} takes parameters of [] bytes; "
-                f"the manifest's {v['params']}") in cap.out
+        assert (
+            f"problem: cuda/{v['key']}.cubin: {v['entry']} takes parameters of [] bytes; the manifest's {v['params']}"
+        ) in cap.out
 
 
 def test_two_builds_into_one_folder_at_once_both_succeed(folder, keys, small, capsys):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(Path(specgen.__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
-    procs = [subprocess.Popen([sys.executable, "-m", "specgen", "build", "--widths", widths, "--out", str(folder),
-                               *small], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for widths in ("5,6", "6,7")]
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [str(Path(specgen.__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]
+        ),
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "specgen", "build", "--widths", widths, "--out", str(folder), *small],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for widths in ("5,6", "6,7")
+    ]
     results = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], results
     assert keys(folder) == BASE | {("greedy_prefix_verify__w6", "c"), ("greedy_prefix_verify__w7", "c")}
@@ -137,11 +149,14 @@ def test_an_interrupted_build_removes_its_own_staging(folder, keys, small, monke
     assert not (folder / ".staging").exists() and keys(folder) == BASE
 
 
-@pytest.mark.parametrize("damage, message, problems", [
-    ("missing", ".so: artifact of greedy_prefix_verify__w4 (c) cannot be read", 2),
-    ("tampered", "does not match the manifest's", 2),
-    ("extra", "c/greedy_prefix_verify__w9.so: on disk but not in the manifest", 1),
-])
+@pytest.mark.parametrize(
+    "damage, message, problems",
+    [
+        ("missing", ".so: artifact of greedy_prefix_verify__w4 (c) cannot be read", 2),
+        ("tampered", "does not match the manifest's", 2),
+        ("extra", "c/greedy_prefix_verify__w9.so: on disk but not in the manifest", 1),
+    ],
+)
 def test_doctor_finds_a_folder_that_disagrees_with_its_manifest(folder, damage, message, problems, capsys):
     manifest = json.loads((folder / "manifest.json").read_text())
     art = folder / next(v["artifact"] for v in manifest["variants"] if v["key"] == "greedy_prefix_verify__w4")

@@ -20,25 +20,28 @@ def _one_line_error(capsys, message: str) -> None:
     assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["build", "--target", "tpu"], "unknown target 'tpu' (known: c, cuda, ascend)"),
-    (["build", "--target", "c,tpu"], "unknown target 'tpu'"),
-    (["build", "--boundary", "nope"], "unknown boundary 'nope'"),
-    (["build", "--families", "nope"], "unknown family 'nope'"),
-    (["build", "--widths", "17"], "width 17"),
-    (["build", "--widths", "1"], "width 1"),
-    (["build", "--widths", "4,x"], "not a number list"),
-    (["build", "--block-sizes", "0"], "block size must be positive"),
-    (["build", "--draft-dtypes", "int16"], "int16"),
-    (["build", "--jobs", "0"], "--jobs must be at least 1"),
-    (["build", "--bogus"], "unrecognized arguments"),
-    (["plan", "--boundary", "nope"], "unknown boundary"),
-    (["plan", "--boundary", "context-kv", "--pipeline", "hoist,bogus"], "unknown pass"),
-    (["plan", "--boundary", "context-kv", "--width", "17"], "width 17"),
-    (["plan", "--boundary", "context-kv", "--format", "svg"], "invalid choice"),
-    (["frobnicate"], "invalid choice"),
-    ([], "required"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["build", "--target", "tpu"], "unknown target 'tpu' (known: c, cuda, ascend)"),
+        (["build", "--target", "c,tpu"], "unknown target 'tpu'"),
+        (["build", "--boundary", "nope"], "unknown boundary 'nope'"),
+        (["build", "--families", "nope"], "unknown family 'nope'"),
+        (["build", "--widths", "17"], "width 17"),
+        (["build", "--widths", "1"], "width 1"),
+        (["build", "--widths", "4,x"], "not a number list"),
+        (["build", "--block-sizes", "0"], "block size must be positive"),
+        (["build", "--draft-dtypes", "int16"], "int16"),
+        (["build", "--jobs", "0"], "--jobs must be at least 1"),
+        (["build", "--bogus"], "unrecognized arguments"),
+        (["plan", "--boundary", "nope"], "unknown boundary"),
+        (["plan", "--boundary", "context-kv", "--pipeline", "hoist,bogus"], "unknown pass"),
+        (["plan", "--boundary", "context-kv", "--width", "17"], "width 17"),
+        (["plan", "--boundary", "context-kv", "--format", "svg"], "invalid choice"),
+        (["frobnicate"], "invalid choice"),
+        ([], "required"),
+    ],
+)
 def test_bad_input_is_one_line_and_status_2(argv, message, capsys, tmp_path):
     if argv[:1] == ["build"]:
         argv = [*argv, "--out", str(tmp_path / "k")]
@@ -84,8 +87,12 @@ def test_plan_dump_dir(tmp_path, capsys):
 def test_int_list():
     assert int_list("4,5,6") == [4, 5, 6] and int_list("2-4,8") == [2, 3, 4, 8] and int_list(" 4, 5") == [4, 5]
     assert int_list("7-7") == [7]
-    for bad, match in (("4-x", "not a number list"), ("", "no numbers"), (",", "no numbers"),
-                       ("9-7", "the range 9-7 is empty")):
+    for bad, match in (
+        ("4-x", "not a number list"),
+        ("", "no numbers"),
+        (",", "no numbers"),
+        ("9-7", "the range 9-7 is empty"),
+    ):
         with pytest.raises(UsageError, match=match):
             int_list(bad, "--widths")
 
@@ -98,8 +105,10 @@ def test_every_subcommand_is_registered():
 
 def _fake(run):
     """A subcommand module with the ``register(sub)`` contract."""
+
     def register(sub):
         sub.add_parser("fake").set_defaults(func=run)
+
     return SimpleNamespace(register=register)
 
 
@@ -129,8 +138,9 @@ def test_doctor_without_kernels(capsys, tmp_path):
     assert "target c:" in out and "target ascend:" in out and "not loadable" in out
 
 
-@pytest.mark.parametrize("entry", [["-m", "specgen"],
-                                   ["-c", "import sys; from specgen.cli import main; sys.exit(main())"]])
+@pytest.mark.parametrize(
+    "entry", [["-m", "specgen"], ["-c", "import sys; from specgen.cli import main; sys.exit(main())"]]
+)
 def test_entry_points(entry):
     proc = subprocess.run([sys.executable, *entry, "plan", "--boundary", "nope"], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("specgen: error: unknown boundary")
@@ -141,8 +151,20 @@ def test_entry_points(entry):
 @pytest.mark.slow
 def test_build_quiet_one_family(tmp_path, capsys):
     out = tmp_path / "k"
-    argv = ["build", "--families", "greedy_prefix_verify", "--widths", "4", "--draft-dtypes", "int32",
-            "--boundary", "verify-to-draft", "--out", str(out), "--quiet"]
+    argv = [
+        "build",
+        "--families",
+        "greedy_prefix_verify",
+        "--widths",
+        "4",
+        "--draft-dtypes",
+        "int32",
+        "--boundary",
+        "verify-to-draft",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     assert main(argv) == 0
     cap = capsys.readouterr()
     assert cap.err == "" and cap.out.startswith("specgen build: 1 built, 0 cached, 0 failed")

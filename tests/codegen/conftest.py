@@ -98,7 +98,7 @@ class KernelFuzz:
             picks = pool[torch.randint(0, len(pool), (n,), generator=g)]
             out = torch.where(which == k, picks, out)
         head = torch.tensor(explicit[:n], dtype=torch.int64)
-        out[:len(head)] = head
+        out[: len(head)] = head
         return out
 
     def inputs(self, v, batch, seq, acc, entries, seed) -> dict:
@@ -110,9 +110,34 @@ class KernelFuzz:
         t = lambda *vals: torch.tensor(vals, dtype=torch.int64)  # noqa: E731
         uniform = torch.randint(INT32_MIN, INT32_MAX, (64,), generator=g, dtype=torch.int64)
         lim = INT32_MAX // bs  # the largest entry whose slot can still fit int32
-        seq_edges = t(INT32_MIN, INT32_MIN + 1, -bs - 1, -bs, -w - 1, -w, -w + 1, -2, -1, 0, 1, bs - 1, bs,
-                      bs + 1, cap - w - 2, cap - w - 1, cap - w, cap - w + 1, cap - 1, cap, cap + 1,
-                      INT32_MAX - w - 1, INT32_MAX - w, INT32_MAX - w + 1, INT32_MAX - 1, INT32_MAX)
+        seq_edges = t(
+            INT32_MIN,
+            INT32_MIN + 1,
+            -bs - 1,
+            -bs,
+            -w - 1,
+            -w,
+            -w + 1,
+            -2,
+            -1,
+            0,
+            1,
+            bs - 1,
+            bs,
+            bs + 1,
+            cap - w - 2,
+            cap - w - 1,
+            cap - w,
+            cap - w + 1,
+            cap - 1,
+            cap,
+            cap + 1,
+            INT32_MAX - w - 1,
+            INT32_MAX - w,
+            INT32_MAX - w + 1,
+            INT32_MAX - 1,
+            INT32_MAX,
+        )
         near = torch.randint(-2 * bs, cap + 2 * bs, (64,), generator=g, dtype=torch.int64)
         s = self._fill(g, batch, seq, [seq_edges, near, near, uniform])
         acc_edges = t(INT32_MIN, -2, -1, 0, 1, w - 2, w - 1, w, w + 1, INT32_MAX)
@@ -131,18 +156,25 @@ class KernelFuzz:
             swap = torch.randint(0, 4, draft.shape, generator=g) == 0
             draft = torch.where(swap, wide[torch.randint(0, 5, draft.shape, generator=g)], draft)
         i32 = lambda x: x.to(torch.int32).contiguous()  # noqa: E731
-        return {"seq_lens": i32(s), "block_table": i32(table), "accepted": i32(a), "target_tokens": i32(target),
-                "draft_tokens": draft.to(getattr(torch, v[4])).contiguous(),
-                "last_tokens": i32(self._fill(g, batch, [], [token_edges, uniform])),
-                "scratch_slot": i32(self._fill(g, 1, [], [t(-1, 0, 7), uniform]))}
+        return {
+            "seq_lens": i32(s),
+            "block_table": i32(table),
+            "accepted": i32(a),
+            "target_tokens": i32(target),
+            "draft_tokens": draft.to(getattr(torch, v[4])).contiguous(),
+            "last_tokens": i32(self._fill(g, batch, [], [token_edges, uniform])),
+            "scratch_slot": i32(self._fill(g, 1, [], [t(-1, 0, 7), uniform])),
+        }
 
     def outputs(self, v, batch, device="cpu") -> dict:
         import torch
 
         from specgen.specializations.families import FAMILIES, shape_of
 
-        return {a.name: torch.full(shape_of(a, batch, v[1], v[2]), POISON, dtype=torch.int32, device=device)
-                for a in FAMILIES[v[0]].outputs}
+        return {
+            a.name: torch.full(shape_of(a, batch, v[1], v[2]), POISON, dtype=torch.int32, device=device)
+            for a in FAMILIES[v[0]].outputs
+        }
 
     def expected(self, v, ins) -> dict:
         """The torch semantics on CPU copies of ``ins``."""
@@ -152,8 +184,10 @@ class KernelFuzz:
         batch = ins["seq_lens"].shape[0]
         want = self.outputs(v, batch)
         cpu = {k: x.cpu() for k, x in ins.items()}
-        REFERENCES[v[0]](*[(want if a.output else cpu)[a.name] for a in FAMILIES[v[0]].args],
-                         **reference_kwargs(v[0], self.layout(v)[2], num_splits(v)))
+        REFERENCES[v[0]](
+            *[(want if a.output else cpu)[a.name] for a in FAMILIES[v[0]].args],
+            **reference_kwargs(v[0], self.layout(v)[2], num_splits(v)),
+        )
         return want
 
     def check(self, v, ins, got) -> None:
@@ -164,8 +198,12 @@ class KernelFuzz:
         got = {k: x.cpu() for k, x in got.items()}
         for name in want:
             diff = torch.nonzero(got[name].reshape(-1) != want[name].reshape(-1))[:, 0]
-            assert diff.numel() == 0, (name, diff[:4].tolist(), got[name].reshape(-1)[diff[:4]].tolist(),
-                                       want[name].reshape(-1)[diff[:4]].tolist())
+            assert diff.numel() == 0, (
+                name,
+                diff[:4].tolist(),
+                got[name].reshape(-1)[diff[:4]].tolist(),
+                want[name].reshape(-1)[diff[:4]].tolist(),
+            )
         self.contract(v, {k: x.cpu() for k, x in ins.items()}, got)
 
     def contract(self, v, ins, out) -> None:
@@ -183,8 +221,18 @@ class KernelFuzz:
                 slots = slots[:, 1:]
             ok = (slots == -1) | ((slots >= 0) & ((slots // bs)[:, :, None] == table[:, None, :]).any(-1))
             assert bool(ok.all()), f"{name}: a slot outside the sequence's own blocks"
-        for name in ("positions", "kv_lens", "row_kv_lens", "row_num_blocks", "row_last_block_len",
-                     "row_block_offsets", "max_kv_len", "kv_split_len", "next_seq_lens", "draft_positions"):
+        for name in (
+            "positions",
+            "kv_lens",
+            "row_kv_lens",
+            "row_num_blocks",
+            "row_last_block_len",
+            "row_block_offsets",
+            "max_kv_len",
+            "kv_split_len",
+            "next_seq_lens",
+            "draft_positions",
+        ):
             if name in out:
                 assert int(out[name].min()) >= 0, f"{name}: negative"
         if "hidden_rows" in out:

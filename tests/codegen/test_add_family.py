@@ -48,9 +48,14 @@ def toy_shift_positions(seq_lens, positions) -> None:
 def toy_family(request, tmp_path):
     per_row = request.param == "row"
     (tmp_path / f"{NAME}.py.jinja").write_text(ROW_TEMPLATE if per_row else TEMPLATE, encoding="utf-8")
-    family = register(Family(NAME, ("W",), (ArgSpec("seq_lens", "int32", "(B,)"),
-                                            ArgSpec("positions", "int32", "(B * W,)", output=True)),
-                             threads_per=request.param))
+    family = register(
+        Family(
+            NAME,
+            ("W",),
+            (ArgSpec("seq_lens", "int32", "(B,)"), ArgSpec("positions", "int32", "(B * W,)", output=True)),
+            threads_per=request.param,
+        )
+    )
     add_template_dir(tmp_path)
     register_semantics(toy_shift_positions)
     try:
@@ -104,8 +109,10 @@ def test_toy_family_compiles_and_equals_its_semantics(toy_family, tmp_path):
     g = torch.Generator().manual_seed(0)
     for batch in (1, 2, 127, 300):
         seq = torch.randint(0, 10**6, (batch,), generator=g, dtype=torch.int32)
-        got, want = ({a.name: torch.full(shape_of(a, batch, spec.width), -777, dtype=torch.int32)
-                      for a in toy_family.outputs} for _ in range(2))
+        got, want = (
+            {a.name: torch.full(shape_of(a, batch, spec.width), -777, dtype=torch.int32) for a in toy_family.outputs}
+            for _ in range(2)
+        )
         _launch(low, so, {"seq_lens": seq} | got, batch)
         run_reference(NAME, {"seq_lens": seq} | want, block_size=128)
         assert torch.equal(got["positions"], want["positions"]), batch

@@ -19,8 +19,15 @@ FAMILY = ("greedy_prefix_verify",)
 
 
 def _build(out, widths):
-    return plan_and_build(DEFAULT.with_overrides(widths=widths, draft_dtypes=["int32"]), ("c",), out, jobs=2,
-                          boundaries=("verify-to-draft",), families=FAMILY, progress=None)
+    return plan_and_build(
+        DEFAULT.with_overrides(widths=widths, draft_dtypes=["int32"]),
+        ("c",),
+        out,
+        jobs=2,
+        boundaries=("verify-to-draft",),
+        families=FAMILY,
+        progress=None,
+    )
 
 
 def _variants(out):
@@ -81,7 +88,8 @@ def test_one_changed_variant_is_rebuilt_alone_and_dead_libraries_go(folder, tmp_
     assert _build(out, [4]).built == 1
     assert not (out / shared).exists()  # no variant uses it any more
     assert sorted(p.name for p in (out / "c").glob("*.so")) == sorted(
-        {x["artifact"].split("/")[1] for x in _variants(out).values()})
+        {x["artifact"].split("/")[1] for x in _variants(out).values()}
+    )
 
 
 def test_a_tampered_shared_library_is_refused_for_every_variant_in_it(folder, tmp_path):
@@ -109,14 +117,21 @@ def test_a_batch_that_does_not_compile_is_compiled_one_variant_at_a_time(folder,
         return {"key": key, "cache_key": key, "program": "# program", "lowered": low}
 
     out = tmp_path / "kernels"
-    result = compile_job({"out": str(out), "stage": str(tmp_path / "stage"), "target": "c",
-                          "family": "greedy_prefix_verify",
-                          "members": [member("greedy_prefix_verify__w4", good),
-                                      member("broken__w4", "int broken_kernel( {")]})
+    result = compile_job(
+        {
+            "out": str(out),
+            "stage": str(tmp_path / "stage"),
+            "target": "c",
+            "family": "greedy_prefix_verify",
+            "members": [member("greedy_prefix_verify__w4", good), member("broken__w4", "int broken_kernel( {")],
+        }
+    )
     assert list(result["stamps"]) == ["greedy_prefix_verify__w4"] and list(result["failed"]) == ["broken__w4"]
     assert result["runs"] == 3  # the batch, then each variant alone
-    assert read_stamp(out, "c", "greedy_prefix_verify__w4")["sha256"] == result["stamps"][
-        "greedy_prefix_verify__w4"]["sha256"]
+    assert (
+        read_stamp(out, "c", "greedy_prefix_verify__w4")["sha256"]
+        == result["stamps"]["greedy_prefix_verify__w4"]["sha256"]
+    )
 
 
 def test_a_warm_build_renders_only_when_its_inputs_changed(folder, tmp_path, monkeypatch):
@@ -128,8 +143,9 @@ def test_a_warm_build_renders_only_when_its_inputs_changed(folder, tmp_path, mon
     shutil.copytree(folder, out)
     rendered = []  # the variants handed to workers to render (and lower where the program changed)
     real = build._run
-    monkeypatch.setattr(build, "_run",
-                        lambda todo, *a, **k: rendered.extend(j["key"] for j in todo) or real(todo, *a, **k))
+    monkeypatch.setattr(
+        build, "_run", lambda todo, *a, **k: rendered.extend(j["key"] for j in todo) or real(todo, *a, **k)
+    )
     assert _build(out, [4, 5]).cached == 2 and rendered == []  # stamps say the renderer's inputs are the same
     stamp = out / "c" / "greedy_prefix_verify__w5.json"
     before = json.loads(stamp.read_text())

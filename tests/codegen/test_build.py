@@ -39,10 +39,15 @@ def test_manifest_lists_every_planned_variant(built):
     manifest = json.loads((out / "manifest.json").read_text())
     keys = {v["key"] for v in manifest["variants"]}
     for w in (4, 5, 6):
-        assert {f"spec_verify_token_update__w{w}", f"spec_verify_token_update__w{w}_i64",
-                f"spec_verify_metadata_update__w{w}_bt64_bs128", f"spec_verify_attention_tiling_update__w{w}_bs128",
-                f"greedy_prefix_verify__w{w}", f"prepare_next_draft__w{w}_bt64_bs128",
-                f"context_kv_update__w{w}_bt64_bs128"} <= keys
+        assert {
+            f"spec_verify_token_update__w{w}",
+            f"spec_verify_token_update__w{w}_i64",
+            f"spec_verify_metadata_update__w{w}_bt64_bs128",
+            f"spec_verify_attention_tiling_update__w{w}_bs128",
+            f"greedy_prefix_verify__w{w}",
+            f"prepare_next_draft__w{w}_bt64_bs128",
+            f"context_kv_update__w{w}_bt64_bs128",
+        } <= keys
     for v in manifest["variants"]:
         assert (out / v["artifact"]).exists() and (out / v["program"]).exists() and (out / v["source"]).exists()
         assert v["guards"] and v["boundaries"] and v["sha256"]
@@ -78,10 +83,12 @@ def test_rebuild_is_a_noop_and_manifest_is_byte_identical(built):
 
 def test_missing_variant_names_the_build_command(built):
     _, pkg = built
-    with pytest.raises(VariantNotBuilt, match=r"spec_verify_token_update__w7 is not built: run `specgen build --widths 7"):
-        pkg.get("spec_verify_token_update", width=7)(torch.zeros(1, dtype=torch.int32),
-                                                      torch.zeros(1, 6, dtype=torch.int32),
-                                                      torch.zeros(7, dtype=torch.int32))
+    with pytest.raises(
+        VariantNotBuilt, match=r"spec_verify_token_update__w7 is not built: run `specgen build --widths 7"
+    ):
+        pkg.get("spec_verify_token_update", width=7)(
+            torch.zeros(1, dtype=torch.int32), torch.zeros(1, 6, dtype=torch.int32), torch.zeros(7, dtype=torch.int32)
+        )
 
 
 def _inputs(family, W, BT, BS, B, dtype, draw):
@@ -97,10 +104,15 @@ def _inputs(family, W, BT, BS, B, dtype, draw):
     target = torch.randint(50, 100, (B, W), generator=g, dtype=torch.int32)
     for b in range(B):  # target agrees with the drafts for exactly acc[b] tokens
         target[b, : acc[b]] = drafts[b, : acc[b]].to(torch.int32)
-    values = {"seq_lens": seq, "block_table": torch.randint(0, 4096, (B, BT), generator=g, dtype=torch.int32),
-              "last_tokens": torch.randint(0, 50, (B,), generator=g, dtype=torch.int32),
-              "draft_tokens": drafts if FAMILIES[family].has_draft_dtype else drafts.to(torch.int32),
-              "target_tokens": target, "accepted": acc, "scratch_slot": torch.tensor([4096 * BS], dtype=torch.int32)}
+    values = {
+        "seq_lens": seq,
+        "block_table": torch.randint(0, 4096, (B, BT), generator=g, dtype=torch.int32),
+        "last_tokens": torch.randint(0, 50, (B,), generator=g, dtype=torch.int32),
+        "draft_tokens": drafts if FAMILIES[family].has_draft_dtype else drafts.to(torch.int32),
+        "target_tokens": target,
+        "accepted": acc,
+        "scratch_slot": torch.tensor([4096 * BS], dtype=torch.int32),
+    }
     tensors = []
     for a in FAMILIES[family].args:
         if a.output:

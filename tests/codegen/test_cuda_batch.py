@@ -80,8 +80,9 @@ def test_an_entry_that_disagrees_with_its_cubin_is_refused_before_the_driver(man
     swapped = dataclasses.replace(v, params=("B", *v.params[:-1]))
     assert "takes parameters of [8, " in entry_problems(image, swapped)[0]
     wide = dataclasses.replace(v, threads=2 * v.threads)
-    assert entry_problems(image, wide) == [f"{v.entry} is bounded to {v.threads} threads a block; "
-                                           f"the manifest launches {2 * v.threads}"]
+    assert entry_problems(image, wide) == [
+        f"{v.entry} is bounded to {v.threads} threads a block; the manifest launches {2 * v.threads}"
+    ]
     with pytest.raises(ArtifactError, match=rf"{re.escape(v.artifact)}: has no kernel 'missing_kernel'"):
         loaders.CudaLauncher(other, manifest.root)
 
@@ -114,8 +115,10 @@ class _Driver:
     def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         slots = self.layouts[fn]
         array = (ctypes.c_void_p * len(slots)).from_address(params)
-        values = [(ctypes.c_int32 if size == 4 else ctypes.c_uint64).from_address(array[i]).value
-                  for i, (_, size) in enumerate(slots)]
+        values = [
+            (ctypes.c_int32 if size == 4 else ctypes.c_uint64).from_address(array[i]).value
+            for i, (_, size) in enumerate(slots)
+        ]
         self.launches.append((fn, (gx, gy, gz), (bx, by, bz), shared, stream, values))
         return (0,)
 
@@ -128,9 +131,13 @@ def test_the_launcher_loads_a_shared_cubin_once_and_packs_arguments_as_the_cubin
     monkeypatch.setattr(loaders, "_driver", lambda: drv)
     monkeypatch.setattr(loaders, "_MODULES", {})
     monkeypatch.setattr(loaders, "_KERNELS", {})
-    for name, fn in {"get_device_capability": lambda i=None: (9, 0), "device": lambda i: contextlib.nullcontext(),
-                     "init": lambda: None, "current_device": lambda: 0,
-                     "current_stream": lambda i=None: SimpleNamespace(cuda_stream=77)}.items():
+    for name, fn in {
+        "get_device_capability": lambda i=None: (9, 0),
+        "device": lambda i: contextlib.nullcontext(),
+        "init": lambda: None,
+        "current_device": lambda: 0,
+        "current_stream": lambda i=None: SimpleNamespace(cuda_stream=77),
+    }.items():
         monkeypatch.setattr(torch.cuda, name, fn)
     batch = 300
     for v in manifest.variants:

@@ -15,14 +15,30 @@ SCHEMA = 2
 
 def _variant(key, target="c", boundaries=("draft-to-verify",)):
     suffix = {"c": ".so", "cuda": ".cubin"}[target]
-    return {"key": key, "target": target, "artifact": f"{target}/{key}{suffix}", "program": f"{target}/{key}.tl.py",
-            "source": f"{target}/{key}.c", "boundaries": list(boundaries)}
+    return {
+        "key": key,
+        "target": target,
+        "artifact": f"{target}/{key}{suffix}",
+        "program": f"{target}/{key}.tl.py",
+        "source": f"{target}/{key}.c",
+        "boundaries": list(boundaries),
+    }
 
 
 def _manifest(variants, plans=None, widths=(4,)):
-    return {"schema_version": SCHEMA, "targets": sorted({v["target"] for v in variants}), "variants": variants,
-            "plans": plans or {}, "matrix": {"widths": list(widths), "block_table_widths": [64],
-                                             "block_sizes": [128], "draft_dtypes": ["int32"], "num_splits": 8}}
+    return {
+        "schema_version": SCHEMA,
+        "targets": sorted({v["target"] for v in variants}),
+        "variants": variants,
+        "plans": plans or {},
+        "matrix": {
+            "widths": list(widths),
+            "block_table_widths": [64],
+            "block_sizes": [128],
+            "draft_dtypes": ["int32"],
+            "num_splits": 8,
+        },
+    }
 
 
 def _on_disk(out, *variants):
@@ -39,8 +55,7 @@ def test_merge_keeps_what_it_did_not_remake(tmp_path):
     a_new = _variant("a__w4", boundaries=("verify-to-draft",))
     new = _manifest([a_new, _variant("d__w6")], {"draft-to-verify": {"w4": {"new": 1}}}, widths=(6,))
     merged, notes = merge(old, new, tmp_path, SCHEMA)
-    assert [(v["key"], v["target"]) for v in merged["variants"]] == [("a__w4", "c"), ("b__w4", "cuda"),
-                                                                       ("d__w6", "c")]
+    assert [(v["key"], v["target"]) for v in merged["variants"]] == [("a__w4", "c"), ("b__w4", "cuda"), ("d__w6", "c")]
     assert merged["variants"][0]["boundaries"] == ["draft-to-verify", "verify-to-draft"]
     assert merged["plans"]["draft-to-verify"] == {"w4": {"new": 1}, "w5": {"old": 2}}
     assert merged["targets"] == ["c", "cuda"] and merged["matrix"]["widths"] == [4, 5, 6]
@@ -50,8 +65,13 @@ def test_merge_keeps_what_it_did_not_remake(tmp_path):
 def test_replace_deletes_the_variants_it_drops(tmp_path):
     a, b = _variant("a__w4"), _variant("b__w4")
     _on_disk(tmp_path, a, b)
-    merged, _ = merge(_manifest([a, b], {"draft-to-verify": {"w4": {}}}), _manifest([_variant("a__w4")]), tmp_path,
-                      SCHEMA, replace=True)
+    merged, _ = merge(
+        _manifest([a, b], {"draft-to-verify": {"w4": {}}}),
+        _manifest([_variant("a__w4")]),
+        tmp_path,
+        SCHEMA,
+        replace=True,
+    )
     assert [v["key"] for v in merged["variants"]] == ["a__w4"] and merged["plans"] == {}
     assert (tmp_path / "c" / "a__w4.so").exists()
     assert not any((tmp_path / "c").glob("b__w4*"))

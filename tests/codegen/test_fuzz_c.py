@@ -10,7 +10,8 @@ same fuzz runs on CUDA in ``test_fuzz_cuda.py``.
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from specgen.specializations.families import FAMILIES
 from specgen.specializations.variants import VariantSpec
@@ -23,14 +24,25 @@ pytestmark = pytest.mark.slow
 # the per-row families launch B * W threads, so the batches include those that end a
 # thread block exactly or one row past it at W = 5 and 16 (25, 26, 8, 9).
 VARIANTS = [
-    ("spec_verify_token_update", 5, None, None, "int64"), ("spec_verify_token_update", 16, None, None, "int32"),
-    ("greedy_prefix_verify", 4, None, None, "int32"), ("greedy_prefix_verify", 16, None, None, "int32"),
-    *[(f, w, bt, bs, "int32") for f in ("spec_verify_attention_tiling_update", "spec_verify_metadata_update",
-                                         "prepare_next_draft", "context_kv_update")
-      for w, bt, bs in ((4, 64, 128), (6, 3, 5))],
-    ("spec_verify_head_update", 5, 64, 128, "int64"), ("spec_verify_head_update", 6, 3, 5, "int32"),
+    ("spec_verify_token_update", 5, None, None, "int64"),
+    ("spec_verify_token_update", 16, None, None, "int32"),
+    ("greedy_prefix_verify", 4, None, None, "int32"),
+    ("greedy_prefix_verify", 16, None, None, "int32"),
+    *[
+        (f, w, bt, bs, "int32")
+        for f in (
+            "spec_verify_attention_tiling_update",
+            "spec_verify_metadata_update",
+            "prepare_next_draft",
+            "context_kv_update",
+        )
+        for w, bt, bs in ((4, 64, 128), (6, 3, 5))
+    ],
+    ("spec_verify_head_update", 5, 64, 128, "int64"),
+    ("spec_verify_head_update", 6, 3, 5, "int32"),
     # the per-row head at the widths' ends: B * W rows cross the 128-thread blocks at B = 8, 9, 26, ...
-    ("spec_verify_head_update", 2, 8, 16, "int64"), ("spec_verify_head_update", 16, 64, 128, "int32"),
+    ("spec_verify_head_update", 2, 8, 16, "int64"),
+    ("spec_verify_head_update", 16, 64, 128, "int32"),
     ("spec_verify_head_update", 16, 3, 5, "int32"),
     ("spec_verify_attention_tiling_update", 6, None, 5, "int32", 1),  # one split: kv_split_len saturates
 ]
@@ -52,8 +64,9 @@ def built(c_kernels, one_torch_thread):
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=_id)
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(batch=BATCH, seq=EXPLICIT, acc=EXPLICIT, entries=EXPLICIT, seed=st.integers(0, 2**32 - 1))
 # the failures seen on the kernels before they were total (docs/kernels.md, "Outside the guarded domain")
 @example(batch=1, seq=[-5], acc=[0], entries=[0], seed=0)  # slots 123..126 of block 0

@@ -25,7 +25,8 @@ import os
 
 import pytest
 import torch
-from hypothesis import HealthCheck, example, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from specgen.runtime.library import load_library
 from specgen.specializations.families import FAMILIES
@@ -49,8 +50,13 @@ def _libraries(tmp_path_factory):
     libs = []
     for w, bt, bs, extra in ((4, 64, 128, (16,)), (6, 3, 5, ())):
         out = tmp_path_factory.mktemp(f"fuzz_cuda_w{w}_bt{bt}_bs{bs}")
-        summary = build(Matrix(widths=(w,), block_table_widths=(bt,), block_sizes=(bs,), block_widths=extra),
-                        ("cuda",), out=out, jobs=2, progress=None)
+        summary = build(
+            Matrix(widths=(w,), block_table_widths=(bt,), block_sizes=(bs,), block_widths=extra),
+            ("cuda",),
+            out=out,
+            jobs=2,
+            progress=None,
+        )
         assert not summary.failed, summary.failed
         libs.append(load_library(out))
     return libs
@@ -71,8 +77,13 @@ def cuda_variants(tmp_path_factory):
 def _fuzz(variant, kernel, kernel_fuzz):
     dev = torch.device("cuda")
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=[HealthCheck.too_slow])
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
     @given(batch=BATCH, seq=EXPLICIT, acc=EXPLICIT, entries=EXPLICIT, seed=st.integers(0, 2**32 - 1))
     @example(batch=1, seq=[-5], acc=[0], entries=[0], seed=0)  # slots 123..126 of block 0
     @example(batch=1, seq=[0], acc=[3], entries=[-1], seed=0)  # a -1 entry gave slots -128..-126

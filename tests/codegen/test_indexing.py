@@ -6,7 +6,8 @@ import doctest
 
 import pytest
 import sympy as sp
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specgen.codegen import guards as guards_module
 from specgen.codegen import indexing as ix
@@ -21,6 +22,7 @@ n = sp.Symbol("n", integer=True, nonnegative=True)
 
 class _IntT:
     """The ``T`` namespace of printed expressions, acting on Python ints."""
+
     floordiv = staticmethod(lambda p, q: p // q)
     floormod = staticmethod(lambda p, q: p % q)
     max, min = staticmethod(max), staticmethod(min)
@@ -34,7 +36,7 @@ def run_printed(expr, **env):
     return eval(tl(expr), {"T": _IntT, "__builtins__": {}}, env)  # noqa: S307 - our own printer
 
 
-ints = st.integers(-10**6, 10**6)
+ints = st.integers(-(10**6), 10**6)
 divisors = st.integers(1, 300)
 
 
@@ -48,11 +50,24 @@ def test_floordiv_and_mod_fold_like_python(p, q):
 @settings(deadline=None)
 @given(ints, divisors, divisors, st.integers(-50, 50))
 def test_symbolic_rules_equal_integer_math(p, d1, d2, c):
-    cases = [FloorDiv(FloorDiv(x, d1), d2), FloorDiv(FloorDiv(x, d1) + c * y, d2),
-             FloorDiv(d1 * d2 * y + x + c, d1), Mod(x + d1 * c * y + c, d1), Mod(Mod(x, d1 * d2), d1),
-             ceil_div(x, d1), FloorDiv(x, 1) + Mod(x, 1)]
-    want = [p // d1 // d2, (p // d1 + c * 3) // d2, (d1 * d2 * 3 + p + c) // d1,
-            (p + d1 * c * 3 + c) % d1, p % (d1 * d2) % d1, -(-p // d1), p]
+    cases = [
+        FloorDiv(FloorDiv(x, d1), d2),
+        FloorDiv(FloorDiv(x, d1) + c * y, d2),
+        FloorDiv(d1 * d2 * y + x + c, d1),
+        Mod(x + d1 * c * y + c, d1),
+        Mod(Mod(x, d1 * d2), d1),
+        ceil_div(x, d1),
+        FloorDiv(x, 1) + Mod(x, 1),
+    ]
+    want = [
+        p // d1 // d2,
+        (p // d1 + c * 3) // d2,
+        (d1 * d2 * 3 + p + c) // d1,
+        (p + d1 * c * 3 + c) % d1,
+        p % (d1 * d2) % d1,
+        -(-p // d1),
+        p,
+    ]
     for expr, w in zip(cases, want):
         assert int(expr.subs({x: p, y: 3})) == w, expr
 
@@ -77,8 +92,13 @@ def _blocks(kv, bs):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(INT32, EDGES, st.integers(-40, 5000)), st.integers(0, 15), st.sampled_from([1, 2, 5, 16, 128, 100, 7]),
-       st.integers(1, 16), st.one_of(st.integers(0, 5000), st.just(2**31 - 1)))
+@given(
+    st.one_of(INT32, EDGES, st.integers(-40, 5000)),
+    st.integers(0, 15),
+    st.sampled_from([1, 2, 5, 16, 128, 100, 7]),
+    st.integers(1, 16),
+    st.one_of(st.integers(0, 5000), st.just(2**31 - 1)),
+)
 def test_closed_forms_match_integer_math(raw, jj, bs, ns, longest):
     """Over the whole int32 range, with S saturated at 2**31 - 1 - W as the templates read it."""
     width = jj + 1
@@ -86,8 +106,11 @@ def test_closed_forms_match_integer_math(raw, jj, bs, ns, longest):
     kv = max(s + jj + 1, 0)
     blocks = _blocks(kv, bs)
     env = {"S": s, "j": jj}
-    for expr, want in [(sp.Max(ix.row_kv_len(), 0), kv), (ix.num_blocks(), blocks),
-                       (ix.last_block_len(), kv - (blocks - 1) * bs if kv else 0)]:
+    for expr, want in [
+        (sp.Max(ix.row_kv_len(), 0), kv),
+        (ix.num_blocks(), blocks),
+        (ix.last_block_len(), kv - (blocks - 1) * bs if kv else 0),
+    ]:
         spec = specialize(expr, block_size=bs)
         assert int(spec.subs({ix.S: s, ix.j: jj})) == want
         assert run_printed(spec, **env) == want
@@ -98,8 +121,11 @@ def test_closed_forms_match_integer_math(raw, jj, bs, ns, longest):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(INT32, st.integers(-3, 3000)), st.sampled_from([(8, 16), (64, 128), (3, 100), (4, 7), (3, 5)]),
-       st.one_of(INT32, st.integers(-2, 10**5), st.sampled_from([2**24 - 1, 2**24, 429496729, 429496730])))
+@given(
+    st.one_of(INT32, st.integers(-3, 3000)),
+    st.sampled_from([(8, 16), (64, 128), (3, 100), (4, 7), (3, 5)]),
+    st.one_of(INT32, st.integers(-2, 10**5), st.sampled_from([2**24 - 1, 2**24, 429496729, 429496730])),
+)
 def test_slot_printed_equals_python(p, layout, entry):
     bt, bs = layout
 
@@ -143,8 +169,14 @@ def test_metadata_guard_matches_the_documented_example():
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 @settings(max_examples=40, deadline=None)
-@given(w=st.integers(2, 16), bt=st.integers(1, 64), bs=st.sampled_from([16, 128, 100]),
-       lo=st.integers(-5, 9000), hi=st.integers(0, 9000), batch=st.integers(-1, 300))
+@given(
+    w=st.integers(2, 16),
+    bt=st.integers(1, 64),
+    bs=st.sampled_from([16, 128, 100]),
+    lo=st.integers(-5, 9000),
+    hi=st.integers(0, 9000),
+    batch=st.integers(-1, 300),
+)
 def test_guards_hold_exactly_when_the_layout_fits(family, w, bt, bs, lo, hi, batch):
     try:
         gs = guards(VariantSpec.of(family, Layout(w, bt, bs)))
@@ -152,15 +184,28 @@ def test_guards_hold_exactly_when_the_layout_fits(family, w, bt, bs, lo, hi, bat
         assert bt * bs < w + 1  # no sequence fits the table at all
         return
     ok = all(eval_guard(g.expr, min_seq_len=lo, max_seq_len=hi, batch=batch) for g in gs)
-    need = {"spec_verify_metadata_update": hi + w <= bt * bs, "context_kv_update": hi + w <= bt * bs,
-            "prepare_next_draft": hi + w + 1 <= bt * bs}
+    need = {
+        "spec_verify_metadata_update": hi + w <= bt * bs,
+        "context_kv_update": hi + w <= bt * bs,
+        "prepare_next_draft": hi + w + 1 <= bt * bs,
+    }
     # a composite needs what each of its members needs
     fits = all(need.get(f, True) for f in (FAMILIES[family].members or (family,)))
     assert ok == (lo >= 0 and batch >= 1 and fits)
 
 
-@pytest.mark.parametrize("expr", ["__import__('os')", "max_seq_len ** 2 < 3", "x < 1",
-                                  "min_seq_len < 1.5", "f(batch)", "batch.real > 0", "[batch] == [3]"])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "__import__('os')",
+        "max_seq_len ** 2 < 3",
+        "x < 1",
+        "min_seq_len < 1.5",
+        "f(batch)",
+        "batch.real > 0",
+        "[batch] == [3]",
+    ],
+)
 def test_eval_guard_rejects_anything_else(expr):
     with pytest.raises(ValueError):
         eval_guard(expr, min_seq_len=1, max_seq_len=2, batch=3)

@@ -13,7 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specgen.codegen.guards import eval_guard, guards
 from specgen.codegen.lower import ToolchainMissing, compile_artifact, lower
@@ -29,12 +30,17 @@ POISON = -777
 # W > BS and a block size that is no power of two (test_fuzz_c.py fuzzes a subset of these variants)
 LAYOUTS = [(4, 64, 128), (5, 64, 128), (6, 3, 5), (2, 8, 16), (16, 8, 16)]
 VARIANTS = (
-    [("spec_verify_token_update", w, None, None, d)
-     for w, d in [(2, "int64"), (4, "int32"), (5, "int64"), (6, "int32"), (16, "int32")]]
+    [
+        ("spec_verify_token_update", w, None, None, d)
+        for w, d in [(2, "int64"), (4, "int32"), (5, "int64"), (6, "int32"), (16, "int32")]
+    ]
     + [("greedy_prefix_verify", w, None, None, "int32") for w in (2, 4, 5, 6, 16)]
     + [("spec_verify_attention_tiling_update", w, None, bs, "int32") for w, _, bs in LAYOUTS]
-    + [(f, w, bt, bs, "int32") for f in ("spec_verify_metadata_update", "prepare_next_draft",
-                                         "context_kv_update") for w, bt, bs in LAYOUTS]
+    + [
+        (f, w, bt, bs, "int32")
+        for f in ("spec_verify_metadata_update", "prepare_next_draft", "context_kv_update")
+        for w, bt, bs in LAYOUTS
+    ]
     + [("spec_verify_head_update", w, bt, bs, d) for (w, bt, bs), d in zip(LAYOUTS, ["int32", "int64"] * 3)]
 )
 
@@ -71,15 +77,20 @@ def _inputs(v, batch, seed):
     cut = rnd(0, w, batch).long()  # first mismatch; w - 1 means all drafts accepted
     rows = torch.nonzero(cut < w - 1)[:, 0]
     draft[rows, cut[rows]] += 1
-    return {"seq_lens": seq, "block_table": rnd(0, 50000, batch, bt or 1), "accepted": rnd(0, w, batch),
-            "target_tokens": target, "draft_tokens": draft.to(getattr(torch, dtype)),
-            "last_tokens": rnd(-(2**31), 2**31 - 1, batch), "scratch_slot": rnd(0, 10**6, 1)}
+    return {
+        "seq_lens": seq,
+        "block_table": rnd(0, 50000, batch, bt or 1),
+        "accepted": rnd(0, w, batch),
+        "target_tokens": target,
+        "draft_tokens": draft.to(getattr(torch, dtype)),
+        "last_tokens": rnd(-(2**31), 2**31 - 1, batch),
+        "scratch_slot": rnd(0, 10**6, 1),
+    }
 
 
 def _outputs(v, batch):
     fam = FAMILIES[v[0]]
-    return {a.name: torch.full(shape_of(a, batch, v[1], v[2]), POISON, dtype=torch.int32)
-            for a in fam.outputs}
+    return {a.name: torch.full(shape_of(a, batch, v[1], v[2]), POISON, dtype=torch.int32) for a in fam.outputs}
 
 
 def _reference_kwargs(v):
@@ -90,8 +101,7 @@ def _reference_kwargs(v):
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=_id)
 @settings(max_examples=10, deadline=None)
-@given(batch=st.one_of(st.integers(1, 256), st.sampled_from([1, 127, 128, 129, 256])),
-       seed=st.integers(0, 2**31 - 1))
+@given(batch=st.one_of(st.integers(1, 256), st.sampled_from([1, 127, 128, 129, 256])), seed=st.integers(0, 2**31 - 1))
 def test_variant_matches_reference(built, variant, batch, seed):
     fam = FAMILIES[variant[0]]
     ins = _inputs(variant, batch, seed)
@@ -100,8 +110,7 @@ def test_variant_matches_reference(built, variant, batch, seed):
         assert eval_guard(g.expr, min_seq_len=int(s.min()), max_seq_len=int(s.max()), batch=batch), g
     got, want = _outputs(variant, batch), _outputs(variant, batch)
     built.run(variant, ins | got, batch)
-    REFERENCES[variant[0]](*[(want if a.output else ins)[a.name] for a in fam.args],
-                           **_reference_kwargs(variant))
+    REFERENCES[variant[0]](*[(want if a.output else ins)[a.name] for a in fam.args], **_reference_kwargs(variant))
     for name in got:
         assert torch.equal(got[name], want[name]), (name, got[name], want[name])
 

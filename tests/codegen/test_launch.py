@@ -36,9 +36,11 @@ def _as_parallel(program: str, target: str) -> str:
 
 
 @pytest.mark.parametrize("target", ["c", "cuda"])
-@pytest.mark.parametrize("spec", [VariantSpec("prepare_next_draft", 5, 8, 16),
-                                  VariantSpec("spec_verify_head_update", 4, 8, 16, "int64", 8)],
-                         ids=lambda s: s.key)
+@pytest.mark.parametrize(
+    "spec",
+    [VariantSpec("prepare_next_draft", 5, 8, 16), VariantSpec("spec_verify_head_update", 4, 8, 16, "int64", 8)],
+    ids=lambda s: s.key,
+)
 def test_the_launch_lowers_to_the_same_source_as_a_parallel_loop(spec, target):
     program = render_variant(spec, target)
     assert "T.Parallel" not in program

@@ -20,8 +20,10 @@ from specgen.codegen.templates import render_variant
 from specgen.specializations.families import FAMILIES
 from specgen.specializations.variants import VariantSpec
 
-SPECS = [VariantSpec("spec_verify_attention_tiling_update", 16, None, 128, "int32", 8),
-         VariantSpec("spec_verify_head_update", 2, 64, 128)]
+SPECS = [
+    VariantSpec("spec_verify_attention_tiling_update", 16, None, 128, "int32", 8),
+    VariantSpec("spec_verify_head_update", 2, 64, 128),
+]
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.key)
@@ -76,11 +78,11 @@ def test_cuda_prefix_lowers_to_masked_shuffles():
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_the_per_row_head_compiles_for_cuda_at_the_widths_ends(tmp_path):
-    specs = [VariantSpec("spec_verify_head_update", w, 64, 128, d) for w, d in ((2, "int64"), (5, "int32"),
-                                                                               (16, "int32"))]
+    specs = [
+        VariantSpec("spec_verify_head_update", w, 64, 128, d) for w, d in ((2, "int64"), (5, "int32"), (16, "int32"))
+    ]
     lowered = [lower(render_variant(s, "cuda"), "cuda", arch="sm_90", symbol=s.key) for s in specs]
-    assert [low.grid for low in lowered] == ["(B * 2 + 127) // 128", "(B * 5 + 127) // 128",
-                                             "(B * 16 + 127) // 128"]
+    assert [low.grid for low in lowered] == ["(B * 2 + 127) // 128", "(B * 5 + 127) // 128", "(B * 16 + 127) // 128"]
     assert [low.source.count(f"< (B * {s.width})") for low, s in zip(lowered, specs)] == [1, 1, 1]
     compile_many(lowered, tmp_path / "head.cubin")
     assert (tmp_path / "head.cubin").read_bytes()[:4] == b"\x7fELF"

@@ -26,9 +26,11 @@ def _token_member(program: str) -> list[str]:
     start = next((n for n, line in enumerate(lines) if "--- spec_verify_token_update ---" in line), None)
     if start is None:
         start = next(n for n, line in enumerate(lines) if "first = T.alloc_var" in line) - 1
-    end = next((n for n in range(start + 1, len(lines))
-                if "# ---" in lines[n] or lines[n].strip().startswith("return ")), len(lines))
-    return [line.strip() for line in lines[start + 1:end] if line.strip() and not line.strip().startswith("#")]
+    end = next(
+        (n for n in range(start + 1, len(lines)) if "# ---" in lines[n] or lines[n].strip().startswith("return ")),
+        len(lines),
+    )
+    return [line.strip() for line in lines[start + 1 : end] if line.strip() and not line.strip().startswith("#")]
 
 
 @pytest.mark.parametrize("family", ["spec_verify_token_update", "spec_verify_head_update"])
@@ -36,8 +38,13 @@ def _token_member(program: str) -> list[str]:
 @pytest.mark.parametrize("target", ["c", "cuda"])
 def test_the_token_reads_have_no_branch_around_them(family, dtype, target):
     for width in WIDTHS:
-        spec = VariantSpec(family, width, 64 if family != "spec_verify_token_update" else None,
-                           128 if family != "spec_verify_token_update" else None, dtype)
+        spec = VariantSpec(
+            family,
+            width,
+            64 if family != "spec_verify_token_update" else None,
+            128 if family != "spec_verify_token_update" else None,
+            dtype,
+        )
         body = _token_member(render_variant(spec, target))
         assert not any(line.startswith(("if ", "else")) for line in body), body
         assert "first = last_tokens[b]" in body

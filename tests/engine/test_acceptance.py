@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specgen.runtime.engine import AcceptanceMix, EngineError
+from specgen.engine import AcceptanceMix
+from specgen.models import EngineError
 
 ORACLE = torch.arange(2 * 12).view(2, 12) * 7 % 50
 VOCAB = 50

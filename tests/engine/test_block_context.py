@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from oracles.block_context import context_reference, forced_acceptance, paged_context
 
-from specgen.runtime.engine import Qwen3Model, greedy_generate
-from specgen.runtime.engine.block_draft import BlockDraft, BlockDraftConfig, MarkovHead, tap_layers
-from specgen.runtime.engine.block_modes import BLOCK_MODES
-from specgen.runtime.engine.block_reference import context_reference, forced_acceptance, paged_context
-from specgen.runtime.engine.draft_kinds import DRAFT_KINDS
+from specgen.engine import greedy_generate
+from specgen.engine.draft_kinds import DRAFT_KINDS
+from specgen.engine.modes.block import BLOCK_MODES
+from specgen.models import Qwen3Model
+from specgen.models.block_draft import BlockDraft, BlockDraftConfig, MarkovHead, tap_layers
 
 BT, BS = 8, 16
 PROMPTS = [[5, 6, 7, 8, 9], [1, 2, 3], [40, 41, 42, 43, 44, 45, 46]]
@@ -31,12 +33,22 @@ def _check_every_step(model, draft, kernels, mode, commits, depth, oracle, devic
     """Run ``mode`` with forced ``commits``; after each verification compare the cache with the reference."""
     steps = len(commits[0])
     mix = forced_acceptance(oracle.to(device), model.config.vocab_size, commits, depth)
-    outputs, history, ctx = context_reference(model, draft, PROMPTS, mix, steps, depth, block_size=BS,
-                                              block_table_width=BT)
+    outputs, history, ctx = context_reference(
+        model, draft, PROMPTS, mix, steps, depth, block_size=BS, block_table_width=BT
+    )
     assert history == [list(c) for c in zip(*commits)]  # the control forced exactly these
-    eng = DRAFT_KINDS[draft.kind].engine(model, draft, mode=mode, width=depth + 1, batch=len(PROMPTS),
-                                         block_size=BS, block_table_width=BT, library=kernels, acceptance=mix,
-                                         compile_backend="eager")
+    eng = DRAFT_KINDS[draft.kind].engine(
+        model,
+        draft,
+        mode=mode,
+        width=depth + 1,
+        batch=len(PROMPTS),
+        block_size=BS,
+        block_table_width=BT,
+        library=kernels,
+        acceptance=mix,
+        compile_backend="eager",
+    )
     seen, verify = [], eng.strategy.verify
 
     def checked(lo, hi, mark):
@@ -74,8 +86,9 @@ def test_prefill_writes_every_prompt_row(tiny_target, block_kernels, oracle):
     draft = DRAFT_KINDS["dflash"].create(tiny_target, seed=1)
     mix = forced_acceptance(oracle, tiny_target.config.vocab_size, [[0]] * 3, 3)
     _, _, ctx = context_reference(tiny_target, draft, PROMPTS, mix, 0, 3, block_size=BS, block_table_width=BT)
-    eng = DRAFT_KINDS["dflash"].engine(tiny_target, draft, mode="baseline", width=4, batch=3, block_size=BS,
-                                       block_table_width=BT)
+    eng = DRAFT_KINDS["dflash"].engine(
+        tiny_target, draft, mode="baseline", width=4, batch=3, block_size=BS, block_table_width=BT
+    )
     eng._setup(PROMPTS, 20)
     eng._prefill(PROMPTS)
     rows, others = paged_context(draft, eng.block_table, [len(p) for p in PROMPTS])
@@ -126,8 +139,11 @@ def test_tap_layers_spread_and_never_the_last():
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(["dflash", "dspark"]), st.sampled_from(sorted(BLOCK_MODES)),
-       st.lists(st.lists(st.integers(0, 3), min_size=6, max_size=6), min_size=3, max_size=3))
+@given(
+    st.sampled_from(["dflash", "dspark"]),
+    st.sampled_from(sorted(BLOCK_MODES)),
+    st.lists(st.lists(st.integers(0, 3), min_size=6, max_size=6), min_size=3, max_size=3),
+)
 def test_random_commit_patterns_keep_the_cache_invariant(tiny_target, block_kernels, oracle, kind, mode, commits):
     draft = DRAFT_KINDS[kind].create(tiny_target, seed=2)
     _check_every_step(tiny_target, draft, block_kernels, mode, commits, 3, oracle)
@@ -147,8 +163,17 @@ def test_cuda_context_cache_is_exact(block_kernels, kind):
     assert history == [list(c) for c in zip(*commits)]
     lens = [len(p) + sum(a + 1 for a in c) for p, c in zip(PROMPTS, commits)]
     for mode in BLOCK_MODES:
-        eng = DRAFT_KINDS[kind].engine(model, draft, mode=mode, width=depth + 1, batch=3, block_size=BS,
-                                       block_table_width=BT, library=block_kernels, acceptance=mix)
+        eng = DRAFT_KINDS[kind].engine(
+            model,
+            draft,
+            mode=mode,
+            width=depth + 1,
+            batch=3,
+            block_size=BS,
+            block_table_width=BT,
+            library=block_kernels,
+            acceptance=mix,
+        )
         eng.run(PROMPTS, steps=8)
         torch.cuda.synchronize()
         rows, others = paged_context(draft, eng.block_table, lens)

@@ -7,7 +7,8 @@ import functools
 import pytest
 import torch
 
-from specgen.runtime.engine import AcceptanceMix, MTPHead, Qwen3Model, greedy_generate, speculative_generate
+from specgen.engine import AcceptanceMix, greedy_generate, speculative_generate
+from specgen.models import MTPHead, Qwen3Model
 
 BS = 8
 NEW = 20
@@ -57,7 +58,6 @@ def test_acceptance_mix_tracks_p():
     model = tiny()[0]
     rates = []
     for p in (0.2, 0.5, 0.8):
-        _, stats = speculative_generate(model, AcceptanceMix(p, seed=3), prompts_of(8), 60, depth=1,
-                                        block_size=BS)
+        _, stats = speculative_generate(model, AcceptanceMix(p, seed=3), prompts_of(8), 60, depth=1, block_size=BS)
         rates.append(stats.acceptance_rate)
     assert rates == sorted(rates) and abs(rates[1] - 0.5) < 0.15

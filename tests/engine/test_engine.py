@@ -7,10 +7,14 @@ import random
 import pytest
 import torch
 
-from specgen.runtime.engine import (AcceptanceMix, EngineError, MTPHead, Qwen3Model, SpecDecodeEngine,
-                                   greedy_generate)
+from specgen.engine import AcceptanceMix, SpecDecodeEngine, greedy_generate
+from specgen.models import EngineError, MTPHead, Qwen3Model
 
-ENGINE_LAYOUT = {"widths": (2, 3, 4, 5, 6), "block_table_width": 8, "block_size": 16}  # as conftest.engine_kernels builds
+ENGINE_LAYOUT = {
+    "widths": (2, 3, 4, 5, 6),
+    "block_table_width": 8,
+    "block_size": 16,
+}  # as conftest.engine_kernels builds
 
 BT, BS = ENGINE_LAYOUT["block_table_width"], ENGINE_LAYOUT["block_size"]
 NEW = 12
@@ -41,8 +45,18 @@ def greedy(model, prompts, n=NEW):
 
 def engine(model, lib, mode, width, batch, **kw):
     m, head = model
-    return SpecDecodeEngine(m, head, mode=mode, width=width, batch=batch, block_size=BS, block_table_width=BT,
-                            library=lib, compile_backend="eager", **kw)
+    return SpecDecodeEngine(
+        m,
+        head,
+        mode=mode,
+        width=width,
+        batch=batch,
+        block_size=BS,
+        block_table_width=BT,
+        library=lib,
+        compile_backend="eager",
+        **kw,
+    )
 
 
 @pytest.mark.slow
@@ -101,7 +115,7 @@ def test_fixed_steps_and_timing_fields(model, engine_kernels):
 def test_the_draft_runs_once_per_step(model, engine_kernels, mode, monkeypatch):
     """specgen runs the draft inside its step graph (the runtime's prologue), the others as the draft graph:
     either way once per step, and the tokens stay greedy decoding's."""
-    from specgen.runtime.engine import engine as eng_mod
+    from specgen.engine import engine as eng_mod
 
     calls = []
     original = eng_mod.SpecDecodeEngine._draft_tokens
@@ -144,8 +158,17 @@ def test_cuda_modes_lossless(engine_kernels, width):
         oracle = torch.tensor(greedy_generate(m, prompts, NEW + 3 * width), device="cuda")
         for mode in modes:
             mix = AcceptanceMix(0.7, oracle, m.config.vocab_size, seed=1)
-            eng = SpecDecodeEngine(m, head, mode=mode, width=width, batch=batch, block_size=BS, block_table_width=BT,
-                                   library=engine_kernels, acceptance=mix)
+            eng = SpecDecodeEngine(
+                m,
+                head,
+                mode=mode,
+                width=width,
+                batch=batch,
+                block_size=BS,
+                block_table_width=BT,
+                library=engine_kernels,
+                acceptance=mix,
+            )
             res = eng.run(prompts, max_new_tokens=NEW)
             assert res.outputs == exp, (mode, width, batch)
             timed = eng.run(prompts, steps=3, warmup_steps=1, timing=True)
@@ -160,7 +183,7 @@ def test_cuda_modes_lossless(engine_kernels, width):
 def test_capture_warmup_leaves_state_alone(model, engine_kernels, monkeypatch):
     """Capturing runs each graph during warm-up; a compile-mode verify graph then writes the next
     draft's inputs.  The engine restores them, so the first step still starts from the prefill."""
-    from specgen.runtime.engine import engine as eng_mod
+    from specgen.engine import engine as eng_mod
 
     class WarmingGraph(eng_mod.CapturedGraph):
         def __init__(self, fn, device, pool=None, warmup=2):

@@ -25,11 +25,12 @@ import random
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from specgen.engine import AcceptanceMix, SpecDecodeEngine, greedy_generate
+from specgen.models import BlockAllocator, MTPHead, PagedKVCache, Qwen3Model
 from specgen.runtime.capabilities import SpeculativeVerifyCapabilities
-from specgen.runtime.engine import (AcceptanceMix, BlockAllocator, MTPHead, PagedKVCache, Qwen3Model,
-                                   SpecDecodeEngine, greedy_generate)
 from specgen.runtime.verify_graph import SpecVerifyRuntime
 
 BT, BS = 8, 16  # the engine_kernels layout (tests/conftest.py)
@@ -66,8 +67,9 @@ def own_slots(seq_len: int, row: list[int], owned: set[int], first: int, last: i
     return out
 
 
-def inject(kind: str, table_row: torch.Tensor, seq_lens: torch.Tensor, r: int, width: int, rng: random.Random,
-           num_blocks: int) -> None:
+def inject(
+    kind: str, table_row: torch.Tensor, seq_lens: torch.Tensor, r: int, width: int, rng: random.Random, num_blocks: int
+) -> None:
     """Write one bad value for row ``r`` into the step buffers (its position ``S`` is ``seq_lens[r]``).
 
     An entry past int32 is chosen so that ``entry * BS`` wraps onto a block the
@@ -83,7 +85,8 @@ def inject(kind: str, table_row: torch.Tensor, seq_lens: torch.Tensor, r: int, w
     else:  # entry * BS wraps int32 onto a real slot of a block of someone else
         mine = set(table_row.tolist())
         table_row[min(max(s, 0), CAP - 1) // BS] = 2**32 // BS + rng.choice(
-            [b for b in range(num_blocks) if b not in mine])
+            [b for b in range(num_blocks) if b not in mine]
+        )
 
 
 # ------------------------------------------------------------------- the pool driver
@@ -97,7 +100,7 @@ class Pool:
         # to block 0 is caught
         self.scratch = self.num_blocks - 1
         blocks = [b for b in BlockAllocator(self.scratch, seed=rng.randrange(1000)).allocate(self.scratch)]
-        self.table = [blocks[i * BT:(i + 1) * BT] for i in range(n)]
+        self.table = [blocks[i * BT : (i + 1) * BT] for i in range(n)]
         self.cache = PagedKVCache(1, self.num_blocks, BS, 1, 2)
         self.seq = [rng.randint(0, CAP - 2 * width - 2) for _ in range(n)]
         self.last = [rng.randrange(VOCAB) for _ in range(n)]
@@ -158,8 +161,10 @@ class Pool:
     def _blame(self, bad, rows, seen_s, seen_t, fast) -> str:
         owner = {blk: s for s in range(self.n) for blk in self.table[s]}
         who = sorted({(slot, owner.get(slot // BS, "unowned")) for slot in bad})[:8]
-        return (f"step {self.step_no} ({'fast path' if fast else 'eager'}) wrote slots outside its rows: "
-                f"(slot, owner) {who}; rows {rows}, seq_lens {seen_s}, tables {seen_t}")
+        return (
+            f"step {self.step_no} ({'fast path' if fast else 'eager'}) wrote slots outside its rows: "
+            f"(slot, owner) {who}; rows {rows}, seq_lens {seen_s}, tables {seen_t}"
+        )
 
 
 def run_pool(lib, width, n, seed, steps, fault_rate, faults):
@@ -177,16 +182,24 @@ def run_pool(lib, width, n, seed, steps, fault_rate, faults):
 
 
 @settings(max_examples=40, **SETTINGS)
-@given(width=st.sampled_from([2, 3, 4, 5, 6]), n=st.integers(1, 6), seed=st.integers(0, 2**31 - 1),
-       fault_rate=st.sampled_from([0.0, 0.1, 0.3]))
+@given(
+    width=st.sampled_from([2, 3, 4, 5, 6]),
+    n=st.integers(1, 6),
+    seed=st.integers(0, 2**31 - 1),
+    fault_rate=st.sampled_from([0.0, 0.1, 0.3]),
+)
 def test_pool_steps_write_only_their_own_blocks(engine_kernels, width, n, seed, fault_rate):
     """Random subsets, forced acceptance, an unallocated block or a full table now and then: 40 x 50 steps."""
     run_pool(engine_kernels, width, n, seed, 50, fault_rate, SAFE_FAULTS)
 
 
 @settings(max_examples=15, **SETTINGS)
-@given(width=st.sampled_from([2, 4, 6]), n=st.integers(2, 6), seed=st.integers(0, 2**31 - 1),
-       fault=st.sampled_from(["negative_seq_len", "entry_past_int32"]))
+@given(
+    width=st.sampled_from([2, 4, 6]),
+    n=st.integers(2, 6),
+    seed=st.integers(0, 2**31 - 1),
+    fault=st.sampled_from(["negative_seq_len", "entry_past_int32"]),
+)
 def test_pool_isolation_under_out_of_domain_values(engine_kernels, width, n, seed, fault):
     """A negative length or a block id past int32 on the fast path, then the eager path the device guard picks.
 
@@ -222,8 +235,7 @@ class KVWatch:
             r = self.rng.randrange(e.batch)
             row, kept = b["block_table"][r], b["block_table"][r].clone()
             # the draft graph reads next_seq_lens (and copies it to seq_lens); faults in S go there
-            inject(self.rng.choice(self.faults), row, b["next_seq_lens"], r, w, self.rng,
-                   e.model.kv_cache.num_blocks)
+            inject(self.rng.choice(self.faults), row, b["next_seq_lens"], r, w, self.rng, e.model.kv_cache.num_blocks)
             self._undo = lambda: row.copy_(kept)
         n_, tables = b["next_seq_lens"].tolist(), b["block_table"].tolist()
         own = e.block_table.tolist()
@@ -239,8 +251,10 @@ class KVWatch:
             torch.cuda.synchronize()
         self.steps += 1
         bad = changed_slots(self.before, self._caches(e)) - self.allowed
-        assert not bad, f"step {i}: slots {sorted(bad)[:8]} written outside the rows' own blocks; " \
-                        f"next_seq_lens {self.seen[0]}, tables {self.seen[1]}"
+        assert not bad, (
+            f"step {i}: slots {sorted(bad)[:8]} written outside the rows' own blocks; "
+            f"next_seq_lens {self.seen[0]}, tables {self.seen[1]}"
+        )
 
 
 def _prompts(batch: int, seed: int) -> list[list[int]]:
@@ -258,8 +272,17 @@ def decode_watched(model, head, lib, width, batch, seed, p, fault_rate, faults, 
     if key not in _ORACLE:
         _ORACLE[key] = torch.tensor(greedy_generate(model, prompts, CAP), device=device)
     mix = AcceptanceMix(p, _ORACLE[key], model.config.vocab_size, seed=seed)
-    eng = SpecDecodeEngine(model, head, mode="specgen", width=width, batch=batch, block_size=BS,
-                           block_table_width=BT, library=lib, acceptance=mix)
+    eng = SpecDecodeEngine(
+        model,
+        head,
+        mode="specgen",
+        width=width,
+        batch=batch,
+        block_size=BS,
+        block_table_width=BT,
+        library=lib,
+        acceptance=mix,
+    )
     watch = KVWatch(random.Random(seed), fault_rate, faults, last_fault_step=steps - 2)
     eng.observer = watch
     res = eng.run(prompts, steps=steps)
@@ -270,10 +293,14 @@ def decode_watched(model, head, lib, width, batch, seed, p, fault_rate, faults, 
     return watch, res
 
 
-
 @settings(max_examples=24, **SETTINGS)
-@given(width=st.sampled_from([2, 3, 4, 5, 6]), batch=st.integers(1, 5), seed=st.integers(0, 2**20),
-       p=st.sampled_from([0.0, 0.5, 0.8, 1.0]), fault_rate=st.sampled_from([0.0, 0.15, 0.4]))
+@given(
+    width=st.sampled_from([2, 3, 4, 5, 6]),
+    batch=st.integers(1, 5),
+    seed=st.integers(0, 2**20),
+    p=st.sampled_from([0.0, 0.5, 0.8, 1.0]),
+    fault_rate=st.sampled_from([0.0, 0.15, 0.4]),
+)
 def test_engine_decode_keeps_kv_isolated(tiny, engine_kernels, width, batch, seed, p, fault_rate):
     """Whole specgen decode runs with random acceptance and injected faults (the kernels' safe ones)."""
     watch, res = decode_watched(*tiny, engine_kernels, width, batch, seed, p, fault_rate, SAFE_FAULTS)
@@ -309,8 +336,18 @@ def test_cuda_kv_isolation_soak(engine_kernels, width):
     for run in range(runs):
         # the engine's attention gathers every entry, so an entry past int32 is the pool driver's only
         faults = (*SAFE_FAULTS, "negative_seq_len")
-        watch, res = decode_watched(m, head, engine_kernels, width, 1 + run % 6, 1000 * width + run,
-                                    [0.0, 0.5, 0.9][run % 3], 0.0 if run % 4 == 0 else 0.2, faults, device="cuda")
+        watch, res = decode_watched(
+            m,
+            head,
+            engine_kernels,
+            width,
+            1 + run % 6,
+            1000 * width + run,
+            [0.0, 0.5, 0.9][run % 3],
+            0.0 if run % 4 == 0 else 0.2,
+            faults,
+            device="cuda",
+        )
         steps += watch.steps
         trips += res.runtime_stats["fallback"].get("device_guard_trip", 0)
     print(f"cuda kv soak w{width}: {runs} runs, {steps} steps checked, {trips} device guard trips")

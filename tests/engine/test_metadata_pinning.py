@@ -15,23 +15,44 @@ import random
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from oracles.pinned_acceptance import pinned_acceptance, pinned_starts
 
+from specgen.engine import SpecDecodeEngine, greedy_generate
+from specgen.models.errors import EngineError
 from specgen.runtime import semantics
 from specgen.runtime.buffers import alloc_step_buffers
-from specgen.runtime.engine import SpecDecodeEngine, greedy_generate
-from specgen.runtime.engine.errors import EngineError
-from specgen.runtime.engine.pinned import pinned_acceptance, pinned_starts
 
 BT, BS = 8, 16  # the engine_kernels layout (tests/conftest.py)
 CAP = BT * BS
 I32 = torch.int32
 # the draft graph writes these from the step before; they are checked as this step's inputs
-CHECKED = ("last_tokens", "draft_tokens", "seq_lens", "block_table", "scratch_slot", "tokens", "positions",
-           "slot_mapping", "kv_lens", "query_start_loc", "row_kv_lens", "row_num_blocks", "row_last_block_len",
-           "row_block_offsets", "max_kv_len", "kv_split_len", "accepted", "next_tokens",
-           "next_last_token", "next_seq_lens", "draft_positions", "draft_slots", "hidden_rows")
-
+CHECKED = (
+    "last_tokens",
+    "draft_tokens",
+    "seq_lens",
+    "block_table",
+    "scratch_slot",
+    "tokens",
+    "positions",
+    "slot_mapping",
+    "kv_lens",
+    "query_start_loc",
+    "row_kv_lens",
+    "row_num_blocks",
+    "row_last_block_len",
+    "row_block_offsets",
+    "max_kv_len",
+    "kv_split_len",
+    "accepted",
+    "next_tokens",
+    "next_last_token",
+    "next_seq_lens",
+    "draft_positions",
+    "draft_slots",
+    "hidden_rows",
+)
 
 
 class PinnedCheck:
@@ -91,8 +112,17 @@ def run_pinned(model, head, lib, width, lengths, prompt_seed):
         _ORACLE[key] = torch.tensor(greedy_generate(model, prompts, CAP))
     oracle = _ORACLE[key]
     mix = pinned_acceptance(oracle, model.config.vocab_size, lengths, width)
-    eng = SpecDecodeEngine(model, head, mode="specgen", width=width, batch=batch, block_size=BS,
-                           block_table_width=BT, library=lib, acceptance=mix)
+    eng = SpecDecodeEngine(
+        model,
+        head,
+        mode="specgen",
+        width=width,
+        batch=batch,
+        block_size=BS,
+        block_table_width=BT,
+        library=lib,
+        acceptance=mix,
+    )
     check = PinnedCheck(prompts, lengths, oracle, mix, width)
     eng.observer = check
     res = eng.run(prompts, steps=steps)
@@ -113,8 +143,9 @@ def pinned_runs(draw):
     return width, lengths, draw(st.integers(0, 3))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(run=pinned_runs())
 def test_every_buffer_matches_the_semantics_with_pinned_acceptance(tiny, engine_kernels, run):
     width, lengths, prompt_seed = run

@@ -1,6 +1,6 @@
 """The one cost guard every pass applies."""
 
-from specgen.passes import build_boundary, bubble_us, run_pipeline
+from specgen.passes import bubble_us, build_boundary, run_pipeline
 from specgen.passes.base import PassContext, lengthens_bubble, no_worse
 
 
@@ -22,8 +22,9 @@ def test_a_longer_bubble_is_dropped_and_noted():
     ctx = PassContext()
     assert lengthens_bubble(short, long)
     assert no_worse(ctx, "p", short, long) is short
-    assert ctx.notes == [f"p: rewrite dropped: it would lengthen the bubble from {bubble_us(short):.1f} "
-                         f"to {bubble_us(long):.1f} us"]
+    assert ctx.notes == [
+        f"p: rewrite dropped: it would lengthen the bubble from {bubble_us(short):.1f} to {bubble_us(long):.1f} us"
+    ]
     assert no_worse(ctx, "p", short, long, why="too slow") is short and ctx.notes[-1] == "p: too slow"
 
 

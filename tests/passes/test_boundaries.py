@@ -27,13 +27,16 @@ def test_capabilities_add_their_ops():
     assert "linear_state_indices" in hybrid.op("target_replay").reads
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"name": "nope"}, "unknown boundary 'nope'"),
-    ({"name": "context-kv", "width": 1}, "width 1 is outside"),
-    ({"name": "context-kv", "batch": 0}, "batch 0 is outside"),
-    ({"name": "context-kv", "block_size": 0}, "must be positive"),
-    ({"name": "context-kv", "width": 9, "block_size": 2, "block_table_width": 4}, "exceeds the cache capacity"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"name": "nope"}, "unknown boundary 'nope'"),
+        ({"name": "context-kv", "width": 1}, "width 1 is outside"),
+        ({"name": "context-kv", "batch": 0}, "batch 0 is outside"),
+        ({"name": "context-kv", "block_size": 0}, "must be positive"),
+        ({"name": "context-kv", "width": 9, "block_size": 2, "block_table_width": 4}, "exceeds the cache capacity"),
+    ],
+)
 def test_bad_parameters_are_refused(kwargs, message):
     with pytest.raises(BoundaryGraphError, match=message):
         build_boundary(**kwargs)

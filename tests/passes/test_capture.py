@@ -11,8 +11,10 @@ from specgen.specializations.plan import PlanStep
 
 B, W, BS, BT = 2, 3, 16, 4
 PARAMS = {"width": W, "batch": B, "block_size": BS, "block_table_width": BT}
-HEADER = ["boundary capture  start=final_draft end=target_replay",
-          "params width=3 batch=2 block_size=16 block_table_width=4"]
+HEADER = [
+    "boundary capture  start=final_draft end=target_replay",
+    "params width=3 batch=2 block_size=16 block_table_width=4",
+]
 TOKEN, META, TILING = "spec_verify_token_update", "spec_verify_metadata_update", "spec_verify_attention_tiling_update"
 
 
@@ -25,30 +27,68 @@ def _lines(text):
 
 
 def _fused(family, reads, writes, fn):
-    return Op(family, OpKind.DEVICE_KERNEL, "target", reads, writes, fn, None,
-              {"family": family, "variant": variant_at(family, PARAMS)})
+    return Op(
+        family,
+        OpKind.DEVICE_KERNEL,
+        "target",
+        reads,
+        writes,
+        fn,
+        None,
+        {"family": family, "variant": variant_at(family, PARAMS)},
+    )
 
 
 def _graph(stable_input=True):
     """final_draft; record; wait; token_update; metadata_update; tiling_update; replay[target_forward]."""
-    values = [_val("draft_hidden", (B,), init="token"), _val("draft_tokens", (B, W - 1), init="token"),
-              _val("last_tokens", (B,), init="token"), _val("seq_lens", (B,), init="seq_len"),
-              _val("seq_lens_tmp", (B,), persistent=False, init="seq_len"),
-              _val("tokens", (B * W,)), _val("positions", (B * W,)),
-              _val("row_kv_lens", (B * W,)), _val("target_tokens", (B, W)),
-              _val("ev_draft", (), False, placement=Placement.EVENT)]
-    ops = [Op("final_draft", OpKind.DEVICE_KERNEL, "draft", ("draft_tokens", "draft_hidden"), ("draft_tokens",),
-              sem.draft_step(W - 2), 300.0),
-           Op("record_draft", OpKind.EVENT_RECORD, "draft", (), ("ev_draft",)),
-           Op("wait_draft", OpKind.EVENT_WAIT, "target", ("ev_draft",)),
-           _fused(TOKEN, ("last_tokens", "draft_tokens"), ("tokens",), sem.stack_tokens),
-           _fused(META, ("seq_lens",) if stable_input else ("seq_lens_tmp",), ("positions",), sem.positions(W)),
-           _fused(TILING, ("seq_lens",), ("row_kv_lens",), lambda s: sem.tiling(W, BS, 8)(s)[:1]),
-           Op("target_replay", OpKind.GRAPH_REPLAY, "target", ("tokens", "positions", "row_kv_lens"),
-              ("target_tokens",), lambda *xs: sem.mix(*xs, rows=B, cols=W), 2000.0,
-              {"graph_ops": ("target_forward",), "graph_steps": (PlanStep.forward(),)})]
-    return BoundaryGraph("capture", tuple(ops), {v.name: v for v in values}, "final_draft", "target_replay",
-                         ("tokens", "positions", "row_kv_lens", "target_tokens"), PARAMS, ("draft_tokens",))
+    values = [
+        _val("draft_hidden", (B,), init="token"),
+        _val("draft_tokens", (B, W - 1), init="token"),
+        _val("last_tokens", (B,), init="token"),
+        _val("seq_lens", (B,), init="seq_len"),
+        _val("seq_lens_tmp", (B,), persistent=False, init="seq_len"),
+        _val("tokens", (B * W,)),
+        _val("positions", (B * W,)),
+        _val("row_kv_lens", (B * W,)),
+        _val("target_tokens", (B, W)),
+        _val("ev_draft", (), False, placement=Placement.EVENT),
+    ]
+    ops = [
+        Op(
+            "final_draft",
+            OpKind.DEVICE_KERNEL,
+            "draft",
+            ("draft_tokens", "draft_hidden"),
+            ("draft_tokens",),
+            sem.draft_step(W - 2),
+            300.0,
+        ),
+        Op("record_draft", OpKind.EVENT_RECORD, "draft", (), ("ev_draft",)),
+        Op("wait_draft", OpKind.EVENT_WAIT, "target", ("ev_draft",)),
+        _fused(TOKEN, ("last_tokens", "draft_tokens"), ("tokens",), sem.stack_tokens),
+        _fused(META, ("seq_lens",) if stable_input else ("seq_lens_tmp",), ("positions",), sem.positions(W)),
+        _fused(TILING, ("seq_lens",), ("row_kv_lens",), lambda s: sem.tiling(W, BS, 8)(s)[:1]),
+        Op(
+            "target_replay",
+            OpKind.GRAPH_REPLAY,
+            "target",
+            ("tokens", "positions", "row_kv_lens"),
+            ("target_tokens",),
+            lambda *xs: sem.mix(*xs, rows=B, cols=W),
+            2000.0,
+            {"graph_ops": ("target_forward",), "graph_steps": (PlanStep.forward(),)},
+        ),
+    ]
+    return BoundaryGraph(
+        "capture",
+        tuple(ops),
+        {v.name: v for v in values},
+        "final_draft",
+        "target_replay",
+        ("tokens", "positions", "row_kv_lens", "target_tokens"),
+        PARAMS,
+        ("draft_tokens",),
+    )
 
 
 BEFORE = """\
@@ -84,8 +124,13 @@ def test_golden_updates_join_the_graph_head(apply_alone):
     assert replay.attr("captured_kernels") == 3 and replay.attr("head_ops") == 3
     # the summary spells each captured variant with the boundary's full layout
     assert summary(after)["kernel_families"][1] == {
-        "family": META, "key": "spec_verify_metadata_update__w3_bt4_bs16", "width": W, "block_table_width": BT,
-        "block_size": BS, "draft_dtype": "int32"}
+        "family": META,
+        "key": "spec_verify_metadata_update__w3_bt4_bs16",
+        "width": W,
+        "block_table_width": BT,
+        "block_size": BS,
+        "draft_dtype": "int32",
+    }
 
 
 def test_golden_walk_stops_at_an_unstable_buffer(apply_alone):
@@ -101,5 +146,6 @@ def test_golden_walk_stops_at_an_unstable_buffer(apply_alone):
             4 spec_verify_metadata_update: device_kernel [spec_verify_metadata_update__w3_bt4_bs16] reads(seq_lens_tmp) writes(positions)
             5 target_replay: graph_replay [spec_verify_attention_tiling_update__w3_bs16, target_forward] reads(seq_lens, tokens, positions) writes(row_kv_lens, target_tokens)
         """)
-    assert ctx.notes == ["capture: 'spec_verify_metadata_update' stays outside the graph: "
-                         "'seq_lens_tmp' has no stable address"]
+    assert ctx.notes == [
+        "capture: 'spec_verify_metadata_update' stays outside the graph: 'seq_lens_tmp' has no stable address"
+    ]

@@ -10,8 +10,10 @@ from specgen.passes.ir.render import render_text
 
 B, W, BS, BT = 2, 3, 16, 4
 PARAMS = {"width": W, "batch": B, "block_size": BS, "block_table_width": BT}
-HEADER = ["boundary chain  start=final_draft end=target_replay",
-          "params width=3 batch=2 block_size=16 block_table_width=4"]
+HEADER = [
+    "boundary chain  start=final_draft end=target_replay",
+    "params width=3 batch=2 block_size=16 block_table_width=4",
+]
 TOKEN, META, TILING = "spec_verify_token_update", "spec_verify_metadata_update", "spec_verify_attention_tiling_update"
 
 
@@ -25,29 +27,71 @@ def _lines(text):
 
 def _fused(family, reads, writes, fn):
     """An op as ``fuse`` leaves it: a family tag and the variant it launches."""
-    return Op(family, OpKind.DEVICE_KERNEL, "target", reads, writes, fn, None,
-              {"family": family, "variant": variant_at(family, PARAMS), "members": (f"dev_{family}",)})
+    return Op(
+        family,
+        OpKind.DEVICE_KERNEL,
+        "target",
+        reads,
+        writes,
+        fn,
+        None,
+        {"family": family, "variant": variant_at(family, PARAMS), "members": (f"dev_{family}",)},
+    )
 
 
 def _graph(families=(TOKEN, META, TILING)):
     """final_draft; record; wait; token_update; metadata_update; tiling_update; target_replay."""
-    values = [_val("draft_hidden", (B,), init="token"), _val("draft_tokens", (B, W - 1), init="token"),
-              _val("last_tokens", (B,), init="token"), _val("seq_lens", (B,), init="seq_len"),
-              _val("tokens", (B * W,)), _val("positions", (B * W,)), _val("row_kv_lens", (B * W,)),
-              _val("target_tokens", (B, W)), _val("ev_draft", (), False, placement=Placement.EVENT)]
-    kernels = {TOKEN: _fused(TOKEN, ("last_tokens", "draft_tokens"), ("tokens",), sem.stack_tokens),
-               META: _fused(META, ("seq_lens",), ("positions",), sem.positions(W)),
-               TILING: _fused(TILING, ("seq_lens",), ("row_kv_lens",), lambda s: sem.tiling(W, BS, 8)(s)[:1])}
+    values = [
+        _val("draft_hidden", (B,), init="token"),
+        _val("draft_tokens", (B, W - 1), init="token"),
+        _val("last_tokens", (B,), init="token"),
+        _val("seq_lens", (B,), init="seq_len"),
+        _val("tokens", (B * W,)),
+        _val("positions", (B * W,)),
+        _val("row_kv_lens", (B * W,)),
+        _val("target_tokens", (B, W)),
+        _val("ev_draft", (), False, placement=Placement.EVENT),
+    ]
+    kernels = {
+        TOKEN: _fused(TOKEN, ("last_tokens", "draft_tokens"), ("tokens",), sem.stack_tokens),
+        META: _fused(META, ("seq_lens",), ("positions",), sem.positions(W)),
+        TILING: _fused(TILING, ("seq_lens",), ("row_kv_lens",), lambda s: sem.tiling(W, BS, 8)(s)[:1]),
+    }
     reads = tuple(kernels[f].writes[0] for f in families)
-    ops = [Op("final_draft", OpKind.DEVICE_KERNEL, "draft", ("draft_tokens", "draft_hidden"), ("draft_tokens",),
-              sem.draft_step(W - 2), 300.0),
-           Op("record_draft", OpKind.EVENT_RECORD, "draft", (), ("ev_draft",)),
-           Op("wait_draft", OpKind.EVENT_WAIT, "target", ("ev_draft",)),
-           *(kernels[f] for f in families),
-           Op("target_replay", OpKind.GRAPH_REPLAY, "target", reads, ("target_tokens",),
-              lambda *xs: sem.mix(*xs, rows=B, cols=W), 2000.0, {"graph_ops": ("target_forward",)})]
-    return BoundaryGraph("chain", tuple(ops), {v.name: v for v in values}, "final_draft", "target_replay",
-                         (*reads, "target_tokens"), PARAMS, ("draft_tokens",))
+    ops = [
+        Op(
+            "final_draft",
+            OpKind.DEVICE_KERNEL,
+            "draft",
+            ("draft_tokens", "draft_hidden"),
+            ("draft_tokens",),
+            sem.draft_step(W - 2),
+            300.0,
+        ),
+        Op("record_draft", OpKind.EVENT_RECORD, "draft", (), ("ev_draft",)),
+        Op("wait_draft", OpKind.EVENT_WAIT, "target", ("ev_draft",)),
+        *(kernels[f] for f in families),
+        Op(
+            "target_replay",
+            OpKind.GRAPH_REPLAY,
+            "target",
+            reads,
+            ("target_tokens",),
+            lambda *xs: sem.mix(*xs, rows=B, cols=W),
+            2000.0,
+            {"graph_ops": ("target_forward",)},
+        ),
+    ]
+    return BoundaryGraph(
+        "chain",
+        tuple(ops),
+        {v.name: v for v in values},
+        "final_draft",
+        "target_replay",
+        (*reads, "target_tokens"),
+        PARAMS,
+        ("draft_tokens",),
+    )
 
 
 def test_golden_composite_becomes_one_launch(apply_alone):
@@ -83,5 +127,7 @@ def test_missing_member_is_refused_with_its_reason(apply_alone):
     before = _graph((TOKEN, META))
     after, ctx = apply_alone(FuseChain(), before)
     assert after.ops == before.ops
-    assert ctx.notes == ["fuse-chain: spec_verify_head_update: not fused: members "
-                         "spec_verify_attention_tiling_update are not each one fused op"]
+    assert ctx.notes == [
+        "fuse-chain: spec_verify_head_update: not fused: members "
+        "spec_verify_attention_tiling_update are not each one fused op"
+    ]

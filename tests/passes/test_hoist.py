@@ -9,8 +9,10 @@ from specgen.passes.ir.render import render_text
 
 B, W = 2, 3
 PARAMS = {"width": W, "batch": B, "block_size": 16, "block_table_width": 4, "prepare_stream": "prepare"}
-HEADER = ["boundary hoist  start=final_draft end=target_replay",
-          "params width=3 batch=2 block_size=16 block_table_width=4 prepare_stream=prepare"]
+HEADER = [
+    "boundary hoist  start=final_draft end=target_replay",
+    "params width=3 batch=2 block_size=16 block_table_width=4 prepare_stream=prepare",
+]
 
 
 def _val(name, placement, shape, persistent=False, init=None):
@@ -23,30 +25,69 @@ def _lines(text):
 
 def _graph():
     """final_draft; d2h; sync; host_stack; h2d_tokens; h2d_seq_lens; update_graph_task; replay."""
-    values = [_val("draft_hidden", Placement.DEVICE, (B,), True, "token"),
-              _val("draft_tokens", Placement.DEVICE, (B, W - 1), True, "token"),
-              _val("last_tokens_host", Placement.PINNED, (B,), init="token"),
-              _val("draft_tokens_host", Placement.PINNED, (B, W - 1)),
-              _val("tokens_host", Placement.PINNED, (B * W,)), _val("tokens", Placement.DEVICE, (B * W,), True),
-              _val("seq_lens_sched", Placement.HOST, (B,), init="seq_len"),
-              _val("seq_lens", Placement.DEVICE, (B,), True),
-              _val("graph_task_params", Placement.PINNED, (B,), True),
-              _val("target_tokens", Placement.DEVICE, (B, W), True)]
-    ops = [Op("final_draft", OpKind.DEVICE_KERNEL, "draft", ("draft_tokens", "draft_hidden"), ("draft_tokens",),
-              sem.draft_step(W - 2), 300.0),
-           Op("d2h_draft_tokens", OpKind.D2H, "draft", ("draft_tokens",), ("draft_tokens_host",)),
-           Op("sync_final_draft", OpKind.HOST_SYNC, HOST, ("draft_tokens_host",)),
-           Op("host_stack_tokens", OpKind.HOST_COMPUTE, HOST, ("last_tokens_host", "draft_tokens_host"),
-              ("tokens_host",), sem.stack_tokens),
-           Op("h2d_tokens", OpKind.H2D, "target", ("tokens_host",), ("tokens",)),
-           Op("h2d_seq_lens", OpKind.H2D, "target", ("seq_lens_sched",), ("seq_lens",)),
-           Op("update_graph_task", OpKind.GRAPH_TASK_UPDATE, HOST, ("seq_lens_sched",), ("graph_task_params",),
-              sem.graph_task_params),
-           Op("target_replay", OpKind.GRAPH_REPLAY, "target", ("tokens", "seq_lens", "graph_task_params"),
-              ("target_tokens",), lambda *xs: sem.mix(*xs, rows=B, cols=W), 2000.0,
-              {"graph_ops": ("target_forward",)})]
-    return BoundaryGraph("hoist", tuple(ops), {v.name: v for v in values}, "final_draft", "target_replay",
-                         ("tokens", "seq_lens", "graph_task_params", "target_tokens"), PARAMS, ("draft_tokens",))
+    values = [
+        _val("draft_hidden", Placement.DEVICE, (B,), True, "token"),
+        _val("draft_tokens", Placement.DEVICE, (B, W - 1), True, "token"),
+        _val("last_tokens_host", Placement.PINNED, (B,), init="token"),
+        _val("draft_tokens_host", Placement.PINNED, (B, W - 1)),
+        _val("tokens_host", Placement.PINNED, (B * W,)),
+        _val("tokens", Placement.DEVICE, (B * W,), True),
+        _val("seq_lens_sched", Placement.HOST, (B,), init="seq_len"),
+        _val("seq_lens", Placement.DEVICE, (B,), True),
+        _val("graph_task_params", Placement.PINNED, (B,), True),
+        _val("target_tokens", Placement.DEVICE, (B, W), True),
+    ]
+    ops = [
+        Op(
+            "final_draft",
+            OpKind.DEVICE_KERNEL,
+            "draft",
+            ("draft_tokens", "draft_hidden"),
+            ("draft_tokens",),
+            sem.draft_step(W - 2),
+            300.0,
+        ),
+        Op("d2h_draft_tokens", OpKind.D2H, "draft", ("draft_tokens",), ("draft_tokens_host",)),
+        Op("sync_final_draft", OpKind.HOST_SYNC, HOST, ("draft_tokens_host",)),
+        Op(
+            "host_stack_tokens",
+            OpKind.HOST_COMPUTE,
+            HOST,
+            ("last_tokens_host", "draft_tokens_host"),
+            ("tokens_host",),
+            sem.stack_tokens,
+        ),
+        Op("h2d_tokens", OpKind.H2D, "target", ("tokens_host",), ("tokens",)),
+        Op("h2d_seq_lens", OpKind.H2D, "target", ("seq_lens_sched",), ("seq_lens",)),
+        Op(
+            "update_graph_task",
+            OpKind.GRAPH_TASK_UPDATE,
+            HOST,
+            ("seq_lens_sched",),
+            ("graph_task_params",),
+            sem.graph_task_params,
+        ),
+        Op(
+            "target_replay",
+            OpKind.GRAPH_REPLAY,
+            "target",
+            ("tokens", "seq_lens", "graph_task_params"),
+            ("target_tokens",),
+            lambda *xs: sem.mix(*xs, rows=B, cols=W),
+            2000.0,
+            {"graph_ops": ("target_forward",)},
+        ),
+    ]
+    return BoundaryGraph(
+        "hoist",
+        tuple(ops),
+        {v.name: v for v in values},
+        "final_draft",
+        "target_replay",
+        ("tokens", "seq_lens", "graph_task_params", "target_tokens"),
+        PARAMS,
+        ("draft_tokens",),
+    )
 
 
 def test_golden_token_independent_work_moves_ahead(apply_alone):

@@ -9,10 +9,14 @@ from specgen.passes.ir.interpreter import interpret, outputs_equal, random_input
 
 
 def _graph(fn):
-    values = {"x": Value("x", Placement.DEVICE, (2,), is_input=True, init="rand"),
-              "y": Value("y", Placement.DEVICE, (2,))}
-    ops = (Op("k", OpKind.DEVICE_KERNEL, "s", ("x",), ("y",), fn), Op("end", OpKind.DEVICE_KERNEL, "s", ("y",), ("y",),
-                                                                        lambda y: (y,)))
+    values = {
+        "x": Value("x", Placement.DEVICE, (2,), is_input=True, init="rand"),
+        "y": Value("y", Placement.DEVICE, (2,)),
+    }
+    ops = (
+        Op("k", OpKind.DEVICE_KERNEL, "s", ("x",), ("y",), fn),
+        Op("end", OpKind.DEVICE_KERNEL, "s", ("y",), ("y",), lambda y: (y,)),
+    )
     return BoundaryGraph("g", ops, values, "k", "end", ("y",))
 
 
@@ -31,19 +35,25 @@ def test_inputs_fit_the_layout():
     assert inputs["block_table_sched"].shape == (3, 8)
 
 
-@pytest.mark.parametrize("fn, message", [
-    (None, "has no reference semantics"),
-    (lambda x: (x, x), "produced 2 values for 1 writes"),
-    (lambda x: (x[:1],), r"wrote 'y' with shape \(1,\), declared \(2,\)"),
-])
+@pytest.mark.parametrize(
+    "fn, message",
+    [
+        (None, "has no reference semantics"),
+        (lambda x: (x, x), "produced 2 values for 1 writes"),
+        (lambda x: (x[:1],), r"wrote 'y' with shape \(1,\), declared \(2,\)"),
+    ],
+)
 def test_malformed_semantics_are_named(fn, message):
     with pytest.raises(BoundaryGraphError, match=message):
         interpret(_graph(fn), random_inputs(_graph(fn)))
 
 
 def _two_outputs(f1, f2):
-    values = {"x": Value("x", Placement.DEVICE, (2,), is_input=True, init="rand"),
-              "y1": Value("y1", Placement.DEVICE, (2,)), "y2": Value("y2", Placement.DEVICE, (2,))}
+    values = {
+        "x": Value("x", Placement.DEVICE, (2,), is_input=True, init="rand"),
+        "y1": Value("y1", Placement.DEVICE, (2,)),
+        "y2": Value("y2", Placement.DEVICE, (2,)),
+    }
     ops = (Op("k", OpKind.DEVICE_KERNEL, "s", ("x",), ("y1", "y2"), lambda x: (f1(x), f2(x))),)
     return BoundaryGraph("g", ops, values, "k", "k", ("y1", "y2"))
 

@@ -2,8 +2,7 @@
 
 import pytest
 
-from specgen.passes import manager
-from specgen.passes import PASSES, PassPipelineError, build_boundary, parse_pipeline, run_pipeline
+from specgen.passes import PASSES, PassPipelineError, build_boundary, manager, parse_pipeline, run_pipeline
 
 
 @pytest.mark.parametrize("name", ["draft-to-verify", "verify-to-draft", "context-kv"])
@@ -37,6 +36,12 @@ def test_refused_fusion_says_why():
 def test_dump_dir_has_every_stage(tmp_path):
     run_pipeline(build_boundary("context-kv", width=3, batch=1), dump_dir=tmp_path)
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["000_input.txt", "001_sync-to-event.txt", "002_hoist.txt", "003_fuse.txt",
-                     "004_fuse-chain.txt", "005_capture.txt"]
+    assert names == [
+        "000_input.txt",
+        "001_sync-to-event.txt",
+        "002_hoist.txt",
+        "003_fuse.txt",
+        "004_fuse-chain.txt",
+        "005_capture.txt",
+    ]
     assert "graph_replay" in (tmp_path / "005_capture.txt").read_text()

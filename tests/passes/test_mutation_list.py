@@ -21,9 +21,16 @@ MUTATIONS = TOOL.load()
 
 def test_the_list_covers_the_required_bugs():
     files = {m["file"] for m in MUTATIONS}
-    assert {"passes/hoist.py", "passes/ir/analysis.py", "passes/fuse.py", "passes/ir/interpreter.py",
-            "passes/sync_to_event.py", "passes/ir/semantics.py", "passes/capture.py",
-            "runtime/host_mirror.py"} <= files
+    assert {
+        "passes/hoist.py",
+        "passes/ir/analysis.py",
+        "passes/fuse.py",
+        "passes/ir/interpreter.py",
+        "passes/sync_to_event.py",
+        "passes/ir/semantics.py",
+        "passes/capture.py",
+        "runtime/host_mirror.py",
+    } <= files
     for m in MUTATIONS:
         assert all((ROOT / t).exists() for t in m["tests"]), m["id"]
 

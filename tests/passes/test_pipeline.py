@@ -65,8 +65,9 @@ def test_context_kv_uses_context_kv_update(width):
 
 
 def test_linear_state_and_int64_drafts():
-    before = build_boundary("draft-to-verify", width=4, batch=2, draft_dtype="int64",
-                            caps=Capabilities(has_linear_state=True))
+    before = build_boundary(
+        "draft-to-verify", width=4, batch=2, draft_dtype="int64", caps=Capabilities(has_linear_state=True)
+    )
     after, ctx = run_pipeline(before)
     assert outputs_equal(before, after, seed=3) == []
     assert summary(after)["kernel_families"][0]["key"] == "spec_verify_head_update__w4_bt64_bs128_i64"

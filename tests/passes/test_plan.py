@@ -16,6 +16,10 @@ def test_variants_include_a_composites_members():
     matrix = Matrix(widths=(3,), block_table_widths=(8,), block_sizes=(16,), draft_dtypes=("int32",))
     specs, needed_by, plans = plan_variants(matrix, boundaries=("draft-to-verify",))
     assert [s.key for s in specs] == sorted(s.key for s in specs)
-    assert {s.family for s in specs} == {"spec_verify_head_update", "spec_verify_token_update",
-                                         "spec_verify_metadata_update", "spec_verify_attention_tiling_update"}
+    assert {s.family for s in specs} == {
+        "spec_verify_head_update",
+        "spec_verify_token_update",
+        "spec_verify_metadata_update",
+        "spec_verify_attention_tiling_update",
+    }
     assert all(b == {"draft-to-verify"} for b in needed_by.values()) and len(plans) == 1

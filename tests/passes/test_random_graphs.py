@@ -66,25 +66,37 @@ def boundary_graphs(draw):
             else:
                 out = new("d", Placement.DEVICE, persistent=draw(st.booleans()))
                 device.append(out)
-            ops.append(Op(fresh("k"), OpKind.DEVICE_KERNEL, stream, tuple(srcs), (out,), mix,
-                          attrs={"family": draw(family)}))
+            ops.append(
+                Op(fresh("k"), OpKind.DEVICE_KERNEL, stream, tuple(srcs), (out,), mix, attrs={"family": draw(family)})
+            )
         elif choice == "roundtrip":  # D2H, sync, host compute, H2D: the pattern of the reference documents
             src = draw(st.sampled_from(device))
             pinned, stage = new("p", Placement.PINNED), new("s", Placement.PINNED)
             dst = new("d", Placement.DEVICE, persistent=True)
             extra = draw(st.lists(st.sampled_from(host), max_size=1))
-            ops += [Op(fresh("d2h"), OpKind.D2H, draw(st.sampled_from(DEVICE_STREAMS)), (src,), (pinned,)),
-                    Op(fresh("sync"), OpKind.HOST_SYNC, HOST, (pinned,)),
-                    Op(fresh("host"), OpKind.HOST_COMPUTE, HOST, (pinned, *extra), (stage,), mix,
-                       attrs={"family": draw(family)}),
-                    Op(fresh("h2d"), OpKind.H2D, draw(st.sampled_from(DEVICE_STREAMS)), (stage,), (dst,))]
+            ops += [
+                Op(fresh("d2h"), OpKind.D2H, draw(st.sampled_from(DEVICE_STREAMS)), (src,), (pinned,)),
+                Op(fresh("sync"), OpKind.HOST_SYNC, HOST, (pinned,)),
+                Op(
+                    fresh("host"),
+                    OpKind.HOST_COMPUTE,
+                    HOST,
+                    (pinned, *extra),
+                    (stage,),
+                    mix,
+                    attrs={"family": draw(family)},
+                ),
+                Op(fresh("h2d"), OpKind.H2D, draw(st.sampled_from(DEVICE_STREAMS)), (stage,), (dst,)),
+            ]
             host.append(pinned)
             staged.append(stage)
             device.append(dst)
         elif choice == "host_prep":  # token-independent host work
             stage, dst = new("s", Placement.PINNED), new("d", Placement.DEVICE, persistent=True)
-            ops += [Op(fresh("host"), OpKind.HOST_COMPUTE, HOST, ("host_in",), (stage,), mix),
-                    Op(fresh("h2d"), OpKind.H2D, "target", (stage,), (dst,))]
+            ops += [
+                Op(fresh("host"), OpKind.HOST_COMPUTE, HOST, ("host_in",), (stage,), mix),
+                Op(fresh("h2d"), OpKind.H2D, "target", (stage,), (dst,)),
+            ]
             staged.append(stage)
             device.append(dst)
         elif choice == "task":
@@ -94,23 +106,44 @@ def boundary_graphs(draw):
         elif staged:  # the host rewrites a staging buffer its copy already read, then copies it again
             stage = draw(st.sampled_from(staged))
             dst = new("d", Placement.DEVICE, persistent=True)
-            ops += [Op(fresh("host"), OpKind.HOST_COMPUTE, HOST, (draw(st.sampled_from(host)),), (stage,), mix),
-                    Op(fresh("h2d"), OpKind.H2D, draw(st.sampled_from(DEVICE_STREAMS)), (stage,), (dst,))]
+            ops += [
+                Op(fresh("host"), OpKind.HOST_COMPUTE, HOST, (draw(st.sampled_from(host)),), (stage,), mix),
+                Op(fresh("h2d"), OpKind.H2D, draw(st.sampled_from(DEVICE_STREAMS)), (stage,), (dst,)),
+            ]
             device.append(dst)
     outputs = []
     if draw(st.booleans()) and len(host) > 1:  # a host-only consumer of some device result
         values["committed"] = Value("committed", Placement.HOST, shape)
         ops.append(Op("host_commit", OpKind.HOST_COMPUTE, HOST, (host[-1],), ("committed",), mix))
         outputs.append("committed")
-    stable = [v for v in dict.fromkeys(device + host) if values[v].persistent and values[v].placement
-              is not Placement.HOST]
+    stable = [
+        v for v in dict.fromkeys(device + host) if values[v].persistent and values[v].placement is not Placement.HOST
+    ]
     graph_in = draw(st.lists(st.sampled_from(stable), min_size=1, max_size=4, unique=True))
     values["target_out"] = Value("target_out", Placement.DEVICE, shape, persistent=True)
-    ops.append(Op("replay", OpKind.GRAPH_REPLAY, "target", tuple(graph_in), ("target_out",), mix, 2000.0,
-                  {"graph_ops": ("target_forward",)}))
+    ops.append(
+        Op(
+            "replay",
+            OpKind.GRAPH_REPLAY,
+            "target",
+            tuple(graph_in),
+            ("target_out",),
+            mix,
+            2000.0,
+            {"graph_ops": ("target_forward",)},
+        )
+    )
     outputs += ["target_out"] + [v for v in dict.fromkeys(device) if values[v].persistent]
-    g = BoundaryGraph("random", tuple(ops), values, "final_draft", "replay", tuple(outputs),
-                      {"width": 4, "block_table_width": 8, "block_size": 16, "batch": B}, ("tok",))
+    g = BoundaryGraph(
+        "random",
+        tuple(ops),
+        values,
+        "final_draft",
+        "replay",
+        tuple(outputs),
+        {"width": 4, "block_table_width": 8, "block_size": 16, "batch": B},
+        ("tok",),
+    )
     return order_with_events(g)
 
 
@@ -129,7 +162,8 @@ def test_pipeline_properties(before, seed, rng):
     assert bubble_us(after) <= bubble_us(before) + 1e-6
     for name in between(after, Ordering(after)):  # a sync left in the bubble orders something
         if after.op(name).kind is OpKind.HOST_SYNC:
-            assert find_races(after.with_ops([o for o in after.ops if o.name != name])), \
+            assert find_races(after.with_ops([o for o in after.ops if o.name != name])), (
                 f"sync {name} left in the bubble although nothing races without it"
+            )
     again, _ = run_pipeline(after)
     assert again.ops == after.ops

@@ -12,7 +12,9 @@ def test_mermaid_has_swimlanes():
 
 def test_golden_mermaid_after_the_pipeline():
     after, _ = run_pipeline(build_boundary("context-kv", width=2))
-    assert render_mermaid(after, "context-kv after").splitlines() == dedent("""\
+    assert (
+        render_mermaid(after, "context-kv after").splitlines()
+        == dedent("""\
         sequenceDiagram
             autonumber
             title context-kv after
@@ -37,12 +39,26 @@ def test_golden_mermaid_after_the_pipeline():
             H->>H: sync_accept
             H->>H: host_commit
         """).splitlines()
+    )
 
 
 def test_summary_spells_each_variant_with_the_full_layout():
     after, _ = run_pipeline(build_boundary("context-kv", width=2))
     assert summary(after)["kernel_families"] == [
-        {"family": "greedy_prefix_verify", "key": "greedy_prefix_verify__w2", "width": 2, "block_table_width": 64,
-         "block_size": 128, "draft_dtype": "int32"},
-        {"family": "context_kv_update", "key": "context_kv_update__w2_bt64_bs128", "width": 2,
-         "block_table_width": 64, "block_size": 128, "draft_dtype": "int32"}]
+        {
+            "family": "greedy_prefix_verify",
+            "key": "greedy_prefix_verify__w2",
+            "width": 2,
+            "block_table_width": 64,
+            "block_size": 128,
+            "draft_dtype": "int32",
+        },
+        {
+            "family": "context_kv_update",
+            "key": "context_kv_update__w2_bt64_bs128",
+            "width": 2,
+            "block_table_width": 64,
+            "block_size": 128,
+            "draft_dtype": "int32",
+        },
+    ]

@@ -32,8 +32,14 @@ def _vals(*specs):
     out = {}
     for spec in specs:
         name, placement, *flags = spec.split(":")
-        out[name] = Value(name, Placement(placement), SHAPE if placement != "event" else (),
-                          persistent="p" in flags, is_input="in" in flags, init="token" if "in" in flags else "zeros")
+        out[name] = Value(
+            name,
+            Placement(placement),
+            SHAPE if placement != "event" else (),
+            persistent="p" in flags,
+            is_input="in" in flags,
+            init="token" if "in" in flags else "zeros",
+        )
     return out
 
 
@@ -52,22 +58,34 @@ def _move(graph, name, before):
 def test_token_dependent_work_hoisted_ahead_of_its_sync_is_rejected():
     before = draft_to_verify(width=W, batch=B, block_size=16, block_table_width=4)
     wrong = _move(before, "host_stack_tokens", "sync_final_draft")
-    with pytest.raises(BoundaryGraphError, match=r"op 'host_stack_tokens'.*RAW race on '\w+_tokens_host' "
-                                                 r"with 'd2h_draft_tokens'"):
+    with pytest.raises(
+        BoundaryGraphError,
+        match=r"op 'host_stack_tokens'.*RAW race on '\w+_tokens_host' "
+        r"with 'd2h_draft_tokens'",
+    ):
         verify(wrong)
     assert search(before, wrong) is not None  # the host reads the tokens before the copy lands
 
 
 def _zero_copy_token():
     """The final draft also writes its token to a pinned buffer; a copy of it feeds the replay."""
-    values = _vals("seed:device:p:in", "host_in:host:in", "tok:device:p", "tok_pinned:pinned:p", "prep:pinned",
-                   "d_prep:device:p", "d_tok:device:p", "out:device:p")
-    ops = [Op("final_draft", OpKind.DEVICE_KERNEL, "draft", ("seed",), ("tok", "tok_pinned"),
-              lambda s: mix(s) * 2, 300.0),
-           Op("h2d_tok", OpKind.H2D, "target", ("tok_pinned",), ("d_tok",)),
-           Op("host_prep", OpKind.HOST_COMPUTE, HOST, ("host_in",), ("prep",), mix),
-           Op("h2d_prep", OpKind.H2D, "target", ("prep",), ("d_prep",)),
-           Op("replay", OpKind.GRAPH_REPLAY, "target", ("tok", "d_prep", "d_tok"), ("out",), mix, 2000.0)]
+    values = _vals(
+        "seed:device:p:in",
+        "host_in:host:in",
+        "tok:device:p",
+        "tok_pinned:pinned:p",
+        "prep:pinned",
+        "d_prep:device:p",
+        "d_tok:device:p",
+        "out:device:p",
+    )
+    ops = [
+        Op("final_draft", OpKind.DEVICE_KERNEL, "draft", ("seed",), ("tok", "tok_pinned"), lambda s: mix(s) * 2, 300.0),
+        Op("h2d_tok", OpKind.H2D, "target", ("tok_pinned",), ("d_tok",)),
+        Op("host_prep", OpKind.HOST_COMPUTE, HOST, ("host_in",), ("prep",), mix),
+        Op("h2d_prep", OpKind.H2D, "target", ("prep",), ("d_prep",)),
+        Op("replay", OpKind.GRAPH_REPLAY, "target", ("tok", "d_prep", "d_tok"), ("out",), mix, 2000.0),
+    ]
     return order_with_events(_graph("zero-copy", ops, values, ("d_prep", "d_tok", "out"), ("tok", "tok_pinned")))
 
 
@@ -93,14 +111,23 @@ def test_a_dropped_wait_is_rejected():
 # -- write-after-read ----------------------------------------------------------------------------
 def _staging_rewrite():
     """The host fills a staging buffer, copies it, then refills it for a second copy (no sync between)."""
-    values = _vals("seed:device:p:in", "host_in:host:in", "tok:device:p", "stage:pinned", "d1:device:p",
-                   "d2:device:p", "out:device:p")
-    ops = [Op("final_draft", OpKind.DEVICE_KERNEL, "draft", ("seed",), ("tok",), mix, 300.0),
-           Op("host_a", OpKind.HOST_COMPUTE, HOST, ("host_in",), ("stage",), mix),
-           Op("h2d_a", OpKind.H2D, "target", ("stage",), ("d1",)),
-           Op("host_b", OpKind.HOST_COMPUTE, HOST, ("stage",), ("stage",), lambda t: (t + 1,)),
-           Op("h2d_b", OpKind.H2D, "target", ("stage",), ("d2",)),
-           Op("replay", OpKind.GRAPH_REPLAY, "target", ("d1", "d2"), ("out",), mix, 2000.0)]
+    values = _vals(
+        "seed:device:p:in",
+        "host_in:host:in",
+        "tok:device:p",
+        "stage:pinned",
+        "d1:device:p",
+        "d2:device:p",
+        "out:device:p",
+    )
+    ops = [
+        Op("final_draft", OpKind.DEVICE_KERNEL, "draft", ("seed",), ("tok",), mix, 300.0),
+        Op("host_a", OpKind.HOST_COMPUTE, HOST, ("host_in",), ("stage",), mix),
+        Op("h2d_a", OpKind.H2D, "target", ("stage",), ("d1",)),
+        Op("host_b", OpKind.HOST_COMPUTE, HOST, ("stage",), ("stage",), lambda t: (t + 1,)),
+        Op("h2d_b", OpKind.H2D, "target", ("stage",), ("d2",)),
+        Op("replay", OpKind.GRAPH_REPLAY, "target", ("d1", "d2"), ("out",), mix, 2000.0),
+    ]
     return _graph("staging", ops, values, ("d1", "d2", "out"))
 
 
@@ -124,16 +151,18 @@ def test_ordering_repairs_a_war_race_with_an_event_after_the_copy():
 # -- fuse across a host op -------------------------------------------------------------------------
 def _fuse_around_host(both_ways):
     """m1 writes q; the host reads q (after a sync) and writes r; m2 (same family) reads r when ``both_ways``."""
-    values = _vals("seed:device:p:in", "host_in:host:in", "tok:device:p", "q:pinned:p", "r:pinned:p",
-                   "kv:device:p", "out:device:p")
+    values = _vals(
+        "seed:device:p:in", "host_in:host:in", "tok:device:p", "q:pinned:p", "r:pinned:p", "kv:device:p", "out:device:p"
+    )
     fam = {"family": META}
-    ops = [Op("final_draft", OpKind.DEVICE_KERNEL, "draft", ("seed",), ("tok",), mix, 300.0),
-           Op("m1", OpKind.DEVICE_KERNEL, "target", ("seed",), ("q",), mix, attrs=fam),
-           Op("sync_q", OpKind.HOST_SYNC, HOST, ("q",)),
-           Op("h", OpKind.HOST_COMPUTE, HOST, ("q", "host_in"), ("r",), mix),
-           Op("m2", OpKind.DEVICE_KERNEL, "target", ("r",) if both_ways else ("host_in_dev",), ("kv",), mix,
-              attrs=fam),
-           Op("replay", OpKind.GRAPH_REPLAY, "target", ("kv", "r"), ("out",), mix, 2000.0)]
+    ops = [
+        Op("final_draft", OpKind.DEVICE_KERNEL, "draft", ("seed",), ("tok",), mix, 300.0),
+        Op("m1", OpKind.DEVICE_KERNEL, "target", ("seed",), ("q",), mix, attrs=fam),
+        Op("sync_q", OpKind.HOST_SYNC, HOST, ("q",)),
+        Op("h", OpKind.HOST_COMPUTE, HOST, ("q", "host_in"), ("r",), mix),
+        Op("m2", OpKind.DEVICE_KERNEL, "target", ("r",) if both_ways else ("host_in_dev",), ("kv",), mix, attrs=fam),
+        Op("replay", OpKind.GRAPH_REPLAY, "target", ("kv", "r"), ("out",), mix, 2000.0),
+    ]
     if not both_ways:
         values.update(_vals("host_in_dev:device:p:in"))
     return _graph("fuse-host", ops, values, ("q", "r", "kv", "out"))
@@ -141,8 +170,9 @@ def _fuse_around_host(both_ways):
 
 def test_a_fused_op_placed_after_a_host_op_that_reads_it_is_rejected():
     g = _fuse_around_host(both_ways=False)
-    fused = Op("fused", OpKind.DEVICE_KERNEL, "target", ("seed", "host_in_dev"), ("q", "kv"),
-               lambda s, x: (*mix(s), *mix(x)))
+    fused = Op(
+        "fused", OpKind.DEVICE_KERNEL, "target", ("seed", "host_in_dev"), ("q", "kv"), lambda s, x: (*mix(s), *mix(x))
+    )
     ops = [o for o in g.ops if o.name not in ("m1", "m2")]
     wrong = g.with_ops(ops[:3] + [fused] + ops[3:])  # after h, which reads q
     with pytest.raises(BoundaryGraphError, match=r"op 'sync_q'.*reads 'q', which nothing before it produces"):
@@ -172,15 +202,24 @@ def test_a_captured_graph_on_a_buffer_without_a_stable_address_is_rejected():
 # -- stale mirror ----------------------------------------------------------------------------------
 def _rewritten_after_copy():
     """The host copy of the token is rewritten on the host before a host op uses it."""
-    values = _vals("seed:device:p:in", "host_in:host:in", "tok:device:p", "tok_host:pinned", "stage:pinned",
-                   "d:device:p", "out:device:p")
-    ops = [Op("final_draft", OpKind.DEVICE_KERNEL, "draft", ("seed",), ("tok",), mix, 300.0),
-           Op("d2h_tok", OpKind.D2H, "draft", ("tok",), ("tok_host",)),
-           Op("sync_tok", OpKind.HOST_SYNC, HOST, ("tok_host",)),
-           Op("host_fix", OpKind.HOST_COMPUTE, HOST, ("tok_host", "host_in"), ("tok_host",), mix),
-           Op("host_use", OpKind.HOST_COMPUTE, HOST, ("tok_host",), ("stage",), lambda t: (t * 3 + 1,)),
-           Op("h2d_stage", OpKind.H2D, "target", ("stage",), ("d",)),
-           Op("replay", OpKind.GRAPH_REPLAY, "target", ("d",), ("out",), mix, 2000.0)]
+    values = _vals(
+        "seed:device:p:in",
+        "host_in:host:in",
+        "tok:device:p",
+        "tok_host:pinned",
+        "stage:pinned",
+        "d:device:p",
+        "out:device:p",
+    )
+    ops = [
+        Op("final_draft", OpKind.DEVICE_KERNEL, "draft", ("seed",), ("tok",), mix, 300.0),
+        Op("d2h_tok", OpKind.D2H, "draft", ("tok",), ("tok_host",)),
+        Op("sync_tok", OpKind.HOST_SYNC, HOST, ("tok_host",)),
+        Op("host_fix", OpKind.HOST_COMPUTE, HOST, ("tok_host", "host_in"), ("tok_host",), mix),
+        Op("host_use", OpKind.HOST_COMPUTE, HOST, ("tok_host",), ("stage",), lambda t: (t * 3 + 1,)),
+        Op("h2d_stage", OpKind.H2D, "target", ("stage",), ("d",)),
+        Op("replay", OpKind.GRAPH_REPLAY, "target", ("d",), ("out",), mix, 2000.0),
+    ]
     return _graph("stale", ops, values, ("d", "out"))
 
 
@@ -197,5 +236,7 @@ def test_a_device_op_reading_a_stale_mirror_is_rejected():
 def test_sync_to_event_keeps_a_host_op_whose_input_is_rewritten_after_its_copy(apply_alone):
     after, ctx = apply_alone(SyncToEvent(), _rewritten_after_copy())
     assert after.op("host_use").kind is OpKind.HOST_COMPUTE
-    assert ("sync-to-event: 'host_use' stays on the host: 'tok_host' is rewritten by 'host_fix' after its copy "
-            "'d2h_tok', so the device side is no mirror of it") in ctx.notes
+    assert (
+        "sync-to-event: 'host_use' stays on the host: 'tok_host' is rewritten by 'host_fix' after its copy "
+        "'d2h_tok', so the device side is no mirror of it"
+    ) in ctx.notes

@@ -8,23 +8,27 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specgen.passes import BoundaryGraphError, build_boundary, run_pipeline
-from specgen.passes.ir import HOST, BoundaryGraph, Op, OpKind, Placement, Value
+from specgen.passes.ir import BoundaryGraph, Op, OpKind, Placement, Value
 from specgen.passes.ir.interpreter import interpret, random_inputs
-from specgen.passes.ir.schedule import (check_schedule, differences, host_first, random_choice, run_schedule,
-                                        search)
+from specgen.passes.ir.schedule import check_schedule, differences, host_first, random_choice, run_schedule, search
 
 BOUNDARIES = ["draft-to-verify", "verify-to-draft", "context-kv"]
 
 
 def _two_streams(wait=True):
     """a writes x on stream s1; b reads x on stream s2 (after an event when ``wait``)."""
-    values = {"x0": Value("x0", Placement.DEVICE, (2,), is_input=True, init="rand"),
-              "x": Value("x", Placement.DEVICE, (2,)), "y": Value("y", Placement.DEVICE, (2,)),
-              "ev": Value("ev", Placement.EVENT)}
-    ops = [Op("a", OpKind.DEVICE_KERNEL, "s1", ("x0",), ("x",), lambda t: (t + 1,)),
-           Op("rec", OpKind.EVENT_RECORD, "s1", (), ("ev",)),
-           Op("w", OpKind.EVENT_WAIT, "s2", ("ev",)),
-           Op("b", OpKind.DEVICE_KERNEL, "s2", ("x",), ("y",), lambda t: (t * 2,))]
+    values = {
+        "x0": Value("x0", Placement.DEVICE, (2,), is_input=True, init="rand"),
+        "x": Value("x", Placement.DEVICE, (2,)),
+        "y": Value("y", Placement.DEVICE, (2,)),
+        "ev": Value("ev", Placement.EVENT),
+    }
+    ops = [
+        Op("a", OpKind.DEVICE_KERNEL, "s1", ("x0",), ("x",), lambda t: (t + 1,)),
+        Op("rec", OpKind.EVENT_RECORD, "s1", (), ("ev",)),
+        Op("w", OpKind.EVENT_WAIT, "s2", ("ev",)),
+        Op("b", OpKind.DEVICE_KERNEL, "s2", ("x",), ("y",), lambda t: (t * 2,)),
+    ]
     if not wait:
         ops = [o for o in ops if o.name != "w"]
     return BoundaryGraph("two", tuple(ops), values, "a", "b", ("y",))

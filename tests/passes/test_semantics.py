@@ -41,9 +41,13 @@ def _fused_ops_against_references(name, width, draft_dtype):
 def test_fused_ops_equal_the_family_references(width, draft_dtype):
     assert _fused_ops_against_references("draft-to-verify", width, draft_dtype) == ["spec_verify_head_update"]
     assert sorted(_fused_ops_against_references("verify-to-draft", width, draft_dtype)) == [
-        "greedy_prefix_verify", "prepare_next_draft"]
+        "greedy_prefix_verify",
+        "prepare_next_draft",
+    ]
     assert sorted(_fused_ops_against_references("context-kv", width, draft_dtype)) == [
-        "context_kv_update", "greedy_prefix_verify"]
+        "context_kv_update",
+        "greedy_prefix_verify",
+    ]
 
 
 @functools.lru_cache(maxsize=None)
@@ -55,8 +59,12 @@ def _fused_graph(name, width, batch):
 def _domain(name, width, batch):
     """Each fused op's inputs by name, drawn over the families' guarded domain (accepted up to W-1)."""
     blocks = BT * batch
-    ranges = {"seq_lens": (0, BT * BS - width), "block_table": (0, blocks - 1), "accepted": (0, width - 1),
-              "scratch_slot": (blocks * BS, blocks * BS)}
+    ranges = {
+        "seq_lens": (0, BT * BS - width),
+        "block_table": (0, blocks - 1),
+        "accepted": (0, width - 1),
+        "scratch_slot": (blocks * BS, blocks * BS),
+    }
     return ranges.get(name, (0, 2))  # tokens from a small vocabulary, so drafts and targets often match
 
 

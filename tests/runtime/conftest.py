@@ -34,19 +34,35 @@ KERNEL = """
 }}
 """
 C_PARTS = dict(decl="int32_t", index="", loop="for (int32_t b = 0; b < B; ++b)", ret="return 0;")
-CUDA_PARTS = dict(decl='extern "C" __global__ void', index="int b = blockIdx.x * blockDim.x + threadIdx.x;",
-                  loop="if (b < B)", ret="")
+CUDA_PARTS = dict(
+    decl='extern "C" __global__ void', index="int b = blockIdx.x * blockDim.x + threadIdx.x;", loop="if (b < B)", ret=""
+)
 
 
 def _variant(key, dtype, target, artifact, blob, arch=None):
-    return {"key": key, "family": FAMILY, "width": W, "block_table_width": None, "block_size": None,
-            "draft_dtype": dtype, "num_splits": None, "target": target, "arch": arch, "artifact": artifact,
-            "sha256": hashlib.sha256(blob).hexdigest(), "entry": f"{key}_kernel", "params": PARAMS,
-            "args": [{"name": "last_tokens", "dtype": "int32", "shape": "(B,)", "output": False},
-                     {"name": "draft_tokens", "dtype": dtype, "shape": "(B, W - 1)", "output": False},
-                     {"name": "tokens", "dtype": "int32", "shape": "(B * W,)", "output": True}],
-            "launch": {"threads": 128, "grid": "(B + 127) // 128"},
-            "guards": [{"expr": "batch >= 0", "why": "B is a size"}], "boundaries": ["draft-to-verify"]}
+    return {
+        "key": key,
+        "family": FAMILY,
+        "width": W,
+        "block_table_width": None,
+        "block_size": None,
+        "draft_dtype": dtype,
+        "num_splits": None,
+        "target": target,
+        "arch": arch,
+        "artifact": artifact,
+        "sha256": hashlib.sha256(blob).hexdigest(),
+        "entry": f"{key}_kernel",
+        "params": PARAMS,
+        "args": [
+            {"name": "last_tokens", "dtype": "int32", "shape": "(B,)", "output": False},
+            {"name": "draft_tokens", "dtype": dtype, "shape": "(B, W - 1)", "output": False},
+            {"name": "tokens", "dtype": "int32", "shape": "(B * W,)", "output": True},
+        ],
+        "launch": {"threads": 128, "grid": "(B + 127) // 128"},
+        "guards": [{"expr": "batch >= 0", "why": "B is a size"}],
+        "boundaries": ["draft-to-verify"],
+    }
 
 
 def _compile(out: Path, target: str, key: str, dtype: str) -> bytes:
@@ -75,8 +91,14 @@ def _make_build(root: Path, name: str = "specgen_kernels", targets=("c",)) -> Pa
             rel = f"{target}/{key}.{'so' if target == 'c' else 'cubin'}"
             blob = _compile(out / rel, target, key, dtype)
             variants.append(_variant(key, dtype, target, rel, blob, "sm_90" if target == "cuda" else None))
-    manifest = {"schema_version": 2, "specgen_version": "0.1.0", "tilelang_version": "0.1.15",
-                "targets": list(targets), "variants": variants, "plans": {}}
+    manifest = {
+        "schema_version": 2,
+        "specgen_version": "0.1.0",
+        "tilelang_version": "0.1.15",
+        "targets": list(targets),
+        "variants": variants,
+        "plans": {},
+    }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     (out / "__init__.py").write_text(render_package_init(manifest))
     return out
@@ -99,8 +121,9 @@ def token_lib(token_build):
     return load_library(token_build)
 
 
-def _planned_manifest(root: Path, width: int = 4, bt: int = 8, bs: int = 16, missing: tuple[str, ...] = (),
-                      extra: tuple[str, ...] = ()) -> Path:
+def _planned_manifest(
+    root: Path, width: int = 4, bt: int = 8, bs: int = 16, missing: tuple[str, ...] = (), extra: tuple[str, ...] = ()
+) -> Path:
     """A manifest with structured plans of both verify boundaries at one layout and their variants.
 
     The artifacts are never loaded (resolving a plan does not launch), so they
@@ -112,26 +135,58 @@ def _planned_manifest(root: Path, width: int = 4, bt: int = 8, bs: int = 16, mis
     from specgen.specializations.variants import Layout, VariantSpec
 
     layout = Layout(width, bt, bs)
-    head, greedy, prepare = (VariantSpec.of(f, layout) for f in
-                             ("spec_verify_head_update", "greedy_prefix_verify", "prepare_next_draft"))
-    plans = [Plan(DRAFT_TO_VERIFY, layout, (PlanStep.kernel(head), PlanStep.forward())),
-             Plan(VERIFY_TO_DRAFT, layout, (PlanStep("copy", "d2h_tokens"), PlanStep.forward(),
-                                            PlanStep.kernel(greedy), PlanStep("other", "mark"),
-                                            PlanStep.kernel(prepare), PlanStep("copy", "d2h_accepted")))]
+    head, greedy, prepare = (
+        VariantSpec.of(f, layout) for f in ("spec_verify_head_update", "greedy_prefix_verify", "prepare_next_draft")
+    )
+    plans = [
+        Plan(DRAFT_TO_VERIFY, layout, (PlanStep.kernel(head), PlanStep.forward())),
+        Plan(
+            VERIFY_TO_DRAFT,
+            layout,
+            (
+                PlanStep("copy", "d2h_tokens"),
+                PlanStep.forward(),
+                PlanStep.kernel(greedy),
+                PlanStep("other", "mark"),
+                PlanStep.kernel(prepare),
+                PlanStep("copy", "d2h_accepted"),
+            ),
+        ),
+    ]
     variants = []
     for v in (head, greedy, prepare, *(VariantSpec.of(f, layout) for f in extra)):
         if v.family in missing:
             continue
-        args = [{"name": a.name, "dtype": "int32" if a.dtype == "draft" else a.dtype, "shape": a.shape,
-                 "output": a.output} for a in FAMILIES[v.family].args]
-        variants.append({"key": v.key, "family": v.family, "width": v.width, "block_table_width": v.block_table_width,
-                         "block_size": v.block_size, "draft_dtype": "int32", "num_splits": v.num_splits,
-                         "target": "c", "arch": None, "artifact": f"c/{v.key}.so",
-                         "sha256": hashlib.sha256(b"").hexdigest(), "entry": f"{v.key}_kernel",
-                         "params": [a["name"] for a in args] + ["B"], "args": args,
-                         "guards": [{"expr": f"max_seq_len + {width} <= {bt * bs}", "why": "S + W <= BT * BS"}]})
-    manifest = {"schema_version": 2, "specgen_version": "0.1.0", "targets": ["c"], "variants": variants,
-                "plans": {p.boundary: {p.layout.key: p.as_dict()} for p in plans}}
+        args = [
+            {"name": a.name, "dtype": "int32" if a.dtype == "draft" else a.dtype, "shape": a.shape, "output": a.output}
+            for a in FAMILIES[v.family].args
+        ]
+        variants.append(
+            {
+                "key": v.key,
+                "family": v.family,
+                "width": v.width,
+                "block_table_width": v.block_table_width,
+                "block_size": v.block_size,
+                "draft_dtype": "int32",
+                "num_splits": v.num_splits,
+                "target": "c",
+                "arch": None,
+                "artifact": f"c/{v.key}.so",
+                "sha256": hashlib.sha256(b"").hexdigest(),
+                "entry": f"{v.key}_kernel",
+                "params": [a["name"] for a in args] + ["B"],
+                "args": args,
+                "guards": [{"expr": f"max_seq_len + {width} <= {bt * bs}", "why": "S + W <= BT * BS"}],
+            }
+        )
+    manifest = {
+        "schema_version": 2,
+        "specgen_version": "0.1.0",
+        "targets": ["c"],
+        "variants": variants,
+        "plans": {p.boundary: {p.layout.key: p.as_dict()} for p in plans},
+    }
     root.mkdir(parents=True, exist_ok=True)
     (root / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return root

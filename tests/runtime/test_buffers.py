@@ -28,8 +28,15 @@ def test_load_inputs_pads_the_rows_after_the_batch():
     bufs = alloc_step_buffers(4, 3, 2, block_size=16, scratch_block=1)
     for name in ("last_tokens", "draft_tokens", "seq_lens", "block_table"):
         bufs[name].fill_(9)
-    load_inputs(bufs, 2, torch.tensor([1, 2], dtype=I32), torch.ones(2, 2, dtype=I32),
-                torch.tensor([5, 6], dtype=I32), torch.full((2, 2), 3, dtype=I32), scratch_block=1)
+    load_inputs(
+        bufs,
+        2,
+        torch.tensor([1, 2], dtype=I32),
+        torch.ones(2, 2, dtype=I32),
+        torch.tensor([5, 6], dtype=I32),
+        torch.full((2, 2), 3, dtype=I32),
+        scratch_block=1,
+    )
     assert bufs["last_tokens"].tolist() == [1, 2, 0, 0] and bufs["seq_lens"].tolist() == [5, 6, 0, 0]
     assert bufs["block_table"].tolist() == [[3, 3], [3, 3], [1, 1], [1, 1]]
     assert bufs["draft_tokens"][2:].eq(0).all()

@@ -7,11 +7,18 @@ import os
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specgen.runtime.capabilities import SpeculativeVerifyCapabilities
-from specgen.runtime.device_guard import (ACCEPTED_RANGE, BLOCK_ENTRY, DeviceGuard, DeviceGuardSpec, device_eval,
-                                          kernel_guards)
+from specgen.runtime.device_guard import (
+    ACCEPTED_RANGE,
+    BLOCK_ENTRY,
+    DeviceGuard,
+    DeviceGuardSpec,
+    device_eval,
+    kernel_guards,
+)
 from specgen.runtime.host_mirror import HostMirror
 from specgen.runtime.step_plan import eager_step
 from specgen.runtime.verify_graph import SpecVerifyRuntime
@@ -21,8 +28,15 @@ W, BT, BS = 4, 8, 16  # a layout of the engine_kernels fixture (tests/conftest.p
 VOCAB = 50
 I32 = torch.int32
 CAPS = SpeculativeVerifyCapabilities(supports_in_graph_input_update=True, block_size=BS, block_table_width=BT)
-FIELDS = ("accepted", "next_tokens", "next_last_token", "next_seq_lens", "draft_positions", "draft_slots",
-          "hidden_rows")
+FIELDS = (
+    "accepted",
+    "next_tokens",
+    "next_last_token",
+    "next_seq_lens",
+    "draft_positions",
+    "draft_slots",
+    "hidden_rows",
+)
 
 
 def model_forward(bufs):
@@ -32,10 +46,12 @@ def model_forward(bufs):
 
 def fill(bufs, batch, gen, max_len=60):
     """Valid inputs (inside every guard, blocks 1..63 allocated) in rows ``:batch``; returns them."""
-    vals = {"last_tokens": torch.randint(0, VOCAB, (batch,), generator=gen, dtype=I32),
-            "draft_tokens": torch.randint(0, VOCAB, (batch, W - 1), generator=gen, dtype=I32),
-            "seq_lens": torch.randint(0, max_len + 1, (batch,), generator=gen, dtype=I32),
-            "block_table": torch.randint(1, 64, (batch, BT), generator=gen, dtype=I32)}
+    vals = {
+        "last_tokens": torch.randint(0, VOCAB, (batch,), generator=gen, dtype=I32),
+        "draft_tokens": torch.randint(0, VOCAB, (batch, W - 1), generator=gen, dtype=I32),
+        "seq_lens": torch.randint(0, max_len + 1, (batch,), generator=gen, dtype=I32),
+        "block_table": torch.randint(1, 64, (batch, BT), generator=gen, dtype=I32),
+    }
     for n, t in vals.items():
         bufs[n][:batch].copy_(t.to(bufs[n].device))
     return vals
@@ -43,23 +59,39 @@ def fill(bufs, batch, gen, max_len=60):
 
 def expected(bufs, batch):
     """The step on the torch semantics over what rows ``:batch`` of the buffers hold."""
-    out = eager_step(model_forward, W, BS, 8, *(bufs[n][:batch].cpu() for n in
-                                                 ("last_tokens", "draft_tokens", "seq_lens", "block_table")))
+    out = eager_step(
+        model_forward,
+        W,
+        BS,
+        8,
+        *(bufs[n][:batch].cpu() for n in ("last_tokens", "draft_tokens", "seq_lens", "block_table")),
+    )
     return {n: out[n] for n in FIELDS}
 
 
 # ------------------------------------------------------------------ the conditions
 @settings(max_examples=300, deadline=None)
-@given(lo=st.integers(-2**31, 2**31 - 1), hi=st.integers(-2**31, 2**31 - 1), batch=st.integers(0, 1024),
-       extra=st.sampled_from(["max_seq_len - min_seq_len <= 7 and not batch > 600",
-                              "0 <= min_seq_len <= max_seq_len < 100 or batch == 3",
-                              "-max_seq_len // 16 >= -4"]))
+@given(
+    lo=st.integers(-(2**31), 2**31 - 1),
+    hi=st.integers(-(2**31), 2**31 - 1),
+    batch=st.integers(0, 1024),
+    extra=st.sampled_from(
+        [
+            "max_seq_len - min_seq_len <= 7 and not batch > 600",
+            "0 <= min_seq_len <= max_seq_len < 100 or batch == 3",
+            "-max_seq_len // 16 >= -4",
+        ]
+    ),
+)
 def test_device_evaluation_agrees_with_the_host(engine_kernels, lo, hi, batch, extra):
     """Every guard expression the host evaluates gives the same verdict on tensors (no drift)."""
     exprs = {g for e in engine_kernels.entries() for g, _ in e.guards}
     env = {"min_seq_len": lo, "max_seq_len": hi, "batch": batch}
-    tensors = {"min_seq_len": torch.tensor(lo, dtype=torch.long), "max_seq_len": torch.tensor(hi, dtype=torch.long),
-               "batch": batch}
+    tensors = {
+        "min_seq_len": torch.tensor(lo, dtype=torch.long),
+        "max_seq_len": torch.tensor(hi, dtype=torch.long),
+        "batch": batch,
+    }
     for expr in sorted(exprs) + [extra]:
         assert bool(device_eval(expr, tensors)) == bool(safe_eval(expr, env)), expr
 
@@ -85,16 +117,19 @@ def _bufs(batch=4, accepted=0):
     return bufs
 
 
-@pytest.mark.parametrize("where, value, bits", [
-    ("seq_lens", -1, {"min_seq_len >= 0"}),
-    ("seq_lens", BT * BS - W, {"max_seq_len <= 123"}),  # its last position has no block: not an entry fault
-    ("entry_needed", -1, {BLOCK_ENTRY}),
-    ("entry_needed", 2**31 // BS, {BLOCK_ENTRY}),
-    ("entry_unneeded", -1, set()),
-    ("accepted", W, {ACCEPTED_RANGE}),
-    ("accepted", -1, {ACCEPTED_RANGE}),
-    ("accepted", W - 1, set()),
-])
+@pytest.mark.parametrize(
+    "where, value, bits",
+    [
+        ("seq_lens", -1, {"min_seq_len >= 0"}),
+        ("seq_lens", BT * BS - W, {"max_seq_len <= 123"}),  # its last position has no block: not an entry fault
+        ("entry_needed", -1, {BLOCK_ENTRY}),
+        ("entry_needed", 2**31 // BS, {BLOCK_ENTRY}),
+        ("entry_unneeded", -1, set()),
+        ("accepted", W, {ACCEPTED_RANGE}),
+        ("accepted", -1, {ACCEPTED_RANGE}),
+        ("accepted", W - 1, set()),
+    ],
+)
 def test_each_condition_sets_its_bit(where, value, bits):
     spec = DeviceGuardSpec(W, BT, BS, ("min_seq_len >= 0", "max_seq_len <= 123", "batch >= 1"), W + 1)
     guard = DeviceGuard(spec, "cpu")
@@ -124,8 +159,10 @@ BAD = {  # a bad value written into the persistent buffers between two steps, an
     "negative_seq_len": (lambda b: b["seq_lens"].__setitem__(1, -5), "min_seq_len >= 0"),
     "end_of_table": (lambda b: b["seq_lens"].__setitem__(0, BT * BS - 2), None),
     "unallocated_block": (lambda b: b["block_table"].__setitem__((2, int(b["seq_lens"][2]) // BS), -1), BLOCK_ENTRY),
-    "entry_past_int32": (lambda b: b["block_table"].__setitem__((0, int(b["seq_lens"][0]) // BS), 2**31 // BS),
-                         BLOCK_ENTRY),
+    "entry_past_int32": (
+        lambda b: b["block_table"].__setitem__((0, int(b["seq_lens"][0]) // BS), 2**31 // BS),
+        BLOCK_ENTRY,
+    ),
     "accepted_out_of_range": (lambda b: b["accepted"].__setitem__(2, W + 3), ACCEPTED_RANGE),
 }
 

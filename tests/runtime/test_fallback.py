@@ -23,8 +23,9 @@ class Guarded:
 
     def check_guards(self, *, min_seq_len, max_seq_len, batch):
         self.batches.append(batch)
-        return check_guards([(f"max_seq_len <= {self.limit}", "")], min_seq_len=min_seq_len,
-                            max_seq_len=max_seq_len, batch=batch)
+        return check_guards(
+            [(f"max_seq_len <= {self.limit}", "")], min_seq_len=min_seq_len, max_seq_len=max_seq_len, batch=batch
+        )
 
 
 def plan(limit=100):
@@ -35,16 +36,25 @@ def table(bt=BT):
     return torch.zeros(3, bt, dtype=torch.int32)
 
 
-@pytest.mark.parametrize("caps, step_plan, batch, tbl, bounds, want", [
-    (SpeculativeVerifyCapabilities(), plan(), 3, table(), (0, 10), "capability_off"),
-    (ON, StepPlan(unavailable="variant_not_built"), 3, table(), (0, 10), "variant_not_built"),
-    (SpeculativeVerifyCapabilities(supports_in_graph_input_update=True, block_size=32, block_table_width=BT),
-     plan(), 3, table(), (0, 10), "layout_mismatch"),
-    (ON, plan(), 3, table(BT + 1), (0, 10), "layout_mismatch"),
-    (ON, plan(), 9, None, (0, 10), "batch_exceeds_buckets"),
-    (ON, plan(), 3, table(), (0, 101), "guard_failed"),
-    (ON, plan(), 3, table(), (0, 100), None),
-])
+@pytest.mark.parametrize(
+    "caps, step_plan, batch, tbl, bounds, want",
+    [
+        (SpeculativeVerifyCapabilities(), plan(), 3, table(), (0, 10), "capability_off"),
+        (ON, StepPlan(unavailable="variant_not_built"), 3, table(), (0, 10), "variant_not_built"),
+        (
+            SpeculativeVerifyCapabilities(supports_in_graph_input_update=True, block_size=32, block_table_width=BT),
+            plan(),
+            3,
+            table(),
+            (0, 10),
+            "layout_mismatch",
+        ),
+        (ON, plan(), 3, table(BT + 1), (0, 10), "layout_mismatch"),
+        (ON, plan(), 9, None, (0, 10), "batch_exceeds_buckets"),
+        (ON, plan(), 3, table(), (0, 101), "guard_failed"),
+        (ON, plan(), 3, table(), (0, 100), None),
+    ],
+)
 def test_reasons_in_order(caps, step_plan, batch, tbl, bounds, want):
     assert fallback_reason(caps, step_plan, BUCKETS, batch, tbl, bounds) == want
     assert want is None or want in FALLBACK_REASONS

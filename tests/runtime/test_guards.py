@@ -27,14 +27,17 @@ def _poisoned(B=4):
     return last, draft, tokens
 
 
-@pytest.mark.parametrize("case, match", [
-    ("dtype", "last_tokens dtype expected int32, got int64"),
-    ("shape", r"tokens shape expected \(16,\)"),
-    ("draft_shape", r"draft_tokens shape expected \(4, 3\)"),
-    ("noncontig", "draft_tokens must be contiguous"),
-    ("count", "expected 3 tensors"),
-    ("device", "device expected cpu"),
-])
+@pytest.mark.parametrize(
+    "case, match",
+    [
+        ("dtype", "last_tokens dtype expected int32, got int64"),
+        ("shape", r"tokens shape expected \(16,\)"),
+        ("draft_shape", r"draft_tokens shape expected \(4, 3\)"),
+        ("noncontig", "draft_tokens must be contiguous"),
+        ("count", "expected 3 tensors"),
+        ("device", "device expected cpu"),
+    ],
+)
 def test_bad_arguments_refused_before_launch(token_lib, case, match):
     last, draft, tokens = _poisoned()
     if case == "dtype":
@@ -60,7 +63,17 @@ def test_guards_evaluator():
     bad = G.check_guards(guards, min_seq_len=-1, max_seq_len=9000, batch=3)
     assert not bad and bad.failed == guards
     assert G.safe_eval("(B * W + 1, (B + 127) // 128)", {"B": 300, "W": 4}, G.SHAPE_NAMES) == (1201, 3)
-    for unsafe in ["__import__('os')", "max_seq_len.__class__", "open('x')", "[1][0]", "2 ** 99999",
-                   "lambda: 1", "batch if batch else 1", "True", "'s'", "x + 1"]:
+    for unsafe in [
+        "__import__('os')",
+        "max_seq_len.__class__",
+        "open('x')",
+        "[1][0]",
+        "2 ** 99999",
+        "lambda: 1",
+        "batch if batch else 1",
+        "True",
+        "'s'",
+        "x + 1",
+    ]:
         with pytest.raises(G.UnsafeExpressionError):
             G.safe_eval(unsafe, {"batch": 1, "min_seq_len": 0, "max_seq_len": 1})

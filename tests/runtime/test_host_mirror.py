@@ -93,8 +93,12 @@ def test_results_alternate_between_two_slots(mirror):
 def test_copy_orders_after_the_step_and_records_its_event(mirror):
     m, api = mirror
     m.copy(result(1, 2), 2)
-    assert api.log == [("copy", "wait_stream", "main"), ("copy", "enter", None), ("copy", "record", "event0"),
-                       ("copy", "exit", None)]
+    assert api.log == [
+        ("copy", "wait_stream", "main"),
+        ("copy", "enter", None),
+        ("copy", "record", "event0"),
+        ("copy", "exit", None),
+    ]
     api.log.clear()
     m.copy(result(2, 2), 2)
     m.wait_latest()  # the next writes wait for the newest copy (slot 1), on the device

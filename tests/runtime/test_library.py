@@ -42,8 +42,11 @@ def test_empty_batch_launches_nothing(token_lib):
 
 
 def test_missing_variant_names_key_and_command(token_lib):
-    with pytest.raises(VariantNotBuilt, match=r"spec_verify_token_update__w7 is not built: run `specgen build --widths 7 "
-                                              rf"--out {re.escape(str(token_lib.root))}`"):
+    with pytest.raises(
+        VariantNotBuilt,
+        match=r"spec_verify_token_update__w7 is not built: run `specgen build --widths 7 "
+        rf"--out {re.escape(str(token_lib.root))}`",
+    ):
         token_lib.get(FAMILY, 7)
     assert issubclass(VariantNotBuilt, LookupError)
     with pytest.raises(VariantNotBuilt, match=r"--block-table-widths 64 --block-sizes 128"):
@@ -58,10 +61,12 @@ def test_missing_variant_names_key_and_command(token_lib):
 
 def test_rendered_package_imports_and_runs(make_token_build, tmp_path):
     make_token_build(tmp_path, name="specgen_kernels_pkgtest")
-    code = ("import torch, specgen_kernels_pkgtest as k; "
-            "last = torch.arange(3, dtype=torch.int32); draft = torch.arange(9).reshape(3, 3); "
-            "out = torch.empty(12, dtype=torch.int32); k.get('spec_verify_token_update', width=4)(last, draft, out); "
-            "print(k.variants(), type(k.library()).__name__, out.tolist())")
+    code = (
+        "import torch, specgen_kernels_pkgtest as k; "
+        "last = torch.arange(3, dtype=torch.int32); draft = torch.arange(9).reshape(3, 3); "
+        "out = torch.empty(12, dtype=torch.int32); k.get('spec_verify_token_update', width=4)(last, draft, out); "
+        "print(k.variants(), type(k.library()).__name__, out.tolist())"
+    )
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert "['spec_verify_token_update__w4', 'spec_verify_token_update__w4_i64'] KernelLibrary" in res.stdout
@@ -69,8 +74,10 @@ def test_rendered_package_imports_and_runs(make_token_build, tmp_path):
 
 
 def test_runtime_does_not_import_tilelang():
-    code = ("import sys, specgen.runtime, specgen.runtime.library, specgen.runtime.ops, "
-            "specgen.runtime.loaders; "
-            "assert 'tilelang' not in sys.modules, 'tilelang imported'; "
-            "assert 'cuda.bindings' not in sys.modules, 'cuda.bindings imported eagerly'")
+    code = (
+        "import sys, specgen.runtime, specgen.runtime.library, specgen.runtime.ops, "
+        "specgen.runtime.loaders; "
+        "assert 'tilelang' not in sys.modules, 'tilelang imported'; "
+        "assert 'cuda.bindings' not in sys.modules, 'cuda.bindings imported eagerly'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

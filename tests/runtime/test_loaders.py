@@ -74,8 +74,12 @@ def test_arch_fits_and_ascend_is_refused_honestly(token_build, tmp_path):
     src = tmp_path / "ascend" / "k.cpp"
     src.parent.mkdir()
     src.write_text("// Ascend C\n")
-    rec = {**data["variants"][0], "target": "ascend", "artifact": "ascend/k.cpp",
-           "sha256": hashlib.sha256(src.read_bytes()).hexdigest()}
+    rec = {
+        **data["variants"][0],
+        "target": "ascend",
+        "artifact": "ascend/k.cpp",
+        "sha256": hashlib.sha256(src.read_bytes()).hexdigest(),
+    }
     entry = parse_manifest({**data, "variants": [rec]}, tmp_path / "manifest.json").variants[0]
     with pytest.raises(TargetUnavailableError, match="torch_npu|bisheng"):
         AscendLauncher(entry, tmp_path)

@@ -15,9 +15,12 @@ FAMILY = "spec_verify_token_update"
 
 def test_manifest_errors_name_file_and_field(token_build, tmp_path):
     data = json.loads((token_build / "manifest.json").read_text())
-    cases = [("schema_version", 1, "schema_version"), ("sha256", None, "'sha256'"),
-             ("guards", [{"expr": "__import__('os')"}], "guards\\[0\\]: field 'expr'"),
-             ("artifact", "../../etc/passwd", "'artifact'")]
+    cases = [
+        ("schema_version", 1, "schema_version"),
+        ("sha256", None, "'sha256'"),
+        ("guards", [{"expr": "__import__('os')"}], "guards\\[0\\]: field 'expr'"),
+        ("artifact", "../../etc/passwd", "'artifact'"),
+    ]
     for field, value, match in cases:
         bad = json.loads(json.dumps(data))
         if field == "schema_version":
@@ -34,16 +37,19 @@ def test_manifest_errors_name_file_and_field(token_build, tmp_path):
         KernelLibrary(tmp_path / "nowhere")
 
 
-@pytest.mark.parametrize("damage, match", [
-    (lambda rec: rec.pop("steps"), r"plans\['draft-to-verify'\]\['w4_bt8_bs16_int32'\]: missing field 'steps'"),
-    (lambda rec: rec.pop("layout"), r"missing field 'layout'"),
-    (lambda rec: rec["layout"].update(block_size="16"), r"layout: field 'block_size' must be"),
-    (lambda rec: rec["steps"][0].pop("kind"), r"steps\[0\]: missing field 'kind'"),
-    (lambda rec: rec["steps"][0].pop("family"), r"steps\[0\]: missing field 'family'"),
-    (lambda rec: rec["steps"][1].update(kind="launch"), r"kind 'launch' is not one of"),
-    (lambda rec: rec["steps"][0].update(key="spec_verify_head_update__w4_bt8_bs32"), "does not match its layout"),
-    (lambda rec: rec.update(steps="kernel"), r"field 'steps' must be"),
-])
+@pytest.mark.parametrize(
+    "damage, match",
+    [
+        (lambda rec: rec.pop("steps"), r"plans\['draft-to-verify'\]\['w4_bt8_bs16_int32'\]: missing field 'steps'"),
+        (lambda rec: rec.pop("layout"), r"missing field 'layout'"),
+        (lambda rec: rec["layout"].update(block_size="16"), r"layout: field 'block_size' must be"),
+        (lambda rec: rec["steps"][0].pop("kind"), r"steps\[0\]: missing field 'kind'"),
+        (lambda rec: rec["steps"][0].pop("family"), r"steps\[0\]: missing field 'family'"),
+        (lambda rec: rec["steps"][1].update(kind="launch"), r"kind 'launch' is not one of"),
+        (lambda rec: rec["steps"][0].update(key="spec_verify_head_update__w4_bt8_bs32"), "does not match its layout"),
+        (lambda rec: rec.update(steps="kernel"), r"field 'steps' must be"),
+    ],
+)
 def test_malformed_plan_names_the_field(make_planned_build, tmp_path, damage, match):
     root = make_planned_build(tmp_path / "build")
     data = json.loads((root / "manifest.json").read_text())

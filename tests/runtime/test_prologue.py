@@ -57,8 +57,13 @@ def test_prologue_writes_the_inputs_each_step_reads(lib):
     for step in range(1, 4):
         res = rt.step_in_place(5, (10 * step, 10 * step + 4))
         assert res.fast_path and draft.calls == step
-        expected = plain.step(bufs["last_tokens"][:5].clone(), bufs["draft_tokens"][:5].clone(),
-                              bufs["seq_lens"][:5].clone(), bufs["block_table"][:5].clone(), (10 * step, 10 * step + 4))
+        expected = plain.step(
+            bufs["last_tokens"][:5].clone(),
+            bufs["draft_tokens"][:5].clone(),
+            bufs["seq_lens"][:5].clone(),
+            bufs["block_table"][:5].clone(),
+            (10 * step, 10 * step + 4),
+        )
         for name in ("accepted", "next_tokens", "next_seq_lens", "draft_slots"):
             assert torch.equal(getattr(res, name), getattr(expected, name)), name
         # the verify rows hold this step's drafts: the prologue ran before the token update
@@ -103,10 +108,13 @@ def test_the_head_work_the_draft_does_not_read_runs_beside_it(lib):
         seen["seq_lens"] = bufs["seq_lens"][:4].clone()
         bufs["draft_tokens"][:4].copy_((bufs["draft_tokens"][:4] * 5 + 3) % VOCAB)
 
-    rt = SpecVerifyRuntime(lib, model_forward, CAPS, W, max_batch=4,
-                           prologue=Prologue(draft, writes=("draft_tokens",), setup=carry))
-    assert [s.variant.family for s in rt.hoisted] == ["spec_verify_metadata_update",
-                                                       "spec_verify_attention_tiling_update"]
+    rt = SpecVerifyRuntime(
+        lib, model_forward, CAPS, W, max_batch=4, prologue=Prologue(draft, writes=("draft_tokens",), setup=carry)
+    )
+    assert [s.variant.family for s in rt.hoisted] == [
+        "spec_verify_metadata_update",
+        "spec_verify_attention_tiling_update",
+    ]
     bufs = rt.buffers(4)
     bufs["block_table"].copy_(torch.arange(1, 1 + 4 * BT, dtype=I32).view(4, BT))
     bufs["next_seq_lens"].copy_(torch.tensor([3, 0, 17, 40], dtype=I32))
@@ -116,8 +124,9 @@ def test_the_head_work_the_draft_does_not_read_runs_beside_it(lib):
         assert res.fast_path
         s = seen["seq_lens"]
         assert torch.equal(seen["positions"].view(4, W), s[:, None] + torch.arange(W, dtype=I32))
-        expected = plain.step(bufs["last_tokens"].clone(), bufs["draft_tokens"].clone(), s,
-                              bufs["block_table"].clone(), (0, 60))
+        expected = plain.step(
+            bufs["last_tokens"].clone(), bufs["draft_tokens"].clone(), s, bufs["block_table"].clone(), (0, 60)
+        )
         for name in ("accepted", "next_tokens", "next_seq_lens", "draft_slots", "hidden_rows"):
             assert torch.equal(getattr(res, name), getattr(expected, name)), (step, name)
         assert torch.equal(bufs["row_kv_lens"][: 4 * W].view(4, W), s[:, None] + torch.arange(1, W + 1, dtype=I32))

@@ -5,11 +5,12 @@ from __future__ import annotations
 import doctest
 
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specgen.runtime import semantics as reference
-from specgen.specializations.families import FAMILIES
 from specgen.runtime.semantics import REFERENCES
+from specgen.specializations.families import FAMILIES
 
 I32 = torch.int32
 
@@ -40,10 +41,12 @@ def token_update_py(last, draft, W):
 
 def metadata_py(S, bt, W, bs):
     B = len(S)
-    return {"positions": [max(read_s(S[b], W) + j, 0) for b in range(B) for j in range(W)],
-            "slot_mapping": [slot_py(bt, b, read_s(S[b], W) + j, bs) for b in range(B) for j in range(W)],
-            "kv_lens": [max(read_s(S[b], W) + W, 0) for b in range(B)],
-            "query_start_loc": [i * W for i in range(B + 1)]}
+    return {
+        "positions": [max(read_s(S[b], W) + j, 0) for b in range(B) for j in range(W)],
+        "slot_mapping": [slot_py(bt, b, read_s(S[b], W) + j, bs) for b in range(B) for j in range(W)],
+        "kv_lens": [max(read_s(S[b], W) + W, 0) for b in range(B)],
+        "query_start_loc": [i * W for i in range(B + 1)],
+    }
 
 
 def tiling_py(S, W, bs, ns):
@@ -53,10 +56,14 @@ def tiling_py(S, W, bs, ns):
     for n in nb:
         offsets.append(min(offsets[-1] + n, INT32_MAX) if offsets[-1] < INT32_MAX else INT32_MAX)
     m = max(kv)
-    return {"row_kv_lens": kv, "row_num_blocks": nb,
-            "row_last_block_len": [k - (n - 1) * bs if k else 0 for k, n in zip(kv, nb)],
-            "row_block_offsets": offsets, "max_kv_len": [m],
-            "kv_split_len": [min(-(-(-(-m // bs)) // ns) * bs, INT32_MAX)]}
+    return {
+        "row_kv_lens": kv,
+        "row_num_blocks": nb,
+        "row_last_block_len": [k - (n - 1) * bs if k else 0 for k, n in zip(kv, nb)],
+        "row_block_offsets": offsets,
+        "max_kv_len": [m],
+        "kv_split_len": [min(-(-(-(-m // bs)) // ns) * bs, INT32_MAX)],
+    }
 
 
 def greedy_py(draft, target, W):
@@ -82,8 +89,13 @@ def next_draft_py(acc, target, S, bt, sc, W, bs):
 
 
 def context_py(acc, S, bt, W, bs):
-    return {"context_slots": [slot_py(bt, b, read_s(S[b], W) + j, bs) if j <= read_a(acc[b], W) else -1
-                              for b in range(len(S)) for j in range(W)]}
+    return {
+        "context_slots": [
+            slot_py(bt, b, read_s(S[b], W) + j, bs) if j <= read_a(acc[b], W) else -1
+            for b in range(len(S))
+            for j in range(W)
+        ]
+    }
 
 
 INT32 = st.integers(INT32_MIN, INT32_MAX)
@@ -96,26 +108,66 @@ def cases(draw):
     B, W = draw(st.integers(1, 64)), draw(st.integers(2, 16))
     BT, BS = draw(st.sampled_from([(1, 16), (4, 16), (8, 16), (64, 128), (3, 7)]))
     cap = BT * BS
-    special = st.sampled_from([0, BS - 1, BS, max(cap - W, 0), cap - W + 1, cap, cap + 3, -1, -W, -BS - 1,
-                               INT32_MIN, INT32_MAX - W, INT32_MAX - W + 1, INT32_MAX])
+    special = st.sampled_from(
+        [
+            0,
+            BS - 1,
+            BS,
+            max(cap - W, 0),
+            cap - W + 1,
+            cap,
+            cap + 3,
+            -1,
+            -W,
+            -BS - 1,
+            INT32_MIN,
+            INT32_MAX - W,
+            INT32_MAX - W + 1,
+            INT32_MAX,
+        ]
+    )
     boundary = st.builds(lambda k, d: max(k * BS + d, 0), st.integers(0, BT), st.sampled_from([-1, 0, 1]))
     S = draw(st.lists(st.one_of(special, boundary, st.integers(0, cap + W), INT32), min_size=B, max_size=B))
     entry = st.one_of(st.integers(0, 4096), st.sampled_from([-1, INT32_MAX // BS, INT32_MAX // BS + 1]), INT32)
     bt = draw(st.lists(st.lists(entry, min_size=BT, max_size=BT), min_size=B, max_size=B))
-    acc = draw(st.lists(st.one_of(st.integers(0, W - 1), st.sampled_from([-1, W, INT32_MIN, INT32_MAX]), INT32),
-                        min_size=B, max_size=B))
+    acc = draw(
+        st.lists(
+            st.one_of(st.integers(0, W - 1), st.sampled_from([-1, W, INT32_MIN, INT32_MAX]), INT32),
+            min_size=B,
+            max_size=B,
+        )
+    )
     target = draw(st.lists(st.lists(st.integers(0, 5), min_size=W, max_size=W), min_size=B, max_size=B))
     # drafts agree with the target up to a drawn prefix, so every acceptance occurs
-    draft = [t[:W - 1] for t in target]
+    draft = [t[: W - 1] for t in target]
     for b, cut in enumerate(draw(st.lists(st.integers(0, W - 1), min_size=B, max_size=B))):
         if cut < W - 1:
             draft[b][cut] = target[b][cut] + 1
     dtype = draw(st.sampled_from([torch.int32, torch.int64]))
-    wide = [[draw(st.sampled_from([2**31, INT32_MIN - 1, 2**40])) if draw(st.integers(0, 7)) == 0 else d
-             for d in row] for row in draft] if dtype == torch.int64 else draft
-    return dict(B=B, W=W, BT=BT, BS=BS, S=S, bt=bt, acc=acc, target=target, draft=draft, wide=wide,
-                dtype=dtype, last=draw(st.lists(st.integers(-5, 2**31 - 1), min_size=B, max_size=B)),
-                sc=draw(st.integers(0, 10**6)), ns=draw(st.sampled_from([1, 3, 8])))
+    wide = (
+        [
+            [draw(st.sampled_from([2**31, INT32_MIN - 1, 2**40])) if draw(st.integers(0, 7)) == 0 else d for d in row]
+            for row in draft
+        ]
+        if dtype == torch.int64
+        else draft
+    )
+    return dict(
+        B=B,
+        W=W,
+        BT=BT,
+        BS=BS,
+        S=S,
+        bt=bt,
+        acc=acc,
+        target=target,
+        draft=draft,
+        wide=wide,
+        dtype=dtype,
+        last=draw(st.lists(st.integers(-5, 2**31 - 1), min_size=B, max_size=B)),
+        sc=draw(st.integers(0, 10**6)),
+        ns=draw(st.sampled_from([1, 3, 8])),
+    )
 
 
 def _call(family, inputs, expected, **kw):
@@ -131,17 +183,25 @@ def _call(family, inputs, expected, **kw):
 def test_references_match_kernels_md(c):
     t = lambda v, dt=I32: torch.tensor(v, dtype=dt)  # noqa: E731
     W, BS = c["W"], c["BS"]
-    ins = {"last_tokens": t(c["last"]), "draft_tokens": t(c["wide"], c["dtype"]).reshape(c["B"], W - 1),
-           "seq_lens": t(c["S"]), "block_table": t(c["bt"]), "accepted": t(c["acc"]),
-           "target_tokens": t(c["target"]), "scratch_slot": t([c["sc"]])}
+    ins = {
+        "last_tokens": t(c["last"]),
+        "draft_tokens": t(c["wide"], c["dtype"]).reshape(c["B"], W - 1),
+        "seq_lens": t(c["S"]),
+        "block_table": t(c["bt"]),
+        "accepted": t(c["acc"]),
+        "target_tokens": t(c["target"]),
+        "scratch_slot": t([c["sc"]]),
+    }
     _call("spec_verify_token_update", ins, token_update_py(c["last"], c["wide"], W))
     _call("spec_verify_metadata_update", ins, metadata_py(c["S"], c["bt"], W, BS), block_size=BS)
-    _call("spec_verify_attention_tiling_update", ins, tiling_py(c["S"], W, BS, c["ns"]),
-          block_size=BS, num_splits=c["ns"])
+    _call(
+        "spec_verify_attention_tiling_update", ins, tiling_py(c["S"], W, BS, c["ns"]), block_size=BS, num_splits=c["ns"]
+    )
     ins32 = dict(ins, draft_tokens=t(c["draft"]).reshape(c["B"], W - 1))
     _call("greedy_prefix_verify", ins32, greedy_py(c["draft"], c["target"], W))
-    _call("prepare_next_draft", ins, next_draft_py(c["acc"], c["target"], c["S"], c["bt"], c["sc"], W, BS),
-          block_size=BS)
+    _call(
+        "prepare_next_draft", ins, next_draft_py(c["acc"], c["target"], c["S"], c["bt"], c["sc"], W, BS), block_size=BS
+    )
     _call("context_kv_update", ins, context_py(c["acc"], c["S"], c["bt"], W, BS), block_size=BS)
 
 
@@ -166,8 +226,15 @@ def test_the_issue_examples_stay_inside_the_sequence():
     reference.spec_verify_metadata_update(i32(-5, 0), bt, pos, slots, kv, qsl, block_size=4)
     assert slots.tolist() == [-1] * 4 + [-1] * 4 and pos.tolist() == [0] * 4 + [0, 1, 2, 3]
     outs = [torch.full(s, -777, dtype=I32) for s in [(2,), (2,), (2, 2), (2, 2), (2, 2)]]
-    reference.prepare_next_draft(i32(2**31 - 1, -(2**31)), i32([5, 6, 7, 8], [9, 10, 11, 12]),
-                                 i32(2**31 - 1, 1), bt, i32(99), *outs, block_size=4)
+    reference.prepare_next_draft(
+        i32(2**31 - 1, -(2**31)),
+        i32([5, 6, 7, 8], [9, 10, 11, 12]),
+        i32(2**31 - 1, 1),
+        bt,
+        i32(99),
+        *outs,
+        block_size=4,
+    )
     last, lens, positions, dslots, rows = (o.tolist() for o in outs)
     assert last == [8, 9] and rows == [[2, 3], [4, 4]]
     assert lens == [INT32_MAX, 2] and positions == [[INT32_MAX - 1, INT32_MAX], [1, 2]]

@@ -6,15 +6,28 @@ import pytest
 import torch
 
 from specgen.runtime.library import KernelLibrary
-from specgen.runtime.step_plan import (DEFAULT_SEQUENCE, StepPlan, built_layouts, eager_step, eager_steps,
-                                       hoist_split, resolve_step_plan, run_steps, semantics_call)
+from specgen.runtime.step_plan import (
+    DEFAULT_SEQUENCE,
+    StepPlan,
+    built_layouts,
+    eager_step,
+    eager_steps,
+    hoist_split,
+    resolve_step_plan,
+    run_steps,
+    semantics_call,
+)
 from specgen.specializations.capabilities import SpeculativeVerifyCapabilities
 
 W, BT, BS = 4, 8, 16
 I32 = torch.int32
 CAPS = SpeculativeVerifyCapabilities(supports_in_graph_input_update=True, block_size=BS, block_table_width=BT)
-SEQUENCE = (f"spec_verify_head_update__w{W}_bt{BT}_bs{BS}", "target_forward", f"greedy_prefix_verify__w{W}",
-            f"prepare_next_draft__w{W}_bt{BT}_bs{BS}")
+SEQUENCE = (
+    f"spec_verify_head_update__w{W}_bt{BT}_bs{BS}",
+    "target_forward",
+    f"greedy_prefix_verify__w{W}",
+    f"prepare_next_draft__w{W}_bt{BT}_bs{BS}",
+)
 
 
 @pytest.fixture

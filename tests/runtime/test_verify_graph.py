@@ -6,7 +6,8 @@ import os
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from specgen.runtime import semantics as ref
 from specgen.runtime.capabilities import SpeculativeVerifyCapabilities
@@ -16,8 +17,15 @@ from specgen.runtime.verify_graph import SpecVerifyRuntime
 W, BT, BS = 4, 8, 16
 VOCAB = 50
 I32 = torch.int32
-FIELDS = ("accepted", "next_tokens", "next_last_token", "next_seq_lens", "draft_positions", "draft_slots",
-          "hidden_rows")
+FIELDS = (
+    "accepted",
+    "next_tokens",
+    "next_last_token",
+    "next_seq_lens",
+    "draft_positions",
+    "draft_slots",
+    "hidden_rows",
+)
 ON = SpeculativeVerifyCapabilities(supports_in_graph_input_update=True, block_size=BS, block_table_width=BT)
 
 
@@ -28,8 +36,7 @@ def lib(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("verify_graph_build")
     try:
-        build(Matrix(widths=(W,), block_table_widths=(BT,), block_sizes=(BS,)), ("c",), out=out, jobs=2,
-              progress=None)
+        build(Matrix(widths=(W,), block_table_widths=(BT,), block_sizes=(BS,)), ("c",), out=out, jobs=2, progress=None)
     except Exception as exc:  # no C toolchain
         pytest.skip(f"cannot build the c kernels here: {exc}")
     return load_library(out)
@@ -43,22 +50,44 @@ def model_forward(bufs):
 
 def reference_step(last_tokens, draft_tokens, seq_lens, block_table, block_size=BS, width=W):
     """The whole step from the torch references, independent of the runtime."""
-    B, bt = seq_lens.shape[0], block_table.shape[1]
+    B = seq_lens.shape[0]
     tokens = torch.empty(B * width, dtype=I32)
     ref.spec_verify_token_update(last_tokens, draft_tokens, tokens)
     positions = torch.empty(B * width, dtype=I32)
     slots = torch.empty(B * width, dtype=I32)
-    ref.spec_verify_metadata_update(seq_lens, block_table, positions, slots, torch.empty(B, dtype=I32),
-                                    torch.empty(B + 1, dtype=I32), block_size=block_size)
+    ref.spec_verify_metadata_update(
+        seq_lens,
+        block_table,
+        positions,
+        slots,
+        torch.empty(B, dtype=I32),
+        torch.empty(B + 1, dtype=I32),
+        block_size=block_size,
+    )
     target = ((tokens.long() * 7 + positions.long()) % VOCAB).to(I32).view(B, width)
-    out = {"accepted": torch.empty(B, dtype=I32), "next_tokens": torch.empty(B, width, dtype=I32),
-           "next_last_token": torch.empty(B, dtype=I32), "next_seq_lens": torch.empty(B, dtype=I32),
-           "draft_positions": torch.empty(B, 2, dtype=I32), "draft_slots": torch.empty(B, 2, dtype=I32),
-           "hidden_rows": torch.empty(B, 2, dtype=I32)}
+    out = {
+        "accepted": torch.empty(B, dtype=I32),
+        "next_tokens": torch.empty(B, width, dtype=I32),
+        "next_last_token": torch.empty(B, dtype=I32),
+        "next_seq_lens": torch.empty(B, dtype=I32),
+        "draft_positions": torch.empty(B, 2, dtype=I32),
+        "draft_slots": torch.empty(B, 2, dtype=I32),
+        "hidden_rows": torch.empty(B, 2, dtype=I32),
+    }
     ref.greedy_prefix_verify(draft_tokens, target, out["accepted"], out["next_tokens"])
-    ref.prepare_next_draft(out["accepted"], target, seq_lens, block_table, torch.zeros(1, dtype=I32),
-                           out["next_last_token"], out["next_seq_lens"], out["draft_positions"],
-                           out["draft_slots"], out["hidden_rows"], block_size=block_size)
+    ref.prepare_next_draft(
+        out["accepted"],
+        target,
+        seq_lens,
+        block_table,
+        torch.zeros(1, dtype=I32),
+        out["next_last_token"],
+        out["next_seq_lens"],
+        out["draft_positions"],
+        out["draft_slots"],
+        out["hidden_rows"],
+        block_size=block_size,
+    )
     return out
 
 
@@ -91,14 +120,21 @@ def assert_same(result, expected):
 def test_sequence_comes_from_plans(lib):
     rt = SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8)
     assert rt.layout == (BT, BS)
-    assert tuple(s.name for s in rt.sequence) == (f"spec_verify_head_update__w{W}_bt{BT}_bs{BS}", "target_forward",
-                           f"greedy_prefix_verify__w{W}", f"prepare_next_draft__w{W}_bt{BT}_bs{BS}")
+    assert tuple(s.name for s in rt.sequence) == (
+        f"spec_verify_head_update__w{W}_bt{BT}_bs{BS}",
+        "target_forward",
+        f"greedy_prefix_verify__w{W}",
+        f"prepare_next_draft__w{W}_bt{BT}_bs{BS}",
+    )
     assert rt.buckets == (1, 2, 4, 8)
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(batches=st.lists(st.integers(1, 8), min_size=1, max_size=4), seed=st.integers(0, 2**31 - 1),
-       p=st.sampled_from([0.0, 0.5, 0.9, 1.0]))
+@given(
+    batches=st.lists(st.integers(1, 8), min_size=1, max_size=4),
+    seed=st.integers(0, 2**31 - 1),
+    p=st.sampled_from([0.0, 0.5, 0.9, 1.0]),
+)
 def test_fast_path_matches_reference_over_steps(lib, batches, seed, p):
     gen = torch.Generator().manual_seed(seed)
     rt = SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8)
@@ -107,8 +143,13 @@ def test_fast_path_matches_reference_over_steps(lib, batches, seed, p):
     for _ in batches:  # the same sequences advance step by step
         drafts = make_drafts(last, seq_lens, gen, p)
         int64 = bool(torch.rand(1, generator=gen) < 0.5)
-        res = rt.step(last, drafts.long() if int64 else drafts, seq_lens, table,
-                      seq_len_bounds=(int(seq_lens.min()), int(seq_lens.max())))
+        res = rt.step(
+            last,
+            drafts.long() if int64 else drafts,
+            seq_lens,
+            table,
+            seq_len_bounds=(int(seq_lens.min()), int(seq_lens.max())),
+        )
         assert res.fast_path and res.reason is None
         exp = reference_step(last, drafts, seq_lens, table)
         assert_same(res, exp)
@@ -128,12 +169,21 @@ def test_padding_rows_only_touch_scratch_block(lib):
     assert_same(rt.step(last, drafts, seq_lens, table), reference_step(last, drafts, seq_lens, table))
     bufs = rt._bufs[8]
     assert (bufs["seq_lens"][5:] == 0).all() and (bufs["block_table"][5:] == 0).all()
-    pad_slots = torch.cat([bufs["slot_mapping"][5 * W:], bufs["draft_slots"][5:].reshape(-1)])
+    pad_slots = torch.cat([bufs["slot_mapping"][5 * W :], bufs["draft_slots"][5:].reshape(-1)])
     assert ((pad_slots >= 0) & (pad_slots < BS)).all()  # the scratch block (block 0) only
 
 
-@pytest.mark.parametrize("case", ["capability_off", "variant_not_built", "batch_exceeds_buckets",
-                                  "layout_mismatch", "layout_mismatch_table", "guard_failed"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "capability_off",
+        "variant_not_built",
+        "batch_exceeds_buckets",
+        "layout_mismatch",
+        "layout_mismatch_table",
+        "guard_failed",
+    ],
+)
 def test_fallback_reasons(lib, case):
     gen = torch.Generator().manual_seed(7)
     width, caps, max_batch, B, bt, bs, max_len = W, ON, 8, 3, BT, BS, 100
@@ -145,14 +195,16 @@ def test_fallback_reasons(lib, case):
         max_batch, B = 2, 3
     elif case == "layout_mismatch":
         bs = 32
-        caps = SpeculativeVerifyCapabilities(supports_in_graph_input_update=True, block_size=bs,
-                                             block_table_width=BT)
+        caps = SpeculativeVerifyCapabilities(supports_in_graph_input_update=True, block_size=bs, block_table_width=BT)
     elif case == "layout_mismatch_table":
         bt = BT + 2
     elif case == "guard_failed":
         max_len = BT * BS  # beyond BT * BS - W: positions past the table write nowhere
-    fwd = model_forward if width == W else (lambda b: ((b["tokens"].long() * 7 + b["positions"].long())
-                                                      % VOCAB).to(I32).view(-1, width))
+    fwd = (
+        model_forward
+        if width == W
+        else (lambda b: ((b["tokens"].long() * 7 + b["positions"].long()) % VOCAB).to(I32).view(-1, width))
+    )
     rt = SpecVerifyRuntime(lib, fwd, caps, width, max_batch=max_batch)
     last = torch.randint(0, VOCAB, (B,), generator=gen, dtype=I32)
     seq_lens = torch.randint(0, max_len + 1, (B,), generator=gen, dtype=I32)
@@ -190,8 +242,13 @@ def test_cuda_graph_replay(tmp_path):
     # specgen build --target cuda --widths 4 --block-table-widths 8 --block-sizes 16 --out build/verify_test_kernels
     prebuilt = os.environ.get("SPECGEN_TEST_CUDA_KERNELS")
     if not prebuilt:
-        build(Matrix(widths=(W,), block_table_widths=(BT,), block_sizes=(BS,)), ("cuda",), out=tmp_path, jobs=2,
-              progress=None)
+        build(
+            Matrix(widths=(W,), block_table_widths=(BT,), block_sizes=(BS,)),
+            ("cuda",),
+            out=tmp_path,
+            jobs=2,
+            progress=None,
+        )
     lib = load_library(prebuilt or tmp_path)
     dev = torch.device("cuda")
     rt = SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8, backend="cuda", device=dev)
@@ -210,8 +267,7 @@ def test_cuda_graph_replay(tmp_path):
         before = torch.cuda.memory_allocated()
         torch.cuda.set_sync_debug_mode("error")
         try:
-            res = rt.step(dl, dd, ds, dt, seq_len_bounds=(int(seq_lens.min()), int(seq_lens.max())),
-                          ready_event=ready)
+            res = rt.step(dl, dd, ds, dt, seq_len_bounds=(int(seq_lens.min()), int(seq_lens.max())), ready_event=ready)
         finally:
             torch.cuda.set_sync_debug_mode(0)
         assert res.fast_path
@@ -291,9 +347,21 @@ def _default_cuda_library(tmp_path):
     from specgen.specializations import DEFAULT
 
     # the plans fuse the three head updates into spec_verify_head_update, so that one is built too
-    build(DEFAULT, ("cuda",), out=tmp_path, jobs=2, progress=None,
-          families=("spec_verify_token_update", "spec_verify_metadata_update", "spec_verify_attention_tiling_update",
-                    "spec_verify_head_update", "greedy_prefix_verify", "prepare_next_draft"))
+    build(
+        DEFAULT,
+        ("cuda",),
+        out=tmp_path,
+        jobs=2,
+        progress=None,
+        families=(
+            "spec_verify_token_update",
+            "spec_verify_metadata_update",
+            "spec_verify_attention_tiling_update",
+            "spec_verify_head_update",
+            "greedy_prefix_verify",
+            "prepare_next_draft",
+        ),
+    )
     return load_library(tmp_path)
 
 
@@ -301,6 +369,7 @@ def _forward_for(width):
     def fwd(bufs):
         tokens, positions = bufs["tokens"].long(), bufs["positions"].long()
         return ((tokens * 7 + positions) % VOCAB).to(I32).view(-1, width)
+
     return fwd
 
 
@@ -371,8 +440,10 @@ def test_cuda_soak_replays(tmp_path, width):
     assert stats["fast_path"] == SOAK_STEPS and stats["fallback"] == {} and stats["device_guard"] == {}
     assert (seen_accept > 0).all(), seen_accept  # every acceptance length 0 .. W-1 occurred
     assert buckets_hit == set(rt.buckets)
-    print(f"soak w{width}: {SOAK_STEPS} replays exact; accepted-length histogram {seen_accept.tolist()}; "
-          f"buckets {sorted(buckets_hit)}; memory_allocated unchanged across every chunk of replays")
+    print(
+        f"soak w{width}: {SOAK_STEPS} replays exact; accepted-length histogram {seen_accept.tolist()}; "
+        f"buckets {sorted(buckets_hit)}; memory_allocated unchanged across every chunk of replays"
+    )
 
 
 @pytest.mark.gpu
@@ -383,8 +454,9 @@ def test_cuda_capture_time_all_buckets(tmp_path):
     lib = _default_cuda_library(tmp_path)
     dev = torch.device("cuda")
     caps = SpeculativeVerifyCapabilities(supports_in_graph_input_update=True, block_size=128, block_table_width=64)
-    rts = [SpecVerifyRuntime(lib, _forward_for(w), caps, w, max_batch=64, backend="cuda", device=dev)
-           for w in (4, 5, 6)]
+    rts = [
+        SpecVerifyRuntime(lib, _forward_for(w), caps, w, max_batch=64, backend="cuda", device=dev) for w in (4, 5, 6)
+    ]
     torch.cuda.synchronize()
     t = time.perf_counter()
     for rt in rts:

@@ -7,17 +7,50 @@ import sys
 
 import pytest
 
-from specgen.specializations import (BASE_GUARDS, BLOCK_ENTRY, COMPOSITES, FAMILIES, ArgSpec, Family, GuardRule,
-                                     register, shape_of, unregister)
-from specgen.specializations.expr import (GUARD_NAMES, SHAPE_NAMES, UnsafeExpressionError, eval_shape, safe_eval,
-                                          validate_expression)
+from specgen.specializations import (
+    BASE_GUARDS,
+    BLOCK_ENTRY,
+    COMPOSITES,
+    FAMILIES,
+    ArgSpec,
+    Family,
+    GuardRule,
+    register,
+    shape_of,
+    unregister,
+)
+from specgen.specializations.expr import (
+    GUARD_NAMES,
+    SHAPE_NAMES,
+    UnsafeExpressionError,
+    eval_shape,
+    safe_eval,
+    validate_expression,
+)
 
 
-@pytest.mark.parametrize("text", [
-    "__import__('os')", "batch.real", "f(batch)", "batch ** 2", "batch / 2", "1.5 < batch", "[batch]",
-    "batch[0]", "lambda: 1", "(yield)", "batch if batch else 0", "'a' < 'b'", "True", "x < 1", "batch << 2",
-    "batch; batch", "import os",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "__import__('os')",
+        "batch.real",
+        "f(batch)",
+        "batch ** 2",
+        "batch / 2",
+        "1.5 < batch",
+        "[batch]",
+        "batch[0]",
+        "lambda: 1",
+        "(yield)",
+        "batch if batch else 0",
+        "'a' < 'b'",
+        "True",
+        "x < 1",
+        "batch << 2",
+        "batch; batch",
+        "import os",
+    ],
+)
 def test_unsafe_syntax_is_rejected(text):
     with pytest.raises(UnsafeExpressionError):
         safe_eval(text, {"batch": 1, "min_seq_len": 0, "max_seq_len": 1})
@@ -55,8 +88,11 @@ def test_guard_rules_follow_the_definition():
 
 
 def test_register_and_unregister():
-    paged = Family("toy_paged", ("W", "BT", "BS"), (ArgSpec("block_table", "int32", "(B, BT)"),
-                                                    ArgSpec("out", "int32", "(B,)", output=True)))
+    paged = Family(
+        "toy_paged",
+        ("W", "BT", "BS"),
+        (ArgSpec("block_table", "int32", "(B, BT)"), ArgSpec("out", "int32", "(B,)", output=True)),
+    )
     try:
         assert register(paged) is paged and FAMILIES["toy_paged"].guard_rules[-1] == BLOCK_ENTRY
         with pytest.raises(ValueError, match="already registered"):
@@ -71,7 +107,9 @@ def test_register_and_unregister():
 
 
 def test_importing_the_ground_floor_loads_no_heavy_package():
-    code = ("import sys, specgen.specializations; "
-            "print(sorted(m for m in ('torch', 'sympy', 'jinja2', 'tilelang', 'numpy') if m in sys.modules))")
+    code = (
+        "import sys, specgen.specializations; "
+        "print(sorted(m for m in ('torch', 'sympy', 'jinja2', 'tilelang', 'numpy') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

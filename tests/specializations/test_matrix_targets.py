@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from specgen.specializations import (DEFAULT, TARGET_NAMES, TARGET_OF_DEVICE, TARGETS, Layout, Matrix, MatrixError,
-                                     load_toml, target)
+from specgen.specializations import (
+    DEFAULT,
+    TARGET_NAMES,
+    TARGET_OF_DEVICE,
+    TARGETS,
+    Layout,
+    Matrix,
+    MatrixError,
+    load_toml,
+    target,
+)
 
 
 def test_default_layouts():
@@ -14,12 +23,18 @@ def test_default_layouts():
     assert {lay.width for lay in layouts} == {4, 5, 6}
 
 
-@pytest.mark.parametrize("kw, match", [
-    ({"widths": (17,)}, "width 17"), ({"widths": (1,)}, "width 1"), ({"widths": ()}, "empty"),
-    ({"block_sizes": (0,)}, "block size must be positive"),
-    ({"block_table_widths": (-1,)}, "block table width must be positive"),
-    ({"draft_dtypes": ("int16",)}, "int16"), ({"num_splits": 0}, "num_splits"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"widths": (17,)}, "width 17"),
+        ({"widths": (1,)}, "width 1"),
+        ({"widths": ()}, "empty"),
+        ({"block_sizes": (0,)}, "block size must be positive"),
+        ({"block_table_widths": (-1,)}, "block table width must be positive"),
+        ({"draft_dtypes": ("int16",)}, "int16"),
+        ({"num_splits": 0}, "num_splits"),
+    ],
+)
 def test_matrix_errors(kw, match):
     with pytest.raises(MatrixError, match=match):
         Matrix(**kw)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from specgen.specializations import BOUNDARY_NAMES, FAMILIES, Layout, Plan, PlanError, PlanStep, VariantSpec
 
-layouts = st.builds(Layout, st.integers(2, 16), st.integers(1, 128), st.integers(1, 256),
-                    st.sampled_from(["int32", "int64"]))
+layouts = st.builds(
+    Layout, st.integers(2, 16), st.integers(1, 128), st.integers(1, 256), st.sampled_from(["int32", "int64"])
+)
 
 
 def _step(draw, layout):
@@ -57,19 +59,38 @@ def test_step_errors():
         PlanStep("copy", "x", VariantSpec("greedy_prefix_verify", 4))
 
 
-@pytest.mark.parametrize("rec, match", [
-    ({}, "malformed"),
-    ({"layout": {"width": 4}, "steps": []}, "malformed"),
-    ({"layout": {"width": 4, "block_table_width": 64, "block_size": 128}, "steps": [{"kind": "kernel"}]},
-     "malformed"),
-    ({"layout": {"width": 4, "block_table_width": 64, "block_size": 128},
-      "steps": [{"kind": "kernel", "family": "greedy_prefix_verify", "key": "greedy_prefix_verify__w5"}]},
-     "does not match its layout"),
-    ({"layout": {"width": 4, "block_table_width": 64, "block_size": 128},
-      "steps": [{"kind": "kernel", "family": "nope", "key": "nope__w4"}]}, "malformed"),
-    ({"layout": {"width": 4, "block_table_width": 64, "block_size": 128},
-      "steps": [{"kind": "launch", "name": "x"}]}, "kind"),
-])
+@pytest.mark.parametrize(
+    "rec, match",
+    [
+        ({}, "malformed"),
+        ({"layout": {"width": 4}, "steps": []}, "malformed"),
+        (
+            {"layout": {"width": 4, "block_table_width": 64, "block_size": 128}, "steps": [{"kind": "kernel"}]},
+            "malformed",
+        ),
+        (
+            {
+                "layout": {"width": 4, "block_table_width": 64, "block_size": 128},
+                "steps": [{"kind": "kernel", "family": "greedy_prefix_verify", "key": "greedy_prefix_verify__w5"}],
+            },
+            "does not match its layout",
+        ),
+        (
+            {
+                "layout": {"width": 4, "block_table_width": 64, "block_size": 128},
+                "steps": [{"kind": "kernel", "family": "nope", "key": "nope__w4"}],
+            },
+            "malformed",
+        ),
+        (
+            {
+                "layout": {"width": 4, "block_table_width": 64, "block_size": 128},
+                "steps": [{"kind": "launch", "name": "x"}],
+            },
+            "kind",
+        ),
+    ],
+)
 def test_malformed_records(rec, match):
     with pytest.raises(PlanError, match=match):
         Plan.from_dict("draft-to-verify", rec)

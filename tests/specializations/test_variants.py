@@ -5,20 +5,21 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from specgen.specializations import FAMILIES, DRAFT_DTYPES, KeyFormatError, Layout, UnknownFamily, VariantSpec
+from specgen.specializations import DRAFT_DTYPES, FAMILIES, KeyFormatError, Layout, UnknownFamily, VariantSpec
 from specgen.specializations.variants import build_command, family_of
 
-layouts = st.builds(Layout, st.integers(2, 16), st.integers(1, 4096), st.integers(1, 4096),
-                    st.sampled_from(DRAFT_DTYPES))
+layouts = st.builds(
+    Layout, st.integers(2, 16), st.integers(1, 4096), st.integers(1, 4096), st.sampled_from(DRAFT_DTYPES)
+)
 
 
 @given(layouts)
 def test_layout_key_roundtrip(layout):
     assert Layout.parse(layout.key) == layout
-    assert layout.key == (f"w{layout.width}_bt{layout.block_table_width}_bs{layout.block_size}_"
-                          f"{layout.draft_dtype}")
+    assert layout.key == (f"w{layout.width}_bt{layout.block_table_width}_bs{layout.block_size}_{layout.draft_dtype}")
 
 
 @given(layouts, st.sampled_from(sorted(FAMILIES)))
@@ -31,8 +32,9 @@ def test_variant_key_roundtrip(layout, family):
 
 def test_of_keeps_only_what_the_key_names():
     lay = Layout(4, 64, 128, "int64")
-    assert VariantSpec.of("spec_verify_token_update", lay) == VariantSpec("spec_verify_token_update", 4, None, None,
-                                                                          "int64")
+    assert VariantSpec.of("spec_verify_token_update", lay) == VariantSpec(
+        "spec_verify_token_update", 4, None, None, "int64"
+    )
     assert VariantSpec.of("greedy_prefix_verify", lay).key == "greedy_prefix_verify__w4"
     tiling = "spec_verify_attention_tiling_update"
     assert VariantSpec.of(tiling, lay).key == f"{tiling}__w4_bs128"
@@ -41,24 +43,37 @@ def test_of_keeps_only_what_the_key_names():
     assert VariantSpec.of("context_kv_update", lay).draft_dtype == "int32"
 
 
-@pytest.mark.parametrize("key", ["w4_bt64_bs128", "w4_bt64_bs128_int16", "bt64_w4_bs128_int32", "w4_bt64_bs128_int32_x",
-                                 "W4_bt64_bs128_int32", "w_bt64_bs128_int32", ""])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "w4_bt64_bs128",
+        "w4_bt64_bs128_int16",
+        "bt64_w4_bs128_int32",
+        "w4_bt64_bs128_int32_x",
+        "W4_bt64_bs128_int32",
+        "w_bt64_bs128_int32",
+        "",
+    ],
+)
 def test_bad_layout_keys(key):
     with pytest.raises(KeyFormatError):
         Layout.parse(key)
 
 
-@pytest.mark.parametrize("key", [
-    "spec_verify_token_update",                        # no separator
-    "spec_verify_token_update__",                      # nothing after it
-    "spec_verify_token_update__bt64",                  # no width
-    "spec_verify_token_update__w4_x3",                 # unknown part
-    "spec_verify_token_update__w4_bt64",               # the family's key has no bt
-    "spec_verify_metadata_update__w4_bs128_bt64",      # wrong order
-    "spec_verify_metadata_update__w4",                 # missing bt, bs
-    "greedy_prefix_verify__w4_i64",                    # no int64 variant
-    "spec_verify_token_update__w04",                   # not the canonical spelling
-])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "spec_verify_token_update",  # no separator
+        "spec_verify_token_update__",  # nothing after it
+        "spec_verify_token_update__bt64",  # no width
+        "spec_verify_token_update__w4_x3",  # unknown part
+        "spec_verify_token_update__w4_bt64",  # the family's key has no bt
+        "spec_verify_metadata_update__w4_bs128_bt64",  # wrong order
+        "spec_verify_metadata_update__w4",  # missing bt, bs
+        "greedy_prefix_verify__w4_i64",  # no int64 variant
+        "spec_verify_token_update__w04",  # not the canonical spelling
+    ],
+)
 def test_bad_variant_keys(key):
     with pytest.raises(KeyFormatError):
         VariantSpec.parse(key)
@@ -83,5 +98,6 @@ def test_with_dtype_and_build_command():
     assert spec.with_dtype("int64").key == "spec_verify_token_update__w5_i64"
     assert VariantSpec("greedy_prefix_verify", 5).with_dtype("int64").draft_dtype == "int32"
     assert build_command(VariantSpec("context_kv_update", 4, 64, 128), "cuda") == (
-        "specgen build --widths 4 --block-table-widths 64 --block-sizes 128 --target cuda")
+        "specgen build --widths 4 --block-table-widths 64 --block-sizes 128 --target cuda"
+    )
     assert build_command(spec.with_dtype("int64")) == "specgen build --widths 5 --draft-dtypes int64"

@@ -1,0 +1,185 @@
+"""The cost model's calibration, measured from profiled decode steps (``costs.json``).
+
+``samples(events, forward)`` reads one profiled run's Chrome trace events
+and returns lists of microsecond figures keyed the way the cost file names
+them (``run.h2d``, ``issue.device_kernel``, ``in_graph_kernel``,
+``host_family.<family>``, ...); ``costs(...)`` pools the runs of a bench
+into the file ``specgen plan --costs`` reads: medians in the loadable part
+(``run`` / ``issue`` / ``in_graph_*`` / ``host_family``), and under
+``measured`` each figure's median, sample count and what it was taken from.
+A figure without samples is left out (the model keeps its default).
+
+What each figure is, from the trace (CUPTI device records and the CUDA
+runtime / driver calls on the host; only the last kind on the CPU):
+
+* ``issue.<kind>``: host duration of the call that issues the work:
+  kernel launches (``cudaLaunchKernel``, ``cuLaunchKernel``, ...),
+  ``cudaMemcpyAsync`` by the direction of the copy it made, ``cudaEventRecord``,
+  ``cudaStreamWaitEvent``, ``cudaGraphLaunch``.
+* ``run.h2d`` / ``run.d2h``: device time of copies not launched by a graph.
+* ``run.device_kernel``: device time of the verify phase's kernels outside
+  the target forward (the head and tail updates, acceptance), in a graph or not;
+  ``in_graph_kernel`` / ``in_graph_copy``: the same kernels, and the copies,
+  that a graph replay launched.  Kernel figures need the forward's kernel names.
+* ``run.host_sync``: the host's wake-up latency of a synchronizing call
+  (``cudaStreamSynchronize``, ``cudaEventSynchronize``,
+  ``cudaDeviceSynchronize``, a synchronous ``cudaMemcpy``): from the last
+  device record that ended during the call to the call's return (the call's
+  whole duration when nothing ended during it).
+* ``host_family.<family>``: the host-serial mode's own time for one
+  family's torch semantics in one step (``profiling.host_range`` marks).
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+
+from ..engine.profiling import HOST_RANGE_PREFIX
+from . import kernel_timeline as kt
+
+__all__ = ["KERNEL_LAUNCHES", "SYNC_CALLS", "costs", "merge", "samples"]
+
+KERNEL_LAUNCHES = frozenset(
+    {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchCooperativeKernel"}
+)
+SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize", "cudaMemcpy"})
+ISSUE_CALLS = {
+    "cudaEventRecord": "issue.event_record",
+    "cudaEventRecordWithFlags": "issue.event_record",
+    "cudaStreamWaitEvent": "issue.event_wait",
+    "cudaGraphLaunch": "issue.graph_replay",
+}
+GRAPH_LAUNCHES = frozenset({"cudaGraphLaunch", "cuGraphLaunch"})
+
+# what each figure is taken from, for the reader of the file
+SOURCES = {
+    "issue.device_kernel": "host duration of kernel launch calls (cudaLaunchKernel, cuLaunchKernel*)",
+    "issue.h2d": "host duration of cudaMemcpyAsync host-to-device",
+    "issue.d2h": "host duration of cudaMemcpyAsync device-to-host",
+    "issue.event_record": "host duration of cudaEventRecord",
+    "issue.event_wait": "host duration of cudaStreamWaitEvent",
+    "issue.graph_replay": "host duration of cudaGraphLaunch",
+    "run.h2d": "device time of host-to-device copies outside graphs",
+    "run.d2h": "device time of device-to-host copies outside graphs",
+    "run.device_kernel": "device time of verify-phase kernels outside the target forward",
+    "in_graph_kernel": "device time of verify-phase kernels outside the target forward launched by a graph replay",
+    "in_graph_copy": "device time of copies launched by a graph replay",
+    "run.host_sync": "host wake-up latency of synchronizing calls (call end - last device record end)",
+}
+
+
+def _copy_kind(name: str) -> str | None:
+    return "h2d" if "HtoD" in name else "d2h" if "DtoH" in name else None
+
+
+def samples(
+    events: list[dict], forward: list[str] | tuple[str, ...] = (), draft: list[str] | tuple[str, ...] = ()
+) -> dict[str, list[float]]:
+    """One profiled run's figures (us), keyed like the cost file; see the module docstring."""
+    out: dict[str, list[float]] = {}
+    add = lambda key, us: out.setdefault(key, []).append(round(float(us), 3))  # noqa: E731
+    calls = [e for e in events if e.get("cat") in kt.LAUNCH_CATS]
+    records = kt.device_records(events)
+    by_corr = {}
+    for r in records:
+        if r.correlation is not None:
+            by_corr.setdefault(r.correlation, []).append(r)
+    graph_corr = set()
+    ends = sorted(r.end for r in records)
+    for e in calls:
+        name, dur = str(e.get("name", "")), float(e.get("dur", 0.0))
+        corr = (e.get("args") or {}).get("correlation")
+        if name in GRAPH_LAUNCHES and corr is not None:
+            graph_corr.add(corr)
+        if name in KERNEL_LAUNCHES:
+            add("issue.device_kernel", dur)
+        elif name in ISSUE_CALLS:
+            add(ISSUE_CALLS[name], dur)
+        elif name == "cudaMemcpyAsync":
+            kinds = {_copy_kind(r.name) for r in by_corr.get(corr, ())} - {None}
+            if len(kinds) == 1:
+                add(f"issue.{kinds.pop()}", dur)
+        if name in SYNC_CALLS:
+            lo, hi = float(e["ts"]), float(e["ts"]) + dur
+            i = bisect.bisect_right(ends, hi) - 1
+            add("run.host_sync", hi - ends[i] if i >= 0 and ends[i] >= lo else dur)
+    for r in records:
+        if r.cat == "gpu_memcpy":
+            if r.correlation in graph_corr:
+                add("in_graph_copy", r.dur)
+            elif _copy_kind(r.name):
+                add(f"run.{_copy_kind(r.name)}", r.dur)
+    if forward:
+        names = set(forward)
+        for step in kt.attribute(events, draft).values():
+            for r in step.verify:
+                if r.cat == "kernel" and r.name not in names:
+                    add("run.device_kernel", r.dur)
+                    if r.correlation in graph_corr:
+                        add("in_graph_kernel", r.dur)
+    for e in events:
+        name = str(e.get("name", ""))
+        if name.startswith(HOST_RANGE_PREFIX) and e.get("cat") != "gpu_user_annotation":
+            add("host_family." + name[len(HOST_RANGE_PREFIX) :].split("#")[0], float(e.get("dur", 0.0)))
+    return out
+
+
+def merge(into: dict[str, list[float]], more: dict[str, list[float]]) -> dict[str, list[float]]:
+    """``into`` with ``more``'s samples appended (in place; returned)."""
+    for k, v in more.items():
+        into.setdefault(k, []).extend(v)
+    return into
+
+
+def _loadable(pool: dict[str, list[float]]) -> dict:
+    """The part of a cost file the model reads: the median of every figure that has samples."""
+    out: dict = {}
+    for key, vals in sorted(pool.items()):
+        if not vals:
+            continue
+        med = round(statistics.median(vals), 3)
+        part, _, name = key.partition(".")
+        if part in ("run", "issue"):
+            out.setdefault(part, {})[name] = med
+        elif part == "host_family":
+            out.setdefault("host_family", {})[name] = med
+        else:
+            out[key] = med
+    return out
+
+
+def _measured(pool: dict[str, list[float]]) -> dict:
+    out = {}
+    for key, vals in sorted(pool.items()):
+        if vals:
+            q = statistics.quantiles(vals, n=4) if len(vals) > 1 else [vals[0]] * 3
+            out[key] = {
+                "us": round(statistics.median(vals), 3),
+                "samples": len(vals),
+                "p25": round(q[0], 3),
+                "p75": round(q[2], 3),
+                "from": SOURCES.get(
+                    key,
+                    "host duration of the host-serial mode's own torch semantics for this family in one step"
+                    if key.startswith("host_family.")
+                    else key,
+                ),
+            }
+    return out
+
+
+def costs(by_batch: dict[int, dict[str, list[float]]], source: dict) -> dict | None:
+    """The ``costs.json`` document: pooled medians (all batches), provenance, per-batch figures; None if empty."""
+    pool: dict[str, list[float]] = {}
+    for s in by_batch.values():
+        merge(pool, s)
+    if not any(pool.values()):
+        return None
+    doc = _loadable(pool)
+    doc["measured"] = _measured(pool)
+    doc["source"] = dict(source)
+    doc["by_batch"] = {
+        str(b): dict(_loadable(s), measured=_measured(s)) for b, s in sorted(by_batch.items()) if any(s.values())
+    }
+    return doc

@@ -1,0 +1,376 @@
+"""The benchmark harness: one speculative decode loop, every boundary mode, measured side by side.
+
+For every (depth, batch) the same model, MTP head and prompts run in each
+mode of the registry (``modes.MODES``).  Reported per run: TPOT, tokens/s,
+the draft->verify boundary (median verify span minus the bare verify graph),
+the verify->next-draft gap, the draft graph, host synchronizations per step
+(counted by torch.cuda's sync debug mode), the measured acceptance, and
+whether the mode's tokens equal the other modes' (and plain greedy decoding
+with ``check``), and how long capturing the run's graphs took (``capture_s``).
+On CUDA, once every timed run is done, ``bench_profile.KernelPass`` profiles
+each run again for the kernel-level figures (``kernel_draft_to_verify_us``,
+``head_us``, ``kernel_verify_to_draft_us``; None on the CPU).  ``configure`` validates the settings
+into a ``BenchConfig``;
+``run_bench`` measures; ``bench_report`` prints, plots and writes the result.
+"""
+
+from __future__ import annotations
+
+import platform
+import random
+import time
+from pathlib import Path
+from statistics import median
+
+import torch
+
+from ..engine.acceptance import AcceptanceMix
+from ..engine.decode import greedy_generate
+from ..engine.draft_kinds import DRAFT_KINDS
+from ..engine.modes import MODES
+from ..engine.rank_check import RankCheck
+from ..engine.results import RunResult
+from ..models.errors import EngineError
+from ..models.qwen3 import Qwen3Model
+from ..models.tp import shard_head, shard_model
+from ..parallel.group import TensorParallel, TPError
+from .config import BenchConfig, configure
+from .profiler import KERNEL_FIELDS, KernelPass
+from .support import BenchError, log, still_running
+from .support import quarters as _quarters
+
+__all__ = ["SUBJECT", "BenchConfig", "BenchError", "configure", "ratios", "run_bench"]
+
+SUBJECT = "specgen"  # the mode the others are compared with
+
+
+def run_bench(
+    config: BenchConfig, library=None, tp: TensorParallel | None = None, trace_dir: Path | None = None
+) -> dict:
+    """Every (batch, depth, mode) of ``config``; ``library`` holds the kernels the modes that need one use.
+
+    ``trace_dir``: where the kernel-level pass saves each run's trace (``bench_profile.trace_name``).
+
+    With ``config.tp > 1`` every rank calls this with its ``tp`` (``parallel.init_tensor_parallel``)
+    and runs the same sweep; the results are the same on every rank but rank 0's timings.
+    """
+    for m, why in config.skipped:
+        log(f"bench: mode {m}: {why}")
+    if not config.cuda and config.model.name != "tiny":
+        log(
+            f"bench: warning: {config.model.name} is sized for a GPU; on the CPU each run takes minutes "
+            f"(--model tiny is the CPU preset)"
+        )
+    log(
+        f"bench: model {config.model.name} ({config.dtype}) on {config.device}, {config.draft} draft; "
+        f"depths {list(config.depths)}, "
+        f"batches {list(config.batches)}, {config.steps} steps (+{config.warmup} warm-up), layout "
+        f"bt{config.block_table_width} bs{config.block_size}"
+    )
+    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        return _Sweep(config, library, tp or TensorParallel.single(config.device), trace_dir).run()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
+
+def error_text(e: BaseException) -> str:
+    """The first lines of an error that say something (no C++ frames), joined."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip() and not ln.lstrip().startswith("frame #")]
+    return f"{type(e).__name__}: " + " | ".join(lines[:3]) if lines else type(e).__name__
+
+
+def _prompts(batch: int, prompt_len: int, vocab: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [
+        [rng.randrange(vocab) for _ in range(rng.randint(max(1, prompt_len // 2), prompt_len))] for _ in range(batch)
+    ]
+
+
+def summary(res: RunResult, bare: tuple[float, float] | None) -> dict:
+    """One run's row of ``bench.json``: rates, median phases, syncs per step.
+
+    ``bare`` is ``SpecDecodeEngine.bare_spans``: the draft graph and the bare
+    verify graph back to back.  A run whose mode fuses the draft into its step
+    graph has no event between the two, so its split is taken at the bare
+    draft's length: ``draft_us`` is the bare draft and ``verify_span_us`` the
+    rest of the step's span (``draft_split: "bare draft"`` says so).
+    """
+    bare_draft, bare_us = bare if bare is not None else (None, None)
+    t = res.timings
+    per_seq_tokens = res.timed_tokens / res.batch if res.batch else 0
+    out = {
+        "mode": res.mode,
+        "width": res.width,
+        "depth": res.width - 1,
+        "batch": res.batch,
+        "steps": res.steps,
+        "acceptance": round(res.acceptance, 4),
+        "tokens_per_step": round(per_seq_tokens / res.steps, 4) if res.steps else None,
+        "elapsed_ms": round(res.elapsed_s * 1e3, 3),
+        "tpot_ms": round(res.elapsed_s * 1e3 / per_seq_tokens, 4) if per_seq_tokens else None,
+        "tokens_per_s": round(res.timed_tokens / res.elapsed_s, 1) if res.elapsed_s else None,
+        "step_us": round(res.elapsed_s * 1e6 / res.steps, 2) if res.steps else None,
+        "capture_s": round(res.capture_s, 4) if res.capture_s is not None else None,
+        **dict.fromkeys(KERNEL_FIELDS),  # the kernel-level pass fills these in (CUDA)
+    }
+    if t:
+        gaps = [x.gap_us for x in t[:-1]]
+        span = median(x.verify_span_us for x in t)
+        draft = median(x.draft_us for x in t)
+        if res.fused_draft and bare_draft is not None:
+            span, draft = median(x.draft_us + x.verify_span_us for x in t) - bare_draft, bare_draft
+            out["draft_split"] = "bare draft"
+        syncs = [x.host_syncs for x in t if x.host_syncs is not None]
+        out.update(
+            {
+                "draft_us": round(draft, 2),
+                "verify_span_us": round(span, 2),
+                "bare_verify_us": round(bare_us, 2) if bare_us is not None else None,
+                "draft_to_verify_us": round(span - bare_us, 2) if bare_us is not None else None,
+                "verify_to_draft_us": round(median(gaps), 2) if gaps else None,
+                "host_syncs_per_step": round(sum(syncs) / len(syncs), 3) if syncs else None,
+                "step_us_by_quarter": _quarters(t),
+            }
+        )
+    if res.lagged_event_waits:
+        out["lagged_event_waits_per_step"] = round(res.lagged_event_waits / max(res.steps, 1), 3)
+    if res.runtime_stats is not None:
+        out["runtime_stats"] = res.runtime_stats
+    return out
+
+
+def _failed(mode: str, width: int, batch: int, why: str) -> dict:
+    return {"mode": mode, "width": width, "depth": width - 1, "batch": batch, "error": why}
+
+
+class _Sweep:
+    """One bench invocation's state: the model, the rows so far, and whether the device gave out."""
+
+    def __init__(self, config: BenchConfig, library, tp: TensorParallel, trace_dir: Path | None = None):
+        self.config, self.library, self.trace_dir = config, library, trace_dir
+        self.inputs: dict[tuple[int, int], tuple] = {}  # (width, batch) -> (prompts, oracle), for the profile
+        t = time.perf_counter()
+        try:  # every rank builds the full seeded model and keeps its share
+            with still_running(f"creating {config.model.name}"):
+                self.model = shard_model(
+                    Qwen3Model.create(config.model, seed=config.seed, dtype=config.dtype, device=tp.device), tp
+                )
+                self.kind = DRAFT_KINDS[config.draft]
+                self.head = self.kind.create(self.model, seed=config.seed + 1, weights=config.draft_weights)
+                if config.draft_tp > 1:
+                    shard_head(self.head, tp)
+        except (TPError, EngineError) as e:
+            raise BenchError(str(e)) from None
+        self.rank_check = RankCheck(tp, config.check_ranks) if config.check_ranks and tp.distributed else None
+        log(f"bench: model ready in {time.perf_counter() - t:.1f}s")
+        self.runs: list[dict] = []
+        self.checks: list[dict] = []
+        self.total = len(config.depths) * len(config.batches) * len(config.modes)
+        self.done = 0
+        self.aborted: str | None = None
+
+    def _left(self) -> str:
+        """``; about N min left`` from the runs so far, when more than a minute is left."""
+        spent = time.perf_counter() - self.t_start
+        left = spent / max(self.done, 1) * (self.total - self.done)
+        return f"; about {left / 60:.0f} min left" if left > 60 else ""
+
+    def run(self) -> dict:
+        self.t_start = time.perf_counter()
+        for batch in self.config.batches:
+            if self.aborted:
+                break
+            self._batch(batch)
+        calibration = None
+        if self.config.profile_steps and not self.aborted:
+            kp = KernelPass(self, self.trace_dir)
+            kp.run(self.inputs)
+            calibration = kp.calibration()
+        result = self._result()
+        if calibration is not None:
+            result["calibration"] = calibration
+        return result
+
+    def _device_ok(self) -> bool:
+        """After a failure: is the device still usable? (a sticky error is not)"""
+        if not self.config.cuda:
+            return True
+        try:
+            torch.cuda.synchronize()
+            return True
+        except RuntimeError as e:
+            self.aborted = f"the device failed and cannot continue: {error_text(e)}"
+            log(f"bench: {self.aborted}; writing what finished")
+            return False
+
+    def _batch(self, batch: int) -> None:
+        c = self.config
+        prompts = _prompts(batch, c.prompt_len, c.model.vocab_size, c.seed + batch)
+        greedy = None
+        if c.check:
+            t = time.perf_counter()
+            with still_running(f"plain greedy decoding for batch {batch}"):
+                greedy = greedy_generate(self.model, prompts, (c.warmup + c.steps) * max(c.widths) + max(c.widths) + 1)
+            log(f"bench: plain greedy decoding for batch {batch} in {time.perf_counter() - t:.1f}s")
+        for depth in c.depths:
+            if self.aborted:
+                break
+            self._depth(prompts, greedy, depth + 1, batch)
+
+    def _oracle(self, prompts, width: int, batch: int) -> torch.Tensor | None:
+        """The target's own greedy tokens at this verify shape (a baseline run with the MTP head's drafts).
+
+        In bfloat16 a 1-row greedy forward can round differently from a W-row
+        verify forward, and an oracle from it would drift off the sequence the
+        target actually decodes.  None when the run failed (recorded).
+        """
+        c = self.config
+        t = time.perf_counter()
+        eng = self.kind.engine(
+            self.model,
+            self.head,
+            mode="baseline",
+            width=width,
+            batch=batch,
+            block_size=c.block_size,
+            block_table_width=c.block_table_width,
+        )
+        try:
+            with still_running(f"acceptance oracle for depth {width - 1} batch {batch}"):
+                run = eng.run(prompts, max_new_tokens=(c.warmup + c.steps + 2) * width + 1)
+        except EngineError as e:
+            raise BenchError(f"acceptance oracle: {e}") from None
+        except RuntimeError as e:
+            why = f"acceptance oracle failed: {error_text(e)}"
+            log(f"bench: depth {width - 1} batch {batch}: {why}")
+            self.runs += [_failed(m, width, batch, why) for m in c.modes]
+            self.done += len(c.modes)
+            eng.close()
+            self._device_ok()
+            return None
+        eng.close()
+        log(f"bench: acceptance oracle for depth {width - 1} batch {batch} in {time.perf_counter() - t:.1f}s")
+        return torch.tensor(run.outputs, device=c.device)
+
+    def _depth(self, prompts, greedy, width: int, batch: int) -> None:
+        c = self.config
+        oracle = None
+        if c.acceptance is not None:
+            oracle = self._oracle(prompts, width, batch)
+            if oracle is None:
+                return
+        self.inputs[(width, batch)] = (prompts, oracle)
+        tokens_by_mode: dict[str, list] = {}
+        self._bare = None
+        for mode in c.modes:
+            outputs = self._mode(mode, prompts, greedy, oracle, width, batch)
+            if outputs is False:
+                break
+            if outputs is not None:
+                tokens_by_mode[mode] = outputs
+        first = next(iter(tokens_by_mode.values()), None)
+        same = all(v == first for v in tokens_by_mode.values())
+        self.checks.append({"depth": width - 1, "batch": batch, "modes_agree": same})
+        for row in self.runs[-len(c.modes) :]:
+            row["modes_agree"] = same
+
+    def _mode(self, mode: str, prompts, greedy, oracle, width: int, batch: int):
+        """One timed run; its outputs, None when it failed, False when the device is lost."""
+        c = self.config
+        mix = AcceptanceMix(c.acceptance, oracle, c.model.vocab_size, seed=c.seed) if oracle is not None else None
+        eng = self.kind.engine(
+            self.model,
+            self.head,
+            mode=mode,
+            width=width,
+            batch=batch,
+            block_size=c.block_size,
+            block_table_width=c.block_table_width,
+            library=self.library,
+            acceptance=mix,
+            rank_check=self.rank_check,
+        )
+        t = time.perf_counter()
+        try:
+            with still_running(f"[{self.done + 1}/{self.total}] depth {width - 1} batch {batch} {mode}"):
+                res = eng.run(prompts, steps=c.steps, warmup_steps=c.warmup, timing=True)
+        except EngineError as e:  # e.g. the ranks' states differ (--check-ranks): every rank stops here
+            eng.close()
+            raise BenchError(str(e)) from None
+        except RuntimeError as e:  # a device failure in one run: record it, keep the others
+            self.done += 1
+            why = error_text(e)
+            log(f"bench: [{self.done}/{self.total}] depth {width - 1} batch {batch} {mode}: FAILED: {why}")
+            self.runs.append(_failed(mode, width, batch, why))
+            eng.close()
+            return None if self._device_ok() else False
+        if self._bare is None:
+            self._bare = eng.bare_spans(c.bare_repeats)
+        eng.close()
+        row = {"draft": c.draft, **summary(res, self._bare)}
+        if oracle is not None:
+            row["equals_target_reference"] = all(o == g[: len(o)] for o, g in zip(res.outputs, oracle.tolist()))
+        if greedy is not None:
+            row["equals_greedy"] = all(o == g[: len(o)] for o, g in zip(res.outputs, greedy))
+        self.runs.append(row)
+        self.done += 1
+        log(
+            f"bench: [{self.done}/{self.total}] depth {width - 1} batch {batch} {mode}: TPOT {row['tpot_ms']} ms, "
+            f"acceptance {row['acceptance']}, {time.perf_counter() - t:.1f}s{self._left()}"
+        )
+        return res.outputs
+
+    def _result(self) -> dict:
+        c = self.config
+        for r in self.runs:
+            r.setdefault("draft", c.draft)
+            r.setdefault("tp", c.tp)
+        env = {
+            "device": torch.cuda.get_device_name(c.device) if c.cuda else platform.processor() or "cpu",
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "clock": "cuda-events" if c.cuda else "host perf_counter",
+            "kernel_clock": "torch.profiler (CUPTI)" if c.cuda and c.profile_steps else None,
+        }
+        return {
+            "command": c.command,
+            "model": c.model.name,
+            "draft": c.draft,
+            "draft_weights": c.draft_weights,
+            "dtype": str(c.dtype).split(".")[-1],
+            "tp": c.tp,
+            "draft_tp": c.draft_tp,
+            "environment": env,
+            "layout": {"block_size": c.block_size, "block_table_width": c.block_table_width},
+            "steps": c.steps,
+            "warmup_steps": c.warmup,
+            "profile_steps": c.profile_steps,
+            "acceptance_p": c.acceptance,
+            "aborted": self.aborted,
+            "skipped_modes": dict(c.skipped),
+            "runs": self.runs,
+            "agreement": self.checks,
+            "ratios": ratios(self.runs),
+        }
+
+
+def ratios(runs: list[dict]) -> list[dict]:
+    """``SUBJECT``'s TPOT against every other mode, per (depth, batch) measured in the same run."""
+    out = []
+    by = {}
+    for r in runs:
+        if "error" not in r:
+            by.setdefault((r["depth"], r["batch"]), {})[r["mode"]] = r
+    for (depth, batch), modes in sorted(by.items()):
+        s = modes.get(SUBJECT)
+        if not s or not s.get("tpot_ms"):
+            continue
+        row = {"depth": depth, "batch": batch}
+        for other in MODES:
+            o = modes.get(other)
+            if other != SUBJECT and o and o.get("tpot_ms"):
+                row[f"tpot_vs_{other}"] = round(s["tpot_ms"] / o["tpot_ms"] - 1.0, 4)
+        out.append(row)
+    return out

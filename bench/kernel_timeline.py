@@ -1,0 +1,333 @@
+"""Boundary figures from device kernel records (a ``torch.profiler`` Chrome trace).
+
+CUDA events measure spans on the host's stream order; the kernels themselves
+say where the device idles.  The decode loop marks its host-side phases with
+``torch.profiler.record_function`` ranges named ``specgen::<phase>#<step>``
+(``draft``, ``verify``).  CUPTI gives every kernel, memcpy and memset the
+correlation id of the runtime call that launched it (a graph replay's
+kernels share the id of its ``cudaGraphLaunch``), so each device record is
+attributed to the innermost phase range enclosing its launch call.  A trace
+whose device records lack correlation ids (or carry ids no launch call has)
+falls back to time windows: a record belongs to the last phase whose first
+launch call precedes the record's start on the device.  That is exact only
+where each phase launches after the previous phase's records have started
+(a host that waits for the device); where the host runs ahead it hands a
+phase's records to the next one, so ``attribute_with_method`` says which
+method it used and the bench records it with the figures.
+
+A mode that runs the draft inside its step graph (``fuses_draft``) launches
+nothing in the draft phase: its draft kernels come with the verify phase's
+replay.  Given the draft's signature (``draft_signature``: the draft graph,
+profiled alone, as its device records' names in order, every copy written
+``COPY``: a small copy is a memcpy node in one capture and a copy kernel in
+another), ``attribute_with_method(events, draft)`` finds it among one
+stream's records of such a verify phase and moves every record that starts
+from its first to its last matched record back to the draft; the draft's own
+trailing copies (its hand-over into the step buffers) stay the draft's.
+
+Within a step's verify phase the *target forward* is found by its kernel
+names: the bare forward graph, profiled alone, gives the name sequence, and
+the first place that sequence occurs among one stream's kernels of the phase
+is the forward (side streams, e.g. a device guard beside the forward, never
+split it).  Everything that stream runs in the phase before it is boundary
+work (the head update in specgen mode, copies and host-built inputs
+elsewhere).  Per step::
+
+    kernel_draft_to_verify_us  first forward kernel start - last draft record end
+    head_us                    device time of the forward stream's verify-phase records before the forward
+    kernel_verify_to_draft_us  next step's first draft record start - last forward kernel end
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..engine.profiling import PHASE_PREFIX, phase_name
+
+__all__ = [
+    "DeviceRecord",
+    "StepKernels",
+    "PHASE_PREFIX",
+    "phase_name",
+    "load_trace",
+    "device_records",
+    "attribute",
+    "attribute_with_method",
+    "forward_names",
+    "COPY",
+    "draft_signature",
+    "phase_signature",
+    "split_fused",
+    "step_figures",
+    "summarize",
+    "classify",
+]
+
+_PHASE = re.compile(r"^specgen::(?P<phase>[a-z_]+)#(?P<step>\d+)$")
+DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+COPY = "<copy>"  # a copy in a draft signature: a memcpy or memset record, or a copy kernel
+LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRecord:
+    name: str
+    cat: str
+    start: float  # us
+    end: float
+    correlation: int | None
+    stream: int | None = None
+
+    @property
+    def dur(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(slots=True)
+class StepKernels:
+    draft: list[DeviceRecord] = field(default_factory=list)
+    verify: list[DeviceRecord] = field(default_factory=list)
+
+
+def load_trace(path_or_dict) -> list[dict]:
+    """The ``traceEvents`` of a Chrome trace (a path, ``.json`` or ``.json.gz``, a dict or a list of events)."""
+    data = path_or_dict
+    if isinstance(path_or_dict, (str, Path)):
+        path = Path(path_or_dict)
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        data = json.loads(raw)
+    if isinstance(data, dict):
+        data = data.get("traceEvents", [])
+    return [e for e in data if isinstance(e, dict) and e.get("ph") == "X"]
+
+
+def device_records(events: list[dict]) -> list[DeviceRecord]:
+    """Every kernel, memcpy and memset, in start order."""
+    out = []
+    for e in events:
+        if e.get("cat") in DEVICE_CATS:
+            ts = float(e["ts"])
+            args = e.get("args") or {}
+            stream = args.get("stream", e.get("tid"))
+            out.append(
+                DeviceRecord(
+                    e.get("name", "?"),
+                    e["cat"],
+                    ts,
+                    ts + float(e.get("dur", 0.0)),
+                    args.get("correlation"),
+                    stream if isinstance(stream, int) else None,
+                )
+            )
+    return sorted(out, key=lambda r: r.start)
+
+
+def _phases(events: list[dict]) -> list[tuple[float, float, str, int]]:
+    out = []
+    for e in events:
+        m = _PHASE.match(str(e.get("name", "")))
+        if m and e.get("cat") != "gpu_user_annotation":
+            ts = float(e["ts"])
+            out.append((ts, ts + float(e.get("dur", 0.0)), m["phase"], int(m["step"])))
+    return sorted(out)
+
+
+def attribute(events: list[dict], draft: list[str] | tuple[str, ...] = ()) -> dict[int, StepKernels]:
+    """Device records per step and phase (``attribute_with_method`` without the method)."""
+    return attribute_with_method(events, draft)[0]
+
+
+def attribute_with_method(
+    events: list[dict], draft: list[str] | tuple[str, ...] = ()
+) -> tuple[dict[int, StepKernels], str]:
+    """Device records per step and phase, and how they were attributed.
+
+    ``"correlation"``: through the launch calls' correlation ids;
+    ``"time-window"``: no device record's id matched a launch inside a phase,
+    so each record goes to the last phase launched before it starts.
+    ``draft``: the draft's kernel names, for steps whose draft ran in the
+    verify phase's graph (``split_fused``).
+    """
+    steps, method = _attribute(events)
+    return split_fused(steps, draft), method
+
+
+def split_fused(steps: dict[int, StepKernels], draft: list[str] | tuple[str, ...]) -> dict[int, StepKernels]:
+    """``steps`` with the draft of every step whose draft phase is empty found in its verify phase (in place).
+
+    The draft is the first place ``draft`` (a ``draft_signature``, less its
+    leading copies) occurs among one stream's records of the verify phase; every verify record that
+    starts from its first matched record's start to its last one's moves to
+    the draft.  A step whose verify phase lacks the signature is left alone.
+    """
+    # leading copies (the carry of the previous step's state into the inputs) may run on another stream
+    # than the draft proper in a graph that forks beside the draft, so they are not part of the pattern
+    pattern = list(draft)
+    while pattern and pattern[0] == COPY:
+        pattern.pop(0)
+    if not pattern:
+        return steps
+    for s in steps.values():
+        if s.draft or not s.verify:
+            continue
+        by_stream: dict = {}
+        for r in s.verify:
+            by_stream.setdefault(r.stream, []).append(r)
+        for records in by_stream.values():
+            records.sort(key=lambda r: r.start)
+            at = _find(draft_signature(records, ordered=True), pattern)
+            if at is not None:
+                break
+        else:
+            continue
+        lo, hi = records[at].start, records[at + len(pattern) - 1].start
+        s.draft = [r for r in s.verify if lo <= r.start <= hi]
+        s.verify = [r for r in s.verify if not lo <= r.start <= hi]
+    return steps
+
+
+def _attribute(events: list[dict]) -> tuple[dict[int, StepKernels], str]:
+    phases = _phases(events)
+    starts = [p[0] for p in phases]
+    owner: dict[int, tuple[str, int]] = {}
+    first_launch: dict[tuple[str, int], float] = {}
+    for e in events:
+        if e.get("cat") not in LAUNCH_CATS:
+            continue
+        ts = float(e["ts"])
+        # innermost enclosing phase: the latest-starting range that still contains ts
+        i = bisect.bisect_right(starts, ts) - 1
+        while i >= 0:
+            lo, hi, phase, step = phases[i]
+            if lo <= ts <= hi:
+                corr = (e.get("args") or {}).get("correlation")
+                if corr is not None:
+                    owner[corr] = (phase, step)
+                key = (phase, step)
+                first_launch[key] = min(ts, first_launch.get(key, ts))
+                break
+            i -= 1
+    records = device_records(events)
+    steps: dict[int, StepKernels] = {}
+    matched = [r for r in records if r.correlation in owner]
+    if matched:
+        for r in matched:
+            _add(steps, *owner[r.correlation], r)
+        return dict(sorted(steps.items())), "correlation"
+    windows = sorted((t, key) for key, t in first_launch.items())
+    times = [t for t, _ in windows]
+    for r in records:
+        i = bisect.bisect_right(times, r.start) - 1
+        if i >= 0:
+            _add(steps, *windows[i][1], r)
+    return dict(sorted(steps.items())), "time-window"
+
+
+def _add(steps: dict[int, StepKernels], phase: str, step: int, r: DeviceRecord) -> None:
+    if phase in ("draft", "verify"):
+        getattr(steps.setdefault(step, StepKernels()), phase).append(r)
+
+
+def forward_names(events: list[dict]) -> list[str]:
+    """The kernel-name sequence of a bare forward trace (kernels only, in order)."""
+    return [r.name for r in device_records(events) if r.cat == "kernel"]
+
+
+def _is_copy(r: DeviceRecord) -> bool:
+    return r.cat != "kernel" or "memcpy" in r.name.lower() or "direct_copy_kernel" in r.name
+
+
+def draft_signature(records: list[DeviceRecord], ordered: bool = False) -> list[str]:
+    """``records`` (sorted by start unless ``ordered``) as names, every copy as ``COPY``."""
+    return [COPY if _is_copy(r) else r.name for r in (records if ordered else sorted(records, key=lambda r: r.start))]
+
+
+def phase_signature(steps: dict[int, StepKernels], phase: str = "draft") -> list[str]:
+    """The ``draft_signature`` of the first step whose ``phase`` has records (e.g. the draft graph alone)."""
+    for s in steps.values():
+        records = getattr(s, phase)
+        if records:
+            return draft_signature(records)
+    return []
+
+
+def _find(names: list[str], pattern: list[str]) -> int | None:
+    n = len(pattern)
+    if not n or n > len(names):
+        return None
+    first = pattern[0]
+    for i, name in enumerate(names[: len(names) - n + 1]):
+        if name == first and names[i : i + n] == pattern:
+            return i
+    return None
+
+
+def _locate(records: list[DeviceRecord], forward: list[str]) -> tuple[list[DeviceRecord], int] | None:
+    """The forward stream's kernels of a phase and the forward's index among them (None: not found)."""
+    by_stream: dict = {}
+    for r in records:
+        if r.cat == "kernel":
+            by_stream.setdefault(r.stream, []).append(r)
+    for kernels in by_stream.values():
+        at = _find([r.name for r in kernels], forward)
+        if at is not None:
+            return kernels, at
+    return None
+
+
+def step_figures(steps: dict[int, StepKernels], forward: list[str]) -> list[dict]:
+    """Per step: the kernel-level draft->verify and verify->draft gaps and the head time (us).
+
+    A figure is ``None`` where the step lacks the records it needs (no
+    draft kernels, forward not found, or no following step).
+    """
+    out = []
+    keys = list(steps)
+    for k, step in enumerate(keys):
+        s = steps[step]
+        fig = {"step": step, "kernel_draft_to_verify_us": None, "head_us": None, "kernel_verify_to_draft_us": None}
+        found = _locate(s.verify, forward)
+        if found is not None:
+            kernels, at = found
+            fwd_first, fwd_last = kernels[at], kernels[at + len(forward) - 1]
+            fig["head_us"] = sum(r.dur for r in s.verify if r.stream == fwd_first.stream and r.start < fwd_first.start)
+            if s.draft:
+                fig["kernel_draft_to_verify_us"] = fwd_first.start - max(r.end for r in s.draft)
+            nxt = steps.get(keys[k + 1]) if k + 1 < len(keys) else None
+            if nxt is not None and nxt.draft:
+                fig["kernel_verify_to_draft_us"] = min(r.start for r in nxt.draft) - fwd_last.end
+        out.append(fig)
+    return out
+
+
+def classify(step: StepKernels, forward: list[str]) -> list[tuple[DeviceRecord, str]]:
+    """One step's device records labelled ``draft``, ``head``, ``forward`` or ``tail`` (for drawing).
+
+    Verify-phase records before the forward's first kernel are ``head``,
+    after its last ``tail``; without a located forward every verify record
+    is ``forward``.
+    """
+    out = [(r, "draft") for r in step.draft]
+    found = _locate(step.verify, forward)
+    if found is None:
+        return out + [(r, "forward") for r in step.verify]
+    kernels, at = found
+    lo, hi = kernels[at].start, kernels[at + len(forward) - 1].end
+    for r in step.verify:
+        out.append((r, "head" if r.start < lo else "tail" if r.start >= hi else "forward"))
+    return out
+
+
+def summarize(figures: list[dict]) -> dict:
+    """Medians of each figure over the steps that have it (``None`` where none does)."""
+    out = {}
+    for key in ("kernel_draft_to_verify_us", "head_us", "kernel_verify_to_draft_us"):
+        vals = [f[key] for f in figures if f[key] is not None]
+        out[key] = round(statistics.median(vals), 3) if vals else None
+    return out

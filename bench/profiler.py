@@ -1,0 +1,187 @@
+"""The bench's kernel-level pass: every finished run again, a few steps under ``torch.profiler``.
+
+After every timed run of a sweep (CUPTI stays initialized once a profiler
+has run, which would slow the launches of timed runs after it), each
+finished (depth, batch, mode) runs once more: the same prompts and
+acceptance oracle, the warm-up steps, then ``profile_steps`` steps profiled
+with their draft and verify phases marked.  The bare target forward graph,
+profiled alone once per (depth, batch), gives the kernel-name sequence that
+locates the forward (``kernel_timeline``); the draft graph and the bare
+forward graph profiled back to back (``profiling.bare_trace``) give the
+draft's name sequence (which finds a fused draft inside a verify phase) and
+``bare_kernel_draft_to_verify_us``: the kernel-level gap with no boundary work
+at all, the reference a mode's ``kernel_draft_to_verify_us`` is held to.
+Each run's row gains the medians ``kernel_draft_to_verify_us``, ``head_us``
+and ``kernel_verify_to_draft_us``, how the records were attributed, the bare
+reference, and the name of its trace: the profiled steps' Chrome trace,
+gzipped, with the forward's and the draft's kernel names under ``"specgen"``
+so the figures can be recomputed from the file alone.
+
+Every profiled run also gives the cost model's figures (``calibration``):
+launch, copy, sync and in-graph costs, and the host-serial mode's host
+compute.  ``KernelPass.calibration`` pools them into ``costs.json``.  On the
+CPU only the host-serial runs are profiled (nothing else has host work to
+measure) and the kernel-level figures stay empty.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from ..engine.acceptance import AcceptanceMix
+from ..engine.profiling import bare_trace, forward_trace
+from ..models.errors import EngineError
+from . import calibration as cal
+from . import kernel_timeline as kt
+from .support import log
+
+__all__ = ["KERNEL_FIELDS", "KernelPass", "read_trace", "trace_name", "write_trace"]
+
+KERNEL_FIELDS = ("kernel_draft_to_verify_us", "head_us", "kernel_verify_to_draft_us")
+HOST_SERIAL = "baseline"  # the mode whose host computes the boundary updates (profiled on the CPU too)
+
+
+def trace_name(row: dict) -> str:
+    """Where a run's trace goes, relative to the bench's output folder."""
+    return f"traces/trace_{row['mode']}_d{row['depth']}_b{row['batch']}.json.gz"
+
+
+def write_trace(path: Path, trace: dict, forward: list[str], row: dict, draft: list[str] = ()) -> None:
+    """``trace`` gzipped at ``path``, with the forward's and the draft's kernel names and the run's key
+    under ``"specgen"``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = dict(
+        trace,
+        specgen={
+            "forward_kernels": forward,
+            "draft_kernels": list(draft),
+            "mode": row["mode"],
+            "depth": row["depth"],
+            "batch": row["batch"],
+        },
+    )
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(gzip.compress(json.dumps(data).encode(), compresslevel=6))
+    os.replace(tmp, path)
+
+
+def read_trace(path: Path) -> tuple[list[dict], list[str], list[str]]:
+    """A saved trace's complete events, the forward's kernel names and the draft's (empty in older traces)."""
+    data = json.loads(gzip.decompress(Path(path).read_bytes()))
+    names = data.get("specgen") or {}
+    return kt.load_trace(data), list(names.get("forward_kernels") or []), list(names.get("draft_kernels") or [])
+
+
+def figures(trace: dict, forward: list[str], draft: list[str] = ()) -> dict:
+    """The kernel-level medians of one profiled run, how its records were attributed, and the step count."""
+    steps, method = kt.attribute_with_method(kt.load_trace(trace), draft)
+    figs = kt.step_figures(steps, forward)
+    out = kt.summarize(figs)
+    out["kernel_attribution"] = method
+    out["kernel_steps"] = sum(f["kernel_draft_to_verify_us"] is not None for f in figs)
+    return out
+
+
+class KernelPass:
+    """Profiles the finished runs of a sweep; see the module docstring."""
+
+    def __init__(self, sweep, trace_dir: Path | None):
+        self.sweep, self.trace_dir = sweep, trace_dir
+        self.forward: dict[tuple[int, int], list[str]] = {}
+        self.draft: dict[tuple[int, int], list[str]] = {}  # the draft graph's kt.draft_signature
+        self.bare: dict[tuple[int, int], float | None] = {}  # bare_kernel_draft_to_verify_us
+        self.samples: dict[int, dict[str, list[float]]] = {}  # batch -> calibration samples
+
+    def calibration(self) -> dict | None:
+        """The ``costs.json`` document of every profiled run so far (None: no figure measured)."""
+        c = self.sweep.config
+        runs = sorted({(r["mode"], r["batch"]) for r in self.sweep.runs if r.get("calibrated")})
+        return cal.costs(
+            self.samples,
+            {
+                "command": c.command,
+                "model": c.model.name,
+                "device": str(c.device),
+                "profile_steps": c.profile_steps,
+                "runs": [list(r) for r in runs],
+            },
+        )
+
+    def run(self, inputs: dict) -> None:
+        """``inputs[(width, batch)] = (prompts, oracle)``; fills in the rows of ``sweep.runs``."""
+        s = self.sweep
+        rows = [
+            r
+            for r in s.runs
+            if "error" not in r and (r["width"], r["batch"]) in inputs and (s.config.cuda or r["mode"] == HOST_SERIAL)
+        ]
+        what = "kernel-level profile" if s.config.cuda else "host profile (calibration)"
+        log(f"bench: {what} of {len(rows)} run(s), {s.config.profile_steps} steps each")
+        if rows and s.config.cuda:  # the first profiled run of a process shows no graph kernels (StepProfiler)
+            try:
+                self._one(dict(rows[0]), *inputs[(rows[0]["width"], rows[0]["batch"])], keep=False)
+            except (EngineError, RuntimeError):
+                pass  # the real run of that row reports the failure
+        for k, row in enumerate(rows):
+            try:
+                self._one(row, *inputs[(row["width"], row["batch"])])
+            except (EngineError, RuntimeError) as e:
+                row["kernel_profile_error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                log(
+                    f"bench: profile of depth {row['depth']} batch {row['batch']} {row['mode']} failed: "
+                    f"{row['kernel_profile_error']}"
+                )
+                if not s._device_ok():
+                    return
+                continue
+            log(
+                f"bench: [{k + 1}/{len(rows)}] profiled depth {row['depth']} batch {row['batch']} {row['mode']}: "
+                + ", ".join(f"{f} {row[f]}" for f in KERNEL_FIELDS)
+            )
+
+    def _one(self, row: dict, prompts, oracle, keep: bool = True) -> None:
+        s, c = self.sweep, self.sweep.config
+        width, batch = row["width"], row["batch"]
+        mix = AcceptanceMix(c.acceptance, oracle, c.model.vocab_size, seed=c.seed) if oracle is not None else None
+        eng = s.kind.engine(
+            s.model,
+            s.head,
+            mode=row["mode"],
+            width=width,
+            batch=batch,
+            block_size=c.block_size,
+            block_table_width=c.block_table_width,
+            library=s.library,
+            acceptance=mix,
+            rank_check=s.rank_check,
+        )
+        try:
+            res = eng.run(prompts, steps=c.profile_steps, warmup_steps=c.warmup, profile=True)
+            if (width, batch) not in self.forward and c.cuda:
+                self._references(eng, (width, batch))
+        finally:
+            eng.close()
+        if c.cuda:
+            torch.cuda.synchronize(c.device)
+        forward, draft = self.forward.get((width, batch), []), self.draft.get((width, batch), [])
+        if c.cuda:
+            row.update(figures(res.trace, forward, draft))
+            row["bare_kernel_draft_to_verify_us"] = self.bare.get((width, batch))
+        if keep:
+            cal.merge(self.samples.setdefault(batch, {}), cal.samples(kt.load_trace(res.trace), forward, draft))
+            row["calibrated"] = True
+        if self.trace_dir is not None:
+            row["kernel_trace"] = trace_name(row)
+            write_trace(self.trace_dir / row["kernel_trace"], res.trace, forward, row, draft)
+
+    def _references(self, eng, key: tuple[int, int]) -> None:
+        """The forward's and the draft's kernel names and the bare kernel-level gap of ``key`` (width, batch)."""
+        forward = self.forward[key] = kt.forward_names(kt.load_trace(forward_trace(eng)))
+        steps = kt.attribute(kt.load_trace(bare_trace(eng)))
+        self.draft[key] = kt.phase_signature(steps, "draft")
+        self.bare[key] = kt.summarize(kt.step_figures(steps, forward))["kernel_draft_to_verify_us"]

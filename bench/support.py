@@ -1,0 +1,68 @@
+"""What the bench harness needs besides measuring: its log, the device check, progress and noise figures."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+import torch
+
+__all__ = ["BenchError", "check_device", "log", "quarters", "still_running"]
+
+
+class BenchError(Exception):
+    """A configuration the bench cannot run (one line for the CLI)."""
+
+
+def log(msg: str) -> None:
+    if os.environ.get("RANK", "0") == "0":  # tensor-parallel runs: rank 0 reports progress
+        print(msg, file=sys.stderr, flush=True)
+
+
+def check_device(name: str | None) -> torch.device:
+    """``--device``: cpu or cuda[:n], checked here, before anything is built or run."""
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise BenchError(f"--device {name}: use cpu or cuda (or cuda:N)")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise BenchError(f"--device {name}: torch sees no CUDA device here; use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise BenchError(f"--device {name}: there are {torch.cuda.device_count()} CUDA device(s)")
+    return dev
+
+
+class still_running:  # noqa: N801  used as ``with still_running("what"):``
+    """While the block runs, a line every ``every`` seconds says it is still running (a slow CPU run)."""
+
+    def __init__(self, what: str, every: float = 30.0):
+        self.what, self.every = what, every
+        self._stop = threading.Event()
+
+    def _beat(self) -> None:
+        t0 = time.perf_counter()
+        while not self._stop.wait(self.every):
+            log(f"bench: {self.what}: still running, {time.perf_counter() - t0:.0f}s so far")
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def quarters(timings) -> list[float]:
+    """Mean step time (draft + verify span + gap) over each quarter of the timed steps, to see the noise."""
+    steps = [x.draft_us + x.verify_span_us + (x.gap_us if x.gap_us == x.gap_us else 0.0) for x in timings[:-1]]
+    n = min(4, len(steps))
+    parts = [steps[i * len(steps) // n : (i + 1) * len(steps) // n] for i in range(n)]
+    return [round(sum(p) / len(p), 2) for p in parts if p]

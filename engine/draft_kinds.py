@@ -1,0 +1,109 @@
+"""Draft kinds, registered by name: what drafts, which engine runs it, which plans its specgen mode needs.
+
+A draft kind is one small subclass of ``DraftKind`` registered with
+``@register_draft_kind``; ``specgen bench --draft NAME`` and
+``DRAFT_KINDS[NAME]`` then find it::
+
+    kind = DRAFT_KINDS["dflash"]
+    draft = kind.create(model, seed=1)                       # or weights="folder/"
+    engine = kind.engine(model, draft, mode="specgen", width=4, batch=8, library=lib)
+
+``--depth K`` means ``K`` drafts per step, a verification of ``W = K + 1``
+rows, for every kind; ``draft_rows(K)`` is the draft forward's own width.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from ..models.block_draft import BlockDraft, BlockDraftConfig
+from ..models.errors import EngineError
+from ..models.mtp_head import MTPHead
+from ..models.qwen3 import Qwen3Model
+from ..specializations.plan import DRAFT_TO_VERIFY, VERIFY_TO_DRAFT
+from .block_engine import BlockDecodeEngine
+from .engine import SpecDecodeEngine
+from .modes.block import BLOCK_BOUNDARIES
+
+__all__ = ["DRAFT_KINDS", "DraftKind", "draft_kind", "register_draft_kind"]
+
+DRAFT_KINDS: dict[str, "DraftKind"] = {}
+
+
+def register_draft_kind(cls: type["DraftKind"]) -> type["DraftKind"]:
+    """Make ``cls`` available as ``DRAFT_KINDS[cls.name]`` (a class decorator)."""
+    if not cls.name or cls.name in DRAFT_KINDS:
+        raise EngineError(f"draft kind name {cls.name!r} is empty or taken")
+    DRAFT_KINDS[cls.name] = cls()
+    return cls
+
+
+def draft_kind(name: str) -> "DraftKind":
+    if name not in DRAFT_KINDS:
+        raise EngineError(f"unknown draft kind '{name}' (known: {', '.join(DRAFT_KINDS)})")
+    return DRAFT_KINDS[name]
+
+
+class DraftKind:
+    name: ClassVar[str] = ""
+    engine_class: ClassVar[type[SpecDecodeEngine]] = SpecDecodeEngine
+    boundaries: ClassVar[tuple[str, ...]] = ()  # the plans its specgen mode runs
+
+    def draft_rows(self, depth: int) -> int:
+        """Rows of one draft forward for ``depth`` drafts."""
+        raise NotImplementedError
+
+    def create(self, model: Qwen3Model, seed: int = 1, weights: str | Path | None = None):
+        raise NotImplementedError
+
+    @property
+    def modes(self):
+        return self.engine_class.modes
+
+    def engine(self, model: Qwen3Model, draft, **kw) -> SpecDecodeEngine:
+        return self.engine_class(model, draft, **kw)
+
+
+@register_draft_kind
+class MTPKind(DraftKind):
+    """The MTP head: a chain of one-row steps after a two-row repair/new step."""
+
+    name = "mtp"
+    boundaries = (DRAFT_TO_VERIFY, VERIFY_TO_DRAFT)
+
+    def draft_rows(self, depth: int) -> int:
+        return 2
+
+    def create(self, model, seed=1, weights=None):
+        if weights is not None:
+            raise EngineError("--draft-weights loads DFlash / DSpark drafts; the MTP head has random weights")
+        return MTPHead.create(model, seed=seed)
+
+
+class _BlockKind(DraftKind):
+    engine_class = BlockDecodeEngine
+    boundaries = BLOCK_BOUNDARIES
+
+    def draft_rows(self, depth: int) -> int:
+        return BlockDraftConfig(self.name, 1, (0,), 0, 1).rows(depth)
+
+    def create(self, model, seed=1, weights=None):
+        if weights is not None:
+            return BlockDraft.from_folder(model, self.name, weights)
+        cfg = model.config
+        return BlockDraft.create(model, BlockDraftConfig.default(self.name, cfg.num_layers, cfg.vocab_size), seed)
+
+
+@register_draft_kind
+class DFlashKind(_BlockKind):
+    """DFlash: one block forward of ``K + 1`` rows ``[anchor, MASK x K]``; row j predicts ``S + j``."""
+
+    name = "dflash"
+
+
+@register_draft_kind
+class DSparkKind(_BlockKind):
+    """DSpark: ``K`` rows, row j predicts ``S + j + 1``, biased by a sequential low-rank Markov head."""
+
+    name = "dspark"

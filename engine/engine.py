@@ -1,0 +1,440 @@
+"""One speculative decode loop (target + MTP head), with pluggable ways to cross its boundaries.
+
+``SpecDecodeEngine`` runs greedy speculative decoding for a fixed batch ``B``
+and verify width ``W`` (draft depth ``W - 1``) over a paged KV cache whose
+block 0 is the scratch block.  Every mode runs the same captured draft graph
+(the MTP head's repair + new row, then the chain) and the same target
+forward; they differ only in how each boundary is crossed, which the mode
+classes of ``modes.py`` own (``baseline``: host-serial, two host
+synchronizations per step; ``compile``: ``torch.compile``'d updates in the
+verify graph, one; ``specgen``: the built kernel variants in
+``SpecVerifyRuntime``'s step graph, none).  A mode whose ``fuses_draft`` is
+set runs the draft inside its own step graph (``specgen``, ``inductor``): one
+graph replay per step, so no graph switch sits between the draft and the
+verification.
+
+On the CPU the graphs run eagerly (``compile`` mode takes ``compile_backend``,
+e.g. ``"eager"`` in tests).  ``run`` returns the tokens, the acceptance and,
+with ``timing=True`` on CUDA, per-step CUDA-event timings and host
+synchronization counts; ``capture_s`` is how long capturing the run's graphs
+took.  With ``profile=True`` the steps after the warm-up run under
+``torch.profiler`` with their draft and verify phases marked
+(``profiling.StepProfiler``); the Chrome trace lands in ``RunResult.trace``.
+
+``engine.observer``, when set, is called around every decode step:
+``observer.before_step(engine, i)`` before the draft graph and
+``observer.after_step(engine, i)`` once the step is enqueued and committed
+(outside the timed and sync-counted span).  Tests inject faults into the step
+buffers and inspect the KV caches there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from statistics import median
+from typing import Callable
+
+import torch
+
+from ..models.errors import EngineError
+from ..models.mtp_head import MTPHead
+from ..models.paged_kv import BlockAllocator
+from ..models.qwen3 import Qwen3Model
+from ..runtime.semantics import slot
+from .acceptance import AcceptanceMix
+from .clock import StepClock, count_host_syncs, stamp_factory, wall_seconds
+from .graphs import CapturedGraph
+from .modes.base import MODES, Commit, Mode
+from .profiling import StepProfiler
+from .results import RunResult, StepTiming
+
+__all__ = ["MODES", "EngineError", "RunResult", "SpecDecodeEngine", "StepTiming"]
+
+I32 = torch.int32
+SCRATCH_BLOCK = 0
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """How long a run decodes: ``max_new_tokens`` per sequence, or ``warmup + steps`` steps."""
+
+    max_new_tokens: int | None
+    total_steps: int | None
+    warmup_steps: int
+
+    @classmethod
+    def of(cls, max_new_tokens: int | None, steps: int | None, warmup_steps: int) -> "_Budget":
+        if (max_new_tokens is None) == (steps is None):
+            raise EngineError("give exactly one of max_new_tokens and steps")
+        return cls(max_new_tokens, None if steps is None else warmup_steps + steps, warmup_steps)
+
+    def horizon(self, width: int) -> int:
+        """Positions past the prompt a sequence may reach (a lagged mode may run one step more)."""
+        if self.total_steps is None:
+            return self.max_new_tokens + 3 * width + 1
+        return (self.total_steps + 2) * width + 1
+
+    def done(self, i: int, outputs: list[list[int]]) -> bool:
+        if self.total_steps is not None:
+            return i >= self.total_steps
+        return min(len(o) for o in outputs) >= self.max_new_tokens
+
+
+class SpecDecodeEngine:
+    """Greedy speculative decoding of ``batch`` prompts at verify width ``width``; see the module docstring."""
+
+    scratch_block = SCRATCH_BLOCK
+    # the step buffers ``_draft_tokens`` reads (it writes only ``draft_tokens``)
+    draft_reads = (
+        "tokens",
+        "accepted",
+        "next_last_token",
+        "hidden_rows",
+        "draft_positions",
+        "draft_slots",
+        "next_seq_lens",
+        "block_table",
+    )
+    modes: dict[str, type[Mode]] = MODES  # the boundary modes this engine's draft kind runs
+
+    def __init__(
+        self,
+        model: Qwen3Model,
+        head: MTPHead,
+        *,
+        mode: str,
+        width: int,
+        batch: int,
+        block_size: int = 16,
+        block_table_width: int = 32,
+        library=None,
+        acceptance: AcceptanceMix | None = None,
+        compile_backend: str = "inductor",
+        rank_check=None,
+    ):
+        if mode not in self.modes:
+            raise EngineError(f"unknown mode {mode!r}; one of {', '.join(self.modes)}")
+        if width < 2:
+            raise EngineError(f"width must be at least 2 (one draft), got {width}")
+        if batch < 1:
+            raise EngineError(f"batch must be at least 1, got {batch}")
+        if self.modes[mode].needs_library and library is None:
+            raise EngineError(f"{mode} mode needs a kernel library (specgen build ...)")
+        self.model, self.head, self.mode = model, head, mode
+        self.width, self.batch = int(width), int(batch)
+        self.block_size, self.block_table_width = int(block_size), int(block_table_width)
+        self.library, self.acceptance, self.compile_backend = library, acceptance, compile_backend
+        self.rank_check = rank_check  # tensor-parallel debug: rank_check.RankCheck, called after every step
+        self.device = model.embed_tokens.weight.device
+        self.strategy: Mode = self.modes[mode](self)
+        self.observer = None  # before_step(engine, i) / after_step(engine, i); see the module docstring
+
+    def close(self) -> None:
+        """Drop the captured graphs, the runtime and the buffers now (they hold device memory)."""
+        self.strategy.close()
+        for name in ("draft_graph", "bufs", "verify_hidden"):
+            if hasattr(self, name):
+                setattr(self, name, None)
+
+    # ------------------------------------------------------------------ set-up
+    @property
+    def capacity(self) -> int:
+        return self.block_table_width * self.block_size
+
+    def _setup(self, prompts: list[list[int]], horizon: int) -> None:
+        if len(prompts) != self.batch:
+            raise EngineError(f"engine built for batch {self.batch}, got {len(prompts)} prompts")
+        if any(len(p) == 0 for p in prompts):
+            raise EngineError("every prompt needs at least one token")
+        need = max(len(p) for p in prompts) + horizon
+        if need > self.capacity:
+            raise EngineError(
+                f"a sequence may reach {need} positions but the block table holds "
+                f"{self.block_table_width} x {self.block_size} = {self.capacity}; raise "
+                f"block_table_width or lower the number of steps"
+            )
+        B, W, BT, BS, dev = self.batch, self.width, self.block_table_width, self.block_size, self.device
+        num_blocks = 1 + B * BT  # block 0 is the scratch block no sequence owns
+        self.model.allocate_kv_cache(num_blocks, BS, block_table_width=BT)
+        self.head.allocate_kv_cache(num_blocks, BS)
+        # every block but the scratch block, shuffled so the tables are non-contiguous
+        owned = [b for b in BlockAllocator(num_blocks, seed=0).allocate(num_blocks) if b != SCRATCH_BLOCK]
+        self.block_table = torch.tensor(owned[: B * BT], dtype=I32, device=dev).view(B, BT)
+        self.prompt_lens = torch.tensor([len(p) for p in prompts], device=dev)
+        self.verify_hidden = torch.zeros(
+            B * W, self.model.config.hidden_size, dtype=self.model.embed_tokens.weight.dtype, device=dev
+        )
+        self.bufs = self.strategy.buffers()
+        self.bufs["block_table"].copy_(self.block_table)
+        self.pool = torch.cuda.graph_pool_handle() if dev.type == "cuda" else None
+
+    def _prefill(self, prompts: list[list[int]]) -> torch.Tensor:
+        """Target and draft prefill; leaves the first draft graph's inputs in the buffers."""
+        B, W, BS, dev, bt = self.batch, self.width, self.block_size, self.device, self.block_table
+        r = max(len(p) for p in prompts)
+        toks = torch.tensor([p + [0] * (r - len(p)) for p in prompts], device=dev)
+        idx = torch.arange(r, device=dev)
+        pos = idx.expand(B, r)
+        valid = idx < self.prompt_lens[:, None]
+        slots = torch.where(valid, slot(bt, pos, BS), torch.full_like(pos, -1))
+        qsl = torch.arange(B + 1, device=dev) * r
+        hidden, logits = self.model(toks.reshape(-1), pos.reshape(-1), slots.reshape(-1), bt, self.prompt_lens, qsl, r)
+        last = torch.arange(B, device=dev) * r + self.prompt_lens - 1
+        bonus = self.model.greedy_tokens(logits[last])
+        if r > 1:  # draft prefill: token at p = 1 .. P-1 with the target hidden of p - 1
+            dtoks = torch.tensor([p[1:] + [0] * (r - len(p) + 1) for p in prompts], device=dev)
+            dpos = (idx + 1).expand(B, r)
+            dslots = torch.where(idx < (self.prompt_lens - 1)[:, None], slot(bt, dpos, BS), torch.full_like(dpos, -1))
+            self.head(dtoks.reshape(-1), dpos.reshape(-1), dslots.reshape(-1), hidden, bt, self.prompt_lens, qsl, r)
+        # The first draft graph input: row 1 is the bonus at position P with the hidden of P - 1.
+        b = self.bufs
+        base = torch.arange(B, device=dev) * W
+        P = self.prompt_lens.to(I32)
+        self.verify_hidden[base] = hidden[last]
+        b["tokens"][base] = torch.tensor([p[-1] for p in prompts], dtype=I32, device=dev)
+        b["accepted"].zero_()
+        b["next_last_token"].copy_(bonus)
+        b["next_seq_lens"].copy_(P)
+        b["draft_positions"].copy_(torch.stack([P - 1, P], 1))
+        b["draft_slots"].copy_(torch.stack([b["scratch_slot"].expand(B), slot(bt, P, BS)], 1))
+        b["hidden_rows"].copy_(torch.stack([base, base], 1))
+        return bonus
+
+    # -------------------------------------------------------------- the graphs
+    def target_forward(self, bufs) -> torch.Tensor:
+        """The target over the verify rows of ``bufs``: keeps the hidden states, returns ``target[B, W]``."""
+        hidden, logits = self.model(
+            bufs["tokens"],
+            bufs["positions"],
+            bufs["slot_mapping"],
+            bufs["block_table"],
+            bufs["kv_lens"],
+            bufs["query_start_loc"],
+            self.width,
+        )
+        self.verify_hidden[: hidden.shape[0]].copy_(hidden)
+        return self.model.greedy_tokens(logits).to(I32).view(-1, self.width)
+
+    def forward_only(self) -> None:
+        """The bare verification: the target forward into ``target_tokens``, no boundary work."""
+        self.bufs["target_tokens"].copy_(self.target_forward(self.bufs))
+
+    def graph(self, fn: Callable[[], None]) -> CapturedGraph:
+        """``fn`` as a captured graph in the engine's pool (eager on the CPU)."""
+        return CapturedGraph(fn, self.device, self.pool)
+
+    def _draft(self) -> None:
+        """The draft graph's body: the step's carried inputs (``_carry``), then the drafts (``_draft_tokens``)."""
+        self._carry()
+        self._draft_tokens()
+
+    def _carry(self) -> None:
+        """The previous step's bonus token and length become this step's ``last_tokens`` and ``seq_lens``."""
+        b = self.bufs
+        b["last_tokens"].copy_(b["next_last_token"])
+        b["seq_lens"].copy_(b["next_seq_lens"])
+
+    def _draft_tokens(self) -> None:
+        """The MTP head over ``prepare_next_draft``'s two rows, then the chain; writes ``draft_tokens`` (only
+        that step buffer: ``draft_reads`` are the ones it reads)."""
+        b, B, W, BS, bt = self.bufs, self.batch, self.width, self.block_size, self.bufs["block_table"]
+        dev = bt.device
+        acc = b["accepted"].long()
+        base = torch.arange(B, device=dev) * W
+        toks = torch.stack([b["tokens"][base + acc], b["next_last_token"]], 1).reshape(-1)
+        hid = self.verify_hidden[b["hidden_rows"].reshape(-1).long()]
+        new_len = b["next_seq_lens"]
+        h, logits = self.head(
+            toks,
+            b["draft_positions"].reshape(-1),
+            b["draft_slots"].reshape(-1),
+            hid,
+            bt,
+            new_len + 1,
+            torch.arange(B + 1, device=dev) * 2,
+            2,
+        )
+        d, h = logits.view(B, 2, -1)[:, 1].argmax(-1), h.view(B, 2, -1)[:, 1]
+        drafts, pos, qsl = [d], new_len, torch.arange(B + 1, device=dev)
+        for _ in range(W - 2):
+            pos = pos + 1
+            h, logits = self.head(d, pos, slot(bt, pos[:, None], BS).reshape(-1), h, bt, pos + 1, qsl, 1)
+            d = logits.argmax(-1)
+            drafts.append(d)
+        out = torch.stack(drafts, 1)
+        if self.acceptance is not None:
+            out = self.acceptance.apply(out, new_len, self.prompt_lens)
+        b["draft_tokens"].copy_(out)
+
+    def _build_graphs(self) -> None:
+        """Capture the draft graph and the mode's verify graph, leaving the step state as it was.
+
+        Capture warms each graph up by running it, and a compile-mode verify
+        graph writes the next draft's inputs; the snapshot undoes that.  (The
+        KV entries the warm-ups write are the ones the first step rewrites
+        with the same values.)
+        """
+        with self._state_kept():
+            self.draft_graph = self.graph(self._draft)
+            self.strategy.capture()
+
+    @contextlib.contextmanager
+    def _state_kept(self):
+        """Restore the step buffers and the verify hidden states on exit."""
+        saved = {n: t.clone() for n, t in self.bufs.items()}
+        saved_hidden = self.verify_hidden.clone()
+        try:
+            yield
+        finally:
+            for n, t in saved.items():
+                self.bufs[n].copy_(t)
+            self.verify_hidden.copy_(saved_hidden)
+
+    # ------------------------------------------------------------------- run
+    @torch.inference_mode()
+    def run(
+        self,
+        prompts: list[list[int]],
+        *,
+        max_new_tokens: int | None = None,
+        steps: int | None = None,
+        warmup_steps: int = 0,
+        timing: bool = False,
+        profile: bool = False,
+    ) -> RunResult:
+        """Decode ``prompts`` until every sequence has ``max_new_tokens`` tokens, or for ``steps`` steps.
+
+        The block table is sized for the slowest sequence.  One that finishes
+        early keeps stepping with the batch and may pass the table's end;
+        those steps fail the variants' guards and run on the (exact) torch
+        semantics, and its extra tokens are dropped.
+
+        ``warmup_steps`` run first (captures, compilation) and are neither
+        timed nor counted; their tokens are part of ``outputs``.  ``profile``:
+        the steps after them run under ``torch.profiler`` (see the module docstring).
+        """
+        budget = _Budget.of(max_new_tokens, steps, warmup_steps)
+        self._setup(prompts, budget.horizon(self.width))
+        bonus = self._prefill(prompts)
+        self.strategy.after_prefill(bonus)
+        with wall_seconds(self.device) as capture:
+            self._build_graphs()
+        res = RunResult(
+            self.mode,
+            self.width,
+            self.batch,
+            [[t] for t in bonus.tolist()],
+            capture_s=capture.s,
+            fused_draft=self.strategy.fuses_draft,
+        )
+        clock = StepClock(self.device, timing)
+        with StepProfiler(self.device, warmup_steps if profile else None) as prof:
+            self._loop(res, budget, clock, prof)
+        res.trace = prof.trace
+        clock.finish(res)
+        res.runtime_stats = self.strategy.stats()
+        if max_new_tokens is not None:
+            res.outputs = [o[:max_new_tokens] for o in res.outputs]
+        return res
+
+    def _loop(self, res: RunResult, budget: _Budget, clock: StepClock, prof: StepProfiler) -> None:
+        """The decode steps; a lagged mode knows a step's tokens one step late, so it may run one step more."""
+        lagged = self.strategy.lagged
+        prompt_lens = self.prompt_lens.tolist()
+        pending: bool | None = None  # lagged: whether the step not yet read back was timed
+        i = 0
+        while not budget.done(i, res.outputs):
+            timed = i >= budget.warmup_steps
+            if self.observer is not None:
+                self.observer.before_step(self, i)
+            prof.at(i)
+            clock.start(timed)
+            with count_host_syncs(clock.counts_syncs(timed)) as syncs:
+                stamps = clock.step(timed)
+                stamps.mark(0)
+                with prof.phase("draft", i):
+                    if not self.strategy.fuses_draft:  # else the mode's step graph runs the draft
+                        self.draft_graph()
+                stamps.mark(1)
+                with prof.phase("verify", i):
+                    commit = self.strategy.verify(
+                        *self._bounds(res, prompt_lens, lagged and i > 0), mark=lambda: stamps.mark(2)
+                    )
+                if lagged:
+                    # enqueue step i, then read step i - 1 (the one-step-late read)
+                    self._read_lagged(res, pending, 1, budget.max_new_tokens)
+                    pending = timed
+                else:
+                    self._commit(res, commit, timed, budget.max_new_tokens)
+                stamps.mark(3)
+            clock.record(stamps, syncs)
+            if self.rank_check is not None:  # outside the counted step: it reads the state back
+                self.rank_check(self, i, res.outputs)
+            if self.observer is not None:
+                self.observer.after_step(self, i)
+            i += 1
+        self._read_lagged(res, pending, 0, budget.max_new_tokens)
+
+    def _read_lagged(self, res: RunResult, pending: bool | None, steps_back: int, max_new_tokens: int | None) -> None:
+        """Commit the step still in flight (``steps_back`` steps before the newest), if there is one."""
+        if pending is None:
+            return
+        self._commit(res, self.strategy.read_back(steps_back), pending, max_new_tokens)
+        if steps_back:
+            res.lagged_event_waits += pending
+
+    def _bounds(self, res: RunResult, prompt_lens: list[int], one_step_behind: bool) -> tuple[int, int]:
+        """Host-side bounds of this step's ``seq_lens`` from the tokens committed so far.
+
+        After the commits the host has seen, sequence b holds ``P + n - 1``
+        tokens of KV (``n`` committed, the newest not yet in the cache); one
+        unseen step adds between 1 and ``W`` to that.
+        """
+        base = [p + len(o) - 1 for p, o in zip(prompt_lens, res.outputs)]
+        if one_step_behind:
+            return min(base) + 1, max(base) + self.width
+        return min(base), max(base)
+
+    @staticmethod
+    def _commit(res: RunResult, commit: Commit, timed: bool, max_new_tokens: int | None) -> None:
+        accepted, next_tokens = commit
+        res.commit(accepted.tolist(), next_tokens.tolist(), timed, max_new_tokens)
+
+    # ------------------------------------------------------- bare verification
+    @torch.inference_mode()
+    def bare_spans(self, repeats: int = 50) -> tuple[float, float]:
+        """The draft graph and the bare verify graph back to back: medians of their spans (us).
+
+        Each repeat replays the draft graph, then the target forward alone
+        (captured), and times the draft (start -> end of the draft graph) and
+        the span from the end of the draft to the end of the verification,
+        exactly like a step's ``draft_us`` and ``verify_span_us``; so a mode's
+        ``verify_span_us - bare verify`` is its draft-to-verify boundary
+        (graph switches and launch gaps included on both sides).  Medians of
+        ``repeats``.  The step buffers are restored afterwards; the KV entries
+        written are the last verification's (same values) and the next
+        draft's (which the next step writes again).
+        """
+        with self._state_kept():
+            return self._time_bare(repeats)
+
+    def _time_bare(self, repeats: int) -> tuple[float, float]:
+        cuda = self.device.type == "cuda"
+        stamp = stamp_factory(cuda)
+        g = self.graph(self.forward_only)
+        spans = []
+        for _ in range(repeats):
+            s0, s1, e = stamp(), stamp(), stamp()
+            s0.record()
+            self.draft_graph()
+            s1.record()
+            g()
+            e.record()
+            spans.append((s0, s1, e))
+        if cuda:
+            torch.cuda.synchronize()
+        return (
+            median(s0.elapsed_time(s1) * 1e3 for s0, s1, _ in spans),
+            median(s1.elapsed_time(e) * 1e3 for _, s1, e in spans),
+        )

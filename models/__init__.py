@@ -1,0 +1,35 @@
+"""The reference models: a Qwen3-style target over a paged KV cache, its MTP draft head,
+the DFlash / DSpark block drafts, the CUDA forward (Triton kernels, skinny GEMM), checkpoint
+I/O and tensor-parallel sharding.
+
+The forwards take fixed-shape metadata (no host syncs), so the same code can be captured in
+CUDA graphs.
+"""
+
+from .errors import EngineError
+from .mtp_head import MTPHead
+from .paged_kv import (
+    AttentionBatch,
+    BlockAllocator,
+    PagedKVCache,
+    make_block_table,
+    paged_attention,
+    slot,
+    verify_metadata,
+)
+from .qwen3 import PRESETS, ModelConfig, Qwen3Model
+
+__all__ = [
+    "AttentionBatch",
+    "BlockAllocator",
+    "EngineError",
+    "MTPHead",
+    "ModelConfig",
+    "PRESETS",
+    "PagedKVCache",
+    "Qwen3Model",
+    "make_block_table",
+    "paged_attention",
+    "slot",
+    "verify_metadata",
+]

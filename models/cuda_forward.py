@@ -1,0 +1,187 @@
+"""The fast decoder forward: fused projections and Triton kernels around the GEMMs.
+
+Per layer it launches nine or ten kernels::
+
+    add_rms_norm (previous MLP residual + input norm) -> qkv GEMM -> qk_norm_rope_store
+    -> paged_attention (+ attention_merge when the keys are split) -> o GEMM
+    -> add_rms_norm (attention residual + post norm) -> gate_up GEMM -> silu_mul -> down GEMM
+
+The MLP's residual add is carried into the next layer's first kernel.  The
+q/k/v and gate/up weights are concatenated once, and the layer's own
+parameters become views of the fused tensors, so a later ``copy_`` into them
+(loading a checkpoint) updates the fused weight too.  Which forward runs is
+``Qwen3Model.forward_kernels``: ``"auto"`` (Triton on CUDA where it imports,
+else torch), ``"torch"`` or ``"triton"`` (forced; on the CPU only under
+``TRITON_INTERPRET=1``, for tests).  Shapes depend only on the batch layout,
+so the fast forward captures in a CUDA graph like the torch one.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+KERNEL_CHOICES = ("auto", "torch", "triton")
+
+
+@functools.cache
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def use_triton(choice: str, device: torch.device) -> bool:
+    """Whether a forward on ``device`` with ``forward_kernels=choice`` runs the Triton kernels."""
+    if choice not in KERNEL_CHOICES:
+        raise ValueError(f"forward_kernels must be one of {KERNEL_CHOICES}, not {choice!r}")
+    if choice == "torch":
+        return False
+    if choice == "triton":
+        if not triton_available():
+            raise RuntimeError("forward_kernels='triton' needs the triton package")
+        return True
+    return device.type == "cuda" and triton_available()
+
+
+@functools.cache
+def _kernels():
+    from . import triton_kernels
+
+    return triton_kernels
+
+
+@functools.cache
+def _skinny():
+    from . import skinny_gemm
+
+    return skinny_gemm
+
+
+def _use_skinny(h: torch.Tensor) -> bool:
+    return h.shape[0] <= 16 and os.environ.get("SPECGEN_SKINNY_GEMM", "1") not in ("", "0")
+
+
+def linear(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``h @ weight.T``: the skinny GEMM for at most 16 rows (``SPECGEN_SKINNY_GEMM=0``: never), else cuBLAS."""
+    return _skinny().skinny_gemm(h, weight) if _use_skinny(h) else F.linear(h, weight)
+
+
+def projection(module: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """A projection whose output feeds ``add_rms_norm``: with the skinny GEMM on a plain ``nn.Linear``,
+    float32 split-K partials (summed by ``add_rms_norm``); otherwise the module's own output."""
+    if type(module) is torch.nn.Linear and _use_skinny(h):
+        return _skinny().skinny_gemm(h, module.weight, partial=True)
+    return module(h)
+
+
+def materialize(x: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """``x + delta`` where ``delta`` is an output or float32 partials ``[splits, N, hidden]``."""
+    if delta.dim() == 3:
+        return (x.float() + delta.sum(0)).to(x.dtype)
+    return x + delta
+
+
+@dataclass(slots=True)
+class FastBatch:
+    """The metadata the Triton kernels read directly (no per-forward derived tensors)."""
+
+    positions: torch.Tensor  # [N]
+    slots: torch.Tensor  # [N], -1: no write
+    block_table: torch.Tensor  # [B, BT]
+    kv_lens: torch.Tensor  # [B]
+    query_start_loc: torch.Tensor  # [B + 1]
+    rows_per_seq: int
+    rope_theta: float
+
+
+_INV_FREQ: dict[tuple, torch.Tensor] = {}
+
+
+def rope_inv_freq(head_dim: int, theta: float, device: torch.device) -> torch.Tensor:
+    """``1 / theta ** (2i / D)`` in float32, by the same ops as ``AttentionBatch.build`` (same bits).
+
+    Kept per device once made outside a graph capture; inside one it is made
+    afresh (a tensor from the capture's pool must not outlive the graph).
+    """
+    key = (head_dim, theta, str(device))
+    t = _INV_FREQ.get(key)
+    if t is None:
+        half = torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim
+        t = 1.0 / (theta**half)
+        if device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+            _INV_FREQ[key] = t
+    return t
+
+
+def fused_weight(owner: torch.nn.Module, names: tuple[str, ...]) -> torch.Tensor:
+    """``cat([owner.<name>.weight ...])``, made once; the parts then view the fused tensor.
+
+    Rebuilt when a part's weight is a different tensor (a module replaced,
+    e.g. by tensor-parallel sharding, or moved).
+    """
+    parts = [getattr(owner, n).weight for n in names]
+    key = "_fused_" + "_".join(names)
+    cached = owner.__dict__.get(key)
+    if cached is not None and cached[1] == [p.data_ptr() for p in parts]:
+        return cached[0]
+    fused = torch.cat([p.detach() for p in parts])
+    lo = 0
+    for p in parts:
+        p.data = fused[lo : lo + p.shape[0]]
+        lo += p.shape[0]
+    owner.__dict__[key] = (fused, [p.data_ptr() for p in parts])
+    return fused
+
+
+def attention(attn, h: torch.Tensor, batch: FastBatch, cache, layer: int) -> torch.Tensor:
+    """The attention block on normed ``h [N, hidden]``: K/V written, output projected."""
+    k = _kernels()
+    kc, vc = cache.layer_storage(layer)
+    qkv = linear(h, fused_weight(attn, ("q_proj", "k_proj", "v_proj")))
+    q = k.qk_norm_rope_store(
+        qkv,
+        attn.q_norm.weight,
+        attn.k_norm.weight,
+        batch.positions,
+        batch.slots,
+        kc,
+        vc,
+        attn.num_heads,
+        attn.num_kv_heads,
+        attn.q_norm.eps,
+        rope_inv_freq(attn.head_dim, batch.rope_theta, h.device),
+    )
+    o = k.paged_attention(
+        q,
+        kc,
+        vc,
+        batch.block_table,
+        batch.kv_lens,
+        batch.positions,
+        batch.query_start_loc,
+        batch.rows_per_seq,
+        cache.block_size,
+    )
+    return projection(attn.o_proj, o.view(h.shape[0], -1))
+
+
+def mlp(m, h: torch.Tensor) -> torch.Tensor:
+    return projection(m.down_proj, _kernels().silu_mul(linear(h, fused_weight(m, ("gate_proj", "up_proj")))))
+
+
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, norm) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x + delta, norm(x + delta))`` in one kernel; ``norm`` is an ``RMSNorm`` module."""
+    return _kernels().add_rms_norm(x, delta, norm.weight, norm.eps)
+
+
+def layer(
+    dec, x: torch.Tensor, delta: torch.Tensor | None, batch: FastBatch, cache, i: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decoder layer on the residual ``x + delta``; returns the next ``(x, delta)``."""
+    x, h = add_rms_norm(x, delta, dec.input_layernorm)
+    x, h = add_rms_norm(x, attention(dec.self_attn, h, batch, cache, i), dec.post_attention_layernorm)
+    return x, mlp(dec.mlp, h)

@@ -1,0 +1,96 @@
+"""The draft model: a multi-token-prediction head over the target's hidden states.
+
+``MTPHead`` is a learned-style head (random weights by default, so its
+acceptance is low).  Drafts with a chosen acceptance rate come from
+``acceptance.AcceptanceMix`` instead.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import cuda_forward
+from .cuda_forward import FastBatch
+from .paged_kv import PagedKVCache
+from .qwen3 import (
+    EMBED_STD,
+    LOGIT_STD,
+    DecoderLayer,
+    Qwen3Model,
+    RMSNorm,
+    attention_batch,
+    build_on,
+    init_random_weights,
+)
+
+
+class MTPHead(nn.Module):
+    """One decoder layer over the target's hidden state and the next token.
+
+    The row at position ``p`` reads token ``t_p`` and the target's hidden
+    state of position ``p - 1`` and predicts token ``p + 1``::
+
+        x = eh_proj(cat(enorm(embed(t_p)), hnorm(hidden_{p-1})))
+        x = layer(x)                      # own paged KV cache, target's slots
+        logits = lm_head(norm(x))         # embedding and head are the target's
+
+    Chained drafting feeds the head's own returned hidden state back in.
+    """
+
+    def __init__(self, target: Qwen3Model):
+        super().__init__()
+        cfg = target.config
+        self.config = cfg
+        self.enorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self.hnorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self.eh_proj = nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.layer = DecoderLayer(cfg)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self._target = (target,)  # shared, not a submodule: its weights stay the target's
+        self.kv_cache: PagedKVCache | None = None
+
+    @classmethod
+    def create(cls, target: Qwen3Model, seed: int = 1) -> "MTPHead":
+        w = target.embed_tokens.weight
+        head = build_on(lambda: cls(target), w.dtype, w.device)
+        init_random_weights(head, seed)
+        with torch.no_grad():
+            head.norm.weight.fill_(LOGIT_STD / (EMBED_STD * math.sqrt(target.config.hidden_size)))
+        return head.eval().requires_grad_(False)
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int) -> PagedKVCache:
+        w = self.eh_proj.weight
+        kv_heads = self.layer.self_attn.num_kv_heads  # all, or a tensor-parallel rank's share
+        self.kv_cache = PagedKVCache(1, num_blocks, block_size, kv_heads, self.config.head_dim, w.dtype, w.device)
+        return self.kv_cache
+
+    def forward(
+        self, tokens, positions, slot_mapping, hidden_in, block_table, kv_lens, query_start_loc, rows_per_seq: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``tokens[N], hidden_in[N, H] -> (hidden[N, H], logits[N, V])``."""
+        target = self._target[0]
+        batch = attention_batch(
+            target.forward_kernels,
+            positions,
+            slot_mapping,
+            block_table,
+            kv_lens,
+            query_start_loc,
+            rows_per_seq,
+            self.config.head_dim,
+            self.config.rope_theta,
+        )
+        e = self.enorm(target.embed_tokens(tokens.long()))
+        eh = torch.cat([e, self.hnorm(hidden_in.to(e.dtype))], dim=-1)
+        x = cuda_forward.linear(eh, self.eh_proj.weight) if isinstance(batch, FastBatch) else self.eh_proj(eh)
+        if isinstance(batch, FastBatch):  # the residual add and the final norm in one kernel
+            x, h = cuda_forward.add_rms_norm(
+                *cuda_forward.layer(self.layer, x, None, batch, self.kv_cache, 0), self.norm
+            )
+        else:
+            h = self.norm(x := self.layer(x, batch, self.kv_cache, 0))
+        return x, F.linear(h, target.lm_head_weight)

@@ -1,0 +1,171 @@
+"""The bench harness and ``specgen bench``: configuration errors, a CPU run end to end, the report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+ENGINE_LAYOUT = {
+    "widths": (2, 3, 4, 5, 6),
+    "block_table_width": 8,
+    "block_size": 16,
+}  # as conftest.engine_kernels builds
+BT = ENGINE_LAYOUT["block_table_width"]
+
+
+@pytest.mark.slow
+def test_bench_cli_on_cpu(engine_kernels, tmp_path, capsys):
+    from specgen.cli import main
+
+    out = tmp_path / "bench"
+    rc = main(
+        [
+            "bench",
+            "--model",
+            "tiny",
+            "--steps",
+            "4",
+            "--warmup",
+            "1",
+            "--depth",
+            "2,3",
+            "--batch",
+            "1,2",
+            "--kernels",
+            str(engine_kernels.root),
+            "--block-table-width",
+            str(BT),
+            "--prompt-len",
+            "8",
+            "--check",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    text = capsys.readouterr()
+    assert "compile: needs CUDA" in text.out + text.err and "inductor: needs CUDA" in text.out + text.err
+    assert "on the CPU there are no kernels" in text.out
+    result = json.loads((out / "bench.json").read_text())
+    assert result["command"] == (
+        "specgen bench --model tiny --steps 4 --warmup 1 --depth 2,3 --batch 1,2 --kernels "
+        f"{engine_kernels.root} --block-table-width {BT} --prompt-len 8 --check --out {out}"
+    )
+    assert result["aborted"] is None
+    assert {(r["depth"], r["batch"], r["mode"]) for r in result["runs"]} == {
+        (d, b, m) for d in (2, 3) for b in (1, 2) for m in ("baseline", "specgen")
+    }
+    for r in result["runs"]:
+        assert r["equals_greedy"] and r["modes_agree"]
+        assert r["tpot_ms"] > 0 and r["steps"] == 4 and r["draft_us"] > 0
+        assert isinstance(r["capture_s"], float) and r["capture_s"] >= 0  # the CPU captures nothing: ~0 s
+        assert r["kernel_draft_to_verify_us"] is r["head_us"] is r["kernel_verify_to_draft_us"] is None
+    assert [(r["depth"], r["batch"]) for r in result["ratios"]] == [(2, 1), (2, 2), (3, 1), (3, 2)]
+    png = out / "timeline.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["bench", "--replot", str(out / "bench.json")]) == 0
+
+
+def test_bench_cli_errors(capsys):
+    from specgen.cli import main
+
+    assert main(["bench", "--modes", "baseline,turbo", "--device", "cpu"]) == 2
+    assert "unknown mode 'turbo'" in capsys.readouterr().err
+    assert main(["bench", "--acceptance", "2", "--device", "cpu"]) == 2
+    assert (
+        main(
+            [
+                "bench",
+                "--steps",
+                "200",
+                "--depth",
+                "5",
+                "--block-table-width",
+                "4",
+                "--device",
+                "cpu",
+                "--modes",
+                "baseline",
+            ]
+        )
+        == 2
+    )
+    assert "positions" in capsys.readouterr().err
+    assert main(["bench", "--model", "huge"]) == 2
+    assert main(["bench", "--warmup", "0", "--device", "cpu"]) == 2
+    assert "--warmup must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_readme_command_on_cpu(tmp_path, monkeypatch, capsys):
+    """`specgen bench --model tiny --steps 8` from a bare folder: builds its kernels, runs, writes its files."""
+    from specgen.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--model", "tiny", "--steps", "8"]) == 0
+    out = capsys.readouterr()
+    assert "depth 3 B=1: specgen TPOT vs baseline" in out.out
+    assert "compile: needs CUDA" in out.err
+    result = json.loads((tmp_path / "bench_results" / "bench.json").read_text())
+    assert [r["mode"] for r in result["runs"]] == ["baseline", "specgen"]
+    assert result["runs"][1]["runtime_stats"]["fallback"] == {}
+    assert (tmp_path / "build" / "bench_kernels" / "manifest.json").exists()
+
+
+def test_configure_derives_a_frozen_config():
+    import dataclasses
+
+    from specgen.bench.harness import BenchError, configure
+    from specgen.engine import MODES
+
+    c = configure(
+        depths=(3, 5),
+        batches=(1, 2),
+        modes=("baseline", "compile"),
+        steps=4,
+        warmup=1,
+        device="cpu",
+        block_table_width=0,
+        command="specgen bench --depth 3,5",
+    )
+    assert c.modes == ("baseline",) and dict(c.skipped) == {"compile": MODES["compile"].cpu_skip_reason}
+    assert c.widths == (4, 6) and c.kernel_target == "c" and not c.needs_library
+    # the table holds the longer of the timed and the profiled runs (the CPU profiles its host-serial runs too)
+    need = 32 + (1 + max(4, c.profile_steps) + 2) * 6 + 1
+    assert c.block_table_width * c.block_size >= need > (c.block_table_width - 1) * c.block_size
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.steps = 8
+    with pytest.raises(BenchError, match="unknown mode 'turbo'"):
+        configure(modes=("turbo",), device="cpu")
+
+
+def test_ratios_compare_specgen_with_every_other_registered_mode():
+    from specgen.bench.harness import ratios
+
+    runs = [
+        {"depth": 3, "batch": 1, "mode": m, "tpot_ms": t}
+        for m, t in (("compile", 2.0), ("specgen", 1.0), ("baseline", 4.0), ("inductor", 1.25))
+    ]
+    runs.append({"depth": 3, "batch": 2, "mode": "specgen", "error": "boom"})
+    assert ratios(runs) == [
+        {"depth": 3, "batch": 1, "tpot_vs_baseline": -0.75, "tpot_vs_compile": -0.5, "tpot_vs_inductor": -0.2}
+    ]
+
+
+def test_summary_splits_a_fused_step_at_the_bare_draft():
+    """A mode that runs the draft in its step graph has no event between draft and verify: the row takes the
+    bare draft as its draft and the rest of the step's span as the verify span."""
+    from specgen.bench.harness import summary
+    from specgen.engine.results import RunResult, StepTiming
+
+    def run(fused):
+        res = RunResult("specgen", 4, 1, [[1]], steps=3, timed_tokens=6, elapsed_s=0.003, fused_draft=fused)
+        res.timings = [StepTiming(d, v, 5.0, 0) for d, v in ((0.5, 600.0), (0.5, 610.0), (0.5, 620.0))]
+        return summary(res, (400.0, 180.0))
+
+    fused, split = run(True), run(False)
+    assert fused["draft_split"] == "bare draft" and "draft_split" not in split
+    assert fused["draft_us"] == 400.0 and fused["verify_span_us"] == pytest.approx(210.5)
+    assert fused["draft_to_verify_us"] == pytest.approx(30.5)
+    assert split["draft_us"] == 0.5 and split["draft_to_verify_us"] == pytest.approx(430.0)

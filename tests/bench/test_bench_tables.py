@@ -1,0 +1,84 @@
+"""benchmarks/bench_tables.py: the README's tables from a bench result, the boundary goal judged per row."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import specgen
+
+
+def _module(name: str = "bench_tables"):
+    """``benchmarks/NAME.py`` imported from the package's folder (benchmarks/ is not a package)."""
+    path = Path(specgen.__file__).parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(mode, batch, tpot, d2v, bare=5.0, head=2.0):
+    return {
+        "mode": mode,
+        "depth": 3,
+        "batch": batch,
+        "tpot_ms": tpot,
+        "kernel_draft_to_verify_us": d2v,
+        "bare_kernel_draft_to_verify_us": bare,
+        "head_us": head,
+        "kernel_verify_to_draft_us": 10.0,
+        "bare_verify_us": 1000.0,
+        "draft_us": 500.0,
+        "capture_s": 0.1,
+        "acceptance": 0.5,
+    }
+
+
+def test_tables_judge_the_boundary_goal(tmp_path, capsys):
+    result = {
+        "model": "toy",
+        "runs": [
+            _run("compile", 1, 2.0, 14.0),
+            _run("specgen", 1, 1.5, 7.5),
+            _run("compile", 8, 2.0, 6.0),
+            _run("specgen", 8, 1.9, 9.0),
+            {"mode": "baseline", "depth": 3, "batch": 8, "error": "boom"},
+        ],
+    }
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(result))
+    assert _module().main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "| 1 | 2.000 / 1.500 | -25.0% |" in out
+    assert "| toy | 3 | 1 | 7.5 | 5.0 | 2.5 (yes) | 14.0 | yes | 2.0 |" in out
+    assert "| toy | 3 | 8 | 9.0 | 5.0 | 4.0 (**no**) | 6.0 | **no** | 2.0 |" in out
+    assert "boom" not in out
+
+
+def test_host_step_cost_times_both_plans(engine_kernels, tmp_path):
+    """benchmarks/host_step_cost.py: the decision is timed for the plan as built and the hoisted one."""
+    mod = _module("host_step_cost")
+    out = tmp_path / "cost.json"
+    assert mod.main(["--kernels", str(engine_kernels.root), "--calls", "3", "--repeats", "2", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["kernels"], r["case"], r["reason"]) for r in rows] == [
+        (3, "guards hold", None),
+        (3, "a guard fails", "guard_failed"),
+        (5, "guards hold", None),
+        (5, "a guard fails", "guard_failed"),
+    ]
+    assert all(r["us_per_step"] > 0 and len(r["runs_us"]) == 2 for r in rows)
+
+
+def test_replay_us_times_inner_calls_after_the_warm_ones():
+    """The benchmarks' replay timer (engine/clock.py), on the host clock: every call is counted once,
+    the warm calls are not timed, and the figure is per call."""
+    import time
+
+    from specgen.engine.clock import replay_us
+
+    calls = []
+    us = replay_us(lambda: (calls.append(1), time.sleep(0.002)), repeats=3, inner=4, warm=2, cuda=False)
+    assert len(calls) == 2 + 3 * 4
+    assert 1500 < us < 20000  # one 2 ms call, not four

@@ -1,0 +1,140 @@
+"""The cost model's calibration from profiled steps: synthetic trace events, and one real tiny CPU bench."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specgen.bench import calibration as cal
+from specgen.bench import kernel_timeline as kt
+from specgen.engine.profiling import HOST_RANGE_PREFIX
+
+FORWARD = ["gemm", "attn"]
+
+
+def _x(cat, name, ts, dur, corr=None, stream=7):
+    e = {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": stream, "args": {"stream": stream}}
+    if corr is not None:
+        e["args"]["correlation"] = corr
+    return e
+
+
+def _trace():
+    """Two steps of a mixed boundary: copies, a standalone launch, events, a graph with a head, syncs."""
+    ev = []
+    for k, t in enumerate((0.0, 1000.0)):
+        c = 100 * (k + 1)
+        ev += [
+            _x("user_annotation", kt.phase_name("draft", k), t, 20.0),
+            _x("cuda_runtime", "cudaGraphLaunch", t + 1, 8.0 + k, c),
+            _x("kernel", "draft_mtp", t + 10, 100.0, c),
+            _x("user_annotation", kt.phase_name("verify", k), t + 30, 400.0),
+            # a synchronous read-back: the copy ends at t+112, the call returns 30 (k=0) / 40 us later
+            _x("cuda_runtime", "cudaMemcpyAsync", t + 31, 4.0, c + 1),
+            _x("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", t + 110, 2.0, c + 1),
+            _x("cuda_runtime", "cudaStreamSynchronize", t + 36, 76.0 + 30 + 10 * k),
+            _x("user_annotation", HOST_RANGE_PREFIX + f"spec_verify_head_update#{k}", t + 150, 50.0 + k),
+            _x("cuda_runtime", "cudaMemcpyAsync", t + 205, 6.0, c + 2),
+            _x("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", t + 215, 3.0, c + 2),
+            _x("cuda_runtime", "cudaLaunchKernel", t + 212, 5.0, c + 3),
+            _x("kernel", "accept_len", t + 220, 1.5, c + 3),
+            _x("cuda_runtime", "cudaEventRecord", t + 218, 1.0),
+            _x("cuda_runtime", "cudaStreamWaitEvent", t + 219, 2.0),
+            _x("cuda_runtime", "cudaGraphLaunch", t + 222, 10.0, c + 4),
+            _x("kernel", "head_w4", t + 230, 2.5, c + 4),
+            _x("gpu_memcpy", "Memcpy DtoD (Device -> Device)", t + 233, 1.0, c + 4),
+            _x("kernel", "gemm", t + 235, 40.0, c + 4),
+            _x("kernel", "attn", t + 276, 30.0, c + 4),
+        ]
+    return ev
+
+
+def test_samples_from_synthetic_trace_events():
+    s = cal.samples(_trace(), FORWARD)
+    assert s["issue.graph_replay"] == [8.0, 10.0, 9.0, 10.0]
+    assert s["issue.d2h"] == [4.0, 4.0] and s["issue.h2d"] == [6.0, 6.0]
+    assert s["issue.device_kernel"] == [5.0, 5.0]
+    assert s["issue.event_record"] == [1.0, 1.0] and s["issue.event_wait"] == [2.0, 2.0]
+    assert s["run.d2h"] == [2.0, 2.0] and s["run.h2d"] == [3.0, 3.0]
+    assert s["run.host_sync"] == pytest.approx([30.0, 40.0])  # the call's end minus the copy's end
+    assert s["in_graph_copy"] == [1.0, 1.0]
+    # verify-phase kernels outside the forward: the standalone one and the graph's head; the draft's are not
+    assert sorted(s["run.device_kernel"]) == [1.5, 1.5, 2.5, 2.5]
+    assert s["in_graph_kernel"] == [2.5, 2.5]
+    assert s["host_family.spec_verify_head_update"] == [50.0, 51.0]
+    # without the forward's names no kernel can be called an update: those figures are left out
+    assert not {"run.device_kernel", "in_graph_kernel"} & set(cal.samples(_trace()))
+
+
+def test_a_sync_that_waited_for_nothing_costs_its_whole_call():
+    ev = [_x("kernel", "k", 0.0, 5.0, 1), _x("cuda_runtime", "cudaEventSynchronize", 50.0, 3.0)]
+    assert cal.samples(ev)["run.host_sync"] == [3.0]
+
+
+def test_costs_document_loads_and_omits_what_was_not_measured(tmp_path):
+    from specgen.passes import CostModel
+    from specgen.passes.ir.cost import DEFAULT_RUN_US
+
+    by_batch = {1: cal.samples(_trace(), FORWARD), 8: {"run.h2d": [5.0, 7.0, 9.0]}}
+    doc = cal.costs(by_batch, {"model": "synthetic"})
+    assert doc["run"]["h2d"] == 5.0  # the pooled median of 3, 3, 5, 7, 9
+    assert doc["measured"]["run.h2d"]["samples"] == 5 and doc["measured"]["run.h2d"]["from"]
+    assert doc["by_batch"]["8"]["run"] == {"h2d": 7.0} and doc["source"] == {"model": "synthetic"}
+    assert "host_compute" not in doc["run"] and "event_record" not in doc["run"]  # never measured: left out
+    assert doc["host_family"] == {"spec_verify_head_update": 50.5}
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps(doc))
+    m = CostModel.from_json(path)
+    assert m.run["h2d"] == 5.0 and m.run["host_compute"] == DEFAULT_RUN_US["host_compute"]
+    assert m.issue["graph_replay"] == 9.5 and m.in_graph_kernel == 2.5 and m.in_graph_copy == 1.0
+    assert CostModel.from_dict(doc["by_batch"]["8"]).run["h2d"] == 7.0
+    assert cal.costs({1: {}}, {}) is None
+
+
+def test_a_tiny_cpu_bench_writes_the_host_calibration(tmp_path, capsys):
+    """The CPU profiles the host-serial runs only; costs.json carries their host compute, per batch too."""
+    from specgen.bench import report as bench_report
+    from specgen.bench.harness import configure, run_bench
+    from specgen.passes import CostModel, bubble_us, build_boundary
+
+    c = configure(
+        model="tiny",
+        depths=(2,),
+        batches=(1, 2),
+        steps=2,
+        warmup=1,
+        device="cpu",
+        modes=("baseline",),
+        bare_repeats=2,
+        profile_steps=3,
+    )
+    result = run_bench(c, trace_dir=tmp_path)
+    doc = result["calibration"]
+    assert doc["measured"]["host_family.spec_verify_head_update"]["samples"] == 6  # 3 steps x 2 batches
+    assert set(doc["by_batch"]) == {"1", "2"} and all(v > 0 for v in doc["host_family"].values())
+    assert not {"issue", "in_graph_kernel"} & set(doc)  # the CPU has no launches to measure
+    assert all(r["calibrated"] for r in result["runs"])
+    paths = bench_report.write(result, tmp_path)
+    assert tmp_path / "costs.json" in paths
+    assert json.loads((tmp_path / "bench.json").read_text())["costs"] == "costs.json"
+    model = CostModel.from_json(tmp_path / "costs.json")
+    g = build_boundary("draft-to-verify", width=3, batch=1)
+    host_ops = [o for o in g.ops if o.kind.value == "host_compute"]
+    expected = sum(model.host_costs(g).values())  # the measured step shared by the family's host ops
+    assert expected == pytest.approx(doc["host_family"]["spec_verify_head_update"])
+    assert len(model.host_costs(g)) == len(host_ops)
+    assert bubble_us(g, model) != bubble_us(g)
+    # end to end: the bench's own files through specgen plan --compare
+    from specgen.cli import main
+
+    assert main(["plan", "--compare", str(tmp_path / "bench.json"), "--costs", str(tmp_path / "costs.json")]) == 0
+    assert "| n/a (CPU) |" in capsys.readouterr().out
+    rows = json.loads((tmp_path / "compare.json").read_text())["rows"]
+    assert {(r["boundary"], r["batch"]) for r in rows} == {
+        (b, n) for b in ("draft-to-verify", "verify-to-draft") for n in (1, 2)
+    }
+    assert all(r["predicted_calibrated_us"] != r["predicted_default_us"] for r in rows)
+    del result["calibration"]  # a run without a calibration leaves no stale costs.json behind
+    bench_report.write(result, tmp_path)
+    assert not (tmp_path / "costs.json").exists()

@@ -1,0 +1,156 @@
+"""Kernel-level boundary figures from a synthetic Chrome trace with known gaps."""
+
+import json
+
+import pytest
+
+from specgen.bench import kernel_timeline as kt
+
+FORWARD = ["embed", "gemm", "attn", "gemm", "lm_head"]
+
+
+def _x(cat, name, ts, dur, corr=None, tid=1):
+    e = {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": tid}
+    if corr is not None:
+        e["args"] = {"correlation": corr}
+    return e
+
+
+def _trace(steps=3, head=2.0, d2v_idle=5.0, v2d=30.0, draft_kernels=3):
+    """``steps`` decode steps: a draft graph, then a verify graph (head kernel + forward)."""
+    ev, t, corr = [], 1000.0, 1
+    expect = []
+    for k in range(steps):
+        # draft phase: one graph launch on the host, its kernels on the device
+        ev.append(_x("user_annotation", kt.phase_name("draft", k), t, 8.0))
+        ev.append(_x("cuda_runtime", "cudaGraphLaunch", t + 1, 3, corr))
+        dev = t + 10
+        for j in range(draft_kernels):
+            ev.append(_x("kernel", f"draft_{j}", dev, 4.0, corr))
+            dev += 5.0
+        draft_end = dev - 1.0
+        corr += 1
+        # verify phase: another launch; the head kernel, then the forward
+        ev.append(_x("user_annotation", kt.phase_name("verify", k), t + 9, 6.0))
+        ev.append(_x("cuda_runtime", "cudaGraphLaunch", t + 10, 3, corr))
+        dev = draft_end + d2v_idle
+        ev.append(_x("kernel", "spec_head_w4", dev, head, corr))
+        dev += head
+        fwd_start = dev
+        for name in FORWARD:
+            ev.append(_x("kernel", name, dev, 10.0, corr))
+            dev += 10.0
+        ev.append(_x("kernel", "greedy_verify", dev, 1.0, corr))
+        fwd_end = dev
+        corr += 1
+        expect.append((fwd_start - draft_end, head, fwd_end))
+        t = fwd_end + v2d - 10  # the next draft launches so its first kernel starts at fwd_end + v2d
+    return {"traceEvents": ev}, expect
+
+
+def test_figures_recover_the_constructed_gaps(tmp_path):
+    trace, expect = _trace(steps=4, head=2.5, d2v_idle=7.0, v2d=40.0)
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(trace))
+    events = kt.load_trace(path)
+    steps = kt.attribute(events)
+    assert sorted(steps) == [0, 1, 2, 3]
+    assert [r.name for r in steps[0].draft] == ["draft_0", "draft_1", "draft_2"]
+    figs = kt.step_figures(steps, FORWARD)
+    for k, (d2v, head, _) in enumerate(expect):
+        assert figs[k]["kernel_draft_to_verify_us"] == pytest.approx(d2v)
+        assert figs[k]["head_us"] == pytest.approx(head)
+    for k in range(3):
+        assert figs[k]["kernel_verify_to_draft_us"] == pytest.approx(40.0)
+    assert figs[3]["kernel_verify_to_draft_us"] is None  # no following step
+    s = kt.summarize(figs)
+    assert s["kernel_draft_to_verify_us"] == pytest.approx(9.5)
+    assert s["head_us"] == pytest.approx(2.5)
+
+
+def test_forward_not_found_gives_none():
+    trace, _ = _trace(steps=2)
+    figs = kt.step_figures(kt.attribute(kt.load_trace(trace)), ["no_such_kernel"])
+    assert all(f["kernel_draft_to_verify_us"] is None and f["head_us"] is None for f in figs)
+    assert kt.summarize(figs)["head_us"] is None
+
+
+def test_records_outside_phases_are_ignored():
+    trace, _ = _trace(steps=2)
+    trace["traceEvents"] += [
+        _x("cuda_runtime", "cudaLaunchKernel", 1.0, 1.0, 999),
+        _x("kernel", "stray", 2.0, 1.0, 999),
+    ]
+    steps = kt.attribute(kt.load_trace(trace))
+    assert all(r.name != "stray" for s in steps.values() for r in s.draft + s.verify)
+
+
+def test_forward_names_lists_kernels_in_order():
+    ev = [_x("kernel", "b", 5.0, 1.0, 1), _x("gpu_memcpy", "Memcpy HtoD", 1.0, 1.0, 1), _x("kernel", "a", 2.0, 1.0, 1)]
+    assert kt.forward_names(ev) == ["a", "b"]
+
+
+def _fused(trace):
+    """``trace`` as a fused mode records it: the draft kernels come with the verify phase's graph launch."""
+    ev = trace["traceEvents"]
+    launches = [e for e in ev if e["name"] == "cudaGraphLaunch"]
+    draft_corr = {
+        launches[i]["args"]["correlation"]: launches[i + 1]["args"]["correlation"] for i in range(0, len(launches), 2)
+    }
+    out = []
+    for e in ev:
+        corr = (e.get("args") or {}).get("correlation")
+        if e["name"] == "cudaGraphLaunch" and corr in draft_corr:
+            continue  # the draft phase launches nothing
+        if e["cat"] in kt.DEVICE_CATS and corr in draft_corr:
+            e = dict(e, args={"correlation": draft_corr[corr]})
+        out.append(e)
+    return {"traceEvents": out}
+
+
+def test_a_fused_draft_is_found_inside_the_verify_phase():
+    trace, expect = _trace(steps=3, head=2.0, d2v_idle=1.5, v2d=20.0)
+    draft = kt.phase_signature(kt.attribute(kt.load_trace(trace)))
+    assert draft == ["draft_0", "draft_1", "draft_2"]
+    fused = kt.load_trace(_fused(trace))
+    unsplit = kt.attribute(fused)
+    assert all(not s.draft for s in unsplit.values())  # without the names the draft hides in the verify phase
+    assert all(f["kernel_draft_to_verify_us"] is None for f in kt.step_figures(unsplit, FORWARD))
+    steps = kt.attribute(fused, draft)
+    assert [r.name for r in steps[1].draft] == draft
+    assert all(not r.name.startswith("draft_") for s in steps.values() for r in s.verify)
+    figs = kt.step_figures(steps, FORWARD)
+    for k, (d2v, head, _) in enumerate(expect):
+        assert figs[k]["kernel_draft_to_verify_us"] == pytest.approx(d2v)
+        assert figs[k]["head_us"] == pytest.approx(head)
+    assert figs[0]["kernel_verify_to_draft_us"] == pytest.approx(20.0)
+    # a step whose verify phase lacks the draft's sequence is left as it was
+    assert not kt.attribute(fused, ["draft_0", "no_such_kernel"])[0].draft
+
+
+def test_a_draft_signature_matches_copies_of_either_kind():
+    """The draft's hand-over copies are memcpy nodes in one capture and copy kernels in another: both are COPY."""
+    trace, expect = _trace(steps=2, head=2.0, d2v_idle=3.0, v2d=20.0)
+    ev = trace["traceEvents"]
+    for e in ev:  # the bare draft graph: its last record is a memcpy
+        if e["cat"] == "kernel" and e["name"] == "draft_2":
+            e.update(cat="gpu_memcpy", name="Memcpy DtoD (Device -> Device)")
+    draft = kt.phase_signature(kt.attribute(kt.load_trace(trace)))
+    assert draft == ["draft_0", "draft_1", kt.COPY]
+    fused = _fused(trace)
+    for e in fused["traceEvents"]:  # the fused graph copies with a kernel instead
+        if e["name"].startswith("Memcpy"):
+            e.update(cat="kernel", name="void at::native::direct_copy_kernel_cuda<int>")
+    steps = kt.attribute(kt.load_trace(fused), draft)
+    assert [r.name for r in steps[0].draft][-1].startswith("void at::native::direct_copy")
+    figs = kt.step_figures(steps, FORWARD)
+    assert [f["kernel_draft_to_verify_us"] for f in figs] == pytest.approx([d for d, _, _ in expect])
+
+
+def test_a_draft_signature_is_matched_without_its_leading_copies():
+    """The carry copies that open the draft graph run before the fork in a fused graph, on another stream."""
+    trace, expect = _trace(steps=2, head=2.0, d2v_idle=3.0, v2d=20.0)
+    steps = kt.attribute(kt.load_trace(_fused(trace)), [kt.COPY, kt.COPY, "draft_0", "draft_1", "draft_2"])
+    assert [r.name for r in steps[1].draft] == ["draft_0", "draft_1", "draft_2"]
+    assert kt.step_figures(steps, FORWARD)[0]["kernel_draft_to_verify_us"] == pytest.approx(expect[0][0])
+    assert not kt.attribute(kt.load_trace(_fused(trace)), [kt.COPY])[0].draft  # nothing but copies: no draft

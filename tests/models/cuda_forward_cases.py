@@ -1,0 +1,210 @@
+"""The fast forward's Triton kernels against torch references, case by case.
+
+Run as a script (``python cuda_forward_cases.py DEVICE DTYPE``) so that the CPU
+run can set ``TRITON_INTERPRET=1`` before Triton is imported; prints one JSON
+object: each case's largest absolute error and what else it checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from unittest import mock
+
+import torch
+
+from specgen.models import triton_kernels as fk
+from specgen.models.paged_kv import BlockAllocator, make_block_table, verify_metadata
+from specgen.models.qwen3 import ModelConfig, Qwen3Model
+
+
+def reference_attention(q, kc, vc, bt, kv_lens, positions, qsl, rows, bs):
+    """Plain per-row softmax attention over the keys the contract makes visible."""
+    n, h, d = q.shape
+    kvh = kc.shape[1]
+    out = torch.zeros(n, h, d, dtype=torch.float32, device=q.device)
+    for b in range(bt.shape[0]):
+        for r in range(rows):
+            row = int(qsl[b]) + r
+            qp = int(positions[row])
+            ps = torch.arange(min(int(kv_lens[b]), qp + 1, bt.shape[1] * bs), device=q.device)
+            entry = bt[b, ps // bs].long() if len(ps) else ps
+            ok = entry >= 0
+            slot = (entry * bs + ps % bs)[ok]
+            if len(slot) == 0:
+                continue
+            k, v = kc[slot].float(), vc[slot].float()  # [L, KVH, D]
+            for hh in range(h):
+                s = (k[:, hh // (h // kvh)] @ q[row, hh].float()) * d**-0.5
+                out[row, hh] = torch.softmax(s, 0) @ v[:, hh // (h // kvh)]
+    return out
+
+
+def attention_case(dev, dtype, b, h, kvh, d, rows, bt_w, bs, seed, holes=False, over=False):
+    g = torch.Generator().manual_seed(seed)
+    blocks = b * bt_w + 3
+    kc = torch.randn(blocks * bs + 1, kvh, d, generator=g).to(dev, dtype)
+    vc = torch.randn(blocks * bs + 1, kvh, d, generator=g).to(dev, dtype)
+    bt = torch.randperm(blocks, generator=g)[: b * bt_w].view(b, bt_w).int()
+    if holes:
+        bt[torch.rand(bt.shape, generator=g) < 0.3] = -1
+    cap = bt_w * bs
+    seq = torch.randint(0, cap - rows + 1, (b,), generator=g)
+    seq[0] = cap - rows  # the last positions of the table
+    if b > 1:
+        seq[1] = 0  # no context at all
+    kv_lens = (seq + rows + (cap if over else 0)).int()  # over: lengths past the table's capacity
+    positions = (seq[:, None] + torch.arange(rows)).reshape(-1).int()
+    qsl = (torch.arange(b + 1) * rows).int()
+    q = torch.randn(b * rows, h, d, generator=g).to(dev, dtype)
+    args = [t.to(dev) for t in (bt, kv_lens, positions, qsl)]
+    got = fk.paged_attention(q, kc, vc, *args, rows, bs)
+    want = reference_attention(q, kc, vc, *args, rows, bs)
+    _, tiles = fk.attention_tiles(rows, h // kvh)
+    return {
+        "err": (got.float() - want).abs().max().item(),
+        "tiles": tiles,
+        "splits": fk.num_splits(b * kvh * tiles, cap),
+        "finite": bool(torch.isfinite(got).all()),
+    }
+
+
+def norm_rope_case(dev, dtype, n, h, kvh, d, seed):
+    """q/k norm + RoPE + store against the torch path's ops; -1 and past-the-end slots write nothing."""
+    from specgen.models.paged_kv import AttentionBatch
+    from specgen.models.qwen3 import RMSNorm, apply_rope
+
+    g = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(n, (h + 2 * kvh) * d, generator=g).to(dev, dtype)
+    qn, kn = RMSNorm(d, 1e-6).to(dev, dtype), RMSNorm(d, 1e-6).to(dev, dtype)
+    with torch.no_grad():
+        qn.weight.copy_(torch.rand(d, generator=g) + 0.5)
+        kn.weight.copy_(torch.rand(d, generator=g) + 0.5)
+    slots_n = 4 * n
+    pos = torch.randint(0, 40000, (n,), generator=g).int().to(dev)
+    slots = torch.randperm(slots_n, generator=g)[:n].int()
+    slots[0], slots[-1] = -1, slots_n + 7  # no write, and a slot past the cache
+    slots = slots.to(dev)
+    kc = torch.zeros(slots_n + 1, kvh, d, dtype=dtype, device=dev)
+    vc = torch.zeros_like(kc)
+    with torch.no_grad():
+        inv_freq = 1.0 / (1e6 ** (torch.arange(0, d, 2, device=dev, dtype=torch.float32) / d))
+        q = fk.qk_norm_rope_store(qkv, qn.weight, kn.weight, pos, slots, kc, vc, h, kvh, 1e-6, inv_freq)
+        ab = AttentionBatch.build(
+            pos,
+            slots,
+            torch.zeros(1, 1, dtype=torch.int32, device=dev),
+            pos,
+            torch.tensor([0, n], device=dev),
+            n,
+            d,
+            1e6,
+        )
+        qs, ks, vs = qkv.view(n, h + 2 * kvh, d).split([h, kvh, kvh], dim=1)
+        qk = apply_rope(torch.cat([qn(qs), kn(ks)], 1), ab.cos, ab.sin)
+    ok = (slots >= 0) & (slots < slots_n)
+    written = torch.zeros(slots_n + 1, dtype=torch.bool, device=dev)
+    written[slots[ok].long()] = True
+    return {
+        "err_q": (q.float() - qk[:, :h].float()).abs().max().item(),
+        "err_k": (kc[slots[ok].long()].float() - qk[ok, h:].float()).abs().max().item(),
+        "err_v": (vc[slots[ok].long()].float() - vs[ok].float()).abs().max().item(),
+        "untouched": bool((kc[~written] == 0).all() and (vc[~written] == 0).all()),
+    }
+
+
+def elementwise_case(dev, dtype, n, hid, inter, seed):
+    g = torch.Generator().manual_seed(seed)
+    x, y = (torch.randn(n, hid, generator=g).to(dev, dtype) for _ in range(2))
+    w = (torch.rand(hid, generator=g) + 0.5).to(dev, dtype)
+    res, normed = fk.add_rms_norm(x, y, w, 1e-6)
+    want_res = x + y
+    want = torch.nn.functional.rms_norm(want_res, (hid,), w, 1e-6)
+    gu = torch.randn(n, 2 * inter, generator=g).to(dev, dtype)
+    act = fk.silu_mul(gu)
+    want_act = torch.nn.functional.silu(gu[:, :inter]) * gu[:, inter:]
+    return {
+        "err_res": (res.float() - want_res.float()).abs().max().item(),
+        "err_norm": (normed.float() - want.float()).abs().max().item(),
+        "err_silu": (act.float() - want_act.float()).abs().max().item(),
+    }
+
+
+def skinny_case(dev, dtype, seed):
+    """The skinny GEMM against ``x @ w.T``: direct and as split-K partials, K not a multiple of the tile."""
+    from specgen.models.skinny_gemm import skinny_gemm, splits_for
+
+    g = torch.Generator().manual_seed(seed)
+    worst, splits = 0.0, []
+    for m, n, k in ((1, 96, 200), (4, 1024, 3072), (16, 130, 1024), (3, 64, 2048)):
+        x = torch.randn(m, k, generator=g).to(dev, dtype)
+        w = (torch.randn(n, k, generator=g) / k**0.5).to(dev, dtype)
+        want = x.float() @ w.float().T
+        for partial in (False, True):
+            got = skinny_gemm(x, w, partial=partial)
+            got = got.sum(0) if got.dim() == 3 else got
+            worst = max(worst, (got.float() - want).abs().max().item())
+        splits.append(splits_for(n, k))
+    return {"err": worst, "splits": splits}
+
+
+def forward_case(dev, dtype, seed):
+    """The whole model, torch forward against Triton forward: a prefill, then a verify step."""
+    cfg = ModelConfig("t", 2, 64, 4, 2, 16, 128, 512)
+    m = Qwen3Model.create(cfg, seed=seed, dtype=dtype, device=dev)
+    b, bt_w, bs, w = 3, 6, 16, 4
+    bt = make_block_table(BlockAllocator(64, seed=seed), b, bt_w, dev)
+    seq = torch.tensor([20, 7, 60], dtype=torch.int32, device=dev)
+    g = torch.Generator().manual_seed(seed)
+    pre = torch.randint(0, cfg.vocab_size, (b * 60,), generator=g).to(dev)
+    toks = torch.randint(0, cfg.vocab_size, (b * w,), generator=g).to(dev)
+    outs = {}
+    for kind in ("torch", "triton"):
+        m.forward_kernels = kind
+        m.allocate_kv_cache(64, bs, bt_w)
+        m(
+            pre,
+            *verify_metadata(torch.zeros_like(seq), bt, 60, bs)[:2],
+            bt,
+            *verify_metadata(torch.zeros_like(seq), bt, 60, bs)[2:],
+            60,
+        )
+        pos, slots, kvl, qsl = verify_metadata(seq, bt, w, bs)
+        hidden, logits = m(toks, pos, slots, bt, kvl, qsl, w)
+        outs[kind] = (hidden, logits, m.kv_cache._k[:, :-1].clone(), m.greedy_tokens(logits))
+    (h0, l0, k0, t0), (h1, l1, k1, t1) = outs["torch"], outs["triton"]
+    return {
+        "err_hidden": (h0 - h1).abs().max().item(),
+        "err_logits": (l0 - l1).abs().max().item(),
+        "err_kv": (k0 - k1).float().abs().max().item(),
+        "same_tokens": bool((t0 == t1).all()),
+    }
+
+
+def main(dev: str, dtype_name: str) -> dict:
+    dtype = getattr(torch, dtype_name)
+    big = dev != "cpu"
+    cases = {
+        "attn_b1_w4": attention_case(dev, dtype, 1, 4, 2, 16, 4, 4, 16, 1),
+        "attn_split": attention_case(dev, dtype, 2, 4, 2, 16, 4, 20, 16, 2),
+        "attn_holes_over": attention_case(dev, dtype, 3, 4, 2, 32, 5, 9, 16, 3, holes=True, over=True),
+        "attn_bs5_w16": attention_case(dev, dtype, 2, 4, 2, 16, 16, 7, 5, 4),
+        "attn_prefill_tiles": attention_case(dev, dtype, 2, 4, 2, 16, 70, 6, 16, 12, holes=True),
+        "attn_w1_g4": attention_case(dev, dtype, 2, 8, 2, 16, 1, 3, 32, 5),
+        "attn_largest": attention_case(dev, dtype, 64 if big else 16, 4, 2, 16, 2, 3, 16, 6, holes=True),
+        "norm_rope": norm_rope_case(dev, dtype, 9, 4, 2, 16, 7),
+        "elementwise": elementwise_case(dev, dtype, 5, 96, 80, 8),
+        "skinny": skinny_case(dev, dtype, 13),
+    }
+    for name, flag in (("forward", "0"), ("forward_skinny", "1")):  # cuBLAS, then every projection skinny
+        with mock.patch.dict(os.environ, {"SPECGEN_SKINNY_GEMM": flag}):
+            cases[name] = forward_case(dev, dtype, 9)
+    if big:  # the production head layout
+        cases["attn_qwen3"] = attention_case(dev, dtype, 2, 16, 8, 128, 4, 10, 128, 10, holes=True)
+        cases["norm_rope_qwen3"] = norm_rope_case(dev, dtype, 6, 16, 8, 128, 11)
+    return cases
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1], sys.argv[2])))
