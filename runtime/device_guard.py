@@ -38,12 +38,21 @@ import torch
 from ..specializations.expr import GUARD_NAMES, safe_eval, validate_expression
 from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, GUARD_RULE_NAMES
 
-__all__ = ["BLOCK_ENTRY", "ACCEPTED_RANGE", "DeviceGuard", "DeviceGuardSpec", "device_eval", "kernel_guards"]
+__all__ = [
+    "BLOCK_ENTRY",
+    "ACCEPTED_RANGE",
+    "SCRATCH_ENTRY",
+    "DeviceGuard",
+    "DeviceGuardSpec",
+    "device_eval",
+    "kernel_guards",
+]
 
 I32 = torch.int32
 INT32_MAX = 2**31 - 1
 BLOCK_ENTRY = "block_table_entry"
 ACCEPTED_RANGE = "accepted_range"
+SCRATCH_ENTRY = "scratch_block_mapped"
 _DATA_NAMES = ("min_seq_len", "max_seq_len")
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
@@ -169,9 +178,10 @@ class DeviceGuardSpec:
     block_size: int
     guards: tuple[str, ...]  # the host's guard expressions that read the data (min / max seq_len)
     reach: int  # positions S .. S + reach - 1 need an allocated block
+    scratch_block: int = 0  # padding rows' block: no live row may map it
 
     @classmethod
-    def of(cls, plan, width: int) -> "DeviceGuardSpec":
+    def of(cls, plan, width: int, scratch_block: int = 0) -> "DeviceGuardSpec":
         """The spec of a ``StepPlan``: its kernels' manifest guards, its families' block reach."""
         bt, bs = plan.layout
         exprs: dict[str, None] = {}
@@ -181,12 +191,12 @@ class DeviceGuardSpec:
                     exprs.setdefault(expr)
         families = [s.variant.family for s in plan.steps if s.kind == "kernel"]
         reach = max((_reach(f, width, bt, bs) for f in families), default=0)
-        return cls(int(width), int(bt), int(bs), tuple(exprs), reach)
+        return cls(int(width), int(bt), int(bs), tuple(exprs), reach, int(scratch_block))
 
     @property
     def names(self) -> tuple[str, ...]:
         """The condition of each flag bit, bit 0 first."""
-        return (*self.guards, BLOCK_ENTRY, ACCEPTED_RANGE)
+        return (*self.guards, BLOCK_ENTRY, ACCEPTED_RANGE, SCRATCH_ENTRY)
 
 
 class DeviceGuard:
@@ -240,18 +250,21 @@ class DeviceGuard:
         for expr in spec.guards:
             ok = device_eval(expr, env)
             oks.append(ok if isinstance(ok, torch.Tensor) else torch.full((), bool(ok), device=s.device))
-        oks.append(~self._bad_entries(s, bufs["block_table"]))
+        need = self._needed(s)
+        table = bufs["block_table"]
+        oks.append(~(need & ((table < 0) | (table > self._max_entry))).any())
         acc = bufs["accepted"]
         oks.append(~((acc < 0) | (acc > spec.width - 1)).any())
+        # a live row (S > 0; padding rows have S = 0 and only the scratch block) mapping the scratch block
+        oks.append(~(need & (table == spec.scratch_block) & (s[:, None] > 0)).any())
         bad = torch.logical_not(torch.stack(oks)).to(I32)
         self.flag.bitwise_or_((bad * self._weights).sum(dtype=I32))
 
-    def _bad_entries(self, s: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-        """Whether a block that positions ``S .. S + reach - 1`` of some row map is unallocated or too large."""
+    def _needed(self, s: torch.Tensor) -> torch.Tensor:
+        """``[B, BT]``: whether block ``c`` of row ``b`` holds one of the positions ``S .. S + reach - 1``."""
         reach, bs = self.spec.reach, self.spec.block_size
         if reach <= 0:
-            return torch.zeros((), dtype=torch.bool, device=s.device)
+            return torch.zeros(s.shape[0], self._starts.shape[0], dtype=torch.bool, device=s.device)
         # block c holds positions c * BS .. c * BS + BS - 1: it is needed when that range meets S .. S + reach - 1
         d = self._starts - s[:, None]
-        need = (d > -bs) & (d < reach)
-        return (need & ((table < 0) | (table > self._max_entry))).any()
+        return (d > -bs) & (d < reach)

@@ -16,10 +16,19 @@ from __future__ import annotations
 import torch
 
 from ..specializations.capabilities import SpeculativeVerifyCapabilities
+from ..specializations.targets import TARGET_OF_DEVICE
+from ..specializations.variants import Layout
 from .buffers import bucket_of
-from .step_plan import StepPlan
+from .step_plan import StepPlan, plan_build_command
 
-__all__ = ["FALLBACK_REASONS", "fallback_reason", "seq_len_bounds"]
+__all__ = [
+    "FALLBACK_REASONS",
+    "FastPathUnavailable",
+    "fallback_reason",
+    "scratch_in_table",
+    "seq_len_bounds",
+    "unavailable_message",
+]
 
 FALLBACK_REASONS = (
     "capability_off",
@@ -75,3 +84,37 @@ def seq_len_bounds(seq_lens: torch.Tensor, given: tuple[int, int] | None, on_hos
             lo, hi = min(lo, int(given[0])), max(hi, int(given[1]))
         return lo, hi
     return int(given[0]), int(given[1])
+
+
+class FastPathUnavailable(LookupError):
+    """A runtime that could never take the fast path was asked for one; the message says what is missing."""
+
+
+def unavailable_message(
+    caps: SpeculativeVerifyCapabilities, plan: StepPlan, width: int, device_type: str, tail: str, root=None
+) -> str | None:
+    """Why no step of this runtime can take the fast path, with what to do about it; None when steps can."""
+    if not caps.supports_in_graph_input_update:
+        return (
+            f"no fast path for width {width}: the model does not opt in (its capabilities have "
+            f"supports_in_graph_input_update=False; docs/integration.md says what opting in takes)"
+        )
+    if plan.unavailable is None:
+        return None
+    target = TARGET_OF_DEVICE[device_type]
+    bt, bs = plan.layout if plan.layout is not None else (caps.block_table_width, caps.block_size)
+    cmd = plan_build_command(Layout(width, bt, bs), target, tail) + (f" --out {root}" if root is not None else "")
+    what = plan.missing or f"the plans and variants of width {width}"
+    return f"no fast path for width {width}: the build lacks {what}; run `{cmd}`"
+
+
+def scratch_in_table(
+    block_table: torch.Tensor, seq_lens: torch.Tensor | None, width: int, block_size: int, scratch_block: int
+) -> int | None:
+    """The first row whose mapped entries (all entries without ``seq_lens``) hold ``scratch_block``; None if none."""
+    hits = block_table == scratch_block
+    if seq_lens is not None:
+        needed = (seq_lens.long()[:, None] + width + block_size - 1) // block_size  # blocks of S .. S + W - 1
+        hits &= torch.arange(block_table.shape[1], device=block_table.device)[None, :] < needed
+    rows = hits.any(dim=1).nonzero()
+    return int(rows[0, 0]) if rows.numel() else None

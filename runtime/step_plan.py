@@ -1,8 +1,11 @@
 """The step sequence of a verify graph, resolved from the build's structured plans.
 
 A verify step is the ``draft-to-verify`` plan (the head updates, then the
-target forward) followed by the tail of the ``verify-to-draft`` plan (the
-steps after its target forward).  Only kernel and forward steps run here;
+target forward) followed by the tail of a second plan: the steps after its
+target forward.  The tail is ``verify-to-draft``'s for a chain draft (MTP:
+``greedy_prefix_verify``, ``prepare_next_draft``) and ``context-kv``'s for a
+block draft (DFlash / DSpark: ``greedy_prefix_verify``, ``context_kv_update``);
+``TAILS`` lists each tail boundary's families for the eager path.  Only kernel and forward steps run here;
 copies (``d2h_*``) are the host mirror's business.  Plans are read as
 ``Plan`` records from ``Manifest.plan(boundary, layout)``: no key is parsed.
 
@@ -33,7 +36,7 @@ import torch
 
 from ..specializations.capabilities import SpeculativeVerifyCapabilities
 from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES
-from ..specializations.plan import DRAFT_TO_VERIFY, TARGET_FORWARD, VERIFY_TO_DRAFT, PlanError, PlanStep
+from ..specializations.plan import CONTEXT_KV, DRAFT_TO_VERIFY, TARGET_FORWARD, VERIFY_TO_DRAFT, PlanError, PlanStep
 from ..specializations.targets import TARGET_OF_DEVICE
 from ..specializations.variants import Layout, VariantSpec
 from . import semantics
@@ -43,10 +46,12 @@ from .library import KernelLibrary, VariantNotBuilt
 __all__ = [
     "DEFAULT_SEQUENCE",
     "KERNEL_SOURCES",
+    "TAILS",
     "StepPlan",
     "built_layouts",
     "eager_step",
     "eager_steps",
+    "plan_build_command",
     "resolve_step_plan",
     "run_steps",
     "semantics_call",
@@ -62,6 +67,11 @@ DEFAULT_SEQUENCE = (
     "prepare_next_draft",
 )
 KERNEL_SOURCES = ("built", "torch")
+# The families after the target forward, per tail boundary (the eager path's order, as the plans capture it).
+TAILS = {
+    VERIFY_TO_DRAFT: DEFAULT_SEQUENCE[DEFAULT_SEQUENCE.index(TARGET_FORWARD) + 1 :],
+    CONTEXT_KV: ("greedy_prefix_verify", "context_kv_update"),
+}
 
 StepCall = Callable[[PlanStep, list], None]
 
@@ -81,6 +91,7 @@ class StepPlan:
     num_splits: int = DEFAULT_NUM_SPLITS
     unavailable: str | None = None
     hoisted: tuple[PlanStep, ...] = ()  # kernel steps that run beside a prologue (``hoist_around``)
+    missing: str | None = None  # what the build lacks when ``unavailable`` is ``variant_not_built``
 
 
 def built_layouts(library: KernelLibrary, width: int) -> list[tuple[int, int]]:
@@ -92,17 +103,26 @@ def built_layouts(library: KernelLibrary, width: int) -> list[tuple[int, int]]:
     ]
 
 
-def _plan_steps(library: KernelLibrary, layout: Layout) -> list[PlanStep] | None:
-    """The kernel and forward steps of one verify step at ``layout``; None when a plan is missing."""
+def plan_build_command(layout: Layout, target: str, tail: str = VERIFY_TO_DRAFT) -> str:
+    """The ``specgen build`` command that makes the plans and variants of one verify step at ``layout``."""
+    cmd = (
+        f"specgen build --boundary {DRAFT_TO_VERIFY},{tail} --widths {layout.width} "
+        f"--block-table-widths {layout.block_table_width} --block-sizes {layout.block_size}"
+    )
+    return cmd + (f" --target {target}" if target != "c" else "")
+
+
+def _plan_steps(library: KernelLibrary, layout: Layout, tail: str) -> tuple[list[PlanStep] | None, str | None]:
+    """The kernel and forward steps of one verify step at ``layout``, or None and the plan that is missing."""
     first = library.manifest.plan(DRAFT_TO_VERIFY, layout)
-    second = library.manifest.plan(VERIFY_TO_DRAFT, layout)
+    second = library.manifest.plan(tail, layout)
     if first is None or second is None:
-        return None
+        return None, f"the {DRAFT_TO_VERIFY if first is None else tail} plan at {layout.key}"
     try:
-        tail = second.after_forward()
-    except PlanError:  # the verify-to-draft plan has no target forward
-        return None
-    return [s for s in (*first.steps, *tail) if s.kind in ("kernel", "forward")]
+        after = second.after_forward()
+    except PlanError:  # the tail plan has no target forward
+        return None, f"a target forward in the {tail} plan at {layout.key}"
+    return [s for s in (*first.steps, *after) if s.kind in ("kernel", "forward")], None
 
 
 def resolve_step_plan(
@@ -114,9 +134,12 @@ def resolve_step_plan(
     block_table_width: int | None = None,
     block_size: int | None = None,
     hoist_around: tuple[tuple[str, ...], tuple[str, ...]] | None = None,
+    tail: str = VERIFY_TO_DRAFT,
 ) -> StepPlan:
-    """The step plan of ``width`` on ``device_type``; see the module docstring."""
-    plan = _resolve(library, caps, width, device_type, kernels, block_table_width, block_size)
+    """The step plan of ``width`` on ``device_type``, ``tail`` (a key of ``TAILS``) after the forward."""
+    if tail not in TAILS:
+        raise ValueError(f"tail must be one of {sorted(TAILS)}, got {tail!r}")
+    plan = _resolve(library, caps, width, device_type, kernels, block_table_width, block_size, tail)
     if hoist_around is None or plan.unavailable is not None:
         return plan
     hoisted, rest = hoist_split(plan.steps, *hoist_around, num_splits=plan.num_splits)
@@ -185,6 +208,7 @@ def _resolve(
     kernels: str,
     block_table_width: int | None,
     block_size: int | None,
+    tail: str,
 ) -> StepPlan:
     bt, bs = block_table_width, block_size
     if bt is None or bs is None:
@@ -195,11 +219,11 @@ def _resolve(
         elif built:
             bt, bs = built[0]
         else:
-            return StepPlan(unavailable="variant_not_built")
+            return StepPlan(unavailable="variant_not_built", missing=f"a {DRAFT_TO_VERIFY} plan of width {width}")
     layout = (int(bt), int(bs))
-    steps = _plan_steps(library, Layout(width, *layout))
+    steps, missing = _plan_steps(library, Layout(width, *layout), tail)
     if steps is None:
-        return StepPlan(layout=layout, unavailable="variant_not_built")
+        return StepPlan(layout=layout, unavailable="variant_not_built", missing=missing)
     if kernels == "torch":  # the semantics run in the graph; nothing needs to be built
         return StepPlan(layout=layout, steps=tuple(steps))
     return _bind_kernels(library, width, layout, steps, TARGET_OF_DEVICE[device_type])
@@ -222,16 +246,19 @@ def _bind_kernels(
                 num_splits = entry.num_splits or DEFAULT_NUM_SPLITS
     except VariantNotBuilt:
         # a split count read before the missing variant still holds for the eager path
-        return StepPlan(layout=layout, num_splits=num_splits, unavailable="variant_not_built")
+        missing = f"the {target} variant {VariantSpec.of(v.family, Layout(width, *layout)).key}"
+        return StepPlan(layout=layout, num_splits=num_splits, unavailable="variant_not_built", missing=missing)
     return StepPlan(layout=layout, steps=tuple(steps), kernels=bound, num_splits=num_splits)
 
 
-def eager_steps(width: int, block_table_width: int, block_size: int) -> list[PlanStep]:
-    """``DEFAULT_SEQUENCE`` as plan steps at one layout (the eager path needs no build)."""
+def eager_steps(width: int, block_table_width: int, block_size: int, tail: str = VERIFY_TO_DRAFT) -> list[PlanStep]:
+    """The head of ``DEFAULT_SEQUENCE``, the forward and ``TAILS[tail]`` as plan steps at one layout (the eager
+    path needs no build)."""
     layout = Layout(width, block_table_width, block_size)
+    head = DEFAULT_SEQUENCE[: DEFAULT_SEQUENCE.index(TARGET_FORWARD)]
     return [
         PlanStep.forward() if f == TARGET_FORWARD else PlanStep.kernel(VariantSpec.of(f, layout))
-        for f in DEFAULT_SEQUENCE
+        for f in (*head, TARGET_FORWARD, *TAILS[tail])
     ]
 
 
@@ -279,6 +306,7 @@ def eager_step(
     *,
     scratch_block: int = 0,
     device=None,
+    tail: str = VERIFY_TO_DRAFT,
 ) -> dict[str, torch.Tensor]:
     """One verify step on the families' torch semantics (eager) in fresh buffers; returns all of them.
 
@@ -294,5 +322,6 @@ def eager_step(
     bufs["seq_lens"].copy_(seq_lens)
     bufs["block_table"].copy_(block_table)
     if batch:
-        run_steps(bufs, eager_steps(width, bt, block_size), model_forward, semantics_call(block_size, num_splits))
+        steps = eager_steps(width, bt, block_size, tail)
+        run_steps(bufs, steps, model_forward, semantics_call(block_size, num_splits))
     return bufs

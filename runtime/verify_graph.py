@@ -64,28 +64,31 @@ default) needs every variant built.
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
-from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import torch
 
-from ..specializations.plan import PlanStep
+from ..specializations.plan import VERIFY_TO_DRAFT, PlanStep
 from .buffers import INPUTS, alloc_step_buffers, bucket_of, buckets_for, load_inputs, pad_rows
 from .capabilities import SpeculativeVerifyCapabilities
 from .device import BucketGraphs, DeviceAPI
 from .device_guard import DeviceGuard, DeviceGuardSpec
-from .fallback import FALLBACK_REASONS, fallback_reason
+from .fallback import FALLBACK_REASONS, FastPathUnavailable, fallback_reason, scratch_in_table, unavailable_message
 from .fallback import seq_len_bounds as bounds_of
 from .host_mirror import HOST_FIELDS, HostMirror, HostResult
 from .library import KernelLibrary
-from .step_plan import DEFAULT_SEQUENCE, KERNEL_SOURCES, eager_step, resolve_step_plan, run_steps, semantics_call
+from .step_plan import DEFAULT_SEQUENCE, KERNEL_SOURCES, eager_step, resolve_step_plan, semantics_call
+from .step_records import RESULT_FIELDS, Prologue, StepResult
+from .verify_capture import StepCapture
 
 __all__ = [
     "BACKENDS",
     "DeviceAPI",
     "DEFAULT_SEQUENCE",
     "FALLBACK_REASONS",
+    "FastPathUnavailable",
     "HOST_FIELDS",
     "HostResult",
     "Prologue",
@@ -96,52 +99,9 @@ __all__ = [
 ]
 
 BACKENDS = ("cpu", "cuda", "npu")
-RESULT_FIELDS = (
-    "accepted",
-    "next_tokens",
-    "next_last_token",
-    "next_seq_lens",
-    "draft_positions",
-    "draft_slots",
-    "hidden_rows",
-)
 
 
-@dataclass(frozen=True)
-class StepResult:
-    accepted: torch.Tensor  # [B]
-    next_tokens: torch.Tensor  # [B, W]
-    next_last_token: torch.Tensor  # [B]
-    next_seq_lens: torch.Tensor  # [B]
-    draft_positions: torch.Tensor  # [B, 2]
-    draft_slots: torch.Tensor  # [B, 2]
-    hidden_rows: torch.Tensor  # [B, 2]
-    fast_path: bool = False
-    reason: str | None = None  # the fallback reason, None on the fast path
-
-
-@dataclass(frozen=True)
-class Prologue:
-    """Work at the head of every step (see the module docstring).
-
-    ``run`` writes ``writes`` and reads ``reads`` (buffer names); ``setup``,
-    when given, runs before it and before any head work moved beside it.
-    The default ``writes`` is every step input, which moves nothing.
-    """
-
-    run: Callable[[], None]
-    writes: tuple[str, ...] = INPUTS
-    reads: tuple[str, ...] = ()
-    setup: Callable[[], None] | None = None
-
-    def __call__(self) -> None:
-        """``setup``, then ``run``: the whole prologue with nothing beside it."""
-        if self.setup is not None:
-            self.setup()
-        self.run()
-
-
-class SpecVerifyRuntime:
+class SpecVerifyRuntime(StepCapture):
     """Captured (or eager) verify steps for one verify width; see the module docstring."""
 
     def __init__(
@@ -160,6 +120,9 @@ class SpecVerifyRuntime:
         warmup_iters: int = 2,
         kernels: str = "built",
         prologue: Prologue | Callable[[], None] | None = None,
+        tail: str = VERIFY_TO_DRAFT,
+        epilogue: Callable[[], None] | None = None,
+        allow_eager: bool = False,
     ):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -169,7 +132,7 @@ class SpecVerifyRuntime:
             raise ValueError("max_batch must be >= 1")
         self.library, self.model_forward, self.caps = library, model_forward, caps
         self.width, self.max_batch, self.backend = int(width), int(max_batch), backend
-        self.kernels = kernels
+        self.kernels, self.tail, self.epilogue = kernels, tail, epilogue
         self.prologue = Prologue(prologue) if prologue is not None and not isinstance(prologue, Prologue) else prologue
         self._api = DeviceAPI(backend) if backend != "cpu" else None
         self.device = torch.device(device if device is not None else backend)
@@ -182,8 +145,20 @@ class SpecVerifyRuntime:
         self._fallback: Counter[str] = Counter()
         around = (self.prologue.writes, self.prologue.reads) if self.prologue is not None else None
         plan = self.step_plan = resolve_step_plan(
-            library, caps, self.width, self.device.type, kernels, block_table_width, block_size, hoist_around=around
+            library,
+            caps,
+            self.width,
+            self.device.type,
+            kernels,
+            block_table_width,
+            block_size,
+            hoist_around=around,
+            tail=tail,
         )
+        self.eager_only = unavailable_message(caps, plan, self.width, self.device.type, tail, library.root)
+        if self.eager_only is not None and not allow_eager:
+            raise FastPathUnavailable(self.eager_only + "; pass allow_eager=True to run every step eagerly")
+        self._warned = self.eager_only is not None  # every step eager was asked for: nothing to warn about
         self.layout, self.sequence, self.num_splits = plan.layout, plan.steps, plan.num_splits
         self.hoisted = plan.hoisted
         self._bufs: dict[int, dict[str, torch.Tensor]] = {}
@@ -201,7 +176,11 @@ class SpecVerifyRuntime:
                 )
         self._graphs = BucketGraphs(self._api, self.device, self.warmup_iters) if self._api is not None else None
         self._mirror = HostMirror(self._api, self.device, self.max_batch, self.width) if self._api is not None else None
-        self._guard = DeviceGuard(DeviceGuardSpec.of(plan, self.width), self.device, self._api) if self._bufs else None
+        self._guard = (
+            DeviceGuard(DeviceGuardSpec.of(plan, self.width, self.scratch_block), self.device, self._api)
+            if self._bufs
+            else None
+        )
         self._guard_reset = 0  # host copies made before the flag was last cleared show a stale flag
         self._hoist_stream = self._api.new_stream(self.device) if self._api is not None and self.hoisted else None
         self._guard_trips: Counter[str] = Counter()
@@ -219,70 +198,6 @@ class SpecVerifyRuntime:
         else:
             self.step_plan.kernels[step.name](*args)
 
-    # ------------------------------------------------------------- capture
-    def _sequence(self, bucket: int):
-        """The bucket's whole step as one call: the device guard forks, the steps run, the guard joins."""
-        bufs, guard = self._bufs[bucket], self._guard
-
-        def run() -> None:
-            if self.prologue is not None:  # the draft writes the inputs the guard and the head read
-                self._run_prologue(bufs)
-            guard.fork(bufs, bucket)
-            run_steps(bufs, self.sequence, self.model_forward, self._call_kernel, after_forward=guard.join)
-            guard.join()
-
-        return run
-
-    def _run_prologue(self, bufs: Mapping[str, torch.Tensor]) -> None:
-        """The prologue's setup, then its run with the hoisted head work beside it (a side stream on a device)."""
-        p, side = self.prologue, self._hoist_stream
-        if not self.hoisted:
-            p()
-            return
-        if p.setup is not None:
-            p.setup()
-        hoisted = lambda: run_steps(bufs, self.hoisted, self.model_forward, self._call_kernel)  # noqa: E731
-        if side is None:
-            hoisted()
-            p.run()
-            return
-        main = self._api.current_stream(self.device)
-        side.wait_stream(main)
-        with self._api.stream(side):
-            hoisted()
-        p.run()
-        main.wait_stream(side)
-
-    def _capture(self, bucket: int) -> None:
-        self._graphs.capture(bucket, self._sequence(bucket))
-        self._guard.flag.zero_()  # the warm-up runs saw whatever the buffers held before the first step
-
-    def capture(self, batch: int) -> None:
-        """Capture ``batch``'s bucket now (CUDA / NPU), over what its buffers hold."""
-        if self._api is not None and self._bufs and 1 <= batch <= self.max_batch:
-            bucket = self._bucket(batch)
-            if bucket not in self._graphs:
-                self._capture(bucket)
-
-    def capture_all(self) -> None:
-        """Capture every bucket now (CUDA / NPU) instead of on its first step."""
-        if self._api is not None and self.caps.supports_in_graph_input_update and self.step_plan.unavailable is None:
-            for bucket in self.buckets:
-                if bucket not in self._graphs:
-                    self._capture(bucket)
-
-    def buffers(self, batch: int) -> dict[str, torch.Tensor]:
-        """The persistent buffers of ``batch``'s bucket (stable addresses), for ``step_in_place``.
-
-        Raises ``LookupError`` when the fast path has no buffers (capability
-        off, variants not built, or ``batch`` beyond the buckets).
-        """
-        if not self._bufs or not 1 <= batch <= self.max_batch:
-            raise LookupError(
-                f"no persistent buffers for batch {batch}: {self._reason(batch, None, (0, 0)) or 'batch out of range'}"
-            )
-        return self._bufs[self._bucket(batch)]
-
     # ----------------------------------------------------------- execution
     def step(
         self,
@@ -294,8 +209,8 @@ class SpecVerifyRuntime:
         ready_event=None,
     ) -> StepResult:
         """One verification of ``B`` sequences; see the module docstring."""
-        if self.prologue is not None:
-            raise ValueError("step: a runtime with a prologue takes its inputs in place (step_in_place)")
+        if self.prologue is not None or self.epilogue is not None:
+            raise ValueError("step: a runtime with a prologue or an epilogue works in place (step_in_place)")
         batch = int(seq_lens.shape[0])
         if (
             draft_tokens.shape != (batch, self.width - 1)
@@ -308,6 +223,8 @@ class SpecVerifyRuntime:
                 f"block_table[B, BT]; got {tuple(last_tokens.shape)}, {tuple(draft_tokens.shape)}, "
                 f"{tuple(seq_lens.shape)}, {tuple(block_table.shape)}"
             )
+        if block_table.device.type == "cpu":  # a device table is the device guard's to check (no sync here)
+            self.check_block_table(block_table, seq_lens)
         self._wait_ready(ready_event)
         if batch == 0:
             reason = "empty_batch"  # nothing to launch; the eager path returns empty results
@@ -331,7 +248,7 @@ class SpecVerifyRuntime:
         else:
             eager = self._eager_bufs(batch, last_tokens, draft_tokens, seq_lens, block_table)
             result = StepResult(**{n: eager[n] for n in RESULT_FIELDS}, fast_path=False, reason=reason)
-            self._fallback[reason] += 1
+            self._left_fast_path(reason)
         self._copy_to_host(result, batch)
         return result
 
@@ -347,6 +264,8 @@ class SpecVerifyRuntime:
         self._wait_ready(ready_event)
         if batch < bufs["seq_lens"].shape[0]:
             pad_rows(bufs, batch, self.scratch_block)
+        if self.backend == "cpu":
+            self.check_block_table(bufs["block_table"][:batch], bufs["seq_lens"][:batch])
         reason = self._reason(batch, bufs["block_table"][:batch], self._bounds(bufs["seq_lens"][:0], seq_len_bounds))
         if self._device_trip() and reason is None:
             reason = "device_guard_trip"
@@ -364,11 +283,13 @@ class SpecVerifyRuntime:
                 bufs["block_table"][:batch],
             )
             result = StepResult(**{n: eager[n] for n in RESULT_FIELDS}, fast_path=False, reason=reason)
-            self._fallback[reason] += 1
+            self._left_fast_path(reason)
             # the engine reads every buffer of the step (results and the verify rows) in place
             for n, t in eager.items():
                 if n not in INPUTS and n in bufs:
                     bufs[n].view(-1)[: t.numel()].copy_(t.view(-1))
+            if self.epilogue is not None:
+                self.epilogue()
         self._copy_to_host(result, batch)
         return result
 
@@ -427,7 +348,35 @@ class SpecVerifyRuntime:
             block_table,
             scratch_block=self.scratch_block,
             device=self.device,
+            tail=self.tail,
         )
+
+    def check_block_table(self, block_table: torch.Tensor, seq_lens: torch.Tensor | None = None) -> None:
+        """Refuse a block table that maps the scratch block (padding rows write there): ``ValueError``.
+
+        With ``seq_lens`` only the entries a step maps (positions below ``S + W``) count; without, every
+        entry does (an engine's check of its whole table at set-up).  Reads ``block_table``: call it with
+        host tensors, or at set-up; inside the graph the device guard makes the same check.
+        """
+        bs = self.layout[1] if self.layout is not None else self.caps.block_size
+        row = scratch_in_table(block_table, seq_lens, self.width, bs, self.scratch_block)
+        if row is not None:
+            raise ValueError(
+                f"block table row {row} maps the scratch block {self.scratch_block}, which padding rows and "
+                f"rejected repair writes use; give the runtime a scratch_block no sequence owns"
+            )
+
+    def _left_fast_path(self, reason: str) -> None:
+        """Count an eager step; the first one of a runtime built for the fast path is also a warning."""
+        self._fallback[reason] += 1
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"SpecVerifyRuntime(width={self.width}): a step left the fast path ({reason}); it ran on the "
+                f"families' torch semantics, and stats()['fallback'] counts every such step by reason",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     def host_result(self, steps_back: int = 0) -> HostResult | None:
         """The host copy of the latest (``steps_back=0``) or the previous (1) step's results.

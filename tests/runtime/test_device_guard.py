@@ -14,6 +14,7 @@ from specgen.runtime.capabilities import SpeculativeVerifyCapabilities
 from specgen.runtime.device_guard import (
     ACCEPTED_RANGE,
     BLOCK_ENTRY,
+    SCRATCH_ENTRY,
     DeviceGuard,
     DeviceGuardSpec,
     device_eval,
@@ -103,7 +104,7 @@ def test_spec_comes_from_the_plan(engine_kernels):
     assert set(spec.guards) == {g for g in host if "seq_len" in g} and spec.guards
     assert "min_seq_len >= 0" in spec.guards
     assert spec.reach == W + 1  # prepare_next_draft maps S .. S + W (its rule: S + W + 1 <= BT * BS)
-    assert spec.names[-2:] == (BLOCK_ENTRY, ACCEPTED_RANGE)
+    assert spec.names[-3:] == (BLOCK_ENTRY, ACCEPTED_RANGE, SCRATCH_ENTRY)
     torch_rt = SpecVerifyRuntime(engine_kernels, model_forward, CAPS, W, max_batch=4, kernels="torch")
     assert torch_rt._guard.spec.guards == () and torch_rt._guard.spec.reach == W + 1
 

@@ -52,8 +52,11 @@ def test_layout_choice(lib):
     assert resolve_step_plan(lib, other, W, "cpu").layout == (BT, BS)  # the first built one
     assert resolve_step_plan(lib, CAPS, W, "cpu", block_table_width=BT, block_size=BS).layout == (BT, BS)
     explicit = resolve_step_plan(lib, CAPS, W, "cpu", block_table_width=BT, block_size=32)
-    assert explicit == StepPlan(layout=(BT, 32), unavailable="variant_not_built")  # no plan at that layout
-    assert resolve_step_plan(lib, CAPS, W + 1, "cpu") == StepPlan(unavailable="variant_not_built")
+    missing = f"the draft-to-verify plan at w{W}_bt{BT}_bs32_int32"
+    assert explicit == StepPlan(layout=(BT, 32), unavailable="variant_not_built", missing=missing)  # no plan there
+    assert resolve_step_plan(lib, CAPS, W + 1, "cpu") == StepPlan(
+        unavailable="variant_not_built", missing=f"a draft-to-verify plan of width {W + 1}"
+    )
 
 
 def test_torch_kernels_need_no_variants(make_planned_build, tmp_path):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from specgen.runtime import semantics as ref
 from specgen.runtime.capabilities import SpeculativeVerifyCapabilities
 from specgen.runtime.library import load_library
-from specgen.runtime.verify_graph import SpecVerifyRuntime
+from specgen.runtime.verify_graph import FastPathUnavailable, SpecVerifyRuntime
 
 W, BT, BS = 4, 8, 16
 VOCAB = 50
@@ -205,7 +205,11 @@ def test_fallback_reasons(lib, case):
         if width == W
         else (lambda b: ((b["tokens"].long() * 7 + b["positions"].long()) % VOCAB).to(I32).view(-1, width))
     )
-    rt = SpecVerifyRuntime(lib, fwd, caps, width, max_batch=max_batch)
+    eager_only = case in ("capability_off", "variant_not_built")
+    if eager_only:  # a runtime that can never take the fast path is refused unless asked for
+        with pytest.raises(FastPathUnavailable, match="allow_eager=True"):
+            SpecVerifyRuntime(lib, fwd, caps, width, max_batch=max_batch)
+    rt = SpecVerifyRuntime(lib, fwd, caps, width, max_batch=max_batch, allow_eager=eager_only)
     last = torch.randint(0, VOCAB, (B,), generator=gen, dtype=I32)
     seq_lens = torch.randint(0, max_len + 1, (B,), generator=gen, dtype=I32)
     if case == "guard_failed":

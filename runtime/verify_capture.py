@@ -1,0 +1,82 @@
+"""How ``SpecVerifyRuntime`` turns a bucket's step into one captured graph: the prologue with the hoisted
+head work beside it, the device guard forked beside the steps, the epilogue (``runtime/verify_graph.py``
+describes the whole; this is the runtime's capture half)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+from .step_plan import run_steps
+
+__all__ = ["StepCapture"]
+
+
+class StepCapture:
+    """The capture methods of ``SpecVerifyRuntime`` (which owns every attribute they read)."""
+
+    def _sequence(self, bucket: int):
+        """The bucket's whole step as one call: the device guard forks, the steps run, the guard joins."""
+        bufs, guard = self._bufs[bucket], self._guard
+
+        def run() -> None:
+            if self.prologue is not None:  # the draft writes the inputs the guard and the head read
+                self._run_prologue(bufs)
+            guard.fork(bufs, bucket)
+            run_steps(bufs, self.sequence, self.model_forward, self._call_kernel, after_forward=guard.join)
+            guard.join()
+            if self.epilogue is not None:
+                self.epilogue()
+
+        return run
+
+    def _run_prologue(self, bufs: Mapping[str, torch.Tensor]) -> None:
+        """The prologue's setup, then its run with the hoisted head work beside it (a side stream on a device)."""
+        p, side = self.prologue, self._hoist_stream
+        if not self.hoisted:
+            p()
+            return
+        if p.setup is not None:
+            p.setup()
+        hoisted = lambda: run_steps(bufs, self.hoisted, self.model_forward, self._call_kernel)  # noqa: E731
+        if side is None:
+            hoisted()
+            p.run()
+            return
+        main = self._api.current_stream(self.device)
+        side.wait_stream(main)
+        with self._api.stream(side):
+            hoisted()
+        p.run()
+        main.wait_stream(side)
+
+    def _capture(self, bucket: int) -> None:
+        self._graphs.capture(bucket, self._sequence(bucket))
+        self._guard.flag.zero_()  # the warm-up runs saw whatever the buffers held before the first step
+
+    def capture(self, batch: int) -> None:
+        """Capture ``batch``'s bucket now (CUDA / NPU), over what its buffers hold."""
+        if self._api is not None and self._bufs and 1 <= batch <= self.max_batch:
+            bucket = self._bucket(batch)
+            if bucket not in self._graphs:
+                self._capture(bucket)
+
+    def capture_all(self) -> None:
+        """Capture every bucket now (CUDA / NPU) instead of on its first step."""
+        if self._api is not None and self.caps.supports_in_graph_input_update and self.step_plan.unavailable is None:
+            for bucket in self.buckets:
+                if bucket not in self._graphs:
+                    self._capture(bucket)
+
+    def buffers(self, batch: int) -> dict[str, torch.Tensor]:
+        """The persistent buffers of ``batch``'s bucket (stable addresses), for ``step_in_place``.
+
+        Raises ``LookupError`` when the fast path has no buffers (capability
+        off, variants not built, or ``batch`` beyond the buckets).
+        """
+        if not self._bufs or not 1 <= batch <= self.max_batch:
+            raise LookupError(
+                f"no persistent buffers for batch {batch}: {self._reason(batch, None, (0, 0)) or 'batch out of range'}"
+            )
+        return self._bufs[self._bucket(batch)]
