@@ -34,6 +34,7 @@ from ..models.errors import EngineError
 from ..models.qwen3 import Qwen3Model
 from ..models.tp import shard_head, shard_model
 from ..parallel.group import TensorParallel, TPError
+from .bare import bare_spans
 from .config import BenchConfig, configure
 from .profiler import KERNEL_FIELDS, KernelPass
 from .support import BenchError, log, still_running
@@ -91,7 +92,7 @@ def _prompts(batch: int, prompt_len: int, vocab: int, seed: int) -> list[list[in
 def summary(res: RunResult, bare: tuple[float, float] | None) -> dict:
     """One run's row of ``bench.json``: rates, median phases, syncs per step.
 
-    ``bare`` is ``SpecDecodeEngine.bare_spans``: the draft graph and the bare
+    ``bare`` is ``bench.bare.bare_spans``: the draft graph and the bare
     verify graph back to back.  A run whose mode fuses the draft into its step
     graph has no event between the two, so its split is taken at the bare
     draft's length: ``draft_us`` is the bare draft and ``verify_span_us`` the
@@ -307,7 +308,7 @@ class _Sweep:
             eng.close()
             return None if self._device_ok() else False
         if self._bare is None:
-            self._bare = eng.bare_spans(c.bare_repeats)
+            self._bare = bare_spans(eng, c.bare_repeats)
         eng.close()
         row = {"draft": c.draft, **summary(res, self._bare)}
         if oracle is not None:

@@ -34,10 +34,10 @@ from pathlib import Path
 import torch
 
 from ..engine.acceptance import AcceptanceMix
-from ..engine.profiling import bare_trace, forward_trace
 from ..models.errors import EngineError
 from . import calibration as cal
 from . import kernel_timeline as kt
+from .bare import bare_trace, forward_trace
 from .support import log
 
 __all__ = ["KERNEL_FIELDS", "KernelPass", "read_trace", "trace_name", "write_trace"]

@@ -1,4 +1,4 @@
-"""Draft kinds, registered by name: what drafts, which engine runs it, which plans its specgen mode needs.
+"""Draft kinds, registered by name: what drafts, through which proposer, and what it supports.
 
 A draft kind is one small subclass of ``DraftKind`` registered with
 ``@register_draft_kind``; ``specgen bench --draft NAME`` and
@@ -10,6 +10,8 @@ A draft kind is one small subclass of ``DraftKind`` registered with
 
 ``--depth K`` means ``K`` drafts per step, a verification of ``W = K + 1``
 rows, for every kind; ``draft_rows(K)`` is the draft forward's own width.
+Callers ask a kind what it supports (``modes``, ``boundaries``,
+``supports_tp``, ``loads_weights``) instead of testing its name.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from ..models.block_draft import BlockDraft, BlockDraftConfig
 from ..models.errors import EngineError
 from ..models.mtp_head import MTPHead
 from ..models.qwen3 import Qwen3Model
-from ..specializations.plan import DRAFT_TO_VERIFY, VERIFY_TO_DRAFT
-from .block_engine import BlockDecodeEngine
+from ..specializations.plan import DRAFT_TO_VERIFY
 from .engine import SpecDecodeEngine
-from .modes.block import BLOCK_BOUNDARIES
+from .modes import MODES
+from .proposers import BlockProposer, MTPProposer, Proposer
 
 __all__ = ["DRAFT_KINDS", "DraftKind", "draft_kind", "register_draft_kind"]
 
@@ -47,8 +49,9 @@ def draft_kind(name: str) -> "DraftKind":
 
 class DraftKind:
     name: ClassVar[str] = ""
-    engine_class: ClassVar[type[SpecDecodeEngine]] = SpecDecodeEngine
-    boundaries: ClassVar[tuple[str, ...]] = ()  # the plans its specgen mode runs
+    proposer_class: ClassVar[type[Proposer]] = Proposer
+    supports_tp: ClassVar[bool] = False  # whether the draft runs beside a tensor-parallel target
+    loads_weights: ClassVar[bool] = False  # whether ``create`` takes a local checkpoint folder
 
     def draft_rows(self, depth: int) -> int:
         """Rows of one draft forward for ``depth`` drafts."""
@@ -58,11 +61,17 @@ class DraftKind:
         raise NotImplementedError
 
     @property
-    def modes(self):
-        return self.engine_class.modes
+    def boundaries(self) -> tuple[str, ...]:
+        """The plans its specgen mode runs: the draft-to-verify head and the tail after verification."""
+        return (DRAFT_TO_VERIFY, self.proposer_class.tail)
+
+    @property
+    def modes(self) -> dict:
+        """The registered boundary modes this kind runs, by name (read when asked: the registry may grow)."""
+        return {m: cls for m, cls in MODES.items() if m not in self.proposer_class.unsupported_modes}
 
     def engine(self, model: Qwen3Model, draft, **kw) -> SpecDecodeEngine:
-        return self.engine_class(model, draft, **kw)
+        return SpecDecodeEngine(model, self.proposer_class(draft), **kw)
 
 
 @register_draft_kind
@@ -70,7 +79,8 @@ class MTPKind(DraftKind):
     """The MTP head: a chain of one-row steps after a two-row repair/new step."""
 
     name = "mtp"
-    boundaries = (DRAFT_TO_VERIFY, VERIFY_TO_DRAFT)
+    proposer_class = MTPProposer
+    supports_tp = True
 
     def draft_rows(self, depth: int) -> int:
         return 2
@@ -82,8 +92,8 @@ class MTPKind(DraftKind):
 
 
 class _BlockKind(DraftKind):
-    engine_class = BlockDecodeEngine
-    boundaries = BLOCK_BOUNDARIES
+    proposer_class = BlockProposer
+    loads_weights = True
 
     def draft_rows(self, depth: int) -> int:
         return BlockDraftConfig(self.name, 1, (0,), 0, 1).rows(depth)

@@ -1,11 +1,13 @@
-"""One speculative decode loop (target + MTP head), with pluggable ways to cross its boundaries.
+"""One speculative decode loop (target + a draft behind the proposer seam), with pluggable ways to cross
+its boundaries.
 
 ``SpecDecodeEngine`` runs greedy speculative decoding for a fixed batch ``B``
 and verify width ``W`` (draft depth ``W - 1``) over a paged KV cache whose
-block 0 is the scratch block.  Every mode runs the same captured draft graph
-(the MTP head's repair + new row, then the chain) and the same target
-forward; they differ only in how each boundary is crossed, which the mode
-classes of ``modes.py`` own (``baseline``: host-serial, two host
+block 0 is the scratch block.  What drafts is a proposer
+(``engine/proposers/``: the MTP chain, a DFlash / DSpark block); every mode
+runs the same captured draft graph (the proposer's ``carry`` and ``propose``)
+and the same target forward; they differ only in how each boundary is
+crossed, which the mode classes of ``engine/modes/`` own (``baseline``: host-serial, two host
 synchronizations per step; ``compile``: ``torch.compile``'d updates in the
 verify graph, one; ``specgen``: the built kernel variants in
 ``SpecVerifyRuntime``'s step graph, none).  A mode whose ``fuses_draft`` is
@@ -32,21 +34,20 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from statistics import median
 from typing import Callable
 
 import torch
 
 from ..models.errors import EngineError
-from ..models.mtp_head import MTPHead
 from ..models.paged_kv import BlockAllocator
 from ..models.qwen3 import Qwen3Model
-from ..runtime.semantics import slot
 from .acceptance import AcceptanceMix
-from .clock import StepClock, count_host_syncs, stamp_factory, wall_seconds
+from .clock import StepClock, count_host_syncs, wall_seconds
 from .graphs import CapturedGraph
-from .modes.base import MODES, Commit, Mode
+from .modes import MODES
+from .modes.base import Commit, Mode
 from .profiling import StepProfiler
+from .proposers import Proposer, proposer_for
 from .results import RunResult, StepTiming
 
 __all__ = ["MODES", "EngineError", "RunResult", "SpecDecodeEngine", "StepTiming"]
@@ -85,23 +86,11 @@ class SpecDecodeEngine:
     """Greedy speculative decoding of ``batch`` prompts at verify width ``width``; see the module docstring."""
 
     scratch_block = SCRATCH_BLOCK
-    # the step buffers ``_draft_tokens`` reads (it writes only ``draft_tokens``)
-    draft_reads = (
-        "tokens",
-        "accepted",
-        "next_last_token",
-        "hidden_rows",
-        "draft_positions",
-        "draft_slots",
-        "next_seq_lens",
-        "block_table",
-    )
-    modes: dict[str, type[Mode]] = MODES  # the boundary modes this engine's draft kind runs
 
     def __init__(
         self,
         model: Qwen3Model,
-        head: MTPHead,
+        draft: Proposer | torch.nn.Module,
         *,
         mode: str,
         width: int,
@@ -113,21 +102,25 @@ class SpecDecodeEngine:
         compile_backend: str = "inductor",
         rank_check=None,
     ):
-        if mode not in self.modes:
-            raise EngineError(f"unknown mode {mode!r}; one of {', '.join(self.modes)}")
+        self.proposer = proposer_for(draft)
+        runs = self.proposer.modes(MODES)
+        if mode not in runs:
+            known = "unknown" if mode not in MODES else f"the {type(self.proposer).__name__} draft has no"
+            raise EngineError(f"{known} mode {mode!r}; one of {', '.join(runs)}")
         if width < 2:
             raise EngineError(f"width must be at least 2 (one draft), got {width}")
         if batch < 1:
             raise EngineError(f"batch must be at least 1, got {batch}")
-        if self.modes[mode].needs_library and library is None:
+        if MODES[mode].needs_library and library is None:
             raise EngineError(f"{mode} mode needs a kernel library (specgen build ...)")
-        self.model, self.head, self.mode = model, head, mode
+        self.model, self.head, self.mode = model, self.proposer.module, mode
         self.width, self.batch = int(width), int(batch)
         self.block_size, self.block_table_width = int(block_size), int(block_table_width)
         self.library, self.acceptance, self.compile_backend = library, acceptance, compile_backend
         self.rank_check = rank_check  # tensor-parallel debug: rank_check.RankCheck, called after every step
         self.device = model.embed_tokens.weight.device
-        self.strategy: Mode = self.modes[mode](self)
+        self.proposer.bind(self)
+        self.strategy: Mode = MODES[mode](self)
         self.observer = None  # before_step(engine, i) / after_step(engine, i); see the module docstring
 
     def close(self) -> None:
@@ -142,6 +135,11 @@ class SpecDecodeEngine:
     def capacity(self) -> int:
         return self.block_table_width * self.block_size
 
+    @property
+    def draft_rows(self) -> int:
+        """Rows of one draft forward."""
+        return self.proposer.rows(self.width - 1)
+
     def _setup(self, prompts: list[list[int]], horizon: int) -> None:
         if len(prompts) != self.batch:
             raise EngineError(f"engine built for batch {self.batch}, got {len(prompts)} prompts")
@@ -154,67 +152,27 @@ class SpecDecodeEngine:
                 f"{self.block_table_width} x {self.block_size} = {self.capacity}; raise "
                 f"block_table_width or lower the number of steps"
             )
-        B, W, BT, BS, dev = self.batch, self.width, self.block_table_width, self.block_size, self.device
+        B, BT, BS, dev = self.batch, self.block_table_width, self.block_size, self.device
         num_blocks = 1 + B * BT  # block 0 is the scratch block no sequence owns
         self.model.allocate_kv_cache(num_blocks, BS, block_table_width=BT)
-        self.head.allocate_kv_cache(num_blocks, BS)
+        self.proposer.allocate(num_blocks, BS)
         # every block but the scratch block, shuffled so the tables are non-contiguous
         owned = [b for b in BlockAllocator(num_blocks, seed=0).allocate(num_blocks) if b != SCRATCH_BLOCK]
         self.block_table = torch.tensor(owned[: B * BT], dtype=I32, device=dev).view(B, BT)
         self.prompt_lens = torch.tensor([len(p) for p in prompts], device=dev)
-        self.verify_hidden = torch.zeros(
-            B * W, self.model.config.hidden_size, dtype=self.model.embed_tokens.weight.dtype, device=dev
-        )
+        self.verify_hidden = self.proposer.alloc_hidden()
         self.bufs = self.strategy.buffers()
         self.bufs["block_table"].copy_(self.block_table)
         self.pool = torch.cuda.graph_pool_handle() if dev.type == "cuda" else None
 
     def _prefill(self, prompts: list[list[int]]) -> torch.Tensor:
-        """Target and draft prefill; leaves the first draft graph's inputs in the buffers."""
-        B, W, BS, dev, bt = self.batch, self.width, self.block_size, self.device, self.block_table
-        r = max(len(p) for p in prompts)
-        toks = torch.tensor([p + [0] * (r - len(p)) for p in prompts], device=dev)
-        idx = torch.arange(r, device=dev)
-        pos = idx.expand(B, r)
-        valid = idx < self.prompt_lens[:, None]
-        slots = torch.where(valid, slot(bt, pos, BS), torch.full_like(pos, -1))
-        qsl = torch.arange(B + 1, device=dev) * r
-        hidden, logits = self.model(toks.reshape(-1), pos.reshape(-1), slots.reshape(-1), bt, self.prompt_lens, qsl, r)
-        last = torch.arange(B, device=dev) * r + self.prompt_lens - 1
-        bonus = self.model.greedy_tokens(logits[last])
-        if r > 1:  # draft prefill: token at p = 1 .. P-1 with the target hidden of p - 1
-            dtoks = torch.tensor([p[1:] + [0] * (r - len(p) + 1) for p in prompts], device=dev)
-            dpos = (idx + 1).expand(B, r)
-            dslots = torch.where(idx < (self.prompt_lens - 1)[:, None], slot(bt, dpos, BS), torch.full_like(dpos, -1))
-            self.head(dtoks.reshape(-1), dpos.reshape(-1), dslots.reshape(-1), hidden, bt, self.prompt_lens, qsl, r)
-        # The first draft graph input: row 1 is the bonus at position P with the hidden of P - 1.
-        b = self.bufs
-        base = torch.arange(B, device=dev) * W
-        P = self.prompt_lens.to(I32)
-        self.verify_hidden[base] = hidden[last]
-        b["tokens"][base] = torch.tensor([p[-1] for p in prompts], dtype=I32, device=dev)
-        b["accepted"].zero_()
-        b["next_last_token"].copy_(bonus)
-        b["next_seq_lens"].copy_(P)
-        b["draft_positions"].copy_(torch.stack([P - 1, P], 1))
-        b["draft_slots"].copy_(torch.stack([b["scratch_slot"].expand(B), slot(bt, P, BS)], 1))
-        b["hidden_rows"].copy_(torch.stack([base, base], 1))
-        return bonus
+        """Target and draft prefill (the proposer's); leaves the first draft graph's inputs in the buffers."""
+        return self.proposer.prefill(prompts)
 
     # -------------------------------------------------------------- the graphs
     def target_forward(self, bufs) -> torch.Tensor:
-        """The target over the verify rows of ``bufs``: keeps the hidden states, returns ``target[B, W]``."""
-        hidden, logits = self.model(
-            bufs["tokens"],
-            bufs["positions"],
-            bufs["slot_mapping"],
-            bufs["block_table"],
-            bufs["kv_lens"],
-            bufs["query_start_loc"],
-            self.width,
-        )
-        self.verify_hidden[: hidden.shape[0]].copy_(hidden)
-        return self.model.greedy_tokens(logits).to(I32).view(-1, self.width)
+        """The target over the verify rows of ``bufs``, keeping what the draft reads; returns ``target[B, W]``."""
+        return self.proposer.target_forward(bufs)
 
     def forward_only(self) -> None:
         """The bare verification: the target forward into ``target_tokens``, no boundary work."""
@@ -225,47 +183,9 @@ class SpecDecodeEngine:
         return CapturedGraph(fn, self.device, self.pool)
 
     def _draft(self) -> None:
-        """The draft graph's body: the step's carried inputs (``_carry``), then the drafts (``_draft_tokens``)."""
-        self._carry()
-        self._draft_tokens()
-
-    def _carry(self) -> None:
-        """The previous step's bonus token and length become this step's ``last_tokens`` and ``seq_lens``."""
-        b = self.bufs
-        b["last_tokens"].copy_(b["next_last_token"])
-        b["seq_lens"].copy_(b["next_seq_lens"])
-
-    def _draft_tokens(self) -> None:
-        """The MTP head over ``prepare_next_draft``'s two rows, then the chain; writes ``draft_tokens`` (only
-        that step buffer: ``draft_reads`` are the ones it reads)."""
-        b, B, W, BS, bt = self.bufs, self.batch, self.width, self.block_size, self.bufs["block_table"]
-        dev = bt.device
-        acc = b["accepted"].long()
-        base = torch.arange(B, device=dev) * W
-        toks = torch.stack([b["tokens"][base + acc], b["next_last_token"]], 1).reshape(-1)
-        hid = self.verify_hidden[b["hidden_rows"].reshape(-1).long()]
-        new_len = b["next_seq_lens"]
-        h, logits = self.head(
-            toks,
-            b["draft_positions"].reshape(-1),
-            b["draft_slots"].reshape(-1),
-            hid,
-            bt,
-            new_len + 1,
-            torch.arange(B + 1, device=dev) * 2,
-            2,
-        )
-        d, h = logits.view(B, 2, -1)[:, 1].argmax(-1), h.view(B, 2, -1)[:, 1]
-        drafts, pos, qsl = [d], new_len, torch.arange(B + 1, device=dev)
-        for _ in range(W - 2):
-            pos = pos + 1
-            h, logits = self.head(d, pos, slot(bt, pos[:, None], BS).reshape(-1), h, bt, pos + 1, qsl, 1)
-            d = logits.argmax(-1)
-            drafts.append(d)
-        out = torch.stack(drafts, 1)
-        if self.acceptance is not None:
-            out = self.acceptance.apply(out, new_len, self.prompt_lens)
-        b["draft_tokens"].copy_(out)
+        """The draft graph's body: the step's carried inputs, then the drafts."""
+        self.proposer.carry()
+        self.proposer.propose()
 
     def _build_graphs(self) -> None:
         """Capture the draft graph and the mode's verify graph, leaving the step state as it was.
@@ -275,12 +195,12 @@ class SpecDecodeEngine:
         KV entries the warm-ups write are the ones the first step rewrites
         with the same values.)
         """
-        with self._state_kept():
+        with self.state_kept():
             self.draft_graph = self.graph(self._draft)
             self.strategy.capture()
 
     @contextlib.contextmanager
-    def _state_kept(self):
+    def state_kept(self):
         """Restore the step buffers and the verify hidden states on exit."""
         saved = {n: t.clone() for n, t in self.bufs.items()}
         saved_hidden = self.verify_hidden.clone()
@@ -400,41 +320,3 @@ class SpecDecodeEngine:
     def _commit(res: RunResult, commit: Commit, timed: bool, max_new_tokens: int | None) -> None:
         accepted, next_tokens = commit
         res.commit(accepted.tolist(), next_tokens.tolist(), timed, max_new_tokens)
-
-    # ------------------------------------------------------- bare verification
-    @torch.inference_mode()
-    def bare_spans(self, repeats: int = 50) -> tuple[float, float]:
-        """The draft graph and the bare verify graph back to back: medians of their spans (us).
-
-        Each repeat replays the draft graph, then the target forward alone
-        (captured), and times the draft (start -> end of the draft graph) and
-        the span from the end of the draft to the end of the verification,
-        exactly like a step's ``draft_us`` and ``verify_span_us``; so a mode's
-        ``verify_span_us - bare verify`` is its draft-to-verify boundary
-        (graph switches and launch gaps included on both sides).  Medians of
-        ``repeats``.  The step buffers are restored afterwards; the KV entries
-        written are the last verification's (same values) and the next
-        draft's (which the next step writes again).
-        """
-        with self._state_kept():
-            return self._time_bare(repeats)
-
-    def _time_bare(self, repeats: int) -> tuple[float, float]:
-        cuda = self.device.type == "cuda"
-        stamp = stamp_factory(cuda)
-        g = self.graph(self.forward_only)
-        spans = []
-        for _ in range(repeats):
-            s0, s1, e = stamp(), stamp(), stamp()
-            s0.record()
-            self.draft_graph()
-            s1.record()
-            g()
-            e.record()
-            spans.append((s0, s1, e))
-        if cuda:
-            torch.cuda.synchronize()
-        return (
-            median(s0.elapsed_time(s1) * 1e3 for s0, s1, _ in spans),
-            median(s1.elapsed_time(e) * 1e3 for _, s1, e in spans),
-        )

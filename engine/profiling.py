@@ -5,16 +5,12 @@ profiler (CPU and CUDA activities) at the first profiled step, ``phase(name,
 i)`` marks a host phase with ``record_function(phase_name(name, i))`` while
 the profiler runs (a no-op otherwise, so unprofiled steps carry no ranges),
 and leaving the ``with`` block stops it and keeps the Chrome trace as a dict
-(``trace``).  ``forward_trace`` profiles one replay of the bare target forward
-graph alone: ``kernel_timeline.forward_names`` of it is the name sequence
-that locates the forward inside a verify phase.  ``bare_trace`` profiles a
-few replays of the draft graph followed by the bare forward graph, each in
-its phase: the kernel-level boundary of "no boundary work at all", and the
-draft's kernel names (which find a fused draft inside a verify phase).
+(``trace``).  The bench's own traces of the bare graphs (``forward_trace``,
+``bare_trace``) are ``bench/bare.py``'s.
 
 ``host_range(family)`` marks the host's own run of a family's torch
 semantics (the host-serial mode's updates) while a profiler runs; the
-calibration (``calibration.py``) reads those marks as the host compute cost.
+calibration (``bench/calibration.py``) reads those marks as the host compute cost.
 
 CUPTI is left initialized after a session (PyTorch's default), which slows
 later launches; the bench therefore profiles only after every timed run.
@@ -34,9 +30,8 @@ __all__ = [
     "PHASE_PREFIX",
     "phase_name",
     "StepProfiler",
-    "bare_trace",
+    "activities",
     "chrome_trace",
-    "forward_trace",
     "host_range",
 ]
 
@@ -56,7 +51,7 @@ def host_range(family: str):
     return torch.profiler.record_function(HOST_RANGE_PREFIX + family)
 
 
-def _activities(device: torch.device) -> list:
+def activities(device: torch.device) -> list:
     acts = [torch.profiler.ProfilerActivity.CPU]
     return acts + [torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else acts
 
@@ -92,7 +87,7 @@ class StepProfiler:
         if self.first is not None and i == self.first and self._prof is None:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)  # earlier steps' kernels stay out of the trace
-            self._prof = torch.profiler.profile(activities=_activities(self.device))
+            self._prof = torch.profiler.profile(activities=activities(self.device))
             self._prof.__enter__()
 
     def phase(self, name: str, i: int):
@@ -113,43 +108,3 @@ class StepProfiler:
         prof.__exit__(*exc)
         if exc[0] is None:
             self.trace = chrome_trace(prof)
-
-
-@torch.inference_mode()  # the step buffers are inference tensors (made under the engine's run)
-def forward_trace(engine) -> dict:
-    """One replay of ``engine``'s bare target forward, captured as a graph, profiled alone (CUDA).
-
-    The step buffers and verify hidden states are restored afterwards (the KV
-    entries written are the last verification's, with the same values).
-    """
-    bufs = engine.bufs
-    with engine._state_kept():
-        g = engine.graph(lambda: engine.target_forward(bufs))
-        torch.cuda.synchronize(engine.device)
-        with torch.profiler.profile(activities=_activities(engine.device)) as prof:
-            g()
-            torch.cuda.synchronize(engine.device)
-        del g
-    return chrome_trace(prof)
-
-
-@torch.inference_mode()
-def bare_trace(engine, repeats: int = 4) -> dict:
-    """``repeats`` x (draft graph, then the bare verify graph), profiled with their phases marked (CUDA).
-
-    The bare verify graph is ``forward_only`` captured alone, the same graph
-    ``bare_spans`` times.  The step buffers and verify hidden states are
-    restored afterwards.
-    """
-    with engine._state_kept():
-        g = engine.graph(engine.forward_only)
-        torch.cuda.synchronize(engine.device)
-        with torch.profiler.profile(activities=_activities(engine.device)) as prof:
-            for i in range(repeats):
-                with torch.profiler.record_function(phase_name("draft", i)):
-                    engine.draft_graph()
-                with torch.profiler.record_function(phase_name("verify", i)):
-                    g()
-            torch.cuda.synchronize(engine.device)
-        del g
-    return chrome_trace(prof)

@@ -17,8 +17,7 @@ from ...models.errors import EngineError
 from ...runtime.buffers import alloc_step_buffers
 from ...runtime.capabilities import capabilities_of
 from ...runtime.verify_graph import Prologue, SpecVerifyRuntime
-from ...specializations.variants import Layout
-from ..graphs import TAIL_FAMILIES, compiled_updates, head_update, tail_family
+from ..graphs import compiled_updates, head_update
 from ..profiling import host_range
 
 __all__ = ["MODES", "BaselineMode", "CompileMode", "Mode", "SpecgenMode", "register_mode"]
@@ -121,7 +120,6 @@ class BaselineMode(Mode):
         "max_kv_len",
         "kv_split_len",
     )
-    DRAFT_INPUTS = ("accepted", "next_last_token", "next_seq_lens", "draft_positions", "draft_slots", "hidden_rows")
 
     def after_prefill(self, bonus: torch.Tensor) -> None:
         e = self.engine
@@ -156,14 +154,10 @@ class BaselineMode(Mode):
         bufs["draft_tokens"].copy_(h["draft_tokens"], non_blocking=True)
 
     def _boundary_out(self) -> Commit:
-        """Verify -> draft, host-serial: sync, acceptance and next-draft inputs on the host, H2D copies."""
+        """Verify -> draft, host-serial: sync, then the draft's tail on the host (the proposer's) and its uploads."""
         h, bufs = self.h_bufs, self.engine.bufs
         h["target_tokens"].copy_(bufs["target_tokens"].cpu())  # synchronizes
-        for family in TAIL_FAMILIES:
-            with host_range(family):
-                tail_family(family, h, self.engine.block_size)
-        for n in self.DRAFT_INPUTS:
-            bufs[n].copy_(h[n], non_blocking=True)
+        self.engine.proposer.host_tail(h, bufs)
         self.h_last, self.h_seq = h["next_last_token"].clone(), h["next_seq_lens"].clone()
         return h["accepted"].clone(), h["next_tokens"].clone()
 
@@ -181,8 +175,9 @@ class CompileMode(Mode):
     cpu_skip_reason = "needs CUDA (torch.compile'd updates inside CUDA graphs); skipped on the CPU"
 
     def updates(self) -> tuple[Callable, Callable]:
-        """The draft-to-verify update and the verify tail, each ``fn(bufs, block_size)``."""
-        return compiled_updates(self.engine.compile_backend)
+        """The draft-to-verify update and the draft's verify tail, each ``fn(bufs, block_size)``."""
+        backend = self.engine.compile_backend
+        return compiled_updates(backend)[0], self.engine.proposer.compiled_tail(backend)
 
     def capture(self) -> None:
         e = self.engine
@@ -222,40 +217,44 @@ class SpecgenMode(Mode):
 
     name = "specgen"
     needs_library = True
-    fuses_draft = True
+
+    @property
+    def fuses_draft(self) -> bool:  # the draft runs as the runtime's prologue when the proposer allows it
+        return self.engine.proposer.fusable
 
     def kernel_library(self):
         """The library whose plans and variants the runtime runs (the engine's build)."""
         return self.engine.library
 
-    def prologue(self) -> Prologue:
-        """The engine's draft as the runtime's prologue: the carry first, the drafts beside the hoisted head work."""
-        e = self.engine
-        return Prologue(run=e._draft_tokens, writes=("draft_tokens",), reads=e.draft_reads, setup=e._carry)
+    def prologue(self) -> Prologue | None:
+        """The draft as the runtime's prologue (the carry first, the drafts beside the hoisted head work), or
+        None when the draft keeps its own graph."""
+        p = self.engine.proposer
+        return Prologue(run=p.propose, writes=p.writes, reads=p.reads, setup=p.carry) if p.fusable else None
 
     def buffers(self) -> dict[str, torch.Tensor]:
         e = self.engine
         backend = "cuda" if e.device.type == "cuda" else "cpu"
-        self.runtime = SpecVerifyRuntime(
-            self.kernel_library(),
-            e.target_forward,
-            capabilities_of(e.model),
-            e.width,
-            max_batch=e.batch,
-            backend=backend,
-            device=e.device,
-            block_table_width=e.block_table_width,
-            block_size=e.block_size,
-            scratch_block=e.scratch_block,
-            prologue=self.prologue(),
-        )
         try:
+            self.runtime = SpecVerifyRuntime(
+                self.kernel_library(),
+                e.target_forward,
+                capabilities_of(e.model),
+                e.width,
+                max_batch=e.batch,
+                backend=backend,
+                device=e.device,
+                block_table_width=e.block_table_width,
+                block_size=e.block_size,
+                scratch_block=e.scratch_block,
+                prologue=self.prologue(),
+                tail=e.proposer.tail,
+                epilogue=e.proposer.epilogue(),
+            )
+            self.runtime.check_block_table(e.block_table)
             return self.runtime.buffers(e.batch)
-        except LookupError as err:
-            layout = Layout(e.width, e.block_table_width, e.block_size)
-            raise EngineError(
-                f"{self.name} mode: the runtime has no fast path here ({err}); build the variants for {layout.key}"
-            ) from None
+        except (LookupError, ValueError) as err:
+            raise EngineError(f"{self.name} mode: {err}") from None
 
     def capture(self) -> None:
         # after the draft warm-up wrote the verify inputs; the verify graph is captured on the first step
@@ -277,7 +276,9 @@ class SpecgenMode(Mode):
         return host.accepted.clone(), host.next_tokens.clone()
 
     def stats(self) -> dict | None:
-        return self.runtime.stats()
+        """The runtime's counts and what its step graph runs (plan steps, then the draft's epilogue)."""
+        graph = [s.name for s in (*self.runtime.hoisted, *self.runtime.sequence)]
+        return {**self.runtime.stats(), "graph": graph + list(self.engine.proposer.epilogue_names)}
 
     def close(self) -> None:
         self.runtime = None

@@ -16,7 +16,7 @@ from oracles.block_context import context_reference, forced_acceptance, paged_co
 
 from specgen.engine import greedy_generate
 from specgen.engine.draft_kinds import DRAFT_KINDS
-from specgen.engine.modes.block import BLOCK_MODES
+from specgen.engine.draft_kinds import DRAFT_KINDS
 from specgen.models import Qwen3Model
 from specgen.models.block_draft import BlockDraft, BlockDraftConfig, MarkovHead, tap_layers
 
@@ -78,7 +78,7 @@ def test_every_commit_length_keeps_the_cache_exact(tiny_target, block_kernels, o
         w = depth + 1
         # sequence b walks through every accepted count 0..K, shifted so that the batch mixes them
         commits = [[(i + 2 * b) % w for i in range(w)] for b in range(len(PROMPTS))]
-        for mode in BLOCK_MODES:
+        for mode in DRAFT_KINDS["dflash"].modes:
             _check_every_step(tiny_target, draft, block_kernels, mode, commits, depth, oracle)
 
 
@@ -141,7 +141,7 @@ def test_tap_layers_spread_and_never_the_last():
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     st.sampled_from(["dflash", "dspark"]),
-    st.sampled_from(sorted(BLOCK_MODES)),
+    st.sampled_from(sorted(DRAFT_KINDS["dflash"].modes)),
     st.lists(st.lists(st.integers(0, 3), min_size=6, max_size=6), min_size=3, max_size=3),
 )
 def test_random_commit_patterns_keep_the_cache_invariant(tiny_target, block_kernels, oracle, kind, mode, commits):
@@ -162,7 +162,7 @@ def test_cuda_context_cache_is_exact(block_kernels, kind):
     _, history, ctx = context_reference(model, draft, PROMPTS, mix, 8, depth, block_size=BS, block_table_width=BT)
     assert history == [list(c) for c in zip(*commits)]
     lens = [len(p) + sum(a + 1 for a in c) for p, c in zip(PROMPTS, commits)]
-    for mode in BLOCK_MODES:
+    for mode in DRAFT_KINDS["dflash"].modes:
         eng = DRAFT_KINDS[kind].engine(
             model,
             draft,

@@ -115,11 +115,11 @@ def test_fixed_steps_and_timing_fields(model, engine_kernels):
 def test_the_draft_runs_once_per_step(model, engine_kernels, mode, monkeypatch):
     """specgen runs the draft inside its step graph (the runtime's prologue), the others as the draft graph:
     either way once per step, and the tokens stay greedy decoding's."""
-    from specgen.engine import engine as eng_mod
+    from specgen.engine.proposers import MTPProposer
 
     calls = []
-    original = eng_mod.SpecDecodeEngine._draft_tokens
-    monkeypatch.setattr(eng_mod.SpecDecodeEngine, "_draft_tokens", lambda self: (calls.append(1), original(self))[1])
+    original = MTPProposer.propose
+    monkeypatch.setattr(MTPProposer, "propose", lambda self: (calls.append(1), original(self))[1])
     prompts = prompts_for(2, seed=5)
     res = engine(model, engine_kernels, mode, 4, 2).run(prompts, steps=5)
     assert res.fused_draft is (mode == "specgen") and res.steps == 5

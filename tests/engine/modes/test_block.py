@@ -9,9 +9,12 @@ import torch
 
 from specgen.engine import MODES, greedy_generate
 from specgen.engine.acceptance import AcceptanceMix
-from specgen.engine.block_engine import BlockDecodeEngine
+from specgen.engine import SpecDecodeEngine
 from specgen.engine.draft_kinds import DRAFT_KINDS, DraftKind, draft_kind, register_draft_kind
-from specgen.engine.modes.block import BLOCK_MODES, BlockSpecgenMode
+from specgen.engine.modes import SpecgenMode
+from specgen.engine.proposers import BlockProposer
+
+BLOCK_MODES = list(DRAFT_KINDS["dflash"].modes)
 from specgen.models import Qwen3Model
 from specgen.models.errors import EngineError
 
@@ -37,9 +40,15 @@ def _prompts(batch: int, seed: int) -> list[list[int]]:
 
 def test_draft_kinds_are_registered_pieces():
     assert list(DRAFT_KINDS) == ["mtp", "dflash", "dspark"]
-    assert DRAFT_KINDS["mtp"].modes is MODES and DRAFT_KINDS["dflash"].modes is BLOCK_MODES
+    assert DRAFT_KINDS["mtp"].modes == MODES
     # a block draft runs every MTP mode but inductor (the compiled-semantics pipeline is the MTP plan's)
-    assert list(BLOCK_MODES) == [m for m in MODES if m != "inductor"]
+    assert BLOCK_MODES == [m for m in MODES if m != "inductor"]
+    assert DRAFT_KINDS["dspark"].modes == DRAFT_KINDS["dflash"].modes
+    # what a kind supports is asked of it, never read off its name
+    assert [k.supports_tp for k in DRAFT_KINDS.values()] == [True, False, False]
+    assert [k.loads_weights for k in DRAFT_KINDS.values()] == [False, True, True]
+    assert DRAFT_KINDS["mtp"].boundaries == ("draft-to-verify", "verify-to-draft")
+    assert DRAFT_KINDS["dflash"].boundaries == ("draft-to-verify", "context-kv")
     with pytest.raises(EngineError, match="unknown draft kind 'eagle'"):
         draft_kind("eagle")
     with pytest.raises(EngineError, match="taken"):
@@ -57,7 +66,8 @@ def test_draft_width_and_verify_width_differ_for_dspark_only(tiny_target):
         eng = DRAFT_KINDS[name].engine(
             tiny_target, draft, mode="baseline", width=4, batch=2, block_size=BS, block_table_width=BT
         )
-        assert isinstance(eng, BlockDecodeEngine) and eng.draft_rows == rows and eng.width == 4
+        assert type(eng) is SpecDecodeEngine and isinstance(eng.proposer, BlockProposer)
+        assert eng.draft_rows == rows and eng.width == 4
         seen = []
         forward = draft.forward
         draft.forward = lambda *a, **kw: seen.append(a[-1]) or forward(*a, **kw)  # record the rows argument
@@ -83,7 +93,7 @@ def test_specgen_mode_names_the_build_command(tiny_target, block_kernels):
     eng = DRAFT_KINDS["dspark"].engine(
         tiny_target, draft, mode="specgen", width=5, batch=1, block_size=BS, block_table_width=BT, library=block_kernels
     )
-    with pytest.raises(EngineError, match="specgen build --target c --boundary draft-to-verify,context-kv --widths 5"):
+    with pytest.raises(EngineError, match="specgen build --boundary draft-to-verify,context-kv --widths 5 "):
         eng.run([[1, 2, 3]], steps=1)
 
 
@@ -138,6 +148,6 @@ def test_cuda_specgen_step_has_no_host_sync(block_kernels):
         eng = DRAFT_KINDS[kind].engine(
             model, draft, mode="specgen", width=8, batch=4, block_size=BS, block_table_width=BT, library=block_kernels
         )
-        assert isinstance(eng.strategy, BlockSpecgenMode) and eng.strategy.lagged
+        assert type(eng.strategy) is SpecgenMode and eng.strategy.lagged and not eng.strategy.fuses_draft
         res = eng.run(_prompts(4, 1), steps=6, warmup_steps=2, timing=True)
         assert [t.host_syncs for t in res.timings] == [0] * 6

@@ -1,0 +1,96 @@
+"""The proposer seam: what a draft does for the decode loop, and what the boundary modes ask of it.
+
+``SpecDecodeEngine`` owns the resources (KV caches, step buffers, graphs) and
+the loop; a ``Proposer`` owns everything that depends on the kind of draft::
+
+    p = MTPProposer(head)                      # or BlockProposer(block_draft)
+    engine = SpecDecodeEngine(model, p, mode="specgen", width=4, batch=8, library=lib)
+
+The engine calls ``bind`` once, ``allocate`` and ``alloc_hidden`` at set-up,
+``prefill`` once per run, and the draft graph's body ``carry`` then
+``propose`` every step (``propose`` writes ``writes`` and reads ``reads``,
+step-buffer names).  The target forward of every mode is
+``target_forward(bufs)``, which keeps what the draft reads of the target (the
+hidden states of the verify rows, or the block draft's taps) in
+``engine.verify_hidden``.
+
+What crosses the verify->draft boundary differs per draft, so the modes ask:
+``tail`` (the boundary whose plan follows the target forward: ``verify-to-draft``
+for a chain draft, ``context-kv`` for a block draft), ``epilogue`` (device work
+after the tail, in the captured graph: ``None`` or a callable), ``host_tail``
+(the host-serial version, for ``baseline``) and ``compiled_tail`` (the
+``torch.compile``'d one, for ``compile``).  ``modes`` names the boundary modes
+the draft runs; ``fusable`` says whether ``specgen`` may run the draft inside
+its step graph (as the runtime's prologue).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, ClassVar
+
+import torch
+
+__all__ = ["Proposer"]
+
+
+class Proposer:
+    """One kind of draft behind the decode loop; see the module docstring."""
+
+    tail: ClassVar[str]
+    fusable: ClassVar[bool] = False
+    unsupported_modes: ClassVar[tuple[str, ...]] = ()  # registered modes this draft cannot run
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ("draft_tokens",)
+    epilogue_names: ClassVar[tuple[str, ...]] = ()  # what ``epilogue`` runs, for the step graph's listing
+
+    def __init__(self, module: torch.nn.Module):
+        self.module = module  # the draft network (MTP head, block draft)
+        self.engine = None
+
+    def bind(self, engine) -> None:
+        """Attach to ``engine`` (its buffers, model, layout) and check the layout fits the draft."""
+        self.engine = engine
+
+    def modes(self, registry) -> list[str]:
+        """The names of ``registry``'s modes this draft runs."""
+        return [m for m in registry if m not in self.unsupported_modes]
+
+    def rows(self, depth: int) -> int:
+        """Rows of one draft forward for ``depth`` drafts."""
+        raise NotImplementedError
+
+    def allocate(self, num_blocks: int, block_size: int) -> None:
+        """The draft's own KV cache over the engine's block pool."""
+        self.module.allocate_kv_cache(num_blocks, block_size)
+
+    def alloc_hidden(self) -> torch.Tensor:
+        """``engine.verify_hidden``: what the target forward keeps for the draft, one row per verify row."""
+        raise NotImplementedError
+
+    def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
+        """Target and draft prefill; leaves the first draft's inputs in the step buffers; the bonus tokens."""
+        raise NotImplementedError
+
+    def target_forward(self, bufs) -> torch.Tensor:
+        """The target over the verify rows of ``bufs``; returns ``target[B, W]``."""
+        raise NotImplementedError
+
+    def carry(self) -> None:
+        """The previous step's bonus token and length become this step's inputs (a no-op if ``propose`` does it)."""
+
+    def propose(self) -> None:
+        """Write this step's drafts into the step buffers."""
+        raise NotImplementedError
+
+    def epilogue(self) -> Callable[[], None] | None:
+        """Device work after the tail, inside the captured verify graph (None: nothing)."""
+        return None
+
+    def host_tail(self, h: dict, bufs: dict) -> None:
+        """``baseline``'s verify->draft work on the host buffers ``h`` (target tokens read back), uploaded to
+        ``bufs``; leaves ``accepted``, ``next_tokens``, ``next_last_token`` and ``next_seq_lens`` in ``h``."""
+        raise NotImplementedError
+
+    def compiled_tail(self, backend: str) -> Callable[[dict, int], None]:
+        """``compile``'s verify tail as a ``torch.compile``'d ``fn(bufs, block_size)``."""
+        raise NotImplementedError

@@ -1,0 +1,175 @@
+"""A block draft (DFlash, DSpark) as a proposer: one block forward per step, context K/V from the target's taps.
+
+What changes against the MTP chain:
+
+* the target forward taps the draft's context layers; ``verify_hidden`` holds
+  the taps of the verify rows ``[B * W, L_ctx * H]``;
+* prefill writes context K/V for every prompt row;
+* the draft is one block forward (``BlockDraft.propose``) from the anchor
+  ``next_last_token`` at ``next_seq_lens`` (it carries the inputs itself);
+* after verification the accepted rows' taps become context K/V and the next
+  block's inputs are set: the ``context-kv`` plan's tail (``greedy_prefix_verify``,
+  ``context_kv_update``), then ``epilogue`` (the context projection over
+  every verify row, writing only the accepted rows' slots, and the next anchor).
+
+Verification is ``W = K + 1`` rows wide for both kinds; the draft forward
+has ``rows(K)`` rows (``K + 1`` for DFlash, ``K`` for DSpark).  The draft
+graph stays its own graph (it reads the whole context, and ``specgen``
+measures it apart); ``inductor`` is the MTP plan's compiled pipeline and is
+not run here.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ...models.block_draft import BlockDraft
+from ...models.errors import EngineError
+from ...runtime import semantics
+from ...runtime.semantics import slot
+from ...specializations.plan import CONTEXT_KV
+from .base import Proposer
+
+__all__ = ["BlockProposer", "block_tail"]
+
+I32 = torch.int32
+_TAILS: dict[str, Callable] = {}
+
+
+def block_tail(b: dict, block_size: int) -> None:
+    """Acceptance, context slots and the next block's inputs as plain torch over step buffers."""
+    semantics.run_reference("greedy_prefix_verify", b, block_size=block_size)
+    semantics.run_reference("context_kv_update", b, block_size=block_size)
+    b["next_last_token"].copy_(b["target_tokens"].gather(1, b["accepted"].long()[:, None]).squeeze(1))
+    b["next_seq_lens"].copy_(b["seq_lens"] + b["accepted"] + 1)
+
+
+class BlockProposer(Proposer):
+    """A DFlash / DSpark block draft; see the module docstring."""
+
+    tail = CONTEXT_KV
+    unsupported_modes = ("inductor",)
+    reads = ("next_last_token", "next_seq_lens", "block_table")
+    writes = ("draft_tokens", "last_tokens", "seq_lens")
+    DRAFT_INPUTS = ("accepted", "next_last_token", "next_seq_lens")
+    epilogue_names = ("context_kv_projection", "next_block_inputs")
+
+    def __init__(self, draft: BlockDraft):
+        super().__init__(draft)
+        self.draft = draft
+
+    def bind(self, engine) -> None:
+        super().bind(engine)
+        if engine.width > engine.capacity:
+            raise EngineError(
+                f"a block of {engine.width} rows is wider than the KV layout allows "
+                f"({engine.block_table_width} x {engine.block_size} = {engine.capacity} positions)"
+            )
+
+    def rows(self, depth: int) -> int:
+        return self.draft.rows(depth)
+
+    def alloc_hidden(self) -> torch.Tensor:
+        e = self.engine
+        taps = len(self.draft.tap_layers) * e.model.config.hidden_size
+        return torch.zeros(e.batch * e.width, taps, dtype=e.model.embed_tokens.weight.dtype, device=e.device)
+
+    def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
+        """Target prefill with taps; context K/V for every prompt row; the first block's inputs."""
+        e = self.engine
+        B, BS, dev, bt = e.batch, e.block_size, e.device, e.block_table
+        r = max(len(p) for p in prompts)
+        toks = torch.tensor([p + [0] * (r - len(p)) for p in prompts], device=dev)
+        idx = torch.arange(r, device=dev)
+        pos = idx.expand(B, r)
+        slots = torch.where(idx < e.prompt_lens[:, None], slot(bt, pos, BS), torch.full_like(pos, -1))
+        qsl = torch.arange(B + 1, device=dev) * r
+        _, logits, taps = e.model(
+            toks.reshape(-1), pos.reshape(-1), slots.reshape(-1), bt, e.prompt_lens, qsl, r, taps=self.draft.tap_layers
+        )
+        bonus = logits[torch.arange(B, device=dev) * r + e.prompt_lens - 1].argmax(-1)
+        self.draft.write_context(taps, pos.reshape(-1), slots.reshape(-1))  # padding rows write nothing
+        b = e.bufs
+        b["accepted"].zero_()
+        b["next_last_token"].copy_(bonus)
+        b["next_seq_lens"].copy_(e.prompt_lens.to(I32))
+        return bonus
+
+    def target_forward(self, bufs) -> torch.Tensor:
+        """The target over the verify rows, keeping the tapped layers."""
+        e = self.engine
+        _, logits, taps = e.model(
+            bufs["tokens"],
+            bufs["positions"],
+            bufs["slot_mapping"],
+            bufs["block_table"],
+            bufs["kv_lens"],
+            bufs["query_start_loc"],
+            e.width,
+            taps=self.draft.tap_layers,
+        )
+        e.verify_hidden[: taps.shape[0]].copy_(taps)
+        return logits.argmax(-1).to(I32).view(-1, e.width)
+
+    def propose(self) -> None:
+        """One block forward from the anchor; writes the verification's draft tokens, last token and length."""
+        e = self.engine
+        b = e.bufs
+        anchor, seq_lens = b["next_last_token"], b["next_seq_lens"]
+        out = self.draft.propose(anchor, seq_lens, b["block_table"], e.width - 1)
+        if e.acceptance is not None:
+            out = e.acceptance.apply(out, seq_lens, e.prompt_lens)
+        b["draft_tokens"].copy_(out)
+        b["last_tokens"].copy_(anchor)
+        b["seq_lens"].copy_(seq_lens)
+
+    def context_write(self) -> None:
+        """Every verify row's taps -> context K/V at ``context_slots`` (-1 for rejected rows: no write)."""
+        b = self.engine.bufs
+        self.draft.write_context(self.engine.verify_hidden, b["positions"], b["context_slots"])
+
+    def next_block_inputs(self) -> None:
+        """On the device: the anchor is the bonus ``target[b, a]``, at ``S' = S + a + 1``."""
+        b = self.engine.bufs
+        b["next_last_token"].copy_(b["target_tokens"].gather(1, b["accepted"].long()[:, None]).squeeze(1))
+        b["next_seq_lens"].copy_(b["seq_lens"] + b["accepted"] + 1)
+
+    def epilogue(self) -> Callable[[], None]:
+        def after_tail() -> None:
+            self.context_write()
+            self.next_block_inputs()
+
+        return after_tail
+
+    def host_tail(self, h: dict, bufs: dict) -> None:
+        """Host-serial, as the DFlash PR's eager path: compact context rows built and uploaded by the host."""
+        e = self.engine
+        semantics.run_reference("greedy_prefix_verify", h, block_size=e.block_size)
+        acc, seq = h["accepted"].tolist(), h["seq_lens"].tolist()
+        # the context rows, sequence by sequence, up to the first rejection; every other row writes nothing
+        slots = torch.full((e.batch * e.width,), -1, dtype=I32)
+        for b, (a, s) in enumerate(zip(acc, seq)):
+            pos = torch.arange(s, s + a + 1)
+            rows = slice(b * e.width, b * e.width + a + 1)
+            slots[rows] = semantics.slot(h["block_table"][b : b + 1], pos[None], e.block_size).reshape(-1)
+        bufs["context_slots"].copy_(slots.pin_memory() if e.device.type == "cuda" else slots, non_blocking=True)
+        # the projection runs over every verify row: a GEMM row's bits depend on the row count
+        self.context_write()
+        a = h["accepted"].long()
+        h["next_last_token"].copy_(h["target_tokens"].gather(1, a[:, None]).squeeze(1))
+        h["next_seq_lens"].copy_(h["seq_lens"] + h["accepted"] + 1)
+        for n in self.DRAFT_INPUTS:
+            bufs[n].copy_(h[n], non_blocking=True)
+
+    def compiled_tail(self, backend: str) -> Callable[[dict, int], None]:
+        if backend not in _TAILS:
+            _TAILS[backend] = torch.compile(block_tail, backend=backend, fullgraph=True, dynamic=False)
+        compiled = _TAILS[backend]
+
+        def tail(bufs: dict, block_size: int) -> None:
+            compiled(bufs, block_size)
+            self.context_write()
+
+        return tail

@@ -1,0 +1,152 @@
+"""The MTP head as a proposer: a two-row repair/new step, then a chain of one-row steps.
+
+Step ``i``'s draft reads what ``prepare_next_draft`` left (``verify-to-draft``
+plan): the repair row re-runs the last accepted token at its position with the
+target's hidden state of the row before it (or writes the scratch slot when
+every draft was accepted), the new row the bonus token; then ``W - 2`` chained
+one-row steps.  Its drafts are the only step buffer it writes, so ``specgen``
+runs it at the head of the runtime's step graph.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ...models.mtp_head import MTPHead
+from ...runtime.semantics import slot
+from ...specializations.plan import VERIFY_TO_DRAFT
+from ..graphs import TAIL_FAMILIES, compiled_updates, tail_family
+from ..profiling import host_range
+from .base import Proposer
+
+__all__ = ["MTPProposer"]
+
+I32 = torch.int32
+
+
+class MTPProposer(Proposer):
+    """The MTP chain draft; see the module docstring."""
+
+    tail = VERIFY_TO_DRAFT
+    fusable = True
+    reads = (
+        "tokens",
+        "accepted",
+        "next_last_token",
+        "hidden_rows",
+        "draft_positions",
+        "draft_slots",
+        "next_seq_lens",
+        "block_table",
+    )
+    # what baseline uploads after its host tail: everything the next draft reads that the tail computes
+    DRAFT_INPUTS = ("accepted", "next_last_token", "next_seq_lens", "draft_positions", "draft_slots", "hidden_rows")
+
+    def __init__(self, head: MTPHead):
+        super().__init__(head)
+        self.head = head
+
+    def rows(self, depth: int) -> int:
+        return 2
+
+    def alloc_hidden(self) -> torch.Tensor:
+        e = self.engine
+        return torch.zeros(
+            e.batch * e.width, e.model.config.hidden_size, dtype=e.model.embed_tokens.weight.dtype, device=e.device
+        )
+
+    def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
+        e = self.engine
+        B, W, BS, dev, bt = e.batch, e.width, e.block_size, e.device, e.block_table
+        r = max(len(p) for p in prompts)
+        toks = torch.tensor([p + [0] * (r - len(p)) for p in prompts], device=dev)
+        idx = torch.arange(r, device=dev)
+        pos = idx.expand(B, r)
+        valid = idx < e.prompt_lens[:, None]
+        slots = torch.where(valid, slot(bt, pos, BS), torch.full_like(pos, -1))
+        qsl = torch.arange(B + 1, device=dev) * r
+        hidden, logits = e.model(toks.reshape(-1), pos.reshape(-1), slots.reshape(-1), bt, e.prompt_lens, qsl, r)
+        last = torch.arange(B, device=dev) * r + e.prompt_lens - 1
+        bonus = e.model.greedy_tokens(logits[last])
+        if r > 1:  # draft prefill: token at p = 1 .. P-1 with the target hidden of p - 1
+            dtoks = torch.tensor([p[1:] + [0] * (r - len(p) + 1) for p in prompts], device=dev)
+            dpos = (idx + 1).expand(B, r)
+            dslots = torch.where(idx < (e.prompt_lens - 1)[:, None], slot(bt, dpos, BS), torch.full_like(dpos, -1))
+            self.head(dtoks.reshape(-1), dpos.reshape(-1), dslots.reshape(-1), hidden, bt, e.prompt_lens, qsl, r)
+        # The first draft graph input: row 1 is the bonus at position P with the hidden of P - 1.
+        b = e.bufs
+        base = torch.arange(B, device=dev) * W
+        P = e.prompt_lens.to(I32)
+        e.verify_hidden[base] = hidden[last]
+        b["tokens"][base] = torch.tensor([p[-1] for p in prompts], dtype=I32, device=dev)
+        b["accepted"].zero_()
+        b["next_last_token"].copy_(bonus)
+        b["next_seq_lens"].copy_(P)
+        b["draft_positions"].copy_(torch.stack([P - 1, P], 1))
+        b["draft_slots"].copy_(torch.stack([b["scratch_slot"].expand(B), slot(bt, P, BS)], 1))
+        b["hidden_rows"].copy_(torch.stack([base, base], 1))
+        return bonus
+
+    def target_forward(self, bufs) -> torch.Tensor:
+        """Keeps the verify rows' hidden states (the next draft's repair and new rows read them)."""
+        e = self.engine
+        hidden, logits = e.model(
+            bufs["tokens"],
+            bufs["positions"],
+            bufs["slot_mapping"],
+            bufs["block_table"],
+            bufs["kv_lens"],
+            bufs["query_start_loc"],
+            e.width,
+        )
+        e.verify_hidden[: hidden.shape[0]].copy_(hidden)
+        return e.model.greedy_tokens(logits).to(I32).view(-1, e.width)
+
+    def carry(self) -> None:
+        b = self.engine.bufs
+        b["last_tokens"].copy_(b["next_last_token"])
+        b["seq_lens"].copy_(b["next_seq_lens"])
+
+    def propose(self) -> None:
+        """The head over ``prepare_next_draft``'s two rows, then the chain; writes only ``draft_tokens``."""
+        e = self.engine
+        b, B, W, BS, bt = e.bufs, e.batch, e.width, e.block_size, e.bufs["block_table"]
+        dev = bt.device
+        acc = b["accepted"].long()
+        base = torch.arange(B, device=dev) * W
+        toks = torch.stack([b["tokens"][base + acc], b["next_last_token"]], 1).reshape(-1)
+        hid = e.verify_hidden[b["hidden_rows"].reshape(-1).long()]
+        new_len = b["next_seq_lens"]
+        h, logits = self.head(
+            toks,
+            b["draft_positions"].reshape(-1),
+            b["draft_slots"].reshape(-1),
+            hid,
+            bt,
+            new_len + 1,
+            torch.arange(B + 1, device=dev) * 2,
+            2,
+        )
+        d, h = logits.view(B, 2, -1)[:, 1].argmax(-1), h.view(B, 2, -1)[:, 1]
+        drafts, pos, qsl = [d], new_len, torch.arange(B + 1, device=dev)
+        for _ in range(W - 2):
+            pos = pos + 1
+            h, logits = self.head(d, pos, slot(bt, pos[:, None], BS).reshape(-1), h, bt, pos + 1, qsl, 1)
+            d = logits.argmax(-1)
+            drafts.append(d)
+        out = torch.stack(drafts, 1)
+        if e.acceptance is not None:
+            out = e.acceptance.apply(out, new_len, e.prompt_lens)
+        b["draft_tokens"].copy_(out)
+
+    def host_tail(self, h: dict, bufs: dict) -> None:
+        for family in TAIL_FAMILIES:
+            with host_range(family):
+                tail_family(family, h, self.engine.block_size)
+        for n in self.DRAFT_INPUTS:
+            bufs[n].copy_(h[n], non_blocking=True)
+
+    def compiled_tail(self, backend: str) -> Callable[[dict, int], None]:
+        return compiled_updates(backend)[1]
