@@ -1,25 +1,336 @@
-"""``specgen bench``'s settings: ``configure`` validates them into a ``BenchConfig``
-(``BenchError`` says what is wrong)."""
+"""``specgen bench``'s settings, spelled once.
+
+Every field of ``BenchSettings`` carries, in its ``dataclasses.field``
+metadata (an ``Option``), its command-line option, help text, how the
+option's text is read and the checks of its value.  ``specgen bench``'s
+arguments are generated from these fields (``cli/bench.py``), and
+``BenchSettings.resolve`` runs their checks and turns the settings into the
+resolved ``BenchConfig`` (``BenchError`` says what is wrong).  The registries
+the checks read (``engine.modes.MODES``, ``engine.draft_kinds.DRAFT_KINDS``)
+are read when they run, so a mode registered after this module was imported
+is known.  Nothing heavy is imported here at import time: the CLI builds its
+parser from these fields without loading torch.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Callable
 
-import torch
-
-from ..engine.draft_kinds import DRAFT_KINDS
-from ..engine.modes import MODES
-from ..models.qwen3 import ModelConfig
 from ..specializations.families import MAX_WIDTH
 from .support import BenchError
-from .support import check_device as _device
 
-__all__ = ["BenchConfig", "configure"]
+if TYPE_CHECKING:
+    import torch
+
+    from ..models.qwen3 import ModelConfig
+
+__all__ = ["BenchConfig", "BenchSettings", "Option", "configure", "options"]
+
+# how an option's text is read on the command line
+TEXT, INT, FLOAT, INTS, NAMES, SWITCH = "text", "int", "float", "ints", "names", "switch"
+MODEL_PRESETS = ("tiny", "qwen3-0.6b", "qwen3-8b")  # models.qwen3.PRESETS, without importing torch here
+DTYPES = ("auto", "float32", "bfloat16")
+
+Check = Callable[[Any], "str | None"]  # a value -> what is wrong with it (the BenchError's message), or None
+Relation = Callable[[Any, "BenchSettings"], "str | None"]  # the same, reading the other settings too
+
+
+@dataclass(frozen=True)
+class Option:
+    """How one setting reads on the command line, and what makes its value bad."""
+
+    help: str
+    flag: str = ""  # the option; "" is --<field name, dashed>
+    text: str = TEXT  # how the option's text is read: TEXT, INT, FLOAT, INTS (4,5 or 2-16), NAMES, SWITCH
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None  # the parser's choices (the value is checked against them too)
+    check: Check | None = None  # this value alone
+    relation: Relation | None = None  # this value against the others (run once every ``check`` passed)
+
+
+def setting(default, help: str, **option) -> Any:
+    """A ``BenchSettings`` field: its default and its ``Option``."""
+    return field(default=default, metadata={"option": Option(help, **option)})
+
+
+def _at_least(lo: int, message: str) -> Check:
+    return lambda v: message if v < lo else None
+
+
+def _values(values) -> str | None:
+    if not values:
+        return "--depth and --batch need at least one value each"
+    if any(v < 1 for v in values):
+        return "--depth and --batch values must be at least 1"
+    return None
+
+
+def _modes(modes) -> str | None:
+    from ..engine.modes import MODES
+
+    unknown = [m for m in modes or () if m not in MODES]
+    return f"unknown mode '{unknown[0]}' (known: {', '.join(MODES)})" if unknown else None
+
+
+def _draft(draft: str) -> str | None:
+    from ..engine.draft_kinds import DRAFT_KINDS
+
+    return None if draft in DRAFT_KINDS else f"unknown --draft '{draft}' (known: {', '.join(DRAFT_KINDS)})"
+
+
+def _device(name) -> str | None:
+    from .support import check_device
+
+    try:
+        check_device(name)
+    except BenchError as e:
+        return str(e)
+    return None
+
+
+def _widths(depths, s: "BenchSettings") -> str | None:
+    """The widest verify block against the KV layout, then against the kernel families' widths."""
+    widest = max(depths) + 1
+    if s.block_table_width and widest > s.block_table_width * s.block_size:
+        return (
+            f"--depth {widest - 1}: a block of {widest} rows is wider than the KV layout allows "
+            f"(--block-table-width {s.block_table_width} x --block-size {s.block_size})"
+        )
+    if widest > MAX_WIDTH:
+        return (
+            f"--depth {widest - 1}: verify width {widest} is beyond the kernel families' widths "
+            f"(at most {MAX_WIDTH}, --depth {MAX_WIDTH - 1}); no build has variants for it"
+        )
+    return None
+
+
+def _weights(weights, s: "BenchSettings") -> str | None:
+    if weights is not None and s.draft == "mtp":
+        return "--draft-weights loads a DFlash or DSpark draft; use it with --draft dflash or dspark"
+    return None
+
+
+def _positions(bt: int, s: "BenchSettings") -> str | None:
+    need = s.positions_needed
+    if bt and bt * s.block_size < need:
+        return (
+            f"--block-table-width {bt} x --block-size {s.block_size} = {bt * s.block_size} "
+            f"positions; {s.steps} steps at depth {max(s.depths)} with --prompt-len {s.prompt_len} need "
+            f"{need} (--block-table-width 0: just enough)"
+        )
+    return None
+
+
+def _ranks(tp: int, s: "BenchSettings") -> str | None:
+    """Before any rank is launched: an MTP draft, and a model whose shards divide evenly."""
+    if tp > 1 and s.draft != "mtp":
+        return f"--tp {tp} runs MTP drafts; --draft {s.draft} runs on one device (--tp 1)"
+    if tp > 1:
+        from ..models.qwen3 import ModelConfig
+        from ..models.tp import shard_problem
+
+        why = shard_problem(ModelConfig.preset(s.model), tp)
+        if why is not None:
+            return f"--tp {tp}: {s.model}'s {why}"
+    return None
+
+
+def _tp_message(s: "BenchSettings") -> str:
+    return f"--tp must be at least 1, --draft-tp 1 or --tp ({s.tp}), --check-ranks at least 0"
+
+
+def _choices(values: tuple[str, ...], option: str) -> Check:
+    return lambda v: None if v in values else f"unknown {option} '{v}' (known: {', '.join(values)})"
+
+
+BLOCKS_MESSAGE = "--block-size must be at least 1 and --block-table-width at least 0 (0: just enough)"
+COUNTS_MESSAGE = "--prompt-len and --bare-repeats must be at least 1"
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """What one ``specgen bench`` is asked to run, as given (``resolve`` validates it into a ``BenchConfig``).
+
+    The fields' order is the order of ``specgen bench --help``.
+    """
+
+    model: str = setting(
+        "tiny", "model preset (random weights)", choices=MODEL_PRESETS, check=_choices(MODEL_PRESETS, "--model")
+    )
+    depths: tuple[int, ...] = setting(
+        (3,),
+        "drafts per step (verify width = depth + 1), e.g. 3 or 3,4,5",
+        flag="--depth",
+        text=INTS,
+        check=_values,
+        relation=_widths,
+    )
+    draft: str = setting("mtp", "draft kind: mtp (default), dflash or dspark", check=_draft)
+    draft_weights: str | None = setting(
+        None,
+        "a DFlash / DSpark draft from a local safetensors folder (default: random weights)",
+        metavar="DIR",
+        relation=_weights,
+    )
+    batches: tuple[int, ...] = setting((1,), "batch sizes, e.g. 1,8,32", flag="--batch", text=INTS, check=_values)
+    steps: int = setting(32, "timed decode steps per run", text=INT, check=_at_least(1, "--steps must be at least 1"))
+    warmup: int = setting(
+        3,
+        "untimed steps first (capture, compilation)",
+        text=INT,
+        check=_at_least(1, "--warmup must be at least 1 (the first step of every run captures its graphs)"),
+    )
+    modes: tuple[str, ...] | None = setting(
+        None, "registered boundary modes, comma-separated (default: every one)", text=NAMES, check=_modes
+    )
+    acceptance: float | None = setting(
+        None,
+        "drafts agree with the target with probability p (default: the MTP head's own drafts)",
+        text=FLOAT,
+        check=lambda p: None if p is None or 0.0 <= p <= 1.0 else f"--acceptance must lie in [0, 1], got {p}",
+    )
+    check: bool = setting(False, "also compare every mode with plain greedy decoding", text=SWITCH)
+    block_size: int = setting(16, "KV cache positions per block", text=INT, check=_at_least(1, BLOCKS_MESSAGE))
+    block_table_width: int = setting(
+        32, "blocks per sequence (0: just enough)", text=INT, check=_at_least(0, BLOCKS_MESSAGE), relation=_positions
+    )
+    prompt_len: int = setting(
+        32, "longest prompt; lengths vary down to half", text=INT, check=_at_least(1, COUNTS_MESSAGE)
+    )
+    dtype: str = setting(
+        "auto",
+        "auto: bfloat16 for the qwen3 presets on CUDA, else float32",
+        choices=DTYPES,
+        check=_choices(DTYPES, "--dtype"),
+    )
+    device: str | None = setting(None, "cpu or cuda (default: cuda when available)", check=_device)
+    seed: int = setting(0, "seed of the random weights, the prompts and the acceptance draws", text=INT)
+    bare_repeats: int = setting(
+        30,
+        "draft + bare verify replays timed for the boundary figures",
+        text=INT,
+        check=_at_least(1, COUNTS_MESSAGE),
+    )
+    tp: int = setting(
+        1,
+        "tensor-parallel ranks of the target, one process per device (NCCL on GPUs, gloo on the CPU); "
+        "launched here unless run under torchrun",
+        text=INT,
+        relation=lambda tp, s: _tp_message(s) if tp < 1 else _ranks(tp, s),
+    )
+    draft_tp: int = setting(
+        1,
+        "1: the MTP draft body whole on every rank; or --tp",
+        text=INT,
+        relation=lambda d, s: None if d in (1, s.tp) else _tp_message(s),
+    )
+    check_ranks: int = setting(
+        0,
+        "compare the ranks' step state every N steps; stop at the first differing field",
+        text=INT,
+        metavar="N",
+        relation=lambda n, s: _tp_message(s) if n < 0 else None,
+    )
+    profile_steps: int = setting(
+        8,
+        "after the timed runs, profile this many steps of each run with torch.profiler for the kernel-level "
+        "figures and the cost model's calibration costs.json (the CPU: baseline runs, host compute only; 0: off)",
+        text=INT,
+        check=_at_least(0, "--profile-steps must be at least 0 (0: no kernel-level profile)"),
+    )
+
+    @property
+    def positions_needed(self) -> int:
+        """KV positions a sequence needs: the prompt, every run's steps (timed and profiled), the oracle's."""
+        widest = max(d + 1 for d in self.depths)
+        need = self.prompt_len + (self.warmup + max(self.steps, self.profile_steps) + 2) * widest + 1
+        if self.acceptance is not None:  # the oracle run decodes max_new_tokens, which reserves 3 W + 1 more
+            need += 3 * widest + 1
+        return need
+
+    def problem(self) -> str | None:
+        """What is wrong with these settings (the first thing found), or None.
+
+        Every field's ``check`` runs first, in field order; then, once every
+        value is good on its own, every ``relation``.
+        """
+        opts = options()
+        for kind in ("check", "relation"):
+            for name, _, opt in opts:
+                test = getattr(opt, kind)
+                why = test and (test(getattr(self, name)) if kind == "check" else test(getattr(self, name), self))
+                if why:
+                    return why
+        return None
+
+    def resolve(self, command: str = "specgen bench") -> "BenchConfig":
+        """The validated ``BenchConfig`` (``BenchError`` says what is wrong); ``command`` is what was run."""
+        why = self.problem()
+        if why:
+            raise BenchError(why)
+        import torch
+
+        from ..engine.draft_kinds import DRAFT_KINDS
+        from ..engine.modes import MODES
+        from ..models.qwen3 import ModelConfig
+        from .support import check_device
+
+        dev = check_device(self.device)
+        cuda = dev.type == "cuda"
+        modes = tuple(MODES) if self.modes is None else tuple(self.modes)
+        skipped = tuple((m, MODES[m].cpu_skip_reason) for m in modes if not cuda and MODES[m].cpu_skip_reason)
+        kind_modes = DRAFT_KINDS[self.draft].modes
+        skipped += tuple(
+            (m, f"the {self.draft} draft has no {m} mode")
+            for m in modes
+            if m not in kind_modes and m not in dict(skipped)
+        )
+        torch_dtype = {
+            "auto": torch.bfloat16 if cuda and self.model != "tiny" else torch.float32,
+            "float32": torch.float32,
+            "bfloat16": torch.bfloat16,
+        }[self.dtype]
+        return BenchConfig(
+            model=ModelConfig.preset(self.model),
+            dtype=torch_dtype,
+            device=dev,
+            depths=tuple(self.depths),
+            batches=tuple(self.batches),
+            modes=tuple(m for m in modes if m not in dict(skipped)),
+            skipped=skipped,
+            steps=self.steps,
+            warmup=self.warmup,
+            acceptance=self.acceptance,
+            check=self.check,
+            block_size=self.block_size,
+            block_table_width=self.block_table_width or -(-self.positions_needed // self.block_size),
+            prompt_len=self.prompt_len,
+            seed=self.seed,
+            bare_repeats=self.bare_repeats,
+            command=command,
+            draft=self.draft,
+            draft_weights=self.draft_weights,
+            tp=self.tp,
+            draft_tp=self.draft_tp,
+            check_ranks=self.check_ranks,
+            profile_steps=self.profile_steps,
+        )
+
+
+def options() -> list[tuple[str, Any, Option]]:
+    """``(field name, default, Option)`` of every setting, in field order."""
+    return [(f.name, f.default, f.metadata["option"]) for f in fields(BenchSettings)]
+
+
+def configure(*, command: str = "specgen bench", **settings) -> "BenchConfig":
+    """``BenchSettings(**settings).resolve(command)``; ``block_table_width=0``: just enough."""
+    return BenchSettings(**settings).resolve(command)
 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """Everything one bench invocation runs with, validated by ``configure``."""
+    """Everything one bench invocation runs with, validated by ``BenchSettings.resolve``."""
 
     model: ModelConfig
     dtype: torch.dtype
@@ -60,129 +371,13 @@ class BenchConfig:
 
     @property
     def needs_library(self) -> bool:
+        from ..engine.draft_kinds import DRAFT_KINDS
+
         return any(DRAFT_KINDS[self.draft].modes[m].needs_library for m in self.modes)
 
     @property
     def boundaries(self) -> tuple[str, ...]:
         """The plans the draft kind's specgen mode runs (what the kernel build must hold)."""
+        from ..engine.draft_kinds import DRAFT_KINDS
+
         return DRAFT_KINDS[self.draft].boundaries
-
-
-def configure(
-    *,
-    model: str = "tiny",
-    depths=(3,),
-    batches=(1,),
-    modes=tuple(MODES),
-    steps: int = 32,
-    warmup: int = 3,
-    acceptance: float | None = None,
-    check: bool = False,
-    block_size: int = 16,
-    block_table_width: int = 32,
-    prompt_len: int = 32,
-    dtype: str = "auto",
-    device: str | None = None,
-    seed: int = 0,
-    bare_repeats: int = 30,
-    command: str = "specgen bench",
-    draft: str = "mtp",
-    draft_weights: str | None = None,
-    tp: int = 1,
-    draft_tp: int = 1,
-    check_ranks: int = 0,
-    profile_steps: int = 8,
-) -> BenchConfig:
-    """Validate the bench settings (``BenchError`` says what is wrong); ``block_table_width=0``: just enough."""
-    dev = _device(device)
-    cuda = dev.type == "cuda"
-    for m in modes:
-        if m not in MODES:
-            raise BenchError(f"unknown mode '{m}' (known: {', '.join(MODES)})")
-    if not depths or not batches:
-        raise BenchError("--depth and --batch need at least one value each")
-    if any(d < 1 for d in depths) or any(b < 1 for b in batches):
-        raise BenchError("--depth and --batch values must be at least 1")
-    if block_size < 1 or block_table_width < 0:
-        raise BenchError("--block-size must be at least 1 and --block-table-width at least 0 (0: just enough)")
-    _check_draft(draft, draft_weights, depths, block_size, block_table_width)
-    if warmup < 1:
-        raise BenchError("--warmup must be at least 1 (the first step of every run captures its graphs)")
-    if steps < 1:
-        raise BenchError("--steps must be at least 1")
-    if tp < 1 or draft_tp not in (1, tp) or check_ranks < 0:
-        raise BenchError(f"--tp must be at least 1, --draft-tp 1 or --tp ({tp}), --check-ranks at least 0")
-    if tp > 1 and draft != "mtp":
-        raise BenchError(f"--tp {tp} runs MTP drafts; --draft {draft} runs on one device (--tp 1)")
-    if prompt_len < 1 or bare_repeats < 1:
-        raise BenchError("--prompt-len and --bare-repeats must be at least 1")
-    if profile_steps < 0:
-        raise BenchError("--profile-steps must be at least 0 (0: no kernel-level profile)")
-    if acceptance is not None and not 0.0 <= acceptance <= 1.0:
-        raise BenchError(f"--acceptance must lie in [0, 1], got {acceptance}")
-    skipped = tuple((m, MODES[m].cpu_skip_reason) for m in modes if not cuda and MODES[m].cpu_skip_reason)
-    kind_modes = DRAFT_KINDS[draft].modes
-    skipped += tuple(
-        (m, f"the {draft} draft has no {m} mode") for m in modes if m not in kind_modes and m not in dict(skipped)
-    )
-    cfg = ModelConfig.preset(model)
-    torch_dtype = {
-        "auto": torch.bfloat16 if cuda and model != "tiny" else torch.float32,
-        "float32": torch.float32,
-        "bfloat16": torch.bfloat16,
-    }[dtype]
-    widest = max(d + 1 for d in depths)
-    need = prompt_len + (warmup + max(steps, profile_steps) + 2) * widest + 1
-    if acceptance is not None:  # the oracle run decodes max_new_tokens, which reserves 3 W + 1 more
-        need += 3 * widest + 1
-    bt = block_table_width or -(-need // block_size)
-    if bt * block_size < need:
-        raise BenchError(
-            f"--block-table-width {bt} x --block-size {block_size} = {bt * block_size} "
-            f"positions; {steps} steps at depth {max(depths)} with --prompt-len {prompt_len} need "
-            f"{need} (--block-table-width 0: just enough)"
-        )
-    return BenchConfig(
-        cfg,
-        torch_dtype,
-        dev,
-        tuple(depths),
-        tuple(batches),
-        tuple(m for m in modes if m not in dict(skipped)),
-        skipped,
-        steps,
-        warmup,
-        acceptance,
-        check,
-        block_size,
-        bt,
-        prompt_len,
-        seed,
-        bare_repeats,
-        command,
-        draft,
-        draft_weights,
-        tp,
-        draft_tp,
-        check_ranks,
-        profile_steps,
-    )
-
-
-def _check_draft(draft: str, weights: str | None, depths, block_size: int, block_table_width: int) -> None:
-    """The draft kind, its weights folder and its widths (``BenchError`` names what is wrong)."""
-    if draft not in DRAFT_KINDS:
-        raise BenchError(f"unknown --draft '{draft}' (known: {', '.join(DRAFT_KINDS)})")
-    if weights is not None and draft == "mtp":
-        raise BenchError("--draft-weights loads a DFlash or DSpark draft; use it with --draft dflash or dspark")
-    widest = max(depths) + 1
-    if block_table_width and widest > block_table_width * block_size:
-        raise BenchError(
-            f"--depth {widest - 1}: a block of {widest} rows is wider than the KV layout allows "
-            f"(--block-table-width {block_table_width} x --block-size {block_size})"
-        )
-    if widest > MAX_WIDTH:
-        raise BenchError(
-            f"--depth {widest - 1}: verify width {widest} is beyond the kernel families' widths "
-            f"(at most {MAX_WIDTH}, --depth {MAX_WIDTH - 1}); no build has variants for it"
-        )

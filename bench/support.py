@@ -6,8 +6,10 @@ import os
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where it is used: the CLI's parser reads the settings without it
+    import torch
 
 __all__ = ["BenchError", "check_device", "log", "quarters", "still_running"]
 
@@ -23,6 +25,8 @@ def log(msg: str) -> None:
 
 def check_device(name: str | None) -> torch.device:
     """``--device``: cpu or cuda[:n], checked here, before anything is built or run."""
+    import torch
+
     if name is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

@@ -22,82 +22,46 @@ BENCH_BOUNDARIES = (DRAFT_TO_VERIFY, VERIFY_TO_DRAFT)  # the MTP draft's; a draf
 
 
 def register(sub) -> None:
-    """Add the ``bench`` subcommand to the ``sub`` parsers."""
+    """Add the ``bench`` subcommand to the ``sub`` parsers: one option per ``BenchSettings`` field."""
+    from ..bench.config import options
+
     p = sub.add_parser("bench", help="decode with every boundary mode and measure them side by side")
-    p.add_argument(
-        "--model", default="tiny", choices=["tiny", "qwen3-0.6b", "qwen3-8b"], help="model preset (random weights)"
-    )
-    p.add_argument("--depth", default="3", help="drafts per step (verify width = depth + 1), e.g. 3 or 3,4,5")
-    p.add_argument("--draft", default="mtp", help="draft kind: mtp (default), dflash or dspark")
-    p.add_argument(
-        "--draft-weights",
-        metavar="DIR",
-        help="a DFlash / DSpark draft from a local safetensors folder (default: random weights)",
-    )
-    p.add_argument("--batch", default="1", help="batch sizes, e.g. 1,8,32")
-    p.add_argument("--steps", type=int, default=32, help="timed decode steps per run")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (capture, compilation)")
-    p.add_argument("--modes", help="registered boundary modes, comma-separated (default: every one)")
-    p.add_argument(
-        "--acceptance",
-        type=float,
-        help="drafts agree with the target with probability p (default: the MTP head's own drafts)",
-    )
-    p.add_argument("--check", action="store_true", help="also compare every mode with plain greedy decoding")
-    p.add_argument("--out", default="bench_results", help="folder for bench.json and timeline.png")
-    p.add_argument("--kernels", help="kernel build folder (default build/bench_kernels, built when missing)")
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--block-table-width", type=int, default=32, help="blocks per sequence (0: just enough)")
-    p.add_argument("--prompt-len", type=int, default=32, help="longest prompt; lengths vary down to half")
-    p.add_argument(
-        "--dtype",
-        default="auto",
-        choices=["auto", "float32", "bfloat16"],
-        help="auto: bfloat16 for qwen3-0.6b on CUDA, else float32",
-    )
-    p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--bare-repeats", type=int, default=30, help="draft + bare verify replays timed for the boundary figures"
-    )
-    p.add_argument(
-        "--tp",
-        type=int,
-        default=1,
-        help="tensor-parallel ranks of the target, one process per "
-        "device (NCCL on GPUs, gloo on the CPU); launched here unless run under torchrun",
-    )
-    p.add_argument("--draft-tp", type=int, default=1, help="1: the MTP draft body whole on every rank; or --tp")
-    p.add_argument(
-        "--check-ranks",
-        type=int,
-        default=0,
-        metavar="N",
-        help="compare the ranks' step state every N steps; stop at the first differing field",
-    )
-    p.add_argument(
-        "--profile-steps",
-        type=int,
-        default=8,
-        help="after the timed runs, profile this many steps "
-        "of each run with torch.profiler for the kernel-level figures and the cost model's calibration "
-        "costs.json (the CPU: baseline runs, host compute only; 0: off)",
-    )
+    for name, default, opt in options():
+        flag = opt.flag or "--" + name.replace("_", "-")
+        p.add_argument(flag, dest=name, default=default, **_argument(opt, flag))
+        if name == "check":  # where the command's own options read best in --help
+            p.add_argument("--out", default="bench_results", help="folder for bench.json and timeline.png")
+            p.add_argument("--kernels", help="kernel build folder (default build/bench_kernels, built when missing)")
     p.add_argument("--replot", metavar="BENCH_JSON", help="only redraw timeline.png from a bench.json")
     p.set_defaults(func=run)
 
 
-def _modes(text: str | None) -> tuple[str, ...]:
-    """The ``--modes`` list, each a registered mode (default: all of them)."""
-    from ..engine.modes import MODES
+def _argument(opt, flag: str) -> dict:
+    """The ``add_argument`` keywords of one setting's ``Option`` (its text read as ``opt.text`` says)."""
+    from ..bench import config as c
 
-    if text is None:
-        return tuple(MODES)
-    modes = tuple(name_list(text, "--modes"))
-    for m in modes:
-        if m not in MODES:
-            raise UsageError(f"unknown mode '{m}' (known: {', '.join(MODES)})")
-    return modes
+    if opt.text == c.SWITCH:
+        return {"action": "store_true", "help": opt.help}
+    # the metavar argparse would derive from the option (the field's name may differ from it)
+    metavar = opt.metavar or (None if opt.choices else flag.lstrip("-").replace("-", "_").upper())
+    kw = {"help": opt.help, "metavar": metavar, "choices": opt.choices}
+    read = {
+        c.TEXT: None,
+        c.INT: int,
+        c.FLOAT: float,
+        c.INTS: lambda text: tuple(int_list(text, flag)),
+        c.NAMES: lambda text: tuple(name_list(text, flag)),
+    }[opt.text]
+    if read is not None:
+        kw["type"] = read
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def _settings(args):
+    """The ``BenchSettings`` of the parsed command line."""
+    from ..bench.config import BenchSettings, options
+
+    return BenchSettings(**{name: getattr(args, name) for name, _, _ in options()})
 
 
 def _replot(path: str) -> int:
@@ -125,38 +89,13 @@ def run(args) -> int:
     """``specgen bench``: configure, check the output folder, build missing kernels, measure, report."""
     if args.replot:
         return _replot(args.replot)
-    depths, batches = int_list(args.depth, "--depth"), int_list(args.batch, "--batch")
-    modes = _modes(args.modes)
     from ..bench import harness as bench
     from ..bench import report as bench_report
     from ..parallel import group as parallel
 
     command = "specgen bench " + " ".join(args.cli_argv[1:])  # the words after "bench", as given
     try:
-        config = bench.configure(
-            model=args.model,
-            depths=depths,
-            batches=batches,
-            modes=modes,
-            steps=args.steps,
-            warmup=args.warmup,
-            acceptance=args.acceptance,
-            check=args.check,
-            block_size=args.block_size,
-            block_table_width=args.block_table_width,
-            prompt_len=args.prompt_len,
-            dtype=args.dtype,
-            device=args.device,
-            seed=args.seed,
-            bare_repeats=args.bare_repeats,
-            command=command,
-            draft=args.draft,
-            draft_weights=args.draft_weights,
-            tp=args.tp,
-            draft_tp=args.draft_tp,
-            check_ranks=args.check_ranks,
-            profile_steps=args.profile_steps,
-        )
+        config = _settings(args).resolve(command)
         out = writable_dir(args.out, "--out")  # before the run: results that cannot be written are lost
         if config.cuda:
             parallel.check_gpus(config.tp)

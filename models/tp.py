@@ -35,7 +35,7 @@ from torch import nn
 
 from ..parallel.group import TensorParallel, TPError
 from .mtp_head import MTPHead
-from .qwen3 import MLP, Attention, DecoderLayer, Qwen3Model
+from .qwen3 import MLP, Attention, DecoderLayer, ModelConfig, Qwen3Model
 
 __all__ = [
     "ColumnParallelLinear",
@@ -44,6 +44,7 @@ __all__ = [
     "shard_head",
     "shard_layer",
     "shard_model",
+    "shard_problem",
 ]
 
 EXACT_FLOAT_INDEX = 1 << 24  # vocabulary indices ride along as float32 in the argmax all-gather
@@ -138,6 +139,24 @@ class TensorParallelQwen3(Qwen3Model):
         pairs = self.tp.all_gather(torch.stack([best, (idx + self.vocab_lo).float()], -1))  # [tp, ..., 2]
         winner = pairs[..., 0].argmax(0, keepdim=True)
         return pairs[..., 1].gather(0, winner).squeeze(0).long()
+
+
+def shard_problem(config: ModelConfig, size: int) -> str | None:
+    """Why ``config`` cannot be split over ``size`` ranks (the first share that does not divide evenly), or None.
+
+    The same shares ``shard_model`` takes, checked before any rank is started.
+    """
+    for what, n in (
+        ("query heads", config.num_heads),
+        ("KV heads", config.num_kv_heads),
+        ("intermediate size", config.intermediate_size),
+        ("vocabulary size", config.vocab_size),
+    ):
+        if n % size:
+            return f"{what} ({n}) does not divide evenly over {size} ranks"
+    if config.vocab_size > EXACT_FLOAT_INDEX:
+        return f"vocabulary of {config.vocab_size} exceeds {EXACT_FLOAT_INDEX}"
+    return None
 
 
 def shard_model(model: Qwen3Model, tp: TensorParallel) -> Qwen3Model:

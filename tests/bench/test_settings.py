@@ -1,0 +1,151 @@
+"""``BenchSettings``: one spelling of the bench settings, from which the CLI's options and the validation come."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+
+import pytest
+
+from specgen.bench.config import (
+    BLOCKS_MESSAGE,
+    COUNTS_MESSAGE,
+    MODEL_PRESETS,
+    BenchSettings,
+    configure,
+    options,
+)
+from specgen.bench.support import BenchError
+from specgen.cli import build_parser
+
+TP = "--tp must be at least 1, --draft-tp 1 or --tp"
+# (field, the settings that make it bad, what the BenchError says): every validated field has a case
+BAD = [
+    ("model", {"model": "huge"}, "unknown --model 'huge' (known: tiny, qwen3-0.6b, qwen3-8b)"),
+    ("depths", {"depths": ()}, "--depth and --batch need at least one value each"),
+    ("depths", {"depths": (0,)}, "--depth and --batch values must be at least 1"),
+    ("depths", {"depths": (16,)}, "--depth 16: verify width 17 is beyond the kernel families' widths"),
+    (
+        "depths",
+        {"depths": (9,), "block_table_width": 1, "block_size": 8},
+        "--depth 9: a block of 10 rows is wider than the KV layout allows (--block-table-width 1 x --block-size 8)",
+    ),
+    ("draft", {"draft": "eagle"}, "unknown --draft 'eagle' (known: mtp, dflash, dspark)"),
+    ("draft_weights", {"draft_weights": "w"}, "--draft-weights loads a DFlash or DSpark draft"),
+    ("batches", {"batches": (0,)}, "--depth and --batch values must be at least 1"),
+    ("steps", {"steps": 0}, "--steps must be at least 1"),
+    ("warmup", {"warmup": 0}, "--warmup must be at least 1 (the first step of every run captures its graphs)"),
+    ("modes", {"modes": ("baseline", "turbo")}, "unknown mode 'turbo' (known: baseline"),
+    ("acceptance", {"acceptance": 1.5}, "--acceptance must lie in [0, 1], got 1.5"),
+    ("block_size", {"block_size": 0}, BLOCKS_MESSAGE),
+    ("block_table_width", {"block_table_width": -1}, BLOCKS_MESSAGE),
+    ("block_table_width", {"block_table_width": 2}, "--block-table-width 2 x --block-size 16 = 32 positions"),
+    ("prompt_len", {"prompt_len": 0}, COUNTS_MESSAGE),
+    ("dtype", {"dtype": "half"}, "unknown --dtype 'half' (known: auto, float32, bfloat16)"),
+    ("device", {"device": "tpu"}, "--device tpu: use cpu or cuda (or cuda:N)"),
+    ("bare_repeats", {"bare_repeats": 0}, COUNTS_MESSAGE),
+    ("tp", {"tp": 0}, TP),
+    ("tp", {"tp": 3}, "--tp 3: tiny's query heads (4) does not divide evenly over 3 ranks"),
+    ("tp", {"tp": 2, "draft": "dflash"}, "--tp 2 runs MTP drafts; --draft dflash runs on one device (--tp 1)"),
+    ("draft_tp", {"draft_tp": 2}, TP),
+    ("check_ranks", {"check_ranks": -1}, TP),
+    ("profile_steps", {"profile_steps": -1}, "--profile-steps must be at least 0 (0: no kernel-level profile)"),
+]
+
+
+def _bench_parser() -> argparse.ArgumentParser:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices["bench"]
+
+
+def test_every_setting_is_a_cli_option_with_help_and_the_same_default():
+    by_dest = {a.dest: a for a in _bench_parser()._actions}
+    for f in dataclasses.fields(BenchSettings):
+        action = by_dest.get(f.name)
+        assert action is not None, f"BenchSettings.{f.name} has no specgen bench option"
+        assert action.help and action.help.strip(), f"{action.option_strings[0]} has no help text"
+        assert action.default == f.default, f.name
+        assert f.metadata["option"].help == action.help
+    args = build_parser().parse_args(["bench"])
+    from specgen.cli.bench import _settings
+
+    assert _settings(args) == BenchSettings()  # the parser's defaults are the dataclass's
+
+
+def test_the_option_names_and_metavars_of_the_command_line():
+    flags = {a.option_strings[0]: a for a in _bench_parser()._actions if a.option_strings}
+    assert list(flags)[1:] == [
+        "--model",
+        "--depth",
+        "--draft",
+        "--draft-weights",
+        "--batch",
+        "--steps",
+        "--warmup",
+        "--modes",
+        "--acceptance",
+        "--check",
+        "--out",
+        "--kernels",
+        "--block-size",
+        "--block-table-width",
+        "--prompt-len",
+        "--dtype",
+        "--device",
+        "--seed",
+        "--bare-repeats",
+        "--tp",
+        "--draft-tp",
+        "--check-ranks",
+        "--profile-steps",
+        "--replot",
+    ]
+    usage = _bench_parser().format_usage()
+    for text in ("--depth DEPTH", "--batch BATCH", "--draft-weights DIR", "--check-ranks N", "--model {tiny,"):
+        assert text in usage
+
+
+def test_the_command_line_text_is_read_into_typed_settings():
+    from specgen.cli.bench import _settings
+
+    args = build_parser().parse_args(
+        ["bench", "--depth", "2-4", "--batch", "1,8", "--modes", "baseline, specgen", "--acceptance", "0.5", "--check"]
+    )
+    s = _settings(args)
+    assert s.depths == (2, 3, 4) and s.batches == (1, 8) and s.modes == ("baseline", "specgen")
+    assert s.acceptance == 0.5 and s.check is True
+
+
+def test_every_validated_setting_has_a_bad_case():
+    validated = {name for name, _, opt in options() if opt.check or opt.relation}
+    assert validated == {f for f, _, _ in BAD}
+
+
+@pytest.mark.parametrize("name, bad, message", BAD, ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(BAD)])
+def test_a_bad_value_gives_its_bench_error(name, bad, message):
+    settings = {"device": "cpu", **bad}
+    with pytest.raises(BenchError, match=re.escape(message)):
+        configure(**settings)
+    assert BenchSettings(**settings).problem().startswith(message.split(" (")[0])
+
+
+def test_the_model_choices_are_the_presets():
+    from specgen.models.qwen3 import PRESETS
+
+    assert MODEL_PRESETS == tuple(PRESETS)
+
+
+def test_modes_are_read_when_the_settings_are_validated(monkeypatch):
+    """A mode registered after the settings module was imported is known to the validation and the CLI."""
+    from specgen.cli.bench import _settings
+    from specgen.engine.modes import MODES, BaselineMode
+
+    class LateMode(BaselineMode):
+        name = "late"
+
+    monkeypatch.setitem(MODES, "late", LateMode)
+    assert "late" in configure(device="cpu", modes=("late",)).modes
+    assert "late" in configure(device="cpu").modes  # every registered mode by default
+    args = build_parser().parse_args(["bench", "--modes", "late", "--device", "cpu"])
+    assert _settings(args).resolve().modes == ("late",)
