@@ -106,7 +106,9 @@ def _widths(depths, s: "BenchSettings") -> str | None:
 
 
 def _weights(weights, s: "BenchSettings") -> str | None:
-    if weights is not None and s.draft == "mtp":
+    from ..engine.draft_kinds import DRAFT_KINDS
+
+    if weights is not None and not DRAFT_KINDS[s.draft].loads_weights:
         return "--draft-weights loads a DFlash or DSpark draft; use it with --draft dflash or dspark"
     return None
 
@@ -124,7 +126,9 @@ def _positions(bt: int, s: "BenchSettings") -> str | None:
 
 def _ranks(tp: int, s: "BenchSettings") -> str | None:
     """Before any rank is launched: an MTP draft, and a model whose shards divide evenly."""
-    if tp > 1 and s.draft != "mtp":
+    from ..engine.draft_kinds import DRAFT_KINDS
+
+    if tp > 1 and not DRAFT_KINDS[s.draft].supports_tp:
         return f"--tp {tp} runs MTP drafts; --draft {s.draft} runs on one device (--tp 1)"
     if tp > 1:
         from ..models.qwen3 import ModelConfig
