@@ -9,7 +9,19 @@ from pathlib import Path
 from .harness import SUBJECT
 from .support import log
 
-__all__ = ["LEGEND", "PHASES", "ResultError", "check", "figure", "notes", "ok_runs", "plot", "table", "write"]
+__all__ = [
+    "LEGEND",
+    "PHASES",
+    "ResultError",
+    "check",
+    "failures",
+    "figure",
+    "notes",
+    "ok_runs",
+    "plot",
+    "table",
+    "write",
+]
 
 PHASES = (
     ("draft", "draft_us", "#8da0cb"),
@@ -49,6 +61,19 @@ def check(result) -> dict:
 def ok_runs(result: dict) -> list[dict]:
     """The runs that finished (no ``error``) with a time per token."""
     return [r for r in result["runs"] if "error" not in r and r.get("tpot_ms") is not None]
+
+
+def failures(result: dict) -> list[str]:
+    """What failed in a bench result, one line each: a sweep the device stopped, a mode that raised, a run
+    whose tokens differ from plain greedy decoding (``--check``)."""
+    out = [f"the sweep stopped early: {result['aborted']}"] if result.get("aborted") else []
+    for r in result["runs"]:
+        where = f"at depth {r['depth']} B={r['batch']}"
+        if "error" in r:
+            out.append(f"mode {r['mode']} failed {where}: {r['error']}")
+        elif r.get("equals_greedy") is False:
+            out.append(f"mode {r['mode']} {where}: its tokens differ from plain greedy decoding (--check)")
+    return out
 
 
 def table(result: dict) -> str:

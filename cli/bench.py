@@ -86,7 +86,10 @@ def _replot(path: str) -> int:
 
 
 def run(args) -> int:
-    """``specgen bench``: configure, check the output folder, build missing kernels, measure, report."""
+    """``specgen bench``: configure, check the output folder, build missing kernels, measure, report.
+
+    The status is 0 when every run finished (and, with ``--check``, decoded the greedy tokens), 1 otherwise.
+    """
     if args.replot:
         return _replot(args.replot)
     from ..bench import harness as bench
@@ -117,7 +120,10 @@ def run(args) -> int:
         return 1
     for p in bench_report.write(result, out):
         print(f"wrote {p}")
-    return 0
+    failed = bench_report.failures(result)  # the results are written; the status says a mode failed
+    for line in failed:
+        print(f"specgen: {line}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _launch_ranks(args) -> int:

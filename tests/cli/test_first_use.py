@@ -46,3 +46,45 @@ def test_a_reader_that_stops_after_one_line(tmp_path):
     proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=tmp_path)
     assert proc.stdout == "{\n" and proc.stderr == ""
     assert proc.returncode in (0, 141)  # 0 when everything fitted in the pipe before head left
+
+
+TINY = ["--model", "tiny", "--steps", "4", "--warmup", "1", "--prompt-len", "8", "--block-table-width", "8"]
+
+
+def _ok(mode, **extra):
+    return {"mode": mode, "depth": 3, "batch": 1, "width": 4, "tpot_ms": 1.0, "acceptance": 0.5, **extra}
+
+
+@pytest.mark.parametrize(
+    "runs, aborted, message",
+    [
+        (
+            [_ok("baseline"), {"mode": "specgen", "depth": 3, "batch": 1, "width": 4, "error": "RuntimeError: boom"}],
+            None,
+            "specgen: mode specgen failed at depth 3 B=1: RuntimeError: boom",
+        ),
+        (
+            [_ok("baseline", equals_greedy=True), _ok("specgen", equals_greedy=False)],
+            None,
+            "specgen: mode specgen at depth 3 B=1: its tokens differ from plain greedy decoding (--check)",
+        ),
+        ([_ok("baseline")], "the device failed", "specgen: the sweep stopped early: the device failed"),
+    ],
+    ids=["raised", "not-greedy", "aborted"],
+)
+def test_a_failed_mode_makes_the_bench_fail_and_says_which(runs, aborted, message, tmp_path, monkeypatch, capsys):
+    from specgen.bench import harness
+    from specgen.cli import main
+
+    result = {"command": "specgen bench", "model": "tiny", "environment": {}, "runs": runs, "aborted": aborted}
+    result.update(acceptance_p=None, skipped_modes={}, ratios=harness.ratios(runs))
+    monkeypatch.setattr(harness, "run_bench", lambda config, library, tp=None, trace_dir=None: result)
+    out = tmp_path / "results"
+    argv = ["bench", *TINY, "--modes", "baseline", "--device", "cpu", "--out", str(out)]
+    assert main(argv) == 1
+    assert message in capsys.readouterr().err.splitlines()
+    assert (out / "bench.json").exists()  # what finished is written all the same
+    for r in runs:
+        r.pop("equals_greedy", None)
+    result.update(runs=[r for r in runs if "error" not in r], aborted=None)
+    assert main(argv) == 0 and "specgen: " not in capsys.readouterr().err
