@@ -14,6 +14,7 @@ engine's side of it.
 
 from .buffers import alloc_step_buffers, buckets_for
 from .capabilities import SpeculativeVerifyCapabilities, capabilities_of
+from .device import BackendUnavailable
 from .fallback import FALLBACK_REASONS
 from .host_mirror import HOST_FIELDS, HostResult
 from .library import (
@@ -30,6 +31,7 @@ from .verify_graph import BACKENDS, Prologue, SpecVerifyRuntime, StepResult
 __all__ = [
     "ArtifactError",
     "BACKENDS",
+    "BackendUnavailable",
     "FALLBACK_REASONS",
     "HOST_FIELDS",
     "HostResult",

@@ -1,6 +1,7 @@
 """Streams, events and graph capture of one accelerator backend (``torch.cuda`` or ``torch.npu``).
 
-``DeviceAPI`` hides which backend module serves the streams, events and graphs;
+``DeviceAPI`` hides which backend module serves the streams, events and graphs (and refuses a
+backend this torch cannot run: ``BackendUnavailable``);
 ``BucketGraphs`` keeps the captured graph of each batch bucket of a verify runtime.
 """
 
@@ -12,11 +13,35 @@ from typing import Callable
 import torch
 
 
+class BackendUnavailable(RuntimeError):
+    """The accelerator backend asked for cannot run in this process; the message says why and what to do."""
+
+
+def check_cuda() -> None:
+    """``BackendUnavailable`` unless this torch build has CUDA and sees a device (before any CUDA call)."""
+    if not torch.backends.cuda.is_built():
+        raise BackendUnavailable(
+            f"backend 'cuda': CUDA is not available in this torch build (torch {torch.__version__} was built "
+            "without CUDA); install a CUDA build of torch, or use backend='cpu'"
+        )
+    if not torch.cuda.is_available():
+        raise BackendUnavailable(
+            "backend 'cuda': this torch build has CUDA but sees no CUDA device (check the driver and "
+            "CUDA_VISIBLE_DEVICES), or use backend='cpu'"
+        )
+
+
 class DeviceAPI:
-    """Streams, events and graph capture of one accelerator backend (``torch.cuda`` or ``torch.npu``)."""
+    """Streams, events and graph capture of one accelerator backend (``torch.cuda`` or ``torch.npu``).
+
+    Built for ``cuda`` where torch has no CUDA, it raises ``BackendUnavailable`` (not torch's assertion
+    at the first CUDA call).
+    """
 
     def __init__(self, backend: str):
         self.backend = backend
+        if backend == "cuda":
+            check_cuda()
         if backend == "npu":
             from .loaders import _torch_npu
 
