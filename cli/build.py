@@ -14,6 +14,7 @@ import sys
 from .common import UsageError, int_list, name_list, writable_dir
 
 ARCH = re.compile(r"^sm_\d{2,3}[a-z]?$")
+DEFAULT_ARCH = "sm_90"
 _MATRIX_TYPES = {"widths": int, "block_table_widths": int, "block_sizes": int, "draft_dtypes": str}
 
 
@@ -91,8 +92,14 @@ def run(args) -> int:
     families = tuple(_names(args.families, FAMILIES, "family", "--families"))
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    if not ARCH.match(args.arch):
-        raise UsageError(f"--arch {args.arch}: not a CUDA architecture (write it like sm_80, sm_90 or sm_90a)")
+    if args.arch is not None and "cuda" not in targets:
+        raise UsageError(
+            f"--arch {args.arch} is the CUDA architecture of --target cuda, and this build's targets are "
+            f"{', '.join(targets)}; add --target {','.join([*targets, 'cuda'])}, or drop --arch"
+        )
+    arch = args.arch or DEFAULT_ARCH
+    if not ARCH.match(arch):
+        raise UsageError(f"--arch {arch}: not a CUDA architecture (write it like sm_80, sm_90 or sm_90a)")
     try:
         matrix = _matrix(args)
     except MatrixError as e:
@@ -103,7 +110,7 @@ def run(args) -> int:
             matrix,
             targets,
             out,
-            arch=args.arch,
+            arch=arch,
             jobs=args.jobs or default_jobs(),
             boundaries=tuple(boundaries),
             families=families or None,
@@ -127,7 +134,7 @@ def run(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("build", help="generate and compile the kernel variants ahead of time (adds to --out)")
     p.add_argument("--target", default="c", help="c | cuda | ascend, comma-separated (default c)")
-    p.add_argument("--arch", default="sm_90", help="CUDA architecture for --target cuda (default sm_90)")
+    p.add_argument("--arch", help=f"CUDA architecture for --target cuda (default {DEFAULT_ARCH})")
     p.add_argument(
         "--out",
         default="build/specgen_kernels",

@@ -88,3 +88,19 @@ def test_a_failed_mode_makes_the_bench_fail_and_says_which(runs, aborted, messag
         r.pop("equals_greedy", None)
     result.update(runs=[r for r in runs if "error" not in r], aborted=None)
     assert main(argv) == 0 and "specgen: " not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("targets", [[], ["--target", "c"], ["--target", "c,ascend"]])
+def test_an_arch_without_a_cuda_target_is_an_error_naming_the_fix(targets, tmp_path, capsys):
+    from specgen.cli import main
+
+    out = tmp_path / "k"
+    assert main(["build", "--arch", "sm_80", *targets, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("specgen: error: --arch sm_80 is the CUDA architecture of --target cuda")
+        and err.count("\n") == 1
+    )
+    named = (targets[1] if targets else "c") + ",cuda"
+    assert f"add --target {named}, or drop --arch" in err
+    assert not out.exists()  # nothing is built for it
