@@ -15,7 +15,6 @@ place only when complete; the manifest merge keeps what earlier builds made
 from __future__ import annotations
 
 import concurrent.futures as cf
-import hashlib
 import json
 import multiprocessing
 import os
@@ -44,46 +43,13 @@ from .batch import (
 )
 from .folder import MANIFEST, STAGING, drop_empty_staging, folder_lock, merge, new_staging, read_manifest, sweep_staging
 from .package import render_package_init
+from .toolchain import renderer_digest, tilelang_version, toolchain
 
 SCHEMA_VERSION = 2  # the runtime's manifest reader checks the same number
-FLAGS_VERSION = 2  # bump when compile flags or the artifact layout change (2: variants share artifacts)
 
 
 class BuildError(RuntimeError):
     pass
-
-
-def _toolchain(target: str, arch: str | None) -> dict:
-    """What goes into the cache key besides the program; a missing compiler stops the build here."""
-    import subprocess
-
-    from .lower import compiler
-
-    cc = compiler(target)  # raises ToolchainMissing with what to install
-    lines = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout.splitlines()
-    lines = [ln for ln in lines if ln.strip()] or ["unknown"]
-    return {
-        "tilelang": _tilelang_version(),
-        "compiler": cc,
-        "arch": arch,
-        "flags_version": FLAGS_VERSION,
-        "compiler_version": lines[-1] if cc == "nvcc" else lines[0],
-    }
-
-
-def _renderer_digest() -> str:
-    """What a rendered program depends on besides its variant: the renderer's and the templates' source."""
-    root = Path(__file__).resolve().parent.parent
-    from importlib.metadata import version
-
-    h = hashlib.sha256(f"jinja2 {version('jinja2')} sympy {version('sympy')}\n".encode())
-    for f in sorted(
-        [*(root / "codegen").glob("*.py"), *(root / "specializations").rglob("*.py"), *(root / "templates").iterdir()]
-    ):
-        if f.is_file():
-            h.update(f"{f.relative_to(root)}\n".encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()
 
 
 @dataclass
@@ -193,9 +159,9 @@ def _build(
     specs, needed_by, plans, matrix, targets, out: Path, arch, jobs, families, progress, version, replace, stage: Path
 ) -> BuildSummary:
     specs = {s.key: s for s in specs if not families or s.family in families}
-    todo, done, stamps, shas, renderer = [], {}, {}, {}, _renderer_digest()
+    todo, done, stamps, shas, renderer = [], {}, {}, {}, renderer_digest()
     for target in targets:
-        tool = _toolchain(target, arch if target == "cuda" else None)
+        tool = toolchain(target, arch if target == "cuda" else None)
         for spec in specs.values():
             stamp = read_stamp(out, target, spec.key, shas)
             rk = cache_key(repr(spec), target, dict(tool, renderer=renderer))
@@ -242,7 +208,7 @@ def _build(
         made = {
             "schema_version": SCHEMA_VERSION,
             "specgen_version": version,
-            "tilelang_version": _tilelang_version(),
+            "tilelang_version": tilelang_version(),
             "targets": sorted(set(targets)),
             "matrix": {
                 "widths": list(matrix.widths),
@@ -392,15 +358,6 @@ def _note(stream, message: str) -> None:
     if stream is not None:
         stream.write(f"specgen build: {message}\n")
         stream.flush()
-
-
-def _tilelang_version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("tilelang")
-    except PackageNotFoundError:
-        return None
 
 
 def _progress(stream, n: int, total: int, _kind: str, message: str) -> None:

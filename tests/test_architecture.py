@@ -27,7 +27,7 @@ import networkx as nx
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "specgen"
-EXCLUDED_DIRS = {"tests", ".venv", "build", "benchmarks", "__pycache__"}
+EXCLUDED_DIRS = {"tests", ".venv", "build", "benchmarks", "examples", "__pycache__"}
 MAX_LINES = 400
 THIS_FILE = Path(__file__).resolve()
 
