@@ -6,7 +6,7 @@ and merges its entries into ``manifest.json`` while holding ``.lock``, so two
 builds into one folder at once both end with a manifest that lists every
 variant on disk.  The merge keeps every entry of the old manifest whose
 artifact is still there and that this build did not remake; ``replace`` drops
-the others (and deletes their files) instead.  A staging folder whose build
+the others (and deletes their files, and the target folders left empty) instead.  A staging folder whose build
 process is gone (killed, interrupted) is removed by the next build.
 """
 
@@ -101,6 +101,15 @@ def drop_empty_staging(out: Path) -> None:
         pass
 
 
+def drop_empty_target_folders(out: Path) -> None:
+    """Remove the target folders (``c/``, ``cuda/`` ...) that hold nothing, e.g. once ``replace`` emptied them."""
+    for name in TARGETS:
+        try:
+            (out / name).rmdir()
+        except OSError:  # not empty, or not there
+            pass
+
+
 def read_manifest(out: Path) -> tuple[dict | None, str | None]:
     """The folder's manifest as written and None, or None and why it cannot be used (None: there is none)."""
     from ..runtime.manifest import ManifestError, parse_manifest
@@ -154,6 +163,8 @@ def merge(old: dict | None, new: dict, out: Path, schema_version: int, replace: 
             kept.append(v)
         else:
             missing.append(f"{v.get('key')} ({v.get('target')})")
+    if replace:
+        drop_empty_target_folders(out)
     if missing:
         notes.append(
             f"dropped {len(missing)} variant(s) whose artifact is gone: {', '.join(missing[:4])}"

@@ -104,3 +104,28 @@ def test_an_arch_without_a_cuda_target_is_an_error_naming_the_fix(targets, tmp_p
     named = (targets[1] if targets else "c") + ",cuda"
     assert f"add --target {named}, or drop --arch" in err
     assert not out.exists()  # nothing is built for it
+
+
+@pytest.mark.slow
+def test_replace_removes_the_target_folders_it_empties(folder, keys, small):
+    """A folder with c and cuda variants rebuilt for c alone with --replace: no empty cuda/ is left behind."""
+    import json
+
+    from specgen.cli import main
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "cuda").mkdir()
+    for v in list(manifest["variants"]):  # the files a cuda build leaves: artifact, program, source, stamp
+        files = {
+            "artifact": f"cuda/{v['key']}.cubin",
+            "program": f"cuda/{v['key']}.tl.py",
+            "source": f"cuda/{v['key']}.cu",
+        }
+        for rel in [*files.values(), f"cuda/{v['key']}.json"]:
+            (folder / rel).write_bytes((folder / v["artifact"]).read_bytes())
+        manifest["variants"].append(dict(v, target="cuda", arch="sm_90", **files))
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["build", "--widths", "6", "--replace", "--out", str(folder), *small]) == 0
+    assert keys(folder) == {("greedy_prefix_verify__w6", "c")}
+    assert not (folder / "cuda").exists()
+    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["c"]
