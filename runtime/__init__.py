@@ -15,7 +15,7 @@ engine's side of it.
 from .buffers import alloc_step_buffers, buckets_for
 from .capabilities import SpeculativeVerifyCapabilities, capabilities_of
 from .device import BackendUnavailable
-from .fallback import FALLBACK_REASONS
+from .fallback import FALLBACK_REASONS, FastPathUnavailable
 from .host_mirror import HOST_FIELDS, HostResult
 from .library import (
     ArtifactError,
@@ -33,6 +33,7 @@ __all__ = [
     "BACKENDS",
     "BackendUnavailable",
     "FALLBACK_REASONS",
+    "FastPathUnavailable",
     "HOST_FIELDS",
     "HostResult",
     "KernelArgumentError",

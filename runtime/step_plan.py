@@ -107,7 +107,7 @@ def plan_build_command(layout: Layout, target: str, tail: str = VERIFY_TO_DRAFT)
     """The ``specgen build`` command that makes the plans and variants of one verify step at ``layout``."""
     cmd = (
         f"specgen build --boundary {DRAFT_TO_VERIFY},{tail} --widths {layout.width} "
-        f"--block-table-widths {layout.block_table_width} --block-sizes {layout.block_size}"
+        f"--block-table-widths {layout.block_table_width} --block-sizes {layout.block_size} --draft-dtypes int32"
     )
     return cmd + (f" --target {target}" if target != "c" else "")
 
