@@ -11,7 +11,7 @@ import os
 import re
 import sys
 
-from .common import UsageError, int_list, name_list, writable_dir
+from .common import UsageError, int_list, name_list, require_compiler, writable_dir
 
 ARCH = re.compile(r"^sm_\d{2,3}[a-z]?$")
 DEFAULT_ARCH = "sm_90"
@@ -82,6 +82,7 @@ def default_jobs() -> int:
 
 
 def run(args) -> int:
+    require_compiler("build")
     from ..codegen.build import BuildError
     from ..codegen.lower import ToolchainMissing
     from ..driver import plan_and_build

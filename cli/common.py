@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import sys
 from pathlib import Path
+
+# What the compiler brings (the ``build`` extra); the runtime and ``specgen doctor`` need none of it.
+COMPILER_MODULES = ("tilelang", "jinja2", "sympy", "networkx") + (("tomli",) if sys.version_info < (3, 11) else ())
 
 
 class UsageError(Exception):
@@ -56,3 +61,23 @@ def writable_dir(path: str | Path, option: str) -> Path:
             f"{option} {path}: cannot write there ({e.strerror or e}); choose a folder you can write to"
         ) from None
     return path
+
+
+def require_compiler(command: str, modules: tuple[str, ...] = COMPILER_MODULES) -> None:
+    """``UsageError`` (one line, status 2) naming ``specgen[build]`` when ``modules`` are not all importable.
+
+    Looked up, not imported: a warm build never pays for TileLang.
+    """
+    missing = [m for m in modules if not _importable(m)]
+    if missing:
+        raise UsageError(
+            f"{command} needs the compiler, which is not installed here (missing: {', '.join(missing)}); "
+            f"install it with pip install 'specgen[build]'"
+        )
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, or a module entry of None
+        return False

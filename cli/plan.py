@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .common import UsageError, writable_dir
+from .common import UsageError, require_compiler, writable_dir
 
 _COUNTS = (
     "host_syncs_on_critical_path",
@@ -20,6 +20,7 @@ _COUNTS = (
 
 
 def run(args) -> int:
+    require_compiler("plan", ("networkx",))  # the passes alone: plan runs where TileLang is not (the GPU machine)
     from ..passes import (
         DEFAULT_PIPELINE,
         BoundaryGraphError,
