@@ -1,0 +1,69 @@
+"""examples/own_engine.py: an engine that is not specgen's own drives the runtime on the CPU.
+
+The example builds nothing; its kernels are built here, small (one width, int32 drafts, the
+three families of the verify step's plans), once per session.  It runs as a user runs it, in
+a subprocess, and again with the compiler's modules made unimportable: the runtime and a built
+folder are all an engine needs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from oracles.no_compiler import BLOCK, COMPILER
+
+import specgen
+
+EXAMPLE = Path(specgen.__file__).resolve().parent / "examples" / "own_engine.py"
+LAYOUT = {"widths": (4,), "block_table_width": 8, "block_size": 16}
+FAMILIES = ("spec_verify_head_update", "greedy_prefix_verify", "prepare_next_draft")
+CHECK = "tokens equal plain greedy decoding: True"
+
+
+@pytest.fixture(scope="module")
+def own_kernels(kernel_library) -> Path:
+    """The folder the example's docstring builds: ``--widths 4 --block-table-widths 8 --block-sizes 16``."""
+    lib = kernel_library("SPECGEN_TEST_EXAMPLE_KERNELS", LAYOUT, ("draft-to-verify", "verify-to-draft"), FAMILIES)
+    return Path(lib.root)
+
+
+def _run(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+
+def test_own_engine_matches_plain_greedy_decoding(own_kernels, tmp_path):
+    done = _run([sys.executable, str(EXAMPLE), "--kernels", str(own_kernels)], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert CHECK in done.stdout
+    assert "fast path: 10 of 10 steps; fallback: none" in done.stdout
+
+
+def test_own_engine_needs_no_compiler(own_kernels, tmp_path):
+    """The same run with tilelang, jinja2, sympy and networkx refused by a ``sys.meta_path`` finder."""
+    code = BLOCK + textwrap.dedent(f"""
+        import runpy
+        sys.argv = [{str(EXAMPLE)!r}, "--kernels", {str(own_kernels)!r}, "--steps", "4"]
+        try:
+            runpy.run_path(sys.argv[0], run_name="__main__")
+        finally:
+            print("compiler modules loaded:", sorted(m for m in sys.modules if m.split(".")[0] in {COMPILER!r}))
+    """)
+    done = _run([sys.executable, "-c", code], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert CHECK in done.stdout and "fast path: 4 of 4 steps" in done.stdout
+    assert "compiler modules loaded: []" in done.stdout
+
+
+def test_own_engine_exits_nonzero_on_a_mismatch(own_kernels, tmp_path):
+    """The check is a check: an engine whose forward drops its cache writes decodes other tokens."""
+    broken = tmp_path / "broken_engine.py"
+    text = EXAMPLE.read_text()
+    assert "keep = slots >= 0" in text
+    broken.write_text(text.replace("keep = slots >= 0", "keep = slots < -1"))
+    done = _run([sys.executable, str(broken), "--kernels", str(own_kernels), "--spoil", "0"], tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    assert "tokens equal plain greedy decoding: False" in done.stdout
