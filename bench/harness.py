@@ -317,8 +317,9 @@ class _Sweep:
             row["equals_greedy"] = all(o == g[: len(o)] for o, g in zip(res.outputs, greedy))
         self.runs.append(row)
         self.done += 1
+        tpot = "no timed token" if row["tpot_ms"] is None else f"TPOT {row['tpot_ms']} ms"
         log(
-            f"bench: [{self.done}/{self.total}] depth {width - 1} batch {batch} {mode}: TPOT {row['tpot_ms']} ms, "
+            f"bench: [{self.done}/{self.total}] depth {width - 1} batch {batch} {mode}: {tpot}, "
             f"acceptance {row['acceptance']}, {time.perf_counter() - t:.1f}s{self._left()}"
         )
         return res.outputs

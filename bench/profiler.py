@@ -38,7 +38,7 @@ from ..models.errors import EngineError
 from . import calibration as cal
 from . import kernel_timeline as kt
 from .bare import bare_trace, forward_trace
-from .support import log
+from .support import log, quiet_profiler
 
 __all__ = ["KERNEL_FIELDS", "KernelPass", "read_trace", "trace_name", "write_trace"]
 
@@ -139,9 +139,10 @@ class KernelPass:
                 if not s._device_ok():
                     return
                 continue
+            figures = ", ".join(f"{f} {row[f]}" for f in KERNEL_FIELDS if row.get(f) is not None)
             log(
-                f"bench: [{k + 1}/{len(rows)}] profiled depth {row['depth']} batch {row['batch']} {row['mode']}: "
-                + ", ".join(f"{f} {row[f]}" for f in KERNEL_FIELDS)
+                f"bench: [{k + 1}/{len(rows)}] profiled depth {row['depth']} batch {row['batch']} {row['mode']}"
+                + (f": {figures}" if figures else " (host calibration)" if not s.config.cuda else ": no kernel figures")
             )
 
     def _one(self, row: dict, prompts, oracle, keep: bool = True) -> None:
@@ -161,9 +162,10 @@ class KernelPass:
             rank_check=s.rank_check,
         )
         try:
-            res = eng.run(prompts, steps=c.profile_steps, warmup_steps=c.warmup, profile=True)
-            if (width, batch) not in self.forward and c.cuda:
-                self._references(eng, (width, batch))
+            with quiet_profiler():
+                res = eng.run(prompts, steps=c.profile_steps, warmup_steps=c.warmup, profile=True)
+                if (width, batch) not in self.forward and c.cuda:
+                    self._references(eng, (width, batch))
         finally:
             eng.close()
         if c.cuda:

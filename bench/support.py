@@ -1,17 +1,23 @@
-"""What the bench harness needs besides measuring: its log, the device check, progress and noise figures."""
+"""What the bench harness needs besides measuring: its log, the device check, progress, noise figures and a
+stderr without the profiler's trace-point lines."""
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported where it is used: the CLI's parser reads the settings without it
     import torch
 
-__all__ = ["BenchError", "check_device", "log", "quarters", "still_running"]
+__all__ = ["BenchError", "check_device", "log", "quarters", "quiet_profiler", "still_running"]
+
+# the trace-point lines kineto (torch.profiler) writes to stderr around every profiling session
+PROFILER_NOISE = (b"USDT:", b"STAGE:")
 
 
 class BenchError(Exception):
@@ -70,3 +76,34 @@ def quarters(timings) -> list[float]:
     n = min(4, len(steps))
     parts = [steps[i * len(steps) // n : (i + 1) * len(steps) // n] for i in range(n)]
     return [round(sum(p) / len(p), 2) for p in parts if p]
+
+
+@contextmanager
+def quiet_profiler():
+    """While the block runs, this process's stderr (fd 2) goes to a file; afterwards its lines are written
+    back, but for kineto's trace-point lines (``PROFILER_NOISE``: ``USDT: ... profiler_start`` and the like).
+
+    Every other line (a warning, an error, the bench's own progress) comes back in order.  With
+    ``KINETO_LOG_LEVEL`` set (someone asked kineto for its log) nothing is held back.
+    """
+    if "KINETO_LOG_LEVEL" in os.environ:
+        yield
+        return
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to redirect
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        sys.stderr.flush()
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [ln for ln in held.read().splitlines(keepends=True) if not ln.startswith(PROFILER_NOISE)]
+            if kept:
+                os.write(2, b"".join(kept))

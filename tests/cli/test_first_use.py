@@ -3,6 +3,7 @@ errors printed once, pipes closed early, failed runs that say so, quiet output."
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -129,3 +130,29 @@ def test_replace_removes_the_target_folders_it_empties(folder, keys, small):
     assert keys(folder) == {("greedy_prefix_verify__w6", "c")}
     assert not (folder / "cuda").exists()
     assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["c"]
+
+
+@pytest.mark.slow
+def test_a_tiny_bench_prints_no_profiler_trace_points_and_no_python_none(engine_kernels, tmp_path):
+    """stdout and stderr of a real ``specgen bench`` (the CPU profiles its baseline runs): no kineto ``USDT:``
+    lines, no bare ``None`` where a figure is missing."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    proc = _specgen(
+        "bench",
+        *TINY,
+        "--device",
+        "cpu",
+        "--profile-steps",
+        "2",
+        "--kernels",
+        str(engine_kernels.root),
+        "--out",
+        str(tmp_path / "o"),
+        env=dict(env, OMP_NUM_THREADS="1"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert any("profiled depth 3 batch 1 baseline" in ln for ln in lines)  # the profile ran
+    assert not [ln for ln in lines if ln.strip() == "None" or "USDT" in ln or re.search(r"\bNone\b", ln)]
