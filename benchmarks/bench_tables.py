@@ -1,4 +1,4 @@
-"""The README's bench tables, printed as Markdown from a ``bench.json`` (``specgen bench --out``).
+"""The bench tables of docs/results.md, printed as Markdown from a ``bench.json`` (``specgen bench --out``).
 
     python benchmarks/bench_tables.py benchmarks/results/performance/qwen3-0.6b/bench.json [more.json ...]
 

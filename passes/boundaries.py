@@ -1,14 +1,16 @@
-"""The pipeline boundaries of the reference documents, as "before" graphs.
+"""The pipeline boundaries as "before" graphs, as the public pull requests of docs/references.md describe them.
 
-* ``draft-to-verify`` (reference 000): after the final draft the host syncs,
-  stacks and casts tokens, recomputes positions / slots / KV lengths / query
-  offsets / paged-attention tiling, copies each to the device, patches the
-  causal-conv graph task and replays the target graph.
-* ``verify-to-draft`` (reference 004): after verification the host syncs,
-  copies acceptance results down, rebuilds the next draft's inputs and copies
-  them back before launching the next draft.
-* ``context-kv`` (reference 002): block drafts (DFlash/DSpark) write context
-  K/V for the accepted rows; the host masks rejected rows before the copy.
+* ``draft-to-verify`` (xLLM #1962, the final draft -> target verification of
+  MTP): after the final draft the host syncs, stacks and casts tokens,
+  recomputes positions / slots / KV lengths / query offsets / paged-attention
+  tiling, copies each to the device, patches the causal-conv graph task and
+  replays the target graph.
+* ``verify-to-draft`` (xLLM #1966, the validate -> next draft handoff): after
+  verification the host syncs, copies acceptance results down, rebuilds the
+  next draft's inputs and copies them back before launching the next draft.
+* ``context-kv`` (the xLLM pull request that captures DSpark's context-KV
+  updates in ACL graphs): block drafts (DFlash/DSpark) write context K/V for
+  the accepted rows; the host masks rejected rows before the copy.
 """
 
 from __future__ import annotations

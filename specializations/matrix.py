@@ -1,6 +1,6 @@
 """The specialization matrix: which kernel variants a build makes.
 
-The default reproduces the reference documents' table: MTP3/4/5 -> verify
+The default reproduces the table of xLLM #1962 (docs/references.md): MTP3/4/5 -> verify
 widths 4/5/6 with block-table width 64 and block size 128 (``w4``,
 ``w4_bt64_bs128``, ``w4_bs128``), int32 and int64 draft tokens, plus the
 block-draft widths 8 and 16 (DSpark ``--depth 7``, DFlash ``--depth 15``) for

@@ -6,7 +6,7 @@ host.  The simulation starts each op at the latest of (the host having issued
 it, all its happens-before predecessors finished); the bubble is the time from
 the boundary's start op finishing to its end op starting.
 
-Defaults are leads from an H200 with torch 2.11 (see README); a JSON file
+Defaults are leads from an H200 with torch 2.11 (see docs/passes.md); a JSON file
 such as ``{"run": {"host_compute": 20}, "issue": {"device_kernel": 6}}``
 overrides any of them.  ``specgen bench`` writes such a file (``costs.json``)
 from its profiled steps; besides ``run`` / ``issue`` / ``in_graph_*`` it may

@@ -74,7 +74,7 @@ _LANE = {HOST: "H", "draft": "D", "prepare": "P", "target": "T"}
 
 
 def render_mermaid(graph: BoundaryGraph, title: str = "") -> str:
-    """A sequence diagram with one participant per stream, as in the reference documents."""
+    """A sequence diagram with one participant per stream, as the pull requests of docs/references.md draw them."""
     lanes = {s: _LANE.get(s, s[:1].upper() + str(i)) for i, s in enumerate(graph.streams())}
     out = ["sequenceDiagram", "    autonumber"]
     if title:

@@ -1,4 +1,4 @@
-"""benchmarks/bench_tables.py: the README's tables from a bench result, the boundary goal judged per row."""
+"""benchmarks/bench_tables.py: the tables of docs/results.md from a bench result, the boundary goal judged per row."""
 
 from __future__ import annotations
 

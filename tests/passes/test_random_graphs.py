@@ -69,7 +69,7 @@ def boundary_graphs(draw):
             ops.append(
                 Op(fresh("k"), OpKind.DEVICE_KERNEL, stream, tuple(srcs), (out,), mix, attrs={"family": draw(family)})
             )
-        elif choice == "roundtrip":  # D2H, sync, host compute, H2D: the pattern of the reference documents
+        elif choice == "roundtrip":  # D2H, sync, host compute, H2D: the round trip of docs/references.md's PRs
             src = draw(st.sampled_from(device))
             pinned, stage = new("p", Placement.PINNED), new("s", Placement.PINNED)
             dst = new("d", Placement.DEVICE, persistent=True)
