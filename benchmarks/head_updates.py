@@ -30,7 +30,7 @@ import torch
 from specgen.engine.clock import replay_us
 from specgen.engine.graphs import CapturedGraph
 from specgen.runtime.library import load_library
-from specgen.runtime.semantics import REFERENCES, reference_kwargs
+from specgen.runtime.semantics import SEMANTICS, semantics_kwargs
 from specgen.specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, shape_of
 
 
@@ -70,7 +70,7 @@ def check_all(lib, dev) -> dict:
             W, BT, BS = e.width, e.block_table_width or 8, e.block_size or 16
             args = _inputs(e.family, W, BT, BS, B, e.draft_dtype, g, dev)
             want = [t.clone() for t in args]
-            REFERENCES[e.family](*want, **reference_kwargs(e.family, BS, e.num_splits or DEFAULT_NUM_SPLITS))
+            SEMANTICS[e.family](*want, **semantics_kwargs(e.family, BS, e.num_splits or DEFAULT_NUM_SPLITS))
             lib.get(e.family, W, e.block_table_width, e.block_size)(*args)
             ok &= all(torch.equal(a, b) for a, b in zip(args, want))
         results[e.key] = ok

@@ -28,7 +28,7 @@ class CapturedGraph:
 
 def head_update(b: dict, block_size: int) -> None:
     """The draft-to-verify updates (token, metadata, attention tiling) as plain torch over step buffers."""
-    semantics.run_reference("spec_verify_head_update", b, block_size=block_size)
+    semantics.run_semantics("spec_verify_head_update", b, block_size=block_size)
 
 
 TAIL_FAMILIES = ("greedy_prefix_verify", "prepare_next_draft")
@@ -36,7 +36,7 @@ TAIL_FAMILIES = ("greedy_prefix_verify", "prepare_next_draft")
 
 def tail_family(family: str, b: dict, block_size: int) -> None:
     """One family of the verify tail (``TAIL_FAMILIES``) as plain torch over step buffers."""
-    semantics.run_reference(family, b, block_size=block_size)
+    semantics.run_semantics(family, b, block_size=block_size)
 
 
 def verify_tail(b: dict, block_size: int) -> None:

@@ -22,7 +22,7 @@ from ..specializations.capabilities import SpeculativeVerifyCapabilities as Capa
 from ..specializations.families import DEFAULT_NUM_SPLITS, MAX_WIDTH, MIN_WIDTH
 from ..specializations.plan import PlanStep
 from .ir import HOST, BoundaryGraph, BoundaryGraphError, Op, OpKind, Placement, Value
-from .ir import semantics as sem
+from .ir import op_semantics as sem
 
 K, P = OpKind, Placement
 MAX_BATCH = 4096

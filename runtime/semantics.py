@@ -201,7 +201,7 @@ def spec_verify_head_update(
     )
 
 
-def reference_kwargs(family: str, block_size: int, num_splits: int = DEFAULT_NUM_SPLITS) -> dict:
+def semantics_kwargs(family: str, block_size: int, num_splits: int = DEFAULT_NUM_SPLITS) -> dict:
     """The keywords ``family``'s reference takes besides its tensors."""
     fam = FAMILIES[family]
     kw = {"block_size": block_size} if "BS" in fam.key_params else {}
@@ -210,10 +210,10 @@ def reference_kwargs(family: str, block_size: int, num_splits: int = DEFAULT_NUM
     return kw
 
 
-def run_reference(family: str, bufs, *, block_size: int, num_splits: int = DEFAULT_NUM_SPLITS) -> None:
+def run_semantics(family: str, bufs, *, block_size: int, num_splits: int = DEFAULT_NUM_SPLITS) -> None:
     """``family``'s reference over a dict of step buffers named like its arguments."""
-    REFERENCES[family](
-        *(bufs[a.name] for a in FAMILIES[family].args), **reference_kwargs(family, block_size, num_splits)
+    SEMANTICS[family](
+        *(bufs[a.name] for a in FAMILIES[family].args), **semantics_kwargs(family, block_size, num_splits)
     )
 
 
@@ -222,11 +222,11 @@ def register_semantics(fn: Callable[..., None], name: str | None = None) -> Call
     name = name or fn.__name__
     if name not in FAMILIES:
         raise LookupError(f"no kernel family {name!r}: register its Family in specgen.specializations first")
-    REFERENCES[name] = fn
+    SEMANTICS[name] = fn
     return fn
 
 
-REFERENCES: dict[str, Callable[..., None]] = {
+SEMANTICS: dict[str, Callable[..., None]] = {
     f.__name__: f
     for f in (
         spec_verify_token_update,

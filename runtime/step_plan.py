@@ -267,7 +267,7 @@ def semantics_call(block_size: int, num_splits: int) -> StepCall:
 
     def call(step: PlanStep, args: list) -> None:
         family = step.variant.family
-        semantics.REFERENCES[family](*args, **semantics.reference_kwargs(family, block_size, num_splits))
+        semantics.SEMANTICS[family](*args, **semantics.semantics_kwargs(family, block_size, num_splits))
 
     return call
 

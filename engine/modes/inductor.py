@@ -35,8 +35,8 @@ def compiled_semantics(family: str, block_size: int | None, num_splits: int | No
         cfg = torch._dynamo.config
         name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
         setattr(cfg, name, max(getattr(cfg, name), 256))  # one static-shape graph per (batch, width)
-        kwargs = semantics.reference_kwargs(family, block_size or 1, num_splits or DEFAULT_NUM_SPLITS)
-        fn = functools.partial(semantics.REFERENCES[family], **kwargs)
+        kwargs = semantics.semantics_kwargs(family, block_size or 1, num_splits or DEFAULT_NUM_SPLITS)
+        fn = functools.partial(semantics.SEMANTICS[family], **kwargs)
         _COMPILED[key] = torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)
     return _COMPILED[key]
 

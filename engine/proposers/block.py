@@ -40,8 +40,8 @@ _TAILS: dict[str, Callable] = {}
 
 def block_tail(b: dict, block_size: int) -> None:
     """Acceptance, context slots and the next block's inputs as plain torch over step buffers."""
-    semantics.run_reference("greedy_prefix_verify", b, block_size=block_size)
-    semantics.run_reference("context_kv_update", b, block_size=block_size)
+    semantics.run_semantics("greedy_prefix_verify", b, block_size=block_size)
+    semantics.run_semantics("context_kv_update", b, block_size=block_size)
     b["next_last_token"].copy_(b["target_tokens"].gather(1, b["accepted"].long()[:, None]).squeeze(1))
     b["next_seq_lens"].copy_(b["seq_lens"] + b["accepted"] + 1)
 
@@ -146,7 +146,7 @@ class BlockProposer(Proposer):
     def host_tail(self, h: dict, bufs: dict) -> None:
         """Host-serial, as the DFlash PR's eager path: compact context rows built and uploaded by the host."""
         e = self.engine
-        semantics.run_reference("greedy_prefix_verify", h, block_size=e.block_size)
+        semantics.run_semantics("greedy_prefix_verify", h, block_size=e.block_size)
         acc, seq = h["accepted"].tolist(), h["seq_lens"].tolist()
         # the context rows, sequence by sequence, up to the first rejection; every other row writes nothing
         slots = torch.full((e.batch * e.width,), -1, dtype=I32)

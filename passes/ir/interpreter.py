@@ -14,7 +14,7 @@ from typing import Mapping, MutableMapping, Sequence
 import torch
 
 from .core import BoundaryGraph, BoundaryGraphError, Op, OpKind, Value
-from .semantics import VOCAB
+from .op_semantics import VOCAB
 
 _COPIES = {OpKind.H2D, OpKind.D2H}
 NO_EFFECT = frozenset({OpKind.EVENT_RECORD, OpKind.EVENT_WAIT, OpKind.HOST_SYNC})

@@ -178,15 +178,15 @@ class KernelFuzz:
 
     def expected(self, v, ins) -> dict:
         """The torch semantics on CPU copies of ``ins``."""
-        from specgen.runtime.semantics import REFERENCES, reference_kwargs
+        from specgen.runtime.semantics import SEMANTICS, semantics_kwargs
         from specgen.specializations.families import FAMILIES
 
         batch = ins["seq_lens"].shape[0]
         want = self.outputs(v, batch)
         cpu = {k: x.cpu() for k, x in ins.items()}
-        REFERENCES[v[0]](
+        SEMANTICS[v[0]](
             *[(want if a.output else cpu)[a.name] for a in FAMILIES[v[0]].args],
-            **reference_kwargs(v[0], self.layout(v)[2], num_splits(v)),
+            **semantics_kwargs(v[0], self.layout(v)[2], num_splits(v)),
         )
         return want
 

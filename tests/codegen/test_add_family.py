@@ -16,7 +16,7 @@ import torch
 from specgen.codegen.guards import guards
 from specgen.codegen.lower import compile_artifact, lower
 from specgen.codegen.templates import add_template_dir, remove_template_dir, render_variant
-from specgen.runtime.semantics import REFERENCES, register_semantics, run_reference
+from specgen.runtime.semantics import SEMANTICS, register_semantics, run_semantics
 from specgen.specializations.families import ArgSpec, Family, register, shape_of, unregister
 from specgen.specializations.variants import Layout, VariantSpec
 
@@ -61,7 +61,7 @@ def toy_family(request, tmp_path):
     try:
         yield family
     finally:
-        REFERENCES.pop(NAME, None)
+        SEMANTICS.pop(NAME, None)
         remove_template_dir(tmp_path)
         unregister(NAME)
 
@@ -114,6 +114,6 @@ def test_toy_family_compiles_and_equals_its_semantics(toy_family, tmp_path):
             for _ in range(2)
         )
         _launch(low, so, {"seq_lens": seq} | got, batch)
-        run_reference(NAME, {"seq_lens": seq} | want, block_size=128)
+        run_semantics(NAME, {"seq_lens": seq} | want, block_size=128)
         assert torch.equal(got["positions"], want["positions"]), batch
         assert int(got["positions"][-1]) == int(seq[-1]) + 2 * spec.width - 1

@@ -11,7 +11,7 @@ from specgen.codegen.batch import batches, compile_job, read_stamp
 from specgen.driver import plan_and_build
 from specgen.runtime.library import load_library
 from specgen.runtime.manifest import ArtifactError, read_artifact
-from specgen.runtime.semantics import REFERENCES
+from specgen.runtime.semantics import SEMANTICS
 from specgen.specializations import DEFAULT
 
 pytestmark = pytest.mark.slow
@@ -65,7 +65,7 @@ def test_one_library_holds_both_variants_and_each_entry_runs(folder):
         drafts[::2, 1] += 1  # every other row rejects at the second draft
         args = [drafts, target, torch.full((B,), -7, dtype=torch.int32), torch.full((B, W), -7, dtype=torch.int32)]
         want = [t.clone() for t in args]
-        REFERENCES["greedy_prefix_verify"](*want)
+        SEMANTICS["greedy_prefix_verify"](*want)
         lib.get("greedy_prefix_verify", W)(*args)
         assert all(torch.equal(g, w) for g, w in zip(args, want)), W
 

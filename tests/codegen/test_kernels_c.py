@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from specgen.codegen.guards import eval_guard, guards
 from specgen.codegen.lower import ToolchainMissing, compile_artifact, lower
 from specgen.codegen.templates import render_program
-from specgen.runtime.semantics import REFERENCES
+from specgen.runtime.semantics import SEMANTICS
 from specgen.specializations.families import FAMILIES, shape_of
 from specgen.specializations.variants import VariantSpec
 
@@ -110,7 +110,7 @@ def test_variant_matches_reference(built, variant, batch, seed):
         assert eval_guard(g.expr, min_seq_len=int(s.min()), max_seq_len=int(s.max()), batch=batch), g
     got, want = _outputs(variant, batch), _outputs(variant, batch)
     built.run(variant, ins | got, batch)
-    REFERENCES[variant[0]](*[(want if a.output else ins)[a.name] for a in fam.args], **_reference_kwargs(variant))
+    SEMANTICS[variant[0]](*[(want if a.output else ins)[a.name] for a in fam.args], **_reference_kwargs(variant))
     for name in got:
         assert torch.equal(got[name], want[name]), (name, got[name], want[name])
 

@@ -16,7 +16,6 @@ from oracles.block_context import context_reference, forced_acceptance, paged_co
 
 from specgen.engine import greedy_generate
 from specgen.engine.draft_kinds import DRAFT_KINDS
-from specgen.engine.draft_kinds import DRAFT_KINDS
 from specgen.models import Qwen3Model
 from specgen.models.block_draft import BlockDraft, BlockDraftConfig, MarkovHead, tap_layers
 

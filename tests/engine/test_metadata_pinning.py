@@ -78,9 +78,9 @@ class PinnedCheck:
         x["seq_lens"].copy_(S)
         x["block_table"].copy_(e.block_table)
         x["target_tokens"].copy_(self.oracle.gather(1, gen0[:, None] + 1 + torch.arange(W)))
-        semantics.run_reference("spec_verify_head_update", x, block_size=BS, num_splits=ns)
-        semantics.run_reference("greedy_prefix_verify", x, block_size=BS)
-        semantics.run_reference("prepare_next_draft", x, block_size=BS)
+        semantics.run_semantics("spec_verify_head_update", x, block_size=BS, num_splits=ns)
+        semantics.run_semantics("greedy_prefix_verify", x, block_size=BS)
+        semantics.run_semantics("prepare_next_draft", x, block_size=BS)
         return x
 
     def after_step(self, e, i):

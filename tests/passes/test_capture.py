@@ -5,7 +5,7 @@ from textwrap import dedent
 from specgen.passes.capture import Capture
 from specgen.passes.fuse import variant_at
 from specgen.passes.ir import BoundaryGraph, Op, OpKind, Placement, Value
-from specgen.passes.ir import semantics as sem
+from specgen.passes.ir import op_semantics as sem
 from specgen.passes.ir.render import render_text, summary
 from specgen.specializations.plan import PlanStep
 

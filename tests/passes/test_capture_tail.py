@@ -11,7 +11,7 @@ replay's slot.
 
 from specgen.passes.capture import Capture
 from specgen.passes.ir import HOST, BoundaryGraph, Op, OpKind, Placement, Value
-from specgen.passes.ir import semantics as sem
+from specgen.passes.ir import op_semantics as sem
 from specgen.passes.ir.ordering import order_with_events
 
 B, COLS = 2, 4

@@ -4,7 +4,7 @@ from textwrap import dedent
 
 from specgen.passes.fuse import Fuse
 from specgen.passes.ir import BoundaryGraph, Op, OpKind, Placement, Value, variant_of
-from specgen.passes.ir import semantics as sem
+from specgen.passes.ir import op_semantics as sem
 from specgen.passes.ir.render import render_text
 from specgen.specializations.variants import VariantSpec
 

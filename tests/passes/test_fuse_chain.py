@@ -5,7 +5,7 @@ from textwrap import dedent
 from specgen.passes.fuse import variant_at
 from specgen.passes.fuse_chain import FuseChain
 from specgen.passes.ir import BoundaryGraph, Op, OpKind, Placement, Value, variant_of
-from specgen.passes.ir import semantics as sem
+from specgen.passes.ir import op_semantics as sem
 from specgen.passes.ir.render import render_text
 
 B, W, BS, BT = 2, 3, 16, 4

@@ -4,7 +4,7 @@ from textwrap import dedent
 
 from specgen.passes.hoist import Hoist
 from specgen.passes.ir import HOST, BoundaryGraph, Op, OpKind, Placement, Value
-from specgen.passes.ir import semantics as sem
+from specgen.passes.ir import op_semantics as sem
 from specgen.passes.ir.render import render_text
 
 B, W = 2, 3

@@ -27,7 +27,7 @@ def test_the_list_covers_the_required_bugs():
         "passes/fuse.py",
         "passes/ir/interpreter.py",
         "passes/sync_to_event.py",
-        "passes/ir/semantics.py",
+        "passes/ir/op_semantics.py",
         "passes/capture.py",
         "runtime/host_mirror.py",
     } <= files

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from specgen.passes import bubble_us, run_pipeline
 from specgen.passes.ir import HOST, BoundaryGraph, Op, OpKind, Placement, Value
-from specgen.passes.ir import semantics as sem
+from specgen.passes.ir import op_semantics as sem
 from specgen.passes.ir.analysis import Ordering, between, find_races
 from specgen.passes.ir.interpreter import outputs_equal
 from specgen.passes.ir.ordering import order_with_events

@@ -10,7 +10,7 @@ from specgen.passes.boundaries import draft_to_verify
 from specgen.passes.fuse import Fuse
 from specgen.passes.hoist import Hoist
 from specgen.passes.ir import HOST, BoundaryGraph, Op, OpKind, Placement, Value
-from specgen.passes.ir import semantics as sem
+from specgen.passes.ir import op_semantics as sem
 from specgen.passes.ir.analysis import token_dependent
 from specgen.passes.ir.ordering import order_with_events
 from specgen.passes.ir.schedule import check_schedule, host_first, search

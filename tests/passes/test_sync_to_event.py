@@ -4,7 +4,7 @@ import dataclasses
 from textwrap import dedent
 
 from specgen.passes.ir import HOST, BoundaryGraph, Op, OpKind, Placement, Value
-from specgen.passes.ir import semantics as sem
+from specgen.passes.ir import op_semantics as sem
 from specgen.passes.ir.render import render_text
 from specgen.passes.sync_to_event import SyncToEvent
 

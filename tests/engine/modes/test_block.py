@@ -7,16 +7,15 @@ import random
 import pytest
 import torch
 
-from specgen.engine import MODES, greedy_generate
+from specgen.engine import MODES, SpecDecodeEngine, greedy_generate
 from specgen.engine.acceptance import AcceptanceMix
-from specgen.engine import SpecDecodeEngine
 from specgen.engine.draft_kinds import DRAFT_KINDS, DraftKind, draft_kind, register_draft_kind
 from specgen.engine.modes import SpecgenMode
 from specgen.engine.proposers import BlockProposer
-
-BLOCK_MODES = list(DRAFT_KINDS["dflash"].modes)
 from specgen.models import Qwen3Model
 from specgen.models.errors import EngineError
+
+BLOCK_MODES = list(DRAFT_KINDS["dflash"].modes)
 
 BT, BS, NEW = 8, 16, 18
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]

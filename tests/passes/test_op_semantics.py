@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from specgen.passes import build_boundary, run_pipeline
 from specgen.passes.ir import variant_of
 from specgen.passes.ir.interpreter import interpret, random_inputs
-from specgen.runtime.semantics import run_reference
+from specgen.runtime.semantics import run_semantics
 
 BS, BT = 16, 8
 
@@ -29,7 +29,7 @@ def _fused_ops_against_references(name, width, draft_dtype):
         want = dict(zip(op.writes, op.fn(*(env[r] for r in op.reads))))
         bufs = {r: env[r] for r in op.reads}
         bufs.update({w: torch.full_like(t, -777) for w, t in want.items()})
-        run_reference(variant.family, bufs, block_size=BS, num_splits=graph.params["num_splits"])
+        run_semantics(variant.family, bufs, block_size=BS, num_splits=graph.params["num_splits"])
         for w, t in want.items():
             assert torch.equal(bufs[w].long(), t.long()), f"{name}: {variant.key}: '{w}' differs"
         checked.append(variant.family)
@@ -87,6 +87,6 @@ def test_boundary_semantics_equal_the_family_semantics(name, width, batch, data)
             bufs[r] = torch.tensor(drawn, dtype=getattr(torch, v.dtype)).reshape(tuple(int(s) for s in v.shape))
         want = dict(zip(op.writes, op.fn(*(bufs[r] for r in op.reads))))
         bufs.update({w: torch.full_like(t, -777) for w, t in want.items()})
-        run_reference(variant.family, bufs, block_size=BS, num_splits=graph.params["num_splits"])
+        run_semantics(variant.family, bufs, block_size=BS, num_splits=graph.params["num_splits"])
         for w, t in want.items():
             assert torch.equal(bufs[w].long(), t.long()), f"{name}: {variant.key}: '{w}' differs"
