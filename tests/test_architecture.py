@@ -427,3 +427,12 @@ def test_sources_cite_the_contract_in_the_repository():
             if "KERNELS.md" in line:
                 problems.append(f"{path.relative_to(ROOT).as_posix()}:{n}: cites KERNELS.md, not docs/kernels.md")
     assert not problems, _report("citations of KERNELS.md", problems)
+
+
+def test_pyproject_lists_every_package():
+    """A non-editable install carries only the packages pyproject names: every package folder is listed."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    folders = {m for m in FILES if _is_package(m)}
+    assert folders <= listed, f"packages missing from pyproject.toml: {sorted(folders - listed)}"

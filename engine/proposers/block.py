@@ -144,7 +144,8 @@ class BlockProposer(Proposer):
         return after_tail
 
     def host_tail(self, h: dict, bufs: dict) -> None:
-        """Host-serial, as the DFlash PR's eager path: compact context rows built and uploaded by the host."""
+        """Host-serial, as the DFlash pull request's eager path (docs/references.md): compact context rows built
+        and uploaded by the host."""
         e = self.engine
         semantics.run_semantics("greedy_prefix_verify", h, block_size=e.block_size)
         acc, seq = h["accepted"].tolist(), h["seq_lens"].tolist()
