@@ -104,8 +104,15 @@ def table(result: dict) -> str:
     out = [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows] if ok else []
     if ok:
         out.append(LEGEND)
+    noisy = _noisy(ok)
     for r in result.get("ratios") or []:
-        parts = [f"{k[8:]} {v * 100:+.1f}%" for k, v in r.items() if k.startswith("tpot_vs_")]
+        parts = [
+            f"{k[8:]} not significant (noisy timing, see the note)"
+            if (r["depth"], r["batch"], k[8:]) in noisy
+            else f"{k[8:]} {v * 100:+.1f}%"
+            for k, v in r.items()
+            if k.startswith("tpot_vs_")
+        ]
         if parts:
             out.append(f"depth {r['depth']} B={r['batch']}: {SUBJECT} TPOT vs " + ", ".join(parts))
     for m, why in (result.get("skipped_modes") or {}).items():
@@ -156,12 +163,13 @@ def notes(result: dict) -> list[str]:
     return out
 
 
-def _noise(ok: list[dict]) -> list[str]:
-    """A warning per (depth, batch) whose quarter-by-quarter difference spreads wider than the difference."""
+def _noisy(ok: list[dict]) -> dict[tuple[int, int, str], tuple[float, float, float]]:
+    """``(depth, batch, other mode)`` -> (lowest, highest, overall) ``SUBJECT``-vs-other difference, for each
+    comparison whose quarter-by-quarter difference spreads wider than the difference itself."""
     by = {}
     for r in ok:
         by.setdefault((r["depth"], r["batch"]), {})[r["mode"]] = r
-    out = []
+    out = {}
     for (depth, batch), modes in sorted(by.items()):
         s = modes.get(SUBJECT)
         for other, o in sorted(modes.items()):
@@ -173,13 +181,19 @@ def _noise(ok: list[dict]) -> list[str]:
             per = [a / b - 1.0 for a, b in zip(qs, qo)]
             overall = s["tpot_ms"] / o["tpot_ms"] - 1.0
             if max(per) - min(per) > abs(overall):
-                out.append(
-                    f"noisy timing at depth {depth} B={batch}: {SUBJECT} vs {other} ranges from "
-                    f"{min(per) * 100:+.1f}% to {max(per) * 100:+.1f}% over the quarters of the timed steps, "
-                    f"wider than the {overall * 100:+.1f}% measured; run more --steps on a quiet machine "
-                    f"before trusting the difference"
-                )
+                out[(depth, batch, other)] = (min(per), max(per), overall)
     return out
+
+
+def _noise(ok: list[dict]) -> list[str]:
+    """A warning per (depth, batch) whose quarter-by-quarter difference spreads wider than the difference."""
+    return [
+        f"noisy timing at depth {depth} B={batch}: {SUBJECT} vs {other} ranges from "
+        f"{lo * 100:+.1f}% to {hi * 100:+.1f}% over the quarters of the timed steps, "
+        f"wider than the {overall * 100:+.1f}% measured; run more --steps on a quiet machine "
+        f"before trusting the difference"
+        for (depth, batch, other), (lo, hi, overall) in _noisy(ok).items()
+    ]
 
 
 def plot(result: dict, path: Path) -> Path | None:
