@@ -21,7 +21,14 @@ from typing import Sequence
 
 from ..specializations.families import FAMILIES
 from ..specializations.targets import TARGET_OF_DEVICE, TARGETS
-from ..specializations.variants import UnknownFamily, VariantSpec, build_command, family_of
+from ..specializations.variants import (
+    KeyFormatError,
+    UnknownFamily,
+    VariantSpec,
+    build_command,
+    family_of,
+    variants_command,
+)
 from .guards import GuardResult, KernelArgumentError, check_guards, check_tensors, guard_pair
 from .manifest import (
     ArtifactError,
@@ -101,7 +108,14 @@ class KernelCallable:
         """The manifest entry for ``target``/``draft_dtype`` and its launcher once loaded."""
         hit = self._resolved.get((target, draft_dtype))
         if hit is None:
-            hit = (self.library.entry(self.key(draft_dtype), target, draft_dtype=draft_dtype), None)
+            entry = self.library.entry(
+                self.key(draft_dtype),
+                target,
+                draft_dtype=draft_dtype,
+                block_table_width=self.block_table_width,
+                block_size=self.block_size,
+            )
+            hit = (entry, None)
         return hit
 
     def __call__(self, *tensors) -> None:
@@ -190,14 +204,30 @@ class KernelLibrary:
             )
         return KernelCallable(self, family, width, block_table_width, block_size, target)
 
-    def entry(self, key: str, target: str, *, draft_dtype: str = "int32") -> VariantEntry:
+    def entry(
+        self,
+        key: str,
+        target: str,
+        *,
+        draft_dtype: str = "int32",
+        block_table_width: int | None = None,
+        block_size: int | None = None,
+    ) -> VariantEntry:
+        """The manifest entry of ``key`` for ``target``; ``VariantNotBuilt`` with the build that makes it.
+
+        ``block_table_width`` / ``block_size``: the caller's layout, which the suggested build uses for a
+        family whose key does not name them.
+        """
         hit = self._by_key.get((key, target))
         if hit is None:
             others = sorted(t for k, t in self._by_key if k == key)
-            known = next((e for e in self.manifest.variants if e.key == key), None)
+            try:
+                spec = VariantSpec.parse(key)  # the key names the family, width, layout and draft dtype
+            except (KeyFormatError, LookupError):  # not a key of specgen's families
+                spec = None
             cmd = (
-                build_command(known.variant.with_dtype(draft_dtype), target)
-                if known
+                variants_command([spec], target, block_table_width=block_table_width, block_size=block_size)
+                if spec is not None
                 else f"specgen build --target {target}"
             ) + f" --out {self.root}"
             built = f" (built for: {', '.join(others)})" if others else ""

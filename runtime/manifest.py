@@ -21,7 +21,7 @@ from ..specializations.expr import GUARD_NAMES, SHAPE_NAMES, UnsafeExpressionErr
 from ..specializations.plan import Plan, PlanError
 from ..specializations.targets import TARGET_NAMES as TARGETS
 from ..specializations.targets import TARGETS as TARGET_ROWS
-from ..specializations.variants import Layout, VariantSpec, build_command
+from ..specializations.variants import Layout, VariantSpec, variants_command
 from .cubin import entry_problems
 
 SCHEMA_VERSION = 2  # 2: plans carry structured steps and their layout
@@ -292,7 +292,7 @@ def rebuild_command(entry: VariantEntry, root: Path) -> str:
     """The ``specgen build`` command that remakes ``entry`` in ``root`` (builds add to a folder).
 
     Variants of one family share an artifact; the command remakes every
-    variant the folder's manifest lists in ``entry``'s artifact.
+    variant the folder's manifest lists in ``entry``'s artifact, and little else.
     """
     try:
         together = [
@@ -300,27 +300,44 @@ def rebuild_command(entry: VariantEntry, root: Path) -> str:
         ]
     except ManifestError:
         together = []
-    if len(together) < 2:
-        return f"{build_command(entry.variant, entry.target)} --families {entry.family} --out {root}"
-    cmd = f"specgen build --widths {','.join(str(w) for w in sorted({e.width for e in together}))}"
-    for option, field in (("--block-table-widths", "block_table_width"), ("--block-sizes", "block_size")):
-        values = sorted({getattr(e, field) for e in together if getattr(e, field) is not None})
-        if values:
-            cmd += f" {option} {','.join(map(str, values))}"
-    if entry.target != "c":
-        cmd += f" --target {entry.target}"
-    dtypes = sorted({e.draft_dtype for e in together})
-    if dtypes != ["int32"]:
-        cmd += f" --draft-dtypes {','.join(dtypes)}"
-    families = ",".join(sorted({e.family for e in together}))
-    return f"{cmd} --families {families} --out {root}"
+    return f"{variants_command([e.variant for e in together] or [entry.variant], entry.target)} --out {root}"
+
+
+def _stamped(folder: Path, rel: str, suffix: str) -> list[VariantSpec]:
+    """The variants whose build stamp (``<target>/<key>.json``) names the artifact ``rel``."""
+    specs = []
+    for f in sorted(folder.glob("*.json")):
+        try:
+            stamp = json.loads(f.read_text(encoding="utf-8"))
+            named = stamp.get("artifact") or f"{folder.name}/{f.name[:-5]}{suffix}"  # stamps of older builds
+            if named == rel:
+                specs.append(VariantSpec.parse(f.name[:-5]))
+        except (OSError, ValueError, AttributeError, LookupError):  # not a stamp of a specgen variant
+            continue
+    return specs
+
+
+def _unlisted(root: Path, rel: str, target: str, suffix: str) -> str:
+    """The problem line of an artifact on disk that the manifest does not list, with what clears it."""
+    specs = _stamped(root / target, rel, suffix)
+    if specs:  # its stamps are there: a build of exactly those variants finds them built and lists them
+        cmd = f"{variants_command(specs, target)} --out {root}"
+        return (
+            f"{rel}: on disk but not in the manifest (a build that did not finish); run `{cmd}` "
+            "to list it again, or delete the file"
+        )
+    return (
+        f"{rel}: on disk but not in the manifest, and no build stamp names it, so no build lists it again; "
+        "delete the file (the next build into this folder removes it)"
+    )
 
 
 def folder_problems(manifest: Manifest) -> list[str]:
     """Where the build folder disagrees with its manifest: artifacts missing, altered, or not listed.
 
-    One line each, naming the file; the sha256 of every listed artifact is checked, and each
-    cuda entry against its cubin (``runtime/cubin.py``).
+    One line each, naming the file and what clears it; the sha256 of every
+    listed artifact is checked, and each cuda entry against its cubin
+    (``runtime/cubin.py``).
     """
     root, problems = manifest.root, []
     listed = set()
@@ -340,15 +357,7 @@ def folder_problems(manifest: Manifest) -> list[str]:
         for f in sorted(folder.glob(f"*{target.artifact_suffix}")):
             rel = f"{name}/{f.name}"
             if rel not in listed:
-                try:
-                    spec = VariantSpec.parse(f.name[: -len(target.artifact_suffix)])
-                    cmd = f"{build_command(spec, name)} --families {spec.family} --out {root}"
-                except (ValueError, KeyError, LookupError):
-                    cmd = f"specgen build --target {name} --out {root}"
-                problems.append(
-                    f"{rel}: on disk but not in the manifest (a build that did not finish); run "
-                    f"`{cmd}` to list it again, or delete the file"
-                )
+                problems.append(_unlisted(root, rel, name, target.artifact_suffix))
     return problems
 
 

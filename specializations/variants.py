@@ -155,3 +155,35 @@ def build_command(spec: VariantSpec, target: str = "c") -> str:
     if spec.draft_dtype != "int32":
         cmd += f" --draft-dtypes {spec.draft_dtype}"
     return cmd
+
+
+def variants_command(
+    specs, target: str = "c", *, block_table_width: int | None = None, block_size: int | None = None
+) -> str:
+    """The ``specgen build`` command that makes ``specs`` for ``target`` and as little else as it can.
+
+    It names their widths, block-table widths, block sizes, draft dtypes and
+    families (a build adds to its folder, so what else is there stays).  A
+    family whose key has no block-table width or block size builds at the
+    ``block_table_width`` / ``block_size`` given, where the caller knows its
+    layout (the layout of the plans recorded beside it)::
+
+        >>> variants_command([VariantSpec("spec_verify_token_update", 8, draft_dtype="int64")], block_size=16)
+        'specgen build --widths 8 --block-sizes 16 --draft-dtypes int64 --families spec_verify_token_update'
+    """
+    specs = list(specs)
+
+    def values(field: str, given: int | None) -> list[int]:
+        found = {getattr(s, field) for s in specs if getattr(s, field) is not None}
+        return sorted(found or ({given} if given is not None else set()))
+
+    cmd = "specgen build --widths " + ",".join(str(w) for w in sorted({s.width for s in specs}))
+    for option, field, given in (
+        ("--block-table-widths", "block_table_width", block_table_width),
+        ("--block-sizes", "block_size", block_size),
+    ):
+        if values(field, given):
+            cmd += f" {option} {','.join(map(str, values(field, given)))}"
+    cmd += f" --draft-dtypes {','.join(sorted({s.draft_dtype for s in specs}))}"
+    cmd += f" --families {','.join(sorted({s.family for s in specs}))}"
+    return cmd + (f" --target {target}" if target != "c" else "")
