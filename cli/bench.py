@@ -184,10 +184,10 @@ def _build(out: Path, todo, config) -> None:
     except ImportError as e:  # no TileLang on this machine: kernels must come prebuilt
         raise UsageError(
             f"kernels for {', '.join(lay.key for lay in todo)} ({target}) are not built in {out} and "
-            f"this machine cannot build them ({e}); run specgen build --target {target} --boundary "
+            f"this machine cannot build them ({e}); run `specgen build --target {target} --boundary "
             f"{','.join(config.boundaries)} --widths {','.join(map(str, widths))} --block-table-widths "
-            f"{config.block_table_width} --block-sizes {config.block_size} --out {out} where TileLang "
-            "is installed"
+            f"{config.block_table_width} --block-sizes {config.block_size} --draft-dtypes int32 --out {out}` "
+            "where TileLang is installed"
         ) from None
     print(f"bench: building {len(todo)} missing layout(s) for target {target} into {out}", file=sys.stderr, flush=True)
     matrix = Matrix(

@@ -97,3 +97,20 @@ def test_the_tamper_message_rebuilds_that_artifact_alone(folder, keys, capsys):
     assert capsys.readouterr().out.startswith("specgen build: 2 built, 0 cached")  # w4 and w5 shared it
     assert keys(folder) == BASE
     assert main(["doctor", "--kernels", str(folder)]) == 0
+
+
+def test_the_bench_hint_on_a_machine_that_cannot_build_makes_the_kernels_it_needs(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from specgen.cli import bench as bench_cli
+
+    kernels = tmp_path / "kernels"
+    argv = ["bench", "--depth", "2", "--block-table-width", "8", "--steps", "4", "--prompt-len", "8", "--warmup", "1"]
+    argv += ["--modes", "specgen", "--device", "cpu", "--kernels", str(kernels), "--out", str(tmp_path / "o")]
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "specgen.driver", None)  # no compiler here: the kernels must come prebuilt
+        assert main(argv) == 2
+    hint = _suggested(capsys.readouterr().err)
+    assert main(hint) == 0  # run as printed, where the compiler is
+    monkeypatch.setattr(bench_cli, "_build", lambda *a: pytest.fail("the hint's build lacks a kernel the bench needs"))
+    assert main(argv) == 0
