@@ -196,7 +196,7 @@ def test_cuda_kernel_figures_for_every_mode(engine_kernels):
     from specgen.bench import calibration
     from specgen.bench.profiler import figures
     from specgen.engine import MODES, SpecDecodeEngine
-    from specgen.engine.profiling import bare_trace, forward_trace
+    from specgen.bench.bare import bare_trace, forward_trace
     from specgen.models import MTPHead, Qwen3Model
 
     m = Qwen3Model.create("tiny", seed=0, device="cuda")
