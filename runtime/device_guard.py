@@ -183,7 +183,7 @@ class DeviceGuardSpec:
     @classmethod
     def of(cls, plan, width: int, scratch_block: int = 0) -> "DeviceGuardSpec":
         """The spec of a ``StepPlan``: its kernels' manifest guards, its families' block reach."""
-        bt, bs = plan.layout
+        bt, bs = plan.kv_layout
         exprs: dict[str, None] = {}
         for k in plan.kernels.values():
             for expr in kernel_guards(k):

@@ -54,7 +54,7 @@ def fallback_reason(
         return "capability_off"
     if plan.unavailable is not None:
         return plan.unavailable
-    bt, bs = plan.layout
+    bt, bs = plan.kv_layout
     if (caps.block_size, caps.block_table_width) != (bs, bt) or (
         block_table is not None and block_table.shape[1] != bt
     ):
@@ -102,7 +102,7 @@ def unavailable_message(
     if plan.unavailable is None:
         return None
     target = TARGET_OF_DEVICE[device_type]
-    bt, bs = plan.layout if plan.layout is not None else (caps.block_table_width, caps.block_size)
+    bt, bs = plan.kv_layout if plan.kv_layout is not None else (caps.block_table_width, caps.block_size)
     cmd = plan_build_command(Layout(width, bt, bs), target, tail) + (f" --out {root}" if root is not None else "")
     what = plan.missing or f"the plans and variants of width {width}"
     return f"no fast path for width {width}: the build lacks {what}; run `{cmd}`"

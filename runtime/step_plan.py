@@ -80,12 +80,12 @@ StepCall = Callable[[PlanStep, list], None]
 class StepPlan:
     """What one verify width runs: the layout, the steps and the callables of the built kernels.
 
-    ``layout`` is ``(block_table_width, block_size)`` or None when nothing is
+    ``kv_layout`` is ``(block_table_width, block_size)`` or None when nothing is
     built for the width; ``unavailable`` is the fallback reason when the
     sequence cannot run (then ``steps`` is empty).
     """
 
-    layout: tuple[int, int] | None = None
+    kv_layout: tuple[int, int] | None = None  # (block_table_width, block_size)
     steps: tuple[PlanStep, ...] = ()
     kernels: Mapping[str, object] = field(default_factory=dict)  # step name -> KernelCallable
     num_splits: int = DEFAULT_NUM_SPLITS
@@ -146,12 +146,12 @@ def resolve_step_plan(
     if not hoisted:
         return plan
     if kernels == "torch":
-        return StepPlan(layout=plan.layout, steps=rest, num_splits=plan.num_splits, hoisted=hoisted)
-    split = _bind_kernels(library, width, plan.layout, [*hoisted, *rest], TARGET_OF_DEVICE[device_type])
+        return StepPlan(kv_layout=plan.kv_layout, steps=rest, num_splits=plan.num_splits, hoisted=hoisted)
+    split = _bind_kernels(library, width, plan.kv_layout, [*hoisted, *rest], TARGET_OF_DEVICE[device_type])
     if split.unavailable is not None:  # the members are not built: the head stays one kernel after the prologue
         return plan
     return StepPlan(
-        layout=plan.layout,
+        kv_layout=plan.kv_layout,
         steps=tuple(rest),
         kernels=split.kernels,
         num_splits=split.num_splits,
@@ -223,9 +223,9 @@ def _resolve(
     layout = (int(bt), int(bs))
     steps, missing = _plan_steps(library, Layout(width, *layout), tail)
     if steps is None:
-        return StepPlan(layout=layout, unavailable="variant_not_built", missing=missing)
+        return StepPlan(kv_layout=layout, unavailable="variant_not_built", missing=missing)
     if kernels == "torch":  # the semantics run in the graph; nothing needs to be built
-        return StepPlan(layout=layout, steps=tuple(steps))
+        return StepPlan(kv_layout=layout, steps=tuple(steps))
     return _bind_kernels(library, width, layout, steps, TARGET_OF_DEVICE[device_type])
 
 
@@ -247,8 +247,8 @@ def _bind_kernels(
     except VariantNotBuilt:
         # a split count read before the missing variant still holds for the eager path
         missing = f"the {target} variant {VariantSpec.of(v.family, Layout(width, *layout)).key}"
-        return StepPlan(layout=layout, num_splits=num_splits, unavailable="variant_not_built", missing=missing)
-    return StepPlan(layout=layout, steps=tuple(steps), kernels=bound, num_splits=num_splits)
+        return StepPlan(kv_layout=layout, num_splits=num_splits, unavailable="variant_not_built", missing=missing)
+    return StepPlan(kv_layout=layout, steps=tuple(steps), kernels=bound, num_splits=num_splits)
 
 
 def eager_steps(width: int, block_table_width: int, block_size: int, tail: str = VERIFY_TO_DRAFT) -> list[PlanStep]:

@@ -159,7 +159,7 @@ class SpecVerifyRuntime(StepCapture):
         if self.eager_only is not None and not allow_eager:
             raise FastPathUnavailable(self.eager_only + "; pass allow_eager=True to run every step eagerly")
         self._warned = self.eager_only is not None  # every step eager was asked for: nothing to warn about
-        self.layout, self.sequence, self.num_splits = plan.layout, plan.steps, plan.num_splits
+        self.kv_layout, self.sequence, self.num_splits = plan.kv_layout, plan.steps, plan.num_splits
         self.hoisted = plan.hoisted
         self._bufs: dict[int, dict[str, torch.Tensor]] = {}
         if self.step_plan.unavailable is None and caps.supports_in_graph_input_update:
@@ -167,8 +167,8 @@ class SpecVerifyRuntime(StepCapture):
                 self._bufs[bucket] = alloc_step_buffers(
                     bucket,
                     self.width,
-                    self.layout[0],
-                    block_size=self.layout[1],
+                    self.kv_layout[0],
+                    block_size=self.kv_layout[1],
                     scratch_block=self.scratch_block,
                     num_splits=self.num_splits,
                     device=self.device,
@@ -194,7 +194,7 @@ class SpecVerifyRuntime(StepCapture):
 
     def _call_kernel(self, step: PlanStep, args: list) -> None:
         if self.kernels == "torch":
-            semantics_call(self.layout[1], self.num_splits)(step, args)
+            semantics_call(self.kv_layout[1], self.num_splits)(step, args)
         else:
             self.step_plan.kernels[step.name](*args)
 
@@ -358,7 +358,7 @@ class SpecVerifyRuntime(StepCapture):
         entry does (an engine's check of its whole table at set-up).  Reads ``block_table``: call it with
         host tensors, or at set-up; inside the graph the device guard makes the same check.
         """
-        bs = self.layout[1] if self.layout is not None else self.caps.block_size
+        bs = self.kv_layout[1] if self.kv_layout is not None else self.caps.block_size
         row = scratch_in_table(block_table, seq_lens, self.width, bs, self.scratch_block)
         if row is not None:
             raise ValueError(

@@ -29,7 +29,7 @@ class Guarded:
 
 
 def plan(limit=100):
-    return StepPlan(layout=(BT, BS), kernels={"k": Guarded(limit)})
+    return StepPlan(kv_layout=(BT, BS), kernels={"k": Guarded(limit)})
 
 
 def table(bt=BT):

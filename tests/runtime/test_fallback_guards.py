@@ -42,7 +42,7 @@ class Guarded:
 @pytest.mark.parametrize("failing", [0, 1, 2])
 def test_the_failing_guard_of_any_kernel_decides(failing):
     kernels = {name: Guarded(100 if i == failing else 1000) for i, name in enumerate(FAMILIES)}
-    plan = StepPlan(layout=(BT, BS), kernels=kernels)
+    plan = StepPlan(kv_layout=(BT, BS), kernels=kernels)
     assert fallback_reason(ON, plan, BUCKETS, 3, None, (0, 100)) is None
     assert [k.batches for k in kernels.values()] == [[4]] * 3  # every kernel was asked, about the bucket
     assert fallback_reason(ON, plan, BUCKETS, 3, None, (0, 101)) == "guard_failed"

@@ -37,7 +37,7 @@ def lib(make_planned_build, tmp_path):
 
 def test_sequence_is_the_plans_kernel_and_forward_steps(lib):
     plan = resolve_step_plan(lib, CAPS, W, "cpu")
-    assert plan.unavailable is None and plan.layout == (BT, BS)
+    assert plan.unavailable is None and plan.kv_layout == (BT, BS)
     # draft-to-verify whole, then verify-to-draft after its forward; copies and other ops stay out
     assert tuple(s.name for s in plan.steps) == SEQUENCE
     assert [s.kind for s in plan.steps] == ["kernel", "forward", "kernel", "kernel"]
@@ -49,11 +49,11 @@ def test_sequence_is_the_plans_kernel_and_forward_steps(lib):
 def test_layout_choice(lib):
     assert built_layouts(lib, W) == [(BT, BS)] and built_layouts(lib, W + 1) == []
     other = SpeculativeVerifyCapabilities(supports_in_graph_input_update=True, block_size=32, block_table_width=BT)
-    assert resolve_step_plan(lib, other, W, "cpu").layout == (BT, BS)  # the first built one
-    assert resolve_step_plan(lib, CAPS, W, "cpu", block_table_width=BT, block_size=BS).layout == (BT, BS)
+    assert resolve_step_plan(lib, other, W, "cpu").kv_layout == (BT, BS)  # the first built one
+    assert resolve_step_plan(lib, CAPS, W, "cpu", block_table_width=BT, block_size=BS).kv_layout == (BT, BS)
     explicit = resolve_step_plan(lib, CAPS, W, "cpu", block_table_width=BT, block_size=32)
     missing = f"the draft-to-verify plan at w{W}_bt{BT}_bs32_int32"
-    assert explicit == StepPlan(layout=(BT, 32), unavailable="variant_not_built", missing=missing)  # no plan there
+    assert explicit == StepPlan(kv_layout=(BT, 32), unavailable="variant_not_built", missing=missing)  # no plan there
     assert resolve_step_plan(lib, CAPS, W + 1, "cpu") == StepPlan(
         unavailable="variant_not_built", missing=f"a draft-to-verify plan of width {W + 1}"
     )

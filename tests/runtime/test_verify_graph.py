@@ -119,7 +119,7 @@ def assert_same(result, expected):
 
 def test_sequence_comes_from_plans(lib):
     rt = SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8)
-    assert rt.layout == (BT, BS)
+    assert rt.kv_layout == (BT, BS)
     assert tuple(s.name for s in rt.sequence) == (
         f"spec_verify_head_update__w{W}_bt{BT}_bs{BS}",
         "target_forward",
