@@ -194,9 +194,9 @@ def test_engine_marks_only_the_profiled_steps(tiny_target):
 def test_cuda_kernel_figures_for_every_mode(engine_kernels):
     """On the GPU: every mode's profiled steps give all three kernel-level figures, through correlation ids."""
     from specgen.bench import calibration
+    from specgen.bench.bare import bare_trace, forward_trace
     from specgen.bench.profiler import figures
     from specgen.engine import MODES, SpecDecodeEngine
-    from specgen.bench.bare import bare_trace, forward_trace
     from specgen.models import MTPHead, Qwen3Model
 
     m = Qwen3Model.create("tiny", seed=0, device="cuda")
