@@ -30,6 +30,8 @@ from typing import Callable, ClassVar
 
 import torch
 
+from ...runtime.semantics import slot
+
 __all__ = ["Proposer"]
 
 
@@ -70,6 +72,20 @@ class Proposer:
     def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
         """Target and draft prefill; leaves the first draft's inputs in the step buffers; the bonus tokens."""
         raise NotImplementedError
+
+    def prompt_rows(self, prompts: list[list[int]]):
+        """The prompts as one padded prefill batch of ``r`` rows per sequence: ``(tokens[B, r], idx[r],
+        positions[B, r], slots[B, r], query_start_loc[B + 1], r)``; padding rows have slot -1 (no write)."""
+        e = self.engine
+        B, dev = e.batch, e.device
+        r = max(len(p) for p in prompts)
+        toks = torch.tensor([p + [0] * (r - len(p)) for p in prompts], device=dev)
+        idx = torch.arange(r, device=dev)
+        pos = idx.expand(B, r)
+        slots = torch.where(
+            idx < e.prompt_lens[:, None], slot(e.block_table, pos, e.block_size), torch.full_like(pos, -1)
+        )
+        return toks, idx, pos, slots, torch.arange(B + 1, device=dev) * r, r
 
     def target_forward(self, bufs) -> torch.Tensor:
         """The target over the verify rows of ``bufs``; returns ``target[B, W]``."""

@@ -28,7 +28,6 @@ import torch
 from ...models.block_draft import BlockDraft
 from ...models.errors import EngineError
 from ...runtime import semantics
-from ...runtime.semantics import slot
 from ...specializations.plan import CONTEXT_KV
 from .base import Proposer
 
@@ -79,13 +78,8 @@ class BlockProposer(Proposer):
     def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
         """Target prefill with taps; context K/V for every prompt row; the first block's inputs."""
         e = self.engine
-        B, BS, dev, bt = e.batch, e.block_size, e.device, e.block_table
-        r = max(len(p) for p in prompts)
-        toks = torch.tensor([p + [0] * (r - len(p)) for p in prompts], device=dev)
-        idx = torch.arange(r, device=dev)
-        pos = idx.expand(B, r)
-        slots = torch.where(idx < e.prompt_lens[:, None], slot(bt, pos, BS), torch.full_like(pos, -1))
-        qsl = torch.arange(B + 1, device=dev) * r
+        B, dev, bt = e.batch, e.device, e.block_table
+        toks, _, pos, slots, qsl, r = self.prompt_rows(prompts)
         _, logits, taps = e.model(
             toks.reshape(-1), pos.reshape(-1), slots.reshape(-1), bt, e.prompt_lens, qsl, r, taps=self.draft.tap_layers
         )

@@ -60,13 +60,7 @@ class MTPProposer(Proposer):
     def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
         e = self.engine
         B, W, BS, dev, bt = e.batch, e.width, e.block_size, e.device, e.block_table
-        r = max(len(p) for p in prompts)
-        toks = torch.tensor([p + [0] * (r - len(p)) for p in prompts], device=dev)
-        idx = torch.arange(r, device=dev)
-        pos = idx.expand(B, r)
-        valid = idx < e.prompt_lens[:, None]
-        slots = torch.where(valid, slot(bt, pos, BS), torch.full_like(pos, -1))
-        qsl = torch.arange(B + 1, device=dev) * r
+        toks, idx, pos, slots, qsl, r = self.prompt_rows(prompts)
         hidden, logits = e.model(toks.reshape(-1), pos.reshape(-1), slots.reshape(-1), bt, e.prompt_lens, qsl, r)
         last = torch.arange(B, device=dev) * r + e.prompt_lens - 1
         bonus = e.model.greedy_tokens(logits[last])
