@@ -1,4 +1,5 @@
-"""The reference models: a Qwen3-style target over a paged KV cache, its MTP draft head,
+"""The reference models: a Qwen3-style target over a paged KV cache, a Qwen3.5-style hybrid target
+(Gated DeltaNet layers with their linear state in slot pools, ``qwen3_5.py``), the MTP draft head,
 the DFlash / DSpark block drafts, the CUDA forward (Triton kernels, skinny GEMM), checkpoint
 I/O and tensor-parallel sharding.
 
@@ -18,6 +19,7 @@ from .paged_kv import (
     verify_metadata,
 )
 from .qwen3 import PRESETS, ModelConfig, Qwen3Model
+from .qwen3_5 import Qwen35Config, Qwen35Model
 
 __all__ = [
     "AttentionBatch",
@@ -28,6 +30,8 @@ __all__ = [
     "PRESETS",
     "PagedKVCache",
     "Qwen3Model",
+    "Qwen35Config",
+    "Qwen35Model",
     "make_block_table",
     "paged_attention",
     "slot",
