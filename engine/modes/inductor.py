@@ -21,7 +21,8 @@ import torch
 from ...runtime import semantics
 from ...runtime.library import KernelLibrary
 from ...specializations.families import DEFAULT_NUM_SPLITS
-from .base import SpecgenMode, register_mode
+from .base import register_mode
+from .specgen import SpecgenMode
 
 __all__ = ["CompiledSemanticsLibrary", "InductorMode", "compiled_semantics"]
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specgen.engine import MODES, SpecDecodeEngine, greedy_generate
-from specgen.engine.modes.base import SpecgenMode
+from specgen.engine.modes import SpecgenMode
 from specgen.engine.modes.inductor import CompiledSemanticsLibrary, InductorMode
 from specgen.models import MTPHead, Qwen3Model
 

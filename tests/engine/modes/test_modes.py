@@ -8,7 +8,7 @@ import pytest
 
 from specgen.engine import MODES, SpecDecodeEngine, greedy_generate, register_mode
 from specgen.engine.graphs import head_update, verify_tail
-from specgen.engine.modes.base import BaselineMode, CompileMode, Mode
+from specgen.engine.modes import BaselineMode, CompileMode, Mode
 from specgen.models.errors import EngineError
 
 

@@ -1,0 +1,47 @@
+"""``compile``: the boundary updates as ``torch.compile``'d torch inside one captured verify graph."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..graphs import compiled_updates
+from .base import Commit, Mode, register_mode
+
+__all__ = ["CompileMode"]
+
+
+@register_mode
+class CompileMode(Mode):
+    """The same update and acceptance code (the families' torch semantics) as ``torch.compile``'d
+    functions, captured with the target forward in one CUDA graph; the acceptance is read back with
+    a host synchronization each step, as gpt-fast does.  One host synchronization per step."""
+
+    name = "compile"
+    cpu_skip_reason = "needs CUDA (torch.compile'd updates inside CUDA graphs); skipped on the CPU"
+
+    def updates(self) -> tuple[Callable, Callable]:
+        """The draft-to-verify update and the draft's verify tail, each ``fn(bufs, block_size)``."""
+        backend = self.engine.compile_backend
+        return compiled_updates(backend)[0], self.engine.proposer.compiled_tail(backend)
+
+    def capture(self) -> None:
+        e = self.engine
+        head, tail = self.updates()
+        bufs, bs = e.bufs, e.block_size
+
+        def verify():
+            head(bufs, bs)
+            e.forward_only()
+            tail(bufs, bs)
+
+        self.verify_graph = e.graph(verify)
+
+    def verify(self, lo: int, hi: int, mark: Callable[[], None]) -> Commit:
+        self.verify_graph()
+        mark()
+        # one read-back that synchronizes, as gpt-fast's; next_tokens is -1 past the bonus
+        next_tokens = self.engine.bufs["next_tokens"].cpu()
+        return (next_tokens >= 0).sum(1) - 1, next_tokens
+
+    def close(self) -> None:
+        self.verify_graph = None
