@@ -24,8 +24,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import cuda_forward
+from .checkpoint import load_folder
 from .cuda_forward import FastBatch
 from .paged_kv import AttentionBatch, PagedKVCache
+from .qwen3_hf import config_kwargs, param_name
 
 # Random embeddings are kept small beside the layers' output so the residual
 # stream is not dominated by the input token; with tied weights that would
@@ -55,21 +57,18 @@ class ModelConfig:
 
     @classmethod
     def from_hf(cls, folder: str | Path) -> "ModelConfig":
-        """Read a Hugging Face Qwen3 ``config.json``."""
-        c = json.loads((Path(folder) / "config.json").read_text())
-        return cls(
-            name=c.get("_name_or_path") or Path(folder).name,
-            num_layers=c["num_hidden_layers"],
-            hidden_size=c["hidden_size"],
-            num_heads=c["num_attention_heads"],
-            num_kv_heads=c["num_key_value_heads"],
-            head_dim=c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
-            intermediate_size=c["intermediate_size"],
-            vocab_size=c["vocab_size"],
-            rms_eps=c.get("rms_norm_eps", 1e-6),
-            rope_theta=c.get("rope_theta", 1e6),
-            tie_embeddings=c.get("tie_word_embeddings", True),
-        )
+        """Read a Hugging Face Qwen3 ``config.json``; a field it does not honour is an error naming it."""
+        path = Path(folder) / "config.json"
+        try:
+            config = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{path}: cannot read it ({e})") from None
+        return cls.from_hf_dict(config, Path(folder).name)
+
+    @classmethod
+    def from_hf_dict(cls, config: Mapping, name: str = "qwen3") -> "ModelConfig":
+        """A Hugging Face Qwen3 config dict (``qwen3_hf.config_kwargs``)."""
+        return cls(**config_kwargs(config, name))
 
 
 PRESETS: dict[str, ModelConfig] = {
@@ -312,23 +311,29 @@ class Qwen3Model(nn.Module):
         return logits.argmax(-1)
 
     def load_hf_state_dict(self, tensors: Mapping[str, torch.Tensor]) -> None:
-        """Copy Hugging Face Qwen3 tensors (``model.layers.N.self_attn.q_proj.weight``, ...)."""
+        """Copy Hugging Face Qwen3 tensors (``model.layers.N.self_attn.q_proj.weight``, ... with or
+        without the ``model.`` prefix); a tied model skips ``lm_head.weight``.  A tensor with no place
+        in the model, a missing one, or one of another shape is an error naming it."""
         own = dict(self.named_parameters())
-        seen = set()
+        seen, unknown = set(), []
         with torch.no_grad():
             for key, value in tensors.items():
-                name = key.removeprefix("model.")
-                if name in own:
-                    own[name].copy_(value)
-                    seen.add(name)
+                name = param_name(key)
+                if name == "lm_head.weight" and self.config.tie_embeddings:
+                    continue
+                if name not in own:
+                    unknown.append(key)
+                    continue
+                if own[name].shape != value.shape:
+                    raise ValueError(f"{key}: shape {tuple(value.shape)}, the model's is {tuple(own[name].shape)}")
+                own[name].copy_(value)
+                seen.add(name)
+        if unknown:
+            raise KeyError(f"{len(unknown)} checkpoint tensors have no place in the model, e.g. {unknown[:4]}")
         missing = sorted(set(own) - seen)
         if missing:
             raise KeyError(f"checkpoint lacks {len(missing)} tensors, e.g. {missing[:4]}")
 
     def load_safetensors(self, folder: str | Path) -> None:
-        from safetensors.torch import load_file  # optional dependency
-
-        tensors = {}
-        for path in sorted(Path(folder).glob("*.safetensors")):
-            tensors.update(load_file(str(path)))
-        self.load_hf_state_dict(tensors)
+        """Every ``*.safetensors`` file of ``folder`` (a sharded checkpoint too)."""
+        self.load_hf_state_dict(load_folder(folder))
