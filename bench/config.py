@@ -15,10 +15,11 @@ parser from these fields without loading torch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..specializations.families import MAX_WIDTH
-from .support import BenchError
+from .support import MODEL_PRESETS, BenchError, check_model, model_config
 
 if TYPE_CHECKING:
     import torch
@@ -29,7 +30,6 @@ __all__ = ["BenchConfig", "BenchSettings", "Option", "configure", "options"]
 
 # how an option's text is read on the command line
 TEXT, INT, FLOAT, INTS, NAMES, SWITCH = "text", "int", "float", "ints", "names", "switch"
-MODEL_PRESETS = ("tiny", "qwen3-0.6b", "qwen3-8b")  # models.qwen3.PRESETS, without importing torch here
 DTYPES = ("auto", "float32", "bfloat16")
 
 Check = Callable[[Any], "str | None"]  # a value -> what is wrong with it (the BenchError's message), or None
@@ -131,10 +131,12 @@ def _ranks(tp: int, s: "BenchSettings") -> str | None:
     if tp > 1 and not DRAFT_KINDS[s.draft].supports_tp:
         return f"--tp {tp} runs MTP drafts; --draft {s.draft} runs on one device (--tp 1)"
     if tp > 1:
-        from ..models.qwen3 import ModelConfig
         from ..models.tp import shard_problem
 
-        why = shard_problem(ModelConfig.preset(s.model), tp)
+        try:
+            why = shard_problem(model_config(s.model), tp)
+        except BenchError as e:
+            return str(e)
         if why is not None:
             return f"--tp {tp}: {s.model}'s {why}"
     return None
@@ -160,7 +162,11 @@ class BenchSettings:
     """
 
     model: str = setting(
-        "tiny", "model preset (random weights)", choices=MODEL_PRESETS, check=_choices(MODEL_PRESETS, "--model")
+        "tiny",
+        f"a model preset with random weights ({', '.join(MODEL_PRESETS)}), or a local Hugging Face Qwen3 folder "
+        "(config.json and *.safetensors)",
+        metavar="PRESET|DIR",
+        check=check_model,
     )
     depths: tuple[int, ...] = setting(
         (3,),
@@ -204,7 +210,7 @@ class BenchSettings:
     )
     dtype: str = setting(
         "auto",
-        "auto: bfloat16 for the qwen3 presets on CUDA, else float32",
+        "auto: bfloat16 on CUDA (but for the tiny preset), else float32",
         choices=DTYPES,
         check=_choices(DTYPES, "--dtype"),
     )
@@ -277,7 +283,6 @@ class BenchSettings:
 
         from ..engine.draft_kinds import DRAFT_KINDS
         from ..engine.modes import MODES
-        from ..models.qwen3 import ModelConfig
         from .support import check_device
 
         dev = check_device(self.device)
@@ -296,7 +301,8 @@ class BenchSettings:
             "bfloat16": torch.bfloat16,
         }[self.dtype]
         return BenchConfig(
-            model=ModelConfig.preset(self.model),
+            model=model_config(self.model),
+            model_path=None if self.model in MODEL_PRESETS else str(Path(self.model).resolve()),
             dtype=torch_dtype,
             device=dev,
             depths=tuple(self.depths),
@@ -354,11 +360,17 @@ class BenchConfig:
     bare_repeats: int
     command: str
     draft: str = "mtp"  # a registered draft kind (draft_kinds.DRAFT_KINDS)
+    model_path: str | None = None  # a Hugging Face folder whose weights load (None: the preset's random ones)
     draft_weights: str | None = None  # a local safetensors folder for a block draft
     tp: int = 1  # tensor-parallel ranks of the target
     draft_tp: int = 1  # 1: the MTP draft body whole on every rank; tp: split like the target
     check_ranks: int = 0  # compare the ranks' step state every N steps (0: off)
     profile_steps: int = 0  # steps profiled per run after every timed run (the CPU: host-serial runs; 0: none)
+
+    @property
+    def model_label(self) -> str:
+        """What the results record as the model: the preset's name or the checkpoint folder."""
+        return self.model_path or self.model.name
 
     @property
     def cuda(self) -> bool:

@@ -32,13 +32,12 @@ from ..engine.modes import MODES
 from ..engine.rank_check import RankCheck
 from ..engine.results import RunResult
 from ..models.errors import EngineError
-from ..models.qwen3 import Qwen3Model
 from ..models.tp import shard_head, shard_model
 from ..parallel.group import TensorParallel, TPError
 from .bare import bare_spans
 from .config import BenchConfig, configure
 from .profiler import KERNEL_FIELDS, KernelPass
-from .support import BenchError, log, still_running
+from .support import BenchError, load_target, log, still_running
 from .support import quarters as _quarters
 
 __all__ = ["SUBJECT", "BenchConfig", "BenchError", "configure", "ratios", "run_bench"]
@@ -58,13 +57,14 @@ def run_bench(
     """
     for m, why in config.skipped:
         log(f"bench: mode {m}: {why}")
-    if not config.cuda and config.model.name != "tiny":
+    if not config.cuda and config.model_path is None and config.model.name != "tiny":
         log(
             f"bench: warning: {config.model.name} is sized for a GPU; on the CPU each run takes minutes "
             f"(--model tiny is the CPU preset)"
         )
     log(
-        f"bench: model {config.model.name} ({config.dtype}) on {config.device}, {config.draft} draft; "
+        f"bench: model {config.model_path or config.model.name} ({config.dtype}) on {config.device}, "
+        f"{config.draft} draft; "
         f"depths {list(config.depths)}, batches {list(config.batches)}, {config.steps} steps (+{config.warmup} "
         f"warm-up; an untimed run of each mode first), layout bt{config.block_table_width} bs{config.block_size}"
     )
@@ -155,9 +155,7 @@ class _Sweep:
         t = time.perf_counter()
         try:  # every rank builds the full seeded model and keeps its share
             with still_running(f"creating {config.model.name}"):
-                self.model = shard_model(
-                    Qwen3Model.create(config.model, seed=config.seed, dtype=config.dtype, device=tp.device), tp
-                )
+                self.model = shard_model(load_target(config, tp.device), tp)
                 self.kind = DRAFT_KINDS[config.draft]
                 self.head = self.kind.create(self.model, seed=config.seed + 1, weights=config.draft_weights)
                 if config.draft_tp > 1:
@@ -358,7 +356,7 @@ class _Sweep:
         }
         return {
             "command": c.command,
-            "model": c.model.name,
+            "model": c.model_path or c.model.name,
             "draft": c.draft,
             "draft_weights": c.draft_weights,
             "dtype": str(c.dtype).split(".")[-1],

@@ -105,7 +105,7 @@ class KernelPass:
             self.samples,
             {
                 "command": c.command,
-                "model": c.model.name,
+                "model": c.model_path or c.model.name,
                 "device": str(c.device),
                 "profile_steps": c.profile_steps,
                 "runs": [list(r) for r in runs],

@@ -9,15 +9,30 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported where it is used: the CLI's parser reads the settings without it
     import torch
 
-__all__ = ["BenchError", "check_device", "log", "quarters", "quiet_profiler", "still_running"]
+    from ..models.qwen3 import ModelConfig
+
+__all__ = [
+    "MODEL_PRESETS",
+    "BenchError",
+    "check_device",
+    "check_model",
+    "load_target",
+    "model_config",
+    "log",
+    "quarters",
+    "quiet_profiler",
+    "still_running",
+]
 
 # the trace-point lines kineto (torch.profiler) writes to stderr around every profiling session
 PROFILER_NOISE = (b"USDT:", b"STAGE:")
+MODEL_PRESETS = ("tiny", "qwen3-0.6b", "qwen3-8b")  # models.qwen3.PRESETS, without importing torch here
 
 
 class BenchError(Exception):
@@ -46,6 +61,40 @@ def check_device(name: str | None) -> torch.device:
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
         raise BenchError(f"--device {name}: there are {torch.cuda.device_count()} CUDA device(s)")
     return dev
+
+
+def check_model(model: str) -> str | None:
+    """A preset, or a folder holding a Hugging Face ``config.json``."""
+    if model in MODEL_PRESETS:
+        return None
+    path = Path(model)
+    if path.is_dir():
+        return None if (path / "config.json").is_file() else f"--model {model}: the folder has no config.json"
+    return f"unknown --model '{model}' (known: {', '.join(MODEL_PRESETS)}; or a Hugging Face Qwen3 folder)"
+
+
+def model_config(model: str) -> "ModelConfig":
+    """The preset's config, or the folder's ``config.json`` (a field it does not honour is a ``BenchError``)."""
+    from ..models.qwen3 import ModelConfig
+
+    if model in MODEL_PRESETS:
+        return ModelConfig.preset(model)
+    try:
+        return ModelConfig.from_hf(model)
+    except ValueError as e:
+        raise BenchError(f"--model {model}: {e}") from None
+
+
+def load_target(config, device) -> torch.nn.Module:
+    """The bench's target: the folder's weights in the bench's dtype, or the preset with seeded random ones."""
+    from ..models.qwen3 import Qwen3Model
+
+    if config.model_path is None:
+        return Qwen3Model.create(config.model, seed=config.seed, dtype=config.dtype, device=device)
+    try:
+        return Qwen3Model.from_pretrained(config.model_path, dtype=config.dtype, device=device)
+    except (KeyError, ValueError, FileNotFoundError) as e:
+        raise BenchError(f"--model {config.model_path}: {str(e).strip(chr(34) + chr(39))}") from None
 
 
 class still_running:  # noqa: N801  used as ``with still_running("what"):``

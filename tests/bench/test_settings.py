@@ -22,7 +22,11 @@ from specgen.cli import build_parser
 TP = "--tp must be at least 1, --draft-tp 1 or --tp"
 # (field, the settings that make it bad, what the BenchError says): every validated field has a case
 BAD = [
-    ("model", {"model": "huge"}, "unknown --model 'huge' (known: tiny, qwen3-0.6b, qwen3-8b)"),
+    (
+        "model",
+        {"model": "huge"},
+        "unknown --model 'huge' (known: tiny, qwen3-0.6b, qwen3-8b; or a Hugging Face Qwen3 folder)",
+    ),
     ("depths", {"depths": ()}, "--depth and --batch need at least one value each"),
     ("depths", {"depths": (0,)}, "--depth and --batch values must be at least 1"),
     ("depths", {"depths": (16,)}, "--depth 16: verify width 17 is beyond the kernel families' widths"),
@@ -102,7 +106,7 @@ def test_the_option_names_and_metavars_of_the_command_line():
         "--replot",
     ]
     usage = _bench_parser().format_usage()
-    for text in ("--depth DEPTH", "--batch BATCH", "--draft-weights DIR", "--check-ranks N", "--model {tiny,"):
+    for text in ("--depth DEPTH", "--batch BATCH", "--draft-weights DIR", "--check-ranks N", "--model PRESET|DIR"):
         assert text in usage
 
 
