@@ -1,0 +1,203 @@
+"""The serving scheduler: plain data in (requests, produced tokens), plain data out (who runs this step).
+
+Each step, running requests go first, oldest first: one still in its prefill
+gets its next chunk (all chunks of a step share ``max_prefill_tokens``), one
+past it a verify step, for which its table grows to ``len(prefix) + width``
+positions.  When blocks run out the newest running request is preempted: its
+blocks go back once its last step completed, it goes to the front of the
+queue, and its prefix (prompt and tokens so far) is recomputed when it comes
+back.  Then waiting requests that arrived are admitted while the batch, the
+budget and the free blocks allow::
+
+    >>> sched = Scheduler(BlockPool(num_blocks=9, block_size=4), width=2, max_batch=4, max_prefill_tokens=8)
+    >>> sched.add(Request(0, prompt=(1, 2, 3), max_new_tokens=2))
+    >>> out = sched.schedule(now=0.0); out.prefill
+    (PrefillChunk(id=0, start=0, tokens=(1, 2, 3), last=True),)
+    >>> sched.update(out, {0: [7]}); sched.update(sched.schedule(now=1.0), {0: [8, 9]})
+    >>> sched.finished[0].output, sched.done
+    ([7, 8], True)
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from .block_pool import BlockPool
+from .requests import Request, RequestState
+
+__all__ = ["PrefillChunk", "Scheduler", "SchedulerOutput"]
+
+
+@dataclass(slots=True, frozen=True)
+class PrefillChunk:
+    """Prefill ``tokens`` of request ``id`` at positions ``start...``; the ``last`` chunk produces one token."""
+
+    id: int
+    start: int
+    tokens: tuple[int, ...]
+    last: bool
+
+
+@dataclass(slots=True, frozen=True)
+class SchedulerOutput:
+    """What step ``step`` runs: ``prefill`` chunks, ``verify`` requests (ids), and who was ``preempted``.
+
+    ``tables`` holds the block table of every request the step runs.
+    """
+
+    step: int
+    prefill: tuple[PrefillChunk, ...]
+    verify: tuple[int, ...]
+    preempted: tuple[int, ...]
+    tables: dict = field(default_factory=dict)
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        return tuple(c.id for c in self.prefill) + self.verify
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(len(c.tokens) for c in self.prefill)
+
+
+@dataclass(slots=True)
+class Scheduler:
+    """Continuous batching over ``pool`` with verify steps ``width`` wide.
+
+    With ``auto_retire`` a step's blocks are retired as soon as its tokens come
+    back (``update``); without it the runner calls ``complete(step)`` when the
+    step has finished on the device, and released blocks wait for it.
+    """
+
+    pool: BlockPool
+    width: int
+    max_batch: int
+    max_prefill_tokens: int
+    auto_retire: bool = True
+    step: int = -1
+    waiting: deque = field(default_factory=deque)
+    running: list = field(default_factory=list)  # admission order, oldest first
+    finished: list = field(default_factory=list)
+    requests: dict = field(default_factory=dict)
+    num_preemptions: int = 0
+    _last_step: dict = field(default_factory=dict, repr=False)
+    _updated: int = -1
+
+    def __post_init__(self):
+        if self.width < 1 or self.max_batch < 1 or self.max_prefill_tokens < 1:
+            raise ValueError("width, max_batch and max_prefill_tokens must be >= 1")
+
+    @property
+    def done(self) -> bool:
+        return not self.waiting and not self.running
+
+    def add(self, req: Request) -> None:
+        """Queue ``req``; one that could never fit in the pool is refused."""
+        if req.id in self.requests:
+            raise ValueError(f"request {req.id} added twice")
+        need = self.pool.blocks_for(len(req.prompt) + req.max_new_tokens + self.width)
+        if need > self.pool.capacity:
+            raise ValueError(f"request {req.id} may need {need} blocks; the pool has {self.pool.capacity}")
+        self.requests[req.id] = req
+        self.waiting.append(req)
+
+    def schedule(self, now: float) -> SchedulerOutput:
+        """The next step: every request it runs has its table grown for what the step writes."""
+        if self._updated != self.step:
+            raise RuntimeError(f"step {self.step} was scheduled but its tokens never came back (update)")
+        self.step += 1
+        prefill, verify, preempted, budget = [], [], [], self.max_prefill_tokens
+        i = 0
+        while i < len(self.running):
+            req = self.running[i]
+            n = min(req.prefill_len - req.num_computed, budget) if req.in_prefill else 0
+            if req.in_prefill and n == 0:
+                i += 1
+                continue
+            positions = req.num_computed + n if req.in_prefill else req.length + self.width
+            if not self._make_room(req, positions, preempted):
+                i += req.state is RequestState.RUNNING  # stalled: it waits for blocks still in flight
+                continue
+            self._run(req, positions)
+            if n:
+                prefill.append(self._chunk(req, n))
+                budget -= n
+            else:
+                verify.append(req.id)
+            i += 1
+        while self.waiting and len(self.running) < self.max_batch and budget > 0:
+            req = self.waiting[0]
+            if req.arrival > now or req.id in preempted:
+                break
+            n = min(req.length, budget)
+            if not self.pool.can_grow(req.id, n):
+                break
+            self.waiting.popleft()
+            req.state, req.num_computed, req.prefill_len = RequestState.RUNNING, 0, req.length
+            self.running.append(req)
+            self._run(req, n)
+            prefill.append(self._chunk(req, n))
+            budget -= n
+        tables = {rid: self.pool.table(rid) for rid in [c.id for c in prefill] + verify}
+        return SchedulerOutput(self.step, tuple(prefill), tuple(verify), tuple(preempted), tables)
+
+    def update(self, out: SchedulerOutput, produced: dict) -> None:
+        """Step ``out.step`` produced ``produced[id]`` tokens per request: append, finish, free."""
+        if out.step != self._updated + 1:
+            raise RuntimeError(f"tokens of step {out.step} came back after step {self._updated}'s; in order only")
+        self._updated = out.step
+        for chunk in out.prefill:
+            req, toks = self.requests[chunk.id], list(produced.get(chunk.id, ()))
+            if len(toks) != int(chunk.last):
+                raise ValueError(f"a {'last' if chunk.last else 'middle'} prefill chunk produced {len(toks)} tokens")
+            req.num_computed += len(chunk.tokens)
+            self._take(req, toks, out.step)
+        for rid in out.verify:
+            req, toks = self.requests[rid], list(produced.get(rid, ()))
+            if not 1 <= len(toks) <= self.width:
+                raise ValueError(f"a verify step {self.width} wide produced {len(toks)} tokens for request {rid}")
+            self._take(req, toks, out.step)
+        if self.auto_retire:
+            self.pool.retire(out.step)
+
+    def complete(self, step: int) -> None:
+        """Step ``step`` and every one before it finished on the device (runners without ``auto_retire``)."""
+        self.pool.retire(step)
+
+    def _take(self, req: Request, toks: list, step: int) -> None:
+        if req.append(toks):
+            self.running.remove(req)
+            self.finished.append(req)
+            self.pool.release(req.id, after_step=step)
+        elif toks:
+            req.num_computed = req.length - 1  # the last token is the next step's input
+
+    def _chunk(self, req: Request, n: int) -> PrefillChunk:
+        start = req.num_computed
+        toks = req.prefix[start : start + n]
+        return PrefillChunk(req.id, start, toks, last=start + n >= req.prefill_len)
+
+    def _run(self, req: Request, positions: int) -> None:
+        self.pool.grow(req.id, positions)
+        self._last_step[req.id] = self.step
+
+    def _make_room(self, req: Request, positions: int, preempted: list) -> bool:
+        """Free blocks for ``req`` by preempting the newest running requests; ``False`` if it cannot run now."""
+        while not self.pool.can_grow(req.id, positions):
+            if self.pool.free_count + self.pool.pending_count >= self.pool.missing(req.id, positions):
+                return False  # enough blocks come back once the steps in flight complete
+            victim = self.running[-1]
+            self._preempt(victim)
+            preempted.append(victim.id)
+            if victim is req:
+                return False
+        return True
+
+    def _preempt(self, req: Request) -> None:
+        self.running.remove(req)
+        self.pool.release(req.id, after_step=self._last_step.get(req.id, -1))
+        req.state, req.num_computed, req.prefill_len = RequestState.PREEMPTED, 0, 0
+        req.preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(req)
