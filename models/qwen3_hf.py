@@ -75,7 +75,11 @@ _NO_EFFECT = frozenset(
 
 
 def _refuse(key: str, value, want) -> None:
-    raise ValueError(f"config field {key!r} is {value!r}; the Qwen3 model implements only {want!r}")
+    raise ValueError(f"config.json field {key!r} is {value!r}; the Qwen3 loader implements only {want!r}")
+
+
+def _unknown(key: str) -> ValueError:
+    return ValueError(f"config.json field {key!r} is not understood by the Qwen3 loader")
 
 
 def _rope(params) -> dict:
@@ -83,7 +87,7 @@ def _rope(params) -> dict:
     if params is None:
         return {}
     if not isinstance(params, Mapping):
-        raise ValueError(f"config field 'rope_parameters' is {params!r}; expected an object")
+        raise ValueError(f"config.json field 'rope_parameters' is {params!r}; expected an object")
     out = {}
     for key, value in params.items():
         if key in ("rope_type", "type"):
@@ -92,7 +96,7 @@ def _rope(params) -> dict:
         elif key == "rope_theta":
             out["rope_theta"] = float(value)
         else:
-            raise ValueError(f"config field 'rope_parameters.{key}' is not understood by the Qwen3 model")
+            raise _unknown(f"rope_parameters.{key}")
     return out
 
 
@@ -112,17 +116,17 @@ def config_kwargs(config: Mapping, name: str) -> dict:
             for i, kind in enumerate(value or ()):
                 if kind != "full_attention":
                     raise ValueError(
-                        f"config field 'layer_types' is {kind!r} at layer {i}; the Qwen3 model implements only "
+                        f"config.json field 'layer_types' is {kind!r} at layer {i}; the Qwen3 loader implements only "
                         "'full_attention'"
                     )
         elif key in _REQUIRED:
             if value != _REQUIRED[key]:
                 _refuse(key, value, _REQUIRED[key])
         elif key not in _NO_EFFECT:
-            raise ValueError(f"config field {key!r} is not understood by the Qwen3 model")
+            raise _unknown(key)
     lacking = [k for k in _NEEDED if _FIELDS[k] not in kw]
     if lacking:
-        raise ValueError(f"config lacks {', '.join(lacking)}")
+        raise ValueError(f"config.json lacks {', '.join(lacking)}")
     if "rope_theta" in rope:
         kw["rope_theta"] = rope["rope_theta"]  # the current field wins over an older one beside it
     kw.setdefault("num_kv_heads", kw["num_heads"])
@@ -133,7 +137,7 @@ def config_kwargs(config: Mapping, name: str) -> dict:
     layer_types = config.get("layer_types")
     if layer_types is not None and len(layer_types) != kw["num_layers"]:
         raise ValueError(
-            f"config field 'layer_types' names {len(layer_types)} layers; the model has {kw['num_layers']}"
+            f"config.json field 'layer_types' names {len(layer_types)} layers; the model has {kw['num_layers']}"
         )
     return kw
 

@@ -3,64 +3,19 @@
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers", reason="transformers is a test-only dependency")
+pytest.importorskip("transformers", reason="transformers is a test-only dependency")
+
+from oracles.hf_checkpoint import hf_folder, hf_greedy  # noqa: E402
 
 from specgen.engine import SpecDecodeEngine, greedy_generate  # noqa: E402
 from specgen.models import ModelConfig, MTPHead, Qwen3Model  # noqa: E402
 
-VOCAB, NEW = 256, 10
+NEW = 10
 PROMPTS = [[5], [17, 3, 200, 41], [9, 9, 9, 100, 2, 77, 31], list(range(40, 60))]
-
-
-def hf_folder(tmp_path, tied: bool, rope_theta: float, seed: int = 0):
-    """A seeded float32 Qwen3ForCausalLM saved to ``tmp_path``, and the model itself."""
-    config = transformers.Qwen3Config(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=tied,
-        rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
-    )
-    torch.manual_seed(seed)
-    model = transformers.Qwen3ForCausalLM(config).float().eval()
-    gen = torch.Generator().manual_seed(seed)
-    # weights with a wide logit spread, so greedy choices are not near ties; small embeddings, so the
-    # residual stream is not dominated by the input token (with tied weights it would predict itself)
-    embed_std = 0.05
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name == "model.norm.weight":  # a logit spread of about 4
-                p.fill_(4.0 / (embed_std * math.sqrt(p.shape[0])) if tied else 4.0)
-            elif name.endswith("norm.weight"):
-                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=gen))
-            elif "embed_tokens" in name:
-                p.copy_(embed_std * torch.randn(p.shape, generator=gen))
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    model.save_pretrained(tmp_path)
-    return model
-
-
-def hf_greedy(model, prompts, n):
-    out = []
-    with torch.no_grad():
-        for p in prompts:
-            ids = torch.tensor([p])
-            seq = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n)
-            out.append(seq[0, len(p) :].tolist())
-    return out
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -90,14 +45,15 @@ def _config(folder) -> dict:
 
 
 def test_baseline_engine_equals_greedy(tmp_path):
-    hf_folder(tmp_path, tied=False, rope_theta=5e5)
+    hf = hf_folder(tmp_path, tied=False, rope_theta=5e5)
     model = Qwen3Model.from_pretrained(tmp_path)
     head = MTPHead.create(model, seed=1)
     engine = SpecDecodeEngine(
         model, head, mode="baseline", width=4, batch=len(PROMPTS), block_size=16, block_table_width=8
     )
     res = engine.run(PROMPTS, max_new_tokens=NEW)
-    assert res.outputs == greedy_generate(model, PROMPTS, NEW)
+    assert res.outputs == greedy_generate(model, PROMPTS, NEW) == hf_greedy(hf, PROMPTS, NEW)
+    assert res.drafted > 0  # verification steps of W = 4 rows ran
 
 
 def test_tensors_with_and_without_prefix(tmp_path):
@@ -133,7 +89,10 @@ def test_older_config_rope_theta(tmp_path):
             "'rope_parameters.rope_type' is 'yarn'",
         ),
         ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "'rope_scaling' is {'type': 'linear'"),
+        ({"foo": 1}, "^config.json field 'foo' is not understood by the Qwen3 loader$"),
         ({"quantization_config": {"bits": 4}}, "'quantization_config' is not understood"),
+        ({"rope_parameters": {"rope_theta": 1e4, "factor": 2.0}}, "'rope_parameters.factor' is not understood"),
+        ({"attention_dropout": 0.1}, "'attention_dropout' is 0.1"),
         ({"use_sliding_window": True}, "'use_sliding_window' is True"),
         ({"attention_bias": True}, "'attention_bias' is True"),
         ({"hidden_act": "gelu"}, "'hidden_act' is 'gelu'"),
