@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from specgen.cli import main
@@ -74,3 +75,24 @@ def test_bench_loads_the_folder_weights_in_its_dtype(tmp_path):
     assert target.lm_head.weight.dtype == torch.bfloat16
     assert torch.equal(target.lm_head.weight, src.lm_head.weight.to(torch.bfloat16))
     assert target.config.rope_theta == 5e5
+
+
+@pytest.mark.slow
+def test_bench_runs_a_transformers_folder_in_both_modes(engine_kernels, tmp_path):
+    """A folder transformers wrote, baseline and specgen side by side: both decode plain greedy's tokens."""
+    pytest.importorskip("transformers", reason="transformers is a test-only dependency")
+    from oracles.hf_checkpoint import hf_folder
+
+    folder, out = tmp_path / "hf", tmp_path / "out"
+    hf_folder(folder, tied=True, rope_theta=1e4)
+    argv = ["bench", "--model", str(folder), "--steps", "2", "--modes", "baseline,specgen", "--device", "cpu"]
+    argv += ["--kernels", str(engine_kernels.root), "--block-table-width", "8", "--profile-steps", "0", "--check"]
+    assert main([*argv, "--out", str(out)]) == 0
+    result = json.loads((out / "bench.json").read_text())
+    assert result["model"] == str(folder.resolve()) and result["acceptance_p"] is None
+    assert {r["mode"] for r in result["runs"]} == {"baseline", "specgen"}
+    for r in result["runs"]:
+        assert "error" not in r and r["equals_greedy"] and r["modes_agree"]
+        assert 0.0 <= r["acceptance"] <= 1.0  # the MTP head's own drafts against the checkpoint's tokens
+    specgen = next(r for r in result["runs"] if r["mode"] == "specgen")
+    assert specgen["runtime_stats"]["fallback"] == {} and specgen["runtime_stats"]["fast_path"] >= 1
