@@ -149,7 +149,7 @@ def _measure(args, config, tp, trace_dir) -> dict:
         raise UsageError(str(e)) from None
 
 
-def _ensure_kernels(kernels: str | None, config):
+def _ensure_kernels(kernels: str | None, config, command: str = "bench"):
     """The kernel library for the bench's layouts; builds missing variants ahead of the run when it can."""
     from ..specializations.variants import Layout
 
@@ -161,7 +161,7 @@ def _ensure_kernels(kernels: str | None, config):
         lib = _library(out)
         todo = [lay for lay in layouts if not _built_for(lib, lay, target, config.boundaries)]
     if todo:
-        _build(out, todo, config)
+        _build(out, todo, config, command)
     return _library(out)
 
 
@@ -175,7 +175,7 @@ def _library(out: Path):
         raise UsageError(f"--kernels {out}: {e}") from None
 
 
-def _build(out: Path, todo, config) -> None:
+def _build(out: Path, todo, config, command: str = "bench") -> None:
     """Plan and build ``todo``'s layouts for the bench's target into ``out``."""
     target, widths = config.kernel_target, config.widths
     try:
@@ -189,7 +189,9 @@ def _build(out: Path, todo, config) -> None:
             f"{config.block_table_width} --block-sizes {config.block_size} --draft-dtypes int32 --out {out}` "
             "where TileLang is installed"
         ) from None
-    print(f"bench: building {len(todo)} missing layout(s) for target {target} into {out}", file=sys.stderr, flush=True)
+    print(
+        f"{command}: building {len(todo)} missing layout(s) for target {target} into {out}", file=sys.stderr, flush=True
+    )
     matrix = Matrix(
         widths=tuple(widths),
         block_table_widths=(config.block_table_width,),

@@ -1,38 +1,57 @@
 """``specgen generate``: decode given prompts with a model preset or a local Hugging Face Qwen3 folder.
 
-    $ specgen generate --model ./Qwen3-0.6B --prompt-ids 1,2,3 --prompt-ids 7,8 --max-new-tokens 16
+    $ specgen generate --model ./Qwen3-0.6B --prompt-ids 1,2,3 --prompt "The sky is" --max-new-tokens 16
     prompt 0: 1,2,3 -> 311,4,...
+      text: ...
     ...
     acceptance 0.41, 32 tokens in 0.52 s (61.5 tokens/s), mode baseline, mtp draft, depth 3
 
-``--json`` prints one object instead (``outputs``, ``acceptance``, ``tokens_per_s``, ...).  Modes
-that run built kernels (``specgen``) take the build folder with ``--kernels``.
+``--prompt TEXT`` goes through the folder's ``tokenizer.json`` (the ``tokenizers``
+package); with a tokenizer the outputs are printed as text too.  ``--json`` prints
+one object instead (``outputs``, ``texts``, ``acceptance``, ``tokens_per_s``, ``runtime_stats``, ...).
+Modes that run built kernels (``specgen``) take a build folder with ``--kernels``
+(default ``build/bench_kernels``) and, as ``specgen bench`` does, build the layout
+they need into it when it is missing.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 from .common import UsageError, int_list
+
+BLOCK_SIZE = 16
 
 
 def register(sub) -> None:
     p = sub.add_parser("generate", help="greedy speculative decoding of given prompts with a model")
     p.add_argument("--model", default="tiny", metavar="PRESET|DIR", help="a model preset or a Hugging Face folder")
+    prompt = {"action": "append", "dest": "prompts", "default": []}
     p.add_argument(
         "--prompt-ids",
-        action="append",
-        required=True,
+        type=lambda text: ("ids", text),
         metavar="IDS",
         help="one prompt's token ids, e.g. 1,2,3 (repeat the option for a batch)",
+        **prompt,
+    )
+    p.add_argument(
+        "--prompt",
+        type=lambda text: ("text", text),
+        metavar="TEXT",
+        help="one prompt as text, through the folder's tokenizer.json (needs the tokenizers package)",
+        **prompt,
     )
     p.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="tokens to generate per prompt")
     p.add_argument("--mode", default="baseline", help="boundary mode (default baseline)")
     p.add_argument("--depth", type=int, default=3, metavar="K", help="drafts per step (verify width K + 1)")
     p.add_argument("--draft", default="mtp", help="draft kind: mtp (default), dflash or dspark")
     p.add_argument("--draft-weights", metavar="DIR", help="a DFlash / DSpark draft folder (default: random)")
-    p.add_argument("--kernels", metavar="DIR", help="kernel build folder, for modes that run built kernels")
+    p.add_argument(
+        "--kernels", metavar="DIR", help="kernel build folder for modes that run built kernels (built when missing)"
+    )
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="the model's dtype")
     p.add_argument("--seed", type=int, default=0, help="seed of random weights (presets, a random draft)")
@@ -40,18 +59,54 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _tokenizer(args, needed: bool):
+    """The folder's ``tokenizer.json`` as a ``tokenizers.Tokenizer``, or None where there is none.
+
+    ``needed`` (a ``--prompt`` was given): its absence is a ``UsageError`` saying what to do instead.
+    """
+    from ..bench.support import MODEL_PRESETS
+
+    path = None if args.model in MODEL_PRESETS else Path(args.model) / "tokenizer.json"
+    if path is None or not path.is_file():
+        if needed:
+            where = f"--model {args.model} is a preset" if path is None else f"{Path(args.model)} has no tokenizer.json"
+            raise UsageError(f"--prompt needs a model folder with a tokenizer.json ({where}); use --prompt-ids")
+        return None
+    try:
+        from tokenizers import Tokenizer  # optional dependency
+    except ImportError:
+        if needed:
+            raise UsageError("--prompt needs the tokenizers package (pip install tokenizers); or use --prompt-ids")
+        return None
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as e:  # the tokenizers package raises its own exception types
+        raise UsageError(f"{path}: not a tokenizer the tokenizers package reads ({str(e).splitlines()[0]})") from None
+
+
+def _prompts(args, tokenizer) -> list[list[int]]:
+    """Every ``--prompt-ids`` / ``--prompt`` in the order given, as token ids."""
+    prompts = []
+    for kind, text in args.prompts:
+        if kind == "ids":
+            prompts.append(int_list(text, "--prompt-ids"))
+            continue
+        ids = tokenizer.encode(text).ids
+        if not ids:
+            raise UsageError(f"--prompt {text!r}: the tokenizer gives no tokens")
+        prompts.append(ids)
+    return prompts
+
+
 def _setup(args):
-    """``(model, draft, library)`` for the arguments; every bad value is a ``UsageError``."""
+    """``(model, draft, device)`` for the arguments; every bad value is a ``UsageError``."""
     import torch
 
-    from ..bench.support import MODEL_PRESETS, BenchError, check_device, check_model, model_config
+    from ..bench.support import MODEL_PRESETS, BenchError, check_device, model_config
     from ..engine.draft_kinds import DRAFT_KINDS
     from ..engine.modes import MODES
     from ..models import EngineError, Qwen3Model
 
-    why = check_model(args.model)
-    if why:
-        raise UsageError(why)
     if args.draft not in DRAFT_KINDS:
         raise UsageError(f"unknown --draft '{args.draft}' (known: {', '.join(DRAFT_KINDS)})")
     if args.mode not in MODES:
@@ -61,6 +116,8 @@ def _setup(args):
     dtype = getattr(torch, args.dtype)
     try:
         device = check_device(args.device)
+        if device.type != "cuda" and MODES[args.mode].cpu_skip_reason:
+            raise UsageError(f"--mode {args.mode} {MODES[args.mode].cpu_skip_reason}; use baseline or specgen here")
         config = model_config(args.model)
         if args.model in MODEL_PRESETS:
             model = Qwen3Model.create(config, seed=args.seed, dtype=dtype, device=device)
@@ -71,28 +128,63 @@ def _setup(args):
         raise UsageError(str(e)) from None
     except (KeyError, ValueError, FileNotFoundError) as e:
         raise UsageError(f"--model {args.model}: {str(e).strip(chr(34) + chr(39))}") from None
-    library = None
-    if MODES[args.mode].needs_library:
-        if not args.kernels:
-            raise UsageError(f"--mode {args.mode} runs built kernels: give their folder with --kernels DIR")
-        from ..runtime.library import load_library
+    return model, draft, device
 
-        library = load_library(args.kernels)
-    return model, draft, library
+
+def _kernels(args, width: int, positions: int, device) -> tuple:
+    """``(library, block_table_width, block_size)``: a layout of the kernel folder that holds ``positions``,
+    else a just-enough one, built into the folder when missing (as ``specgen bench`` does)."""
+    from ..engine.draft_kinds import DRAFT_KINDS
+    from ..engine.modes import MODES
+    from . import bench
+
+    just_enough = -(-positions // BLOCK_SIZE)
+    if not MODES[args.mode].needs_library:
+        return None, just_enough, BLOCK_SIZE
+    folder = Path(args.kernels or "build/bench_kernels")
+    need = SimpleNamespace(
+        kernel_target="cuda" if device.type == "cuda" else "c",
+        widths=(width,),
+        block_table_width=just_enough,
+        block_size=BLOCK_SIZE,
+        boundaries=DRAFT_KINDS[args.draft].boundaries,
+    )
+    if (folder / "manifest.json").is_file():
+        lib = bench._library(folder)
+        fits = [
+            lay
+            for lay in lib.manifest.layouts(need.boundaries[0])
+            if lay.width == width
+            and lay.draft_dtype == "int32"
+            and lay.block_table_width * lay.block_size >= positions
+            and bench._built_for(lib, lay, need.kernel_target, need.boundaries)
+        ]
+        if fits:
+            best = min(fits, key=lambda lay: (lay.block_table_width * lay.block_size, lay.block_size))
+            return lib, best.block_table_width, best.block_size
+    return bench._ensure_kernels(str(folder), need, "generate"), just_enough, BLOCK_SIZE
 
 
 def run(args) -> int:
-    prompts = [int_list(text, "--prompt-ids") for text in args.prompt_ids]
-    model, draft, library = _setup(args)
+    from ..bench.support import check_model
+
+    if not args.prompts:
+        raise UsageError("give at least one prompt: --prompt-ids 1,2,3 or --prompt TEXT")
+    why = check_model(args.model)
+    if why:
+        raise UsageError(why)
+    tokenizer = _tokenizer(args, needed=any(kind == "text" for kind, _ in args.prompts))
+    prompts = _prompts(args, tokenizer)
+    model, draft, device = _setup(args)
     vocab = model.config.vocab_size
     bad = [t for p in prompts for t in p if not 0 <= t < vocab]
     if bad:
-        raise UsageError(f"--prompt-ids: token {bad[0]} is outside the vocabulary (0..{vocab - 1})")
+        raise UsageError(f"prompt token {bad[0]} is outside the vocabulary (0..{vocab - 1})")
     from ..engine import SpecDecodeEngine
     from ..models import EngineError
 
-    width, n, block_size = args.depth + 1, args.max_new_tokens, 16
-    positions = max(map(len, prompts)) + n + 3 * width + 2
+    width, n = args.depth + 1, args.max_new_tokens
+    library, block_table_width, block_size = _kernels(args, width, max(map(len, prompts)) + n + 3 * width + 2, device)
     try:
         engine = SpecDecodeEngine(
             model,
@@ -101,12 +193,13 @@ def run(args) -> int:
             width=width,
             batch=len(prompts),
             block_size=block_size,
-            block_table_width=-(-positions // block_size),
+            block_table_width=block_table_width,
             library=library,
         )
         t = time.perf_counter()
         res = engine.run(prompts, max_new_tokens=n)
         wall = time.perf_counter() - t
+        engine.close()
     except EngineError as e:
         raise UsageError(str(e)) from None
     outputs = [o[:n] for o in res.outputs]
@@ -118,16 +211,21 @@ def run(args) -> int:
         "depth": args.depth,
         "prompts": prompts,
         "outputs": outputs,
+        "texts": [tokenizer.decode(o) for o in outputs] if tokenizer is not None else None,
         "acceptance": res.acceptance,
         "tokens": tokens,
         "seconds": wall,
         "tokens_per_s": tokens / wall if wall > 0 else None,
+        "layout": {"block_table_width": block_table_width, "block_size": block_size},
+        "runtime_stats": res.runtime_stats,  # modes on built kernels: fast-path steps and fallbacks by reason
     }
     if args.json:
         print(json.dumps(doc))
         return 0
     for i, (p, o) in enumerate(zip(prompts, outputs)):
         print(f"prompt {i}: {','.join(map(str, p))} -> {','.join(map(str, o))}")
+        if doc["texts"] is not None:
+            print(f"  text: {doc['texts'][i]!r}")
     rate = f"{doc['tokens_per_s']:.1f}" if doc["tokens_per_s"] else "-"
     print(
         f"acceptance {res.acceptance:.2f}, {tokens} tokens in {wall:.2f} s ({rate} tokens/s), "
