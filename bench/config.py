@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..specializations.families import MAX_WIDTH
-from .support import MODEL_PRESETS, BenchError, check_model, model_config
+from .support import MODEL_PRESETS, BenchError, check_model, fitting_model_config, model_config
 
 if TYPE_CHECKING:
     import torch
@@ -301,7 +301,7 @@ class BenchSettings:
             "bfloat16": torch.bfloat16,
         }[self.dtype]
         return BenchConfig(
-            model=model_config(self.model),
+            model=fitting_model_config(self.model, self.positions_needed),
             model_path=None if self.model in MODEL_PRESETS else str(Path(self.model).resolve()),
             dtype=torch_dtype,
             device=dev,

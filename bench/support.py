@@ -22,6 +22,7 @@ __all__ = [
     "BenchError",
     "check_device",
     "check_model",
+    "fitting_model_config",
     "load_target",
     "model_config",
     "log",
@@ -83,6 +84,17 @@ def model_config(model: str) -> "ModelConfig":
         return ModelConfig.from_hf(model)
     except ValueError as e:
         raise BenchError(f"--model {model}: {e}") from None
+
+
+def fitting_model_config(model: str, positions: int) -> "ModelConfig":
+    """``model_config``, checked to hold sequences of ``positions`` (a checkpoint's ``max_position_embeddings``)."""
+    config = model_config(model)
+    if config.max_positions is not None and positions > config.max_positions:
+        raise BenchError(
+            f"--model {model}: a sequence may reach {positions} positions (--prompt-len, --steps, --warmup, "
+            f"--profile-steps, --depth), beyond its max_position_embeddings {config.max_positions}"
+        )
+    return config
 
 
 def load_target(config, device) -> torch.nn.Module:

@@ -184,6 +184,12 @@ def run(args) -> int:
     from ..models import EngineError
 
     width, n = args.depth + 1, args.max_new_tokens
+    limit = model.config.max_positions
+    if limit is not None and max(map(len, prompts)) + n > limit:
+        raise UsageError(
+            f"the longest prompt ({max(map(len, prompts))} tokens) and --max-new-tokens {n} pass the model's "
+            f"max_position_embeddings {limit}"
+        )
     library, block_table_width, block_size = _kernels(args, width, max(map(len, prompts)) + n + 3 * width + 2, device)
     try:
         engine = SpecDecodeEngine(

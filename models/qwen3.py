@@ -50,6 +50,7 @@ class ModelConfig:
     rms_eps: float = 1e-6
     rope_theta: float = 1e6
     tie_embeddings: bool = True
+    max_positions: int | None = None  # a checkpoint's max_position_embeddings (None: no stated limit)
 
     @classmethod
     def preset(cls, name: str) -> "ModelConfig":

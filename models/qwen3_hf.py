@@ -2,7 +2,8 @@
 
 ``config_kwargs`` honours what the dense model implements (dimensions,
 ``rms_norm_eps``, the RoPE base from ``rope_parameters`` or an older file's
-top-level ``rope_theta``, ``tie_word_embeddings``) and refuses, naming the field
+top-level ``rope_theta``, ``tie_word_embeddings``, ``max_position_embeddings`` as
+the longest sequence) and refuses, naming the field
 and value, anything that would change the forward and is not implemented here:
 a RoPE type other than ``default``, ``rope_scaling``, sliding windows, attention
 biases, another activation.  Fields that cannot change the forward (token ids,
@@ -11,7 +12,7 @@ so a checkpoint never loads as if its config said nothing.
 
 Absent fields take transformers' ``Qwen3Config`` defaults (``head_dim`` 128,
 RoPE base 10000, untied embeddings, eps 1e-6), which is what transformers
-itself would run.
+itself would run; without ``max_position_embeddings`` no limit is checked.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ _FIELDS = {
     "rms_norm_eps": "rms_eps",
     "rope_theta": "rope_theta",  # files written before rope_parameters
     "tie_word_embeddings": "tie_embeddings",
+    "max_position_embeddings": "max_positions",  # a limit the bench and generate check; RoPE is not scaled
 }
 # Dimensions a config must state.
 _NEEDED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
@@ -57,7 +59,6 @@ _NO_EFFECT = frozenset(
         "bos_token_id",
         "eos_token_id",
         "pad_token_id",
-        "max_position_embeddings",  # a serving limit; RoPE is not scaled
         "initializer_range",
         "use_cache",
         "sliding_window",
@@ -133,6 +134,8 @@ def config_kwargs(config: Mapping, name: str) -> dict:
     for key, value in _DEFAULTS.items():
         kw.setdefault(key, value)
     kw["tie_embeddings"] = bool(kw["tie_embeddings"])
+    if "max_positions" in kw:
+        kw["max_positions"] = int(kw["max_positions"])
     kw["rope_theta"], kw["rms_eps"] = float(kw["rope_theta"]), float(kw["rms_eps"])
     layer_types = config.get("layer_types")
     if layer_types is not None and len(layer_types) != kw["num_layers"]:

@@ -62,6 +62,10 @@ def test_bench_model_folder_errors(tmp_path, capsys):
     assert main(["bench", "--model", str(folder), "--device", "cpu", "--modes", "baseline"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "'use_sliding_window' is True" in err
+    (folder / "config.json").write_text(json.dumps({**CONFIG, "max_position_embeddings": 64}))
+    assert main(["bench", "--model", str(folder), "--device", "cpu", "--modes", "baseline"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "positions (--prompt-len, --steps" in err and "max_position_embeddings 64" in err
 
 
 def test_bench_loads_the_folder_weights_in_its_dtype(tmp_path):

@@ -137,3 +137,7 @@ def test_generate_without_a_prompt_or_with_an_unknown_config_field(tmp_path, cap
     assert main(["generate", "--model", str(folder), "--prompt-ids", "1", "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert err == f"specgen: error: --model {folder}: config.json field 'foo' is not understood by the Qwen3 loader\n"
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 12}))
+    assert main(["generate", "--model", str(folder), "--prompt-ids", "1,2,3", "--max-new-tokens", "10"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--max-new-tokens 10 pass the model's max_position_embeddings 12" in err

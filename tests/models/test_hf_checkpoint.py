@@ -24,7 +24,7 @@ def test_greedy_equals_transformers(tmp_path, tied, rope_theta):
     hf = hf_folder(tmp_path, tied, rope_theta)
     model = Qwen3Model.from_pretrained(tmp_path)
     cfg = model.config
-    assert (cfg.tie_embeddings, cfg.rope_theta, cfg.head_dim) == (tied, rope_theta, 16)
+    assert (cfg.tie_embeddings, cfg.rope_theta, cfg.head_dim, cfg.max_positions) == (tied, rope_theta, 16, 32768)
     assert hasattr(model, "lm_head") != tied
     if not tied:
         assert torch.equal(model.lm_head.weight, hf.lm_head.weight)
