@@ -12,6 +12,8 @@
 #   specgen build --target cuda --boundary draft-to-verify,context-kv --widths 8,16 --block-table-widths 80 \
 #       --block-sizes 16 --draft-dtypes int32 --out build/block_bench_kernels
 #   specgen build --target cuda --widths 6 --block-table-widths 3 --block-sizes 5 --out build/kbuild-cuda-edge
+#   specgen build --target c,cuda --widths 2-6,8 --block-table-widths 8 --block-sizes 16 --draft-dtypes int32 \
+#       --boundary draft-to-verify-linear,verify-to-draft,context-kv --out build/hybrid_test_kernels
 #   specgen build --target cuda --widths 2-16 --block-table-widths 64 --block-sizes 128 --draft-dtypes int32 \
 #       --families spec_verify_head_update,spec_verify_token_update,spec_verify_metadata_update,\
 #       spec_verify_attention_tiling_update --out build/head_kernels
@@ -32,6 +34,7 @@ export SPECGEN_TEST_CUDA_KERNELS=build/verify_test_kernels
 export SPECGEN_TEST_CUDA_DEFAULT_KERNELS=build/specgen_kernels
 export SPECGEN_TEST_ENGINE_KERNELS=build/engine_test_kernels
 export SPECGEN_TEST_BLOCK_KERNELS=build/block_test_kernels
+export SPECGEN_TEST_HYBRID_KERNELS=build/hybrid_test_kernels
 export SPECGEN_TEST_CUDA_FUZZ_KERNELS=build/specgen_kernels:build/kbuild-cuda-edge
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
 for stage in "$@"; do

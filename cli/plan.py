@@ -140,13 +140,17 @@ def _pipeline(text: str) -> str:
 
 def register(sub) -> None:
     p = sub.add_parser("plan", help="run the pass pipeline on one boundary and show before/after")
-    p.add_argument("--boundary", help="draft-to-verify | verify-to-draft | context-kv")
+    p.add_argument("--boundary", help="draft-to-verify | verify-to-draft | context-kv | draft-to-verify-linear")
     p.add_argument("--width", type=int, default=4, help="verify width W = draft depth + 1 (2..16)")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--block-size", type=int, default=128)
     p.add_argument("--block-table-width", type=int, default=64)
     p.add_argument("--draft-dtype", choices=("int32", "int64"), default="int32")
-    p.add_argument("--linear-state", action="store_true", help="the model has recurrent-state slots (hybrid)")
+    p.add_argument(
+        "--linear-state",
+        action="store_true",
+        help="a hybrid target's linear-attention state slots (draft-to-verify becomes draft-to-verify-linear)",
+    )
     p.add_argument("--pipeline", help="e.g. 'sync-to-event,hoist,fuse{max-group=8},capture'")
     p.add_argument("--costs", help="JSON calibration file overriding the cost model")
     p.add_argument("--format", choices=("text", "mermaid", "json"), default="text")

@@ -167,3 +167,9 @@ def _context(v: Instance) -> dict:
         "entry": v.expr(slot_entry(b, S + j, when=j <= a)),
         "context_slot": v.expr(slot_from_entry(_local("context_entry"), S + j)),
     }
+
+
+@expressions("spec_verify_linear_state_update")
+def _linear_state(v: Instance) -> dict:
+    slots, accepted_row = _idx("state_slots"), _local("state_a")
+    return _per_row(v) | {"own": v.expr(slots[b, j]), "committed": v.expr(slots[b, accepted_row])}

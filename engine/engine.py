@@ -44,6 +44,7 @@ from ..models.qwen3 import Qwen3Model
 from .acceptance import AcceptanceMix
 from .clock import StepClock, count_host_syncs, wall_seconds
 from .graphs import CapturedGraph
+from .linear_state import LinearState, has_linear_state
 from .modes import MODES
 from .modes.base import Commit, Mode
 from .profiling import StepProfiler
@@ -119,6 +120,8 @@ class SpecDecodeEngine:
         self.library, self.acceptance, self.compile_backend = library, acceptance, compile_backend
         self.rank_check = rank_check  # tensor-parallel debug: rank_check.RankCheck, called after every step
         self.device = model.embed_tokens.weight.device
+        self.linear_state = has_linear_state(model)  # a hybrid target (engine/linear_state.py)
+        self.state: LinearState | None = None
         self.proposer.bind(self)
         self.strategy: Mode = MODES[mode](self)
         self.observer = None  # before_step(engine, i) / after_step(engine, i); see the module docstring
@@ -163,6 +166,9 @@ class SpecDecodeEngine:
         self.verify_hidden = self.proposer.alloc_hidden()
         self.bufs = self.strategy.buffers()
         self.bufs["block_table"].copy_(self.block_table)
+        if self.linear_state:
+            self.state = LinearState(self.model, B, self.width, dev)
+            self.bufs["state_slots"].copy_(self.state.slots)
         self.pool = torch.cuda.graph_pool_handle() if dev.type == "cuda" else None
 
     def _prefill(self, prompts: list[list[int]]) -> torch.Tensor:
@@ -170,6 +176,18 @@ class SpecDecodeEngine:
         return self.proposer.prefill(prompts)
 
     # -------------------------------------------------------------- the graphs
+    def call_target(self, *args, taps: tuple[int, ...] = (), prefill_lens=None, step_bufs=None):
+        """``model(tokens, positions, slots, block_table, kv_lens, query_start_loc, rows)`` plus, for a
+        hybrid target, the linear state's slots: a prefill's (``prefill_lens``, the prompts' lengths) or
+        those the verify step's head wrote into ``step_bufs``."""
+        kw = {"taps": taps} if taps else {}
+        if self.state is not None:
+            if prefill_lens is not None:
+                kw |= self.state.prefill_kwargs(prefill_lens, args[6])
+            else:
+                kw |= self.state.verify_kwargs(step_bufs)
+        return self.model(*args, **kw)
+
     def target_forward(self, bufs) -> torch.Tensor:
         """The target over the verify rows of ``bufs``, keeping what the draft reads; returns ``target[B, W]``."""
         return self.proposer.target_forward(bufs)
@@ -201,15 +219,18 @@ class SpecDecodeEngine:
 
     @contextlib.contextmanager
     def state_kept(self):
-        """Restore the step buffers and the verify hidden states on exit."""
+        """Restore the step buffers, the verify hidden states and a hybrid's linear state on exit."""
         saved = {n: t.clone() for n, t in self.bufs.items()}
         saved_hidden = self.verify_hidden.clone()
+        saved_state = self.state.snapshot() if self.state is not None else None  # a warm-up rewrites it
         try:
             yield
         finally:
             for n, t in saved.items():
                 self.bufs[n].copy_(t)
             self.verify_hidden.copy_(saved_hidden)
+            if saved_state is not None:
+                self.state.restore(saved_state)
 
     # ------------------------------------------------------------------- run
     @torch.inference_mode()

@@ -26,9 +26,11 @@ class CapturedGraph:
             self.graph.replay()
 
 
-def head_update(b: dict, block_size: int) -> None:
-    """The draft-to-verify updates (token, metadata, attention tiling) as plain torch over step buffers."""
-    semantics.run_semantics("spec_verify_head_update", b, block_size=block_size)
+def head_update(b: dict, block_size: int, linear_state: bool = False) -> None:
+    """The draft-to-verify updates (token, metadata, attention tiling, and a hybrid target's linear-state
+    slots) as plain torch over step buffers."""
+    head = "spec_verify_hybrid_head_update" if linear_state else "spec_verify_head_update"
+    semantics.run_semantics(head, b, block_size=block_size)
 
 
 TAIL_FAMILIES = ("greedy_prefix_verify", "prepare_next_draft")

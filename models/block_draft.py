@@ -37,7 +37,17 @@ from torch import nn
 from .checkpoint import load_folder
 from .errors import EngineError
 from .paged_kv import PagedKVCache
-from .qwen3 import EMBED_STD, LOGIT_STD, DecoderLayer, Qwen3Model, RMSNorm, apply_rope, build_on, init_random_weights
+from .qwen3 import (
+    EMBED_STD,
+    LOGIT_STD,
+    DecoderLayer,
+    Qwen3Model,
+    RMSNorm,
+    apply_rope,
+    build_on,
+    draft_config,
+    init_random_weights,
+)
 
 __all__ = ["BLOCK_KINDS", "BlockDraft", "BlockDraftConfig", "MarkovHead", "rope_tables", "tap_layers"]
 
@@ -125,7 +135,7 @@ class BlockDraft(nn.Module):
 
     def __init__(self, target: Qwen3Model, config: BlockDraftConfig):
         super().__init__()
-        cfg = target.config
+        cfg = draft_config(target)
         self.config, self.target_config = config, cfg
         self.fc = nn.Linear(len(config.tap_layers) * cfg.hidden_size, cfg.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
@@ -155,7 +165,7 @@ class BlockDraft(nn.Module):
         if seed is not None:
             init_random_weights(draft, seed)
             with torch.no_grad():
-                draft.norm.weight.fill_(LOGIT_STD / (EMBED_STD * math.sqrt(target.config.hidden_size)))
+                draft.norm.weight.fill_(LOGIT_STD / (EMBED_STD * math.sqrt(draft_config(target).hidden_size)))
         return draft.eval().requires_grad_(False)
 
     @classmethod
@@ -275,7 +285,7 @@ class BlockDraft(nn.Module):
 
 def _config_from(kind: str, target: Qwen3Model, tensors: dict, folder: Path) -> BlockDraftConfig:
     """The draft's shape from its tensors, the tap layers and mask token from ``config.json`` when present."""
-    cfg = target.config
+    cfg = target.config  # the target's depth and width: what the taps index
     meta = {}
     if (folder / "config.json").exists():
         meta = json.loads((folder / "config.json").read_text())

@@ -86,6 +86,14 @@ class LinearStatePool:
             torch.where(live[:, None, None], window, torch.zeros_like(window)),
         )
 
+    def snapshot(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A copy of every slot of every layer (``restore`` puts it back)."""
+        return self._state.clone(), self._conv.clone()
+
+    def restore(self, saved: tuple[torch.Tensor, torch.Tensor]) -> None:
+        self._state.copy_(saved[0])
+        self._conv.copy_(saved[1])
+
     def write(self, layer: int, slots: torch.Tensor, state: torch.Tensor, window: torch.Tensor) -> None:
         """Store ``state[b], window[b]`` at ``slots[b]`` (-1: the scratch slot, i.e. nowhere)."""
         idx = self._index(slots)

@@ -24,6 +24,7 @@ from .qwen3 import (
     RMSNorm,
     attention_batch,
     build_on,
+    draft_config,
     init_random_weights,
 )
 
@@ -43,7 +44,7 @@ class MTPHead(nn.Module):
 
     def __init__(self, target: Qwen3Model):
         super().__init__()
-        cfg = target.config
+        cfg = draft_config(target)
         self.config = cfg
         self.enorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         self.hnorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
@@ -59,7 +60,7 @@ class MTPHead(nn.Module):
         head = build_on(lambda: cls(target), w.dtype, w.device)
         init_random_weights(head, seed)
         with torch.no_grad():
-            head.norm.weight.fill_(LOGIT_STD / (EMBED_STD * math.sqrt(target.config.hidden_size)))
+            head.norm.weight.fill_(LOGIT_STD / (EMBED_STD * math.sqrt(draft_config(target).hidden_size)))
         return head.eval().requires_grad_(False)
 
     def allocate_kv_cache(self, num_blocks: int, block_size: int) -> PagedKVCache:

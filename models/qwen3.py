@@ -179,6 +179,12 @@ def init_random_weights(module: nn.Module, seed: int) -> None:
             p.copy_(w)
 
 
+def draft_config(target) -> ModelConfig:
+    """The dense config a draft's layers take over ``target``: its own for a Qwen3 target, the hybrid's
+    ``draft_config`` for a hybrid one."""
+    return getattr(target, "draft_config", target.config)
+
+
 def build_on(module_factory, dtype: torch.dtype, device) -> nn.Module:
     """Construct a module without default initialisation, then place it."""
     with torch.device("meta"):

@@ -38,7 +38,7 @@ from torch import nn
 from .checkpoint import load_folder
 from .gated_deltanet import GatedDeltaNet, LinearStatePool
 from .paged_kv import AttentionBatch, PagedKVCache
-from .qwen3 import EMBED_STD, LOGIT_STD, MLP, apply_rope, build_on
+from .qwen3 import EMBED_STD, LOGIT_STD, MLP, ModelConfig, apply_rope, build_on
 from .qwen3_5_config import FULL, LINEAR, PRESETS, Qwen35Config, hf_param_name
 
 __all__ = ["PRESETS", "Qwen35Config", "Qwen35Model"]
@@ -158,6 +158,9 @@ def init_random_weights(model: "Qwen35Model", seed: int) -> None:
 class Qwen35Model(nn.Module):
     """The hybrid decoder; ``forward`` returns the pre-norm hidden state and logits (see the module docstring)."""
 
+    # the drafts' dense layers (MTP head, DFlash / DSpark) run the plain torch attention over this target
+    forward_kernels = "torch"
+
     def __init__(self, config: Qwen35Config):
         super().__init__()
         self.config = config
@@ -220,6 +223,25 @@ class Qwen35Model(nn.Module):
         missing = sorted(set(own) - seen)
         if missing:
             raise KeyError(f"checkpoint lacks {len(missing)} tensors, e.g. {missing[:4]}")
+
+    @property
+    def draft_config(self) -> ModelConfig:
+        """The dense (Qwen3-style) shape a draft's layers take over this target: its attention heads, FFN,
+        vocabulary and norms; the drafts share its embedding and LM head."""
+        c = self.config
+        return ModelConfig(
+            f"{c.name}-draft",
+            1,
+            c.hidden_size,
+            c.num_heads,
+            c.num_kv_heads,
+            c.head_dim,
+            c.intermediate_size,
+            c.vocab_size,
+            c.rms_eps,
+            c.rope_theta,
+            c.tie_embeddings,
+        )
 
     @property
     def lm_head_weight(self) -> torch.Tensor:

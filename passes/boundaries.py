@@ -8,6 +8,10 @@
 * ``verify-to-draft`` (xLLM #1966, the validate -> next draft handoff): after
   verification the host syncs, copies acceptance results down, rebuilds the
   next draft's inputs and copies them back before launching the next draft.
+* ``draft-to-verify-linear``: ``draft-to-verify`` of a hybrid target (linear
+  attention, Qwen3.5-style; the reference PRs' own model): the host also picks
+  the linear state's read slot from the previous step's accepted count and every
+  verify row's write slot, and copies them in.
 * ``context-kv`` (the xLLM pull request that captures DSpark's context-KV
   updates in ACL graphs): block drafts (DFlash/DSpark) write context K/V for
   the accepted rows; the host masks rejected rows before the copy.
@@ -15,12 +19,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..specializations.capabilities import SpeculativeVerifyCapabilities as Capabilities
-from ..specializations.families import DEFAULT_NUM_SPLITS, MAX_WIDTH, MIN_WIDTH
-from ..specializations.plan import PlanStep
+from ..specializations.families import DEFAULT_NUM_SPLITS, LINEAR_STATE, MAX_WIDTH, MIN_WIDTH
+from ..specializations.plan import LINEAR_DRAFT_TO_VERIFY, PlanStep
 from .ir import HOST, BoundaryGraph, BoundaryGraphError, Op, OpKind, Placement, Value
 from .ir import op_semantics as sem
 
@@ -109,7 +114,9 @@ def draft_to_verify(
     forward_us=2250.0,
 ) -> BoundaryGraph:
     W, B, BS, BT = width, batch, block_size, block_table_width
-    b = _Builder("draft-to-verify", _params(W, B, BS, BT, draft_dtype))
+    b = _Builder(
+        LINEAR_DRAFT_TO_VERIFY if caps.has_linear_state else "draft-to-verify", _params(W, B, BS, BT, draft_dtype)
+    )
     NS = b.params["num_splits"]
     b.val("draft_hidden", P.DEVICE, (B,), "int64", persistent=True, init="token")
     b.val("draft_tokens", P.DEVICE, (B, W - 1), draft_dtype, persistent=True, init="zeros")
@@ -167,8 +174,22 @@ def draft_to_verify(
     )
     graph_reads = ["tokens", "positions", "slot_mapping", "kv_lens", "query_start_loc", "block_table", *tiles]
     if caps.has_linear_state:
-        b.host_input_with_copy("state_slots_sched", "linear_state_indices", (B,), "state_slot", "target")
-        graph_reads.append("linear_state_indices")
+        # The hybrid's linear-attention state (Qwen3.5-style targets): the host picks the slot each
+        # sequence's committed state is in from the previous step's accepted count, and the slot
+        # every verify row's state goes to, and copies both in (spec_verify_linear_state_update).
+        b.host_input_with_copy("accepted_sched", "accepted", (B,), "rand", "target")
+        b.host_input_with_copy("state_slots_sched", "state_slots", (B, W), "rand", "target")
+        lin = {"state_read_slot": (B,), "state_write_slots": (B * W,)}
+        b.host_chain(
+            "linear_state",
+            LINEAR_STATE,
+            sem.linear_state,
+            ["accepted_sched", "state_slots_sched"],
+            list(lin),
+            "target",
+            lin,
+        )
+        graph_reads += list(lin)
     if caps.graph_task_update:
         b.val("graph_task_params", P.PINNED, (B,), persistent=True)
         b.op(
@@ -354,8 +375,14 @@ def _commit_on_host(b: _Builder, W, B) -> None:
     b.op("host_commit", K.HOST_COMPUTE, HOST, ["accepted_host", "target_tokens_host"], ["committed"], sem.accept_select)
 
 
+def draft_to_verify_linear(caps: Capabilities = Capabilities(), **kwargs) -> BoundaryGraph:
+    """``draft-to-verify`` of a target with linear-attention state (``has_linear_state`` set)."""
+    return draft_to_verify(caps=dataclasses.replace(caps, has_linear_state=True), **kwargs)
+
+
 BOUNDARIES: dict[str, Callable[..., BoundaryGraph]] = {
     "draft-to-verify": draft_to_verify,
+    LINEAR_DRAFT_TO_VERIFY: draft_to_verify_linear,
     "verify-to-draft": verify_to_draft,
     "context-kv": context_kv,
 }

@@ -4,11 +4,13 @@
              spec_verify_attention_tiling_update{w4_bs128}                      (3 launches)
     after:   spec_verify_head_update{w4_bt64_bs128}                             (1 launch)
 
-A composite (``specializations.families.COMPOSITES``) applies when every
-member is present once as a fused op (the output of ``fuse``, carrying a
-``variant``), all on one stream, no member reads another's output, and no op
-between them depends on them both ways.  The semantics are the members'
-composition.  Refusals are noted with their reason, like ``fuse``'s.
+A composite (``specializations.families.COMPOSITES``, tried in order)
+applies when every member is present once as a fused op (the output of ``fuse``, carrying a ``variant``),
+all on one stream, no member reads another's output, and no op between them
+depends on them both ways.  The semantics are the members'
+composition.  Refusals are noted with their reason, like ``fuse``'s; a
+composite is not tried where the members the boundary has all belong to a
+smaller one (the hybrid head on a target without linear state).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class FuseChain:
     name: ClassVar[str] = "fuse-chain"
 
     def apply(self, ctx: PassContext, graph: BoundaryGraph) -> BoundaryGraph:
+        families = {o.attr("family") for o in graph.ops}
         for comp, member_fams in COMPOSITES.items():
             found = [
                 [
@@ -38,6 +41,11 @@ class FuseChain:
                 for fam in member_fams
             ]
             if not any(found):
+                continue
+            # a composite whose members here all belong to a smaller composite is that one's business
+            # (the hybrid head on a target without linear state): no refusal of its own
+            present = {f for f in member_fams if f in families}
+            if any(set(other) < set(member_fams) and present <= set(other) for other in COMPOSITES.values()):
                 continue
             try:
                 if any(len(f) != 1 for f in found):

@@ -12,7 +12,8 @@ import torch
 from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, shape_of
 
 I32 = torch.int32
-INPUTS = ("last_tokens", "draft_tokens", "seq_lens", "block_table", "scratch_slot")  # what a step reads
+INPUTS = ("last_tokens", "draft_tokens", "seq_lens", "block_table", "scratch_slot", "state_slots")  # what a step reads
+LINEAR_INPUTS = ("accepted", "state_slots")  # what a hybrid target's step reads besides: the linear state's slots
 
 
 def buckets_for(max_batch: int) -> tuple[int, ...]:
@@ -44,7 +45,8 @@ def alloc_step_buffers(
     """Every buffer of one verify step for ``batch`` rows: the families' arguments, int32, zeroed.
 
     ``scratch_slot`` holds the scratch block's first slot; with ``fill_padding``
-    every block-table entry starts as the scratch block.
+    every block-table entry starts as the scratch block.  ``state_slots`` (a
+    hybrid target's linear-state slots) starts as -1: no slot, so no write.
     """
     names: dict[str, tuple[int, ...]] = {}
     for fam in FAMILIES.values():
@@ -52,14 +54,17 @@ def alloc_step_buffers(
             names.setdefault(a.name, shape_of(a, batch, width, block_table_width, num_splits))
     bufs = {n: torch.zeros(s, dtype=I32, device=device) for n, s in names.items()}
     bufs["scratch_slot"].fill_(scratch_block * block_size)
+    bufs["state_slots"].fill_(-1)
     if fill_padding:
         bufs["block_table"].fill_(scratch_block)
     return bufs
 
 
 def pad_rows(bufs: dict[str, torch.Tensor], batch: int, scratch_block: int) -> None:
-    """Rows ``batch:`` become padding: no tokens, length 0, every block the scratch block."""
+    """Rows ``batch:`` become padding: no tokens, length 0, every block the scratch block, no linear state."""
     bufs["last_tokens"][batch:].fill_(0)
+    bufs["accepted"][batch:].fill_(0)
+    bufs["state_slots"][batch:].fill_(-1)
     bufs["draft_tokens"][batch:].fill_(0)
     bufs["seq_lens"][batch:].fill_(0)
     bufs["block_table"][batch:].fill_(scratch_block)
@@ -75,11 +80,53 @@ def load_inputs(
     *,
     scratch_block: int,
     non_blocking: bool = False,
+    linear: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> None:
-    """Copy a step's inputs into rows ``:batch`` of a bucket's buffers and pad the rows after them."""
+    """Copy a step's inputs into rows ``:batch`` of a bucket's buffers and pad the rows after them.
+
+    ``linear``: a hybrid target's ``(accepted, state_slots)``."""
     bufs["last_tokens"][:batch].copy_(last_tokens, non_blocking=non_blocking)
+    if linear is not None:
+        for name, t in zip(LINEAR_INPUTS, linear):
+            bufs[name][:batch].copy_(t, non_blocking=non_blocking)
     bufs["draft_tokens"][:batch].copy_(draft_tokens, non_blocking=non_blocking)
     bufs["seq_lens"][:batch].copy_(seq_lens, non_blocking=non_blocking)
     bufs["block_table"][:batch].copy_(block_table, non_blocking=non_blocking)
     if batch < bufs["seq_lens"].shape[0]:
         pad_rows(bufs, batch, scratch_block)
+
+
+def linear_inputs(has_linear_state: bool, batch: int, width: int, accepted, state_slots):
+    """``(accepted, state_slots)`` of a hybrid target's step, checked; None for a target without linear state."""
+    if not has_linear_state:
+        if accepted is not None or state_slots is not None:
+            raise ValueError("step: accepted and state_slots are for a target with linear state")
+        return None
+    if accepted is None or state_slots is None:
+        raise ValueError(
+            "step: a target with linear state (caps.has_linear_state) needs accepted[B] (the previous "
+            "step's counts) and state_slots[B, W]"
+        )
+    if tuple(accepted.shape) != (batch,) or tuple(state_slots.shape) != (batch, width):
+        raise ValueError(
+            f"step: expected accepted[{batch}] and state_slots[{batch}, {width}]; got "
+            f"{tuple(accepted.shape)}, {tuple(state_slots.shape)}"
+        )
+    return accepted, state_slots
+
+
+def check_step_inputs(width: int, last_tokens, draft_tokens, seq_lens, block_table) -> None:
+    """``ValueError`` unless the shapes are ``last_tokens[B]``, ``draft_tokens[B, W - 1]``, ``seq_lens[B]``,
+    ``block_table[B, BT]``."""
+    batch = int(seq_lens.shape[0])
+    if (
+        draft_tokens.shape != (batch, width - 1)
+        or last_tokens.shape != (batch,)
+        or block_table.dim() != 2
+        or block_table.shape[0] != batch
+    ):
+        raise ValueError(
+            f"step: expected last_tokens[B], draft_tokens[B, {width - 1}], seq_lens[B], "
+            f"block_table[B, BT]; got {tuple(last_tokens.shape)}, {tuple(draft_tokens.shape)}, "
+            f"{tuple(seq_lens.shape)}, {tuple(block_table.shape)}"
+        )

@@ -103,7 +103,8 @@ def unavailable_message(
         return None
     target = TARGET_OF_DEVICE[device_type]
     bt, bs = plan.kv_layout if plan.kv_layout is not None else (caps.block_table_width, caps.block_size)
-    cmd = plan_build_command(Layout(width, bt, bs), target, tail) + (f" --out {root}" if root is not None else "")
+    cmd = plan_build_command(Layout(width, bt, bs), target, tail, caps.has_linear_state)
+    cmd += f" --out {root}" if root is not None else ""
     what = plan.missing or f"the plans and variants of width {width}"
     return f"no fast path for width {width}: the build lacks {what}; run `{cmd}`"
 
@@ -118,3 +119,15 @@ def scratch_in_table(
         hits &= torch.arange(block_table.shape[1], device=block_table.device)[None, :] < needed
     rows = hits.any(dim=1).nonzero()
     return int(rows[0, 0]) if rows.numel() else None
+
+
+def refuse_scratch_in_table(
+    block_table: torch.Tensor, seq_lens: torch.Tensor | None, width: int, block_size: int, scratch_block: int
+) -> None:
+    """``ValueError`` when a row of ``block_table`` maps the scratch block (see ``scratch_in_table``)."""
+    row = scratch_in_table(block_table, seq_lens, width, block_size, scratch_block)
+    if row is not None:
+        raise ValueError(
+            f"block table row {row} maps the scratch block {scratch_block}, which padding rows and "
+            f"rejected repair writes use; give the runtime a scratch_block no sequence owns"
+        )

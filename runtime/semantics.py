@@ -163,6 +163,15 @@ def context_kv_update(accepted, seq_lens, block_table, context_slots, *, block_s
     context_slots.copy_(torch.where(keep, slots, torch.full_like(slots, -1)).reshape(-1))
 
 
+def spec_verify_linear_state_update(accepted, state_slots, state_read_slot, state_write_slots) -> None:
+    width = state_slots.shape[1]
+    slots = state_slots.long()
+    slots = torch.where(slots >= 0, slots, torch.full_like(slots, -1))  # any negative entry: no slot
+    read = torch.gather(slots, 1, accepted_read(accepted, width)[:, None])[:, 0]
+    state_read_slot.copy_(read)
+    state_write_slots.copy_(slots.reshape(-1))
+
+
 def spec_verify_head_update(
     last_tokens,
     draft_tokens,
@@ -184,21 +193,83 @@ def spec_verify_head_update(
     num_splits: int = DEFAULT_NUM_SPLITS,
 ) -> None:
     """The composite: token update, metadata update, attention tiling update."""
+    _head(
+        last_tokens,
+        draft_tokens,
+        seq_lens,
+        block_table,
+        tokens,
+        positions,
+        slot_mapping,
+        kv_lens,
+        query_start_loc,
+        (row_kv_lens, row_num_blocks, row_last_block_len, row_block_offsets, max_kv_len, kv_split_len),
+        block_size,
+        num_splits,
+    )
+
+
+def spec_verify_hybrid_head_update(
+    last_tokens,
+    draft_tokens,
+    seq_lens,
+    block_table,
+    accepted,
+    state_slots,
+    tokens,
+    positions,
+    slot_mapping,
+    kv_lens,
+    query_start_loc,
+    row_kv_lens,
+    row_num_blocks,
+    row_last_block_len,
+    row_block_offsets,
+    max_kv_len,
+    kv_split_len,
+    state_read_slot,
+    state_write_slots,
+    *,
+    block_size: int,
+    num_splits: int = DEFAULT_NUM_SPLITS,
+) -> None:
+    """The hybrid target's composite: ``spec_verify_head_update``, then the linear state's slots."""
+    _head(
+        last_tokens,
+        draft_tokens,
+        seq_lens,
+        block_table,
+        tokens,
+        positions,
+        slot_mapping,
+        kv_lens,
+        query_start_loc,
+        (row_kv_lens, row_num_blocks, row_last_block_len, row_block_offsets, max_kv_len, kv_split_len),
+        block_size,
+        num_splits,
+    )
+    spec_verify_linear_state_update(accepted, state_slots, state_read_slot, state_write_slots)
+
+
+def _head(
+    last_tokens,
+    draft_tokens,
+    seq_lens,
+    block_table,
+    tokens,
+    positions,
+    slot_mapping,
+    kv_lens,
+    query_start_loc,
+    tiles,
+    block_size,
+    num_splits,
+) -> None:
     spec_verify_token_update(last_tokens, draft_tokens, tokens)
     spec_verify_metadata_update(
         seq_lens, block_table, positions, slot_mapping, kv_lens, query_start_loc, block_size=block_size
     )
-    spec_verify_attention_tiling_update(
-        seq_lens,
-        row_kv_lens,
-        row_num_blocks,
-        row_last_block_len,
-        row_block_offsets,
-        max_kv_len,
-        kv_split_len,
-        block_size=block_size,
-        num_splits=num_splits,
-    )
+    spec_verify_attention_tiling_update(seq_lens, *tiles, block_size=block_size, num_splits=num_splits)
 
 
 def semantics_kwargs(family: str, block_size: int, num_splits: int = DEFAULT_NUM_SPLITS) -> dict:
@@ -235,6 +306,8 @@ SEMANTICS: dict[str, Callable[..., None]] = {
         greedy_prefix_verify,
         prepare_next_draft,
         context_kv_update,
+        spec_verify_linear_state_update,
         spec_verify_head_update,
+        spec_verify_hybrid_head_update,
     )
 }

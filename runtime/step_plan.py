@@ -35,8 +35,16 @@ from typing import Callable, Mapping
 import torch
 
 from ..specializations.capabilities import SpeculativeVerifyCapabilities
-from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES
-from ..specializations.plan import CONTEXT_KV, DRAFT_TO_VERIFY, TARGET_FORWARD, VERIFY_TO_DRAFT, PlanError, PlanStep
+from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, LINEAR_STATE
+from ..specializations.plan import (
+    CONTEXT_KV,
+    DRAFT_TO_VERIFY,
+    LINEAR_DRAFT_TO_VERIFY,
+    TARGET_FORWARD,
+    VERIFY_TO_DRAFT,
+    PlanError,
+    PlanStep,
+)
 from ..specializations.targets import TARGET_OF_DEVICE
 from ..specializations.variants import Layout, VariantSpec
 from . import semantics
@@ -51,6 +59,7 @@ __all__ = [
     "built_layouts",
     "eager_step",
     "eager_steps",
+    "head_boundary",
     "plan_build_command",
     "resolve_step_plan",
     "run_steps",
@@ -94,30 +103,38 @@ class StepPlan:
     missing: str | None = None  # what the build lacks when ``unavailable`` is ``variant_not_built``
 
 
-def built_layouts(library: KernelLibrary, width: int) -> list[tuple[int, int]]:
-    """``(block_table_width, block_size)`` of every int32 draft-to-verify plan the build made for ``width``."""
+def head_boundary(linear_state: bool) -> str:
+    """The boundary whose plan is a verify step's head: ``draft-to-verify``, or its hybrid-target form."""
+    return LINEAR_DRAFT_TO_VERIFY if linear_state else DRAFT_TO_VERIFY
+
+
+def built_layouts(library: KernelLibrary, width: int, linear_state: bool = False) -> list[tuple[int, int]]:
+    """``(block_table_width, block_size)`` of every int32 head plan the build made for ``width``."""
     return [
         (lay.block_table_width, lay.block_size)
-        for lay in library.manifest.layouts(DRAFT_TO_VERIFY)
+        for lay in library.manifest.layouts(head_boundary(linear_state))
         if lay.width == width and lay.draft_dtype == "int32"
     ]
 
 
-def plan_build_command(layout: Layout, target: str, tail: str = VERIFY_TO_DRAFT) -> str:
+def plan_build_command(layout: Layout, target: str, tail: str = VERIFY_TO_DRAFT, linear_state: bool = False) -> str:
     """The ``specgen build`` command that makes the plans and variants of one verify step at ``layout``."""
     cmd = (
-        f"specgen build --boundary {DRAFT_TO_VERIFY},{tail} --widths {layout.width} "
+        f"specgen build --boundary {head_boundary(linear_state)},{tail} --widths {layout.width} "
         f"--block-table-widths {layout.block_table_width} --block-sizes {layout.block_size} --draft-dtypes int32"
     )
     return cmd + (f" --target {target}" if target != "c" else "")
 
 
-def _plan_steps(library: KernelLibrary, layout: Layout, tail: str) -> tuple[list[PlanStep] | None, str | None]:
+def _plan_steps(
+    library: KernelLibrary, layout: Layout, tail: str, linear_state: bool = False
+) -> tuple[list[PlanStep] | None, str | None]:
     """The kernel and forward steps of one verify step at ``layout``, or None and the plan that is missing."""
-    first = library.manifest.plan(DRAFT_TO_VERIFY, layout)
+    head = head_boundary(linear_state)
+    first = library.manifest.plan(head, layout)
     second = library.manifest.plan(tail, layout)
     if first is None or second is None:
-        return None, f"the {DRAFT_TO_VERIFY if first is None else tail} plan at {layout.key}"
+        return None, f"the {head if first is None else tail} plan at {layout.key}"
     try:
         after = second.after_forward()
     except PlanError:  # the tail plan has no target forward
@@ -211,17 +228,18 @@ def _resolve(
     tail: str,
 ) -> StepPlan:
     bt, bs = block_table_width, block_size
+    linear = caps.has_linear_state
     if bt is None or bs is None:
-        built = built_layouts(library, width)
+        built = built_layouts(library, width, linear)
         want = (caps.block_table_width, caps.block_size)
         if want in built:
             bt, bs = want
         elif built:
             bt, bs = built[0]
         else:
-            return StepPlan(unavailable="variant_not_built", missing=f"a {DRAFT_TO_VERIFY} plan of width {width}")
+            return StepPlan(unavailable="variant_not_built", missing=f"a {head_boundary(linear)} plan of width {width}")
     layout = (int(bt), int(bs))
-    steps, missing = _plan_steps(library, Layout(width, *layout), tail)
+    steps, missing = _plan_steps(library, Layout(width, *layout), tail, linear)
     if steps is None:
         return StepPlan(kv_layout=layout, unavailable="variant_not_built", missing=missing)
     if kernels == "torch":  # the semantics run in the graph; nothing needs to be built
@@ -251,11 +269,13 @@ def _bind_kernels(
     return StepPlan(kv_layout=layout, steps=tuple(steps), kernels=bound, num_splits=num_splits)
 
 
-def eager_steps(width: int, block_table_width: int, block_size: int, tail: str = VERIFY_TO_DRAFT) -> list[PlanStep]:
-    """The head of ``DEFAULT_SEQUENCE``, the forward and ``TAILS[tail]`` as plan steps at one layout (the eager
-    path needs no build)."""
+def eager_steps(
+    width: int, block_table_width: int, block_size: int, tail: str = VERIFY_TO_DRAFT, linear_state: bool = False
+) -> list[PlanStep]:
+    """The head of ``DEFAULT_SEQUENCE`` (and the linear state's slots), the forward and ``TAILS[tail]`` as plan
+    steps at one layout (the eager path needs no build)."""
     layout = Layout(width, block_table_width, block_size)
-    head = DEFAULT_SEQUENCE[: DEFAULT_SEQUENCE.index(TARGET_FORWARD)]
+    head = DEFAULT_SEQUENCE[: DEFAULT_SEQUENCE.index(TARGET_FORWARD)] + ((LINEAR_STATE,) if linear_state else ())
     return [
         PlanStep.forward() if f == TARGET_FORWARD else PlanStep.kernel(VariantSpec.of(f, layout))
         for f in (*head, TARGET_FORWARD, *TAILS[tail])
@@ -307,11 +327,15 @@ def eager_step(
     scratch_block: int = 0,
     device=None,
     tail: str = VERIFY_TO_DRAFT,
+    accepted: torch.Tensor | None = None,
+    state_slots: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """One verify step on the families' torch semantics (eager) in fresh buffers; returns all of them.
 
     The layout is the caller's (``block_table``'s width, ``block_size``), so
-    it needs no build.
+    it needs no build.  A hybrid target passes ``state_slots`` and the previous
+    step's ``accepted``: the step then reads the committed linear state from
+    the same slot the fast path would.
     """
     batch, bt = int(seq_lens.shape[0]), int(block_table.shape[1])
     bufs = alloc_step_buffers(
@@ -321,7 +345,13 @@ def eager_step(
     bufs["draft_tokens"].copy_(draft_tokens)
     bufs["seq_lens"].copy_(seq_lens)
     bufs["block_table"].copy_(block_table)
+    linear = state_slots is not None
+    if linear:
+        if accepted is None:
+            raise ValueError("eager_step: state_slots needs the previous step's accepted counts")
+        bufs["accepted"].copy_(accepted)
+        bufs["state_slots"].copy_(state_slots)
     if batch:
-        steps = eager_steps(width, bt, block_size, tail)
+        steps = eager_steps(width, bt, block_size, tail, linear)
         run_steps(bufs, steps, model_forward, semantics_call(block_size, num_splits))
     return bufs

@@ -54,6 +54,12 @@ update stands between the last draft kernel and the target forward.  On the
 fallback path the prologue runs eagerly first.  Only ``step_in_place`` takes
 a prologue (``step`` copies its inputs in).
 
+A hybrid target (``caps.has_linear_state``: linear-attention layers) runs
+the ``draft-to-verify-linear`` plan, whose head also writes the linear
+state's ``state_read_slot`` / ``state_write_slots`` from the previous step's
+``accepted`` and the sequences' ``state_slots`` (``docs/kernels.md``); the
+eager path reads the same committed slot.
+
 Backend ``"npu"`` is the same sequence over ``torch_npu`` streams, events and
 ``torch.npu.NPUGraph`` capture; it has not been run on Ascend hardware.
 ``kernels="torch"`` runs the families' torch semantics inside the captured
@@ -71,11 +77,13 @@ from typing import Callable, Mapping
 import torch
 
 from ..specializations.plan import VERIFY_TO_DRAFT, PlanStep
-from .buffers import INPUTS, alloc_step_buffers, bucket_of, buckets_for, load_inputs, pad_rows
+from . import buffers as sb
+from . import fallback
+from .buffers import INPUTS, alloc_step_buffers, bucket_of, buckets_for
 from .capabilities import SpeculativeVerifyCapabilities
 from .device import BucketGraphs, DeviceAPI
 from .device_guard import DeviceGuard, DeviceGuardSpec
-from .fallback import FALLBACK_REASONS, FastPathUnavailable, fallback_reason, scratch_in_table, unavailable_message
+from .fallback import FALLBACK_REASONS, FastPathUnavailable, fallback_reason, unavailable_message
 from .fallback import seq_len_bounds as bounds_of
 from .host_mirror import HOST_FIELDS, HostMirror, HostResult
 from .library import KernelLibrary
@@ -207,22 +215,17 @@ class SpecVerifyRuntime(StepCapture):
         block_table: torch.Tensor,
         seq_len_bounds: tuple[int, int] | None = None,
         ready_event=None,
+        *,
+        accepted: torch.Tensor | None = None,
+        state_slots: torch.Tensor | None = None,
     ) -> StepResult:
-        """One verification of ``B`` sequences; see the module docstring."""
+        """One verification of ``B`` sequences (see the module docstring); a hybrid target's step also takes
+        the previous step's ``accepted[B]`` and ``state_slots[B, W]`` (``model_forward`` reads the slots)."""
         if self.prologue is not None or self.epilogue is not None:
             raise ValueError("step: a runtime with a prologue or an epilogue works in place (step_in_place)")
         batch = int(seq_lens.shape[0])
-        if (
-            draft_tokens.shape != (batch, self.width - 1)
-            or last_tokens.shape != (batch,)
-            or block_table.dim() != 2
-            or block_table.shape[0] != batch
-        ):
-            raise ValueError(
-                f"step: expected last_tokens[B], draft_tokens[B, {self.width - 1}], seq_lens[B], "
-                f"block_table[B, BT]; got {tuple(last_tokens.shape)}, {tuple(draft_tokens.shape)}, "
-                f"{tuple(seq_lens.shape)}, {tuple(block_table.shape)}"
-            )
+        linear = sb.linear_inputs(self.caps.has_linear_state, batch, self.width, accepted, state_slots)
+        sb.check_step_inputs(self.width, last_tokens, draft_tokens, seq_lens, block_table)
         if block_table.device.type == "cpu":  # a device table is the device guard's to check (no sync here)
             self.check_block_table(block_table, seq_lens)
         self._wait_ready(ready_event)
@@ -233,7 +236,7 @@ class SpecVerifyRuntime(StepCapture):
         if self._device_trip() and reason is None:
             reason = "device_guard_trip"
         if reason is None:
-            load_inputs(
+            sb.load_inputs(
                 self._bufs[self._bucket(batch)],
                 batch,
                 last_tokens,
@@ -242,11 +245,12 @@ class SpecVerifyRuntime(StepCapture):
                 block_table,
                 scratch_block=self.scratch_block,
                 non_blocking=self.backend != "cpu",
+                linear=linear,
             )
             result = self._fast_step(batch)
             self._fast += 1
         else:
-            eager = self._eager_bufs(batch, last_tokens, draft_tokens, seq_lens, block_table)
+            eager = self._eager_bufs(batch, last_tokens, draft_tokens, seq_lens, block_table, linear)
             result = StepResult(**{n: eager[n] for n in RESULT_FIELDS}, fast_path=False, reason=reason)
             self._left_fast_path(reason)
         self._copy_to_host(result, batch)
@@ -263,7 +267,7 @@ class SpecVerifyRuntime(StepCapture):
         bufs = self.buffers(batch)
         self._wait_ready(ready_event)
         if batch < bufs["seq_lens"].shape[0]:
-            pad_rows(bufs, batch, self.scratch_block)
+            sb.pad_rows(bufs, batch, self.scratch_block)
         if self.backend == "cpu":
             self.check_block_table(bufs["block_table"][:batch], bufs["seq_lens"][:batch])
         reason = self._reason(batch, bufs["block_table"][:batch], self._bounds(bufs["seq_lens"][:0], seq_len_bounds))
@@ -275,12 +279,14 @@ class SpecVerifyRuntime(StepCapture):
         else:
             if self.prologue is not None:  # the eager step below recomputes the head work itself
                 self.prologue()
+            linear = (bufs["accepted"][:batch], bufs["state_slots"][:batch]) if self.caps.has_linear_state else None
             eager = self._eager_bufs(
                 batch,
                 bufs["last_tokens"][:batch],
                 bufs["draft_tokens"][:batch],
                 bufs["seq_lens"][:batch],
                 bufs["block_table"][:batch],
+                linear,
             )
             result = StepResult(**{n: eager[n] for n in RESULT_FIELDS}, fast_path=False, reason=reason)
             self._left_fast_path(reason)
@@ -335,8 +341,12 @@ class SpecVerifyRuntime(StepCapture):
             out = {n: bufs[n][:batch].clone() for n in RESULT_FIELDS}
         return StepResult(**out, fast_path=True, reason=None)
 
-    def _eager_bufs(self, batch, last_tokens, draft_tokens, seq_lens, block_table) -> dict[str, torch.Tensor]:
-        # the model's cache layout (caps.block_size, the table's width) is the truth on the eager path
+    def _eager_bufs(
+        self, batch, last_tokens, draft_tokens, seq_lens, block_table, linear=None
+    ) -> dict[str, torch.Tensor]:
+        # the model's cache layout (caps.block_size, the table's width) is the truth on the eager path;
+        # a hybrid's eager step reads the committed linear state from the slot the fast path would
+        accepted, state_slots = linear if linear is not None else (None, None)
         return eager_step(
             self.model_forward,
             self.width,
@@ -349,6 +359,8 @@ class SpecVerifyRuntime(StepCapture):
             scratch_block=self.scratch_block,
             device=self.device,
             tail=self.tail,
+            accepted=accepted,
+            state_slots=state_slots,
         )
 
     def check_block_table(self, block_table: torch.Tensor, seq_lens: torch.Tensor | None = None) -> None:
@@ -359,12 +371,7 @@ class SpecVerifyRuntime(StepCapture):
         host tensors, or at set-up; inside the graph the device guard makes the same check.
         """
         bs = self.kv_layout[1] if self.kv_layout is not None else self.caps.block_size
-        row = scratch_in_table(block_table, seq_lens, self.width, bs, self.scratch_block)
-        if row is not None:
-            raise ValueError(
-                f"block table row {row} maps the scratch block {self.scratch_block}, which padding rows and "
-                f"rejected repair writes use; give the runtime a scratch_block no sequence owns"
-            )
+        fallback.refuse_scratch_in_table(block_table, seq_lens, self.width, bs, self.scratch_block)
 
     def _left_fast_path(self, reason: str) -> None:
         """Count an eager step; the first one of a runtime built for the fast path is also a warning."""

@@ -253,13 +253,30 @@ FAMILIES: dict[str, Family] = {
                 ),
             ),
         ),
+        Family(
+            "spec_verify_linear_state_update",
+            ("W",),
+            (
+                _a("accepted", "(B,)"),
+                _a("state_slots", "(B, W)"),
+                _a("state_read_slot", "(B,)", out=True),
+                _a("state_write_slots", "(B * W,)", out=True),
+            ),
+            guards=(),
+            threads_per="row",
+        ),
     )
 }
 
 # Composite families: chains of update families on one stream that the fuse-chain pass turns
 # into a single launch.  spec_verify_head_update is the whole head of the verify graph.
+# spec_verify_hybrid_head_update is the same head for a target with linear-attention state (its slot
+# indices join the chain); listed first, it is the one fuse-chain takes where both could apply.
+LINEAR_STATE = "spec_verify_linear_state_update"
+HEAD_MEMBERS = ("spec_verify_token_update", "spec_verify_metadata_update", TILING)
 COMPOSITES: dict[str, tuple[str, ...]] = {
-    "spec_verify_head_update": ("spec_verify_token_update", "spec_verify_metadata_update", TILING),
+    "spec_verify_hybrid_head_update": (*HEAD_MEMBERS, LINEAR_STATE),
+    "spec_verify_head_update": HEAD_MEMBERS,
 }
 FAMILIES.update({name: _composite(name, members, FAMILIES) for name, members in COMPOSITES.items()})
 

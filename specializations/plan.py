@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from .variants import Layout, VariantSpec
 
-BOUNDARY_NAMES = ("draft-to-verify", "verify-to-draft", "context-kv")
-DRAFT_TO_VERIFY, VERIFY_TO_DRAFT, CONTEXT_KV = BOUNDARY_NAMES
+# draft-to-verify-linear: draft-to-verify of a hybrid target, whose linear-attention state slots join the head
+BOUNDARY_NAMES = ("draft-to-verify", "verify-to-draft", "context-kv", "draft-to-verify-linear")
+DRAFT_TO_VERIFY, VERIFY_TO_DRAFT, CONTEXT_KV, LINEAR_DRAFT_TO_VERIFY = BOUNDARY_NAMES
 TARGET_FORWARD = "target_forward"
 STEP_KINDS = ("kernel", "forward", "copy", "other")
 

@@ -92,6 +92,22 @@ def tiny():
     return m, MTPHead.create(m, seed=1)
 
 
+HYBRID_LAYOUT = {"widths": (2, 3, 4, 5, 6, 8), "block_table_width": 8, "block_size": 16}
+
+
+@pytest.fixture(scope="session")
+def hybrid_kernels(kernel_library):
+    """C kernels of a hybrid target's plans (draft-to-verify-linear, verify-to-draft, context-kv), widths 2..6
+    and 8, bt8, bs16.
+
+    On a GPU machine without TileLang, SPECGEN_TEST_HYBRID_KERNELS names a prebuilt folder
+    (specgen build --target c,cuda --widths 2-6,8 --block-table-widths 8 --block-sizes 16 --draft-dtypes int32
+    --boundary draft-to-verify-linear,verify-to-draft,context-kv --out ...).
+    """
+    boundaries = ("draft-to-verify-linear", "verify-to-draft", "context-kv")
+    return kernel_library("SPECGEN_TEST_HYBRID_KERNELS", HYBRID_LAYOUT, boundaries)
+
+
 BLOCK_LAYOUT = {"widths": (4, 8, 16), "block_table_width": 8, "block_size": 16}
 BLOCK_FAMILIES = ("spec_verify_head_update", "greedy_prefix_verify", "context_kv_update")
 

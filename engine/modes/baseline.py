@@ -14,6 +14,7 @@ from .base import Commit, Mode, register_mode
 __all__ = ["BaselineMode"]
 
 I32 = torch.int32
+LINEAR_SLOTS = ("state_read_slot", "state_write_slots")  # a hybrid target's verify inputs besides
 
 
 @register_mode
@@ -51,6 +52,8 @@ class BaselineMode(Mode):
             e.batch, e.width, e.block_table_width, block_size=e.block_size, scratch_block=e.scratch_block
         )
         self.h_bufs["block_table"].copy_(e.block_table.cpu())
+        if e.state is not None:  # the host picks the linear state's slots after its sync, like the rest
+            self.h_bufs["state_slots"].copy_(e.state.slots.cpu())
         if e.device.type == "cuda":  # pinned staging, so the H2D copies are asynchronous
             self.h_bufs = {n: t.pin_memory() for n, t in self.h_bufs.items()}
 
@@ -69,9 +72,10 @@ class BaselineMode(Mode):
         h["draft_tokens"].copy_(bufs["draft_tokens"].cpu())  # synchronizes
         h["last_tokens"].copy_(self.h_last)
         h["seq_lens"].copy_(self.h_seq)
+        linear = self.engine.state is not None
         with host_range("spec_verify_head_update"):
-            head_update(h, self.engine.block_size)
-        for n in self.VERIFY_INPUTS:
+            head_update(h, self.engine.block_size, linear)  # h["accepted"]: the previous step's, on the host
+        for n in self.VERIFY_INPUTS + (LINEAR_SLOTS if linear else ()):
             bufs[n].copy_(h[n], non_blocking=True)
         bufs["draft_tokens"].copy_(h["draft_tokens"], non_blocking=True)
 

@@ -27,10 +27,10 @@ class CompileMode(Mode):
     def capture(self) -> None:
         e = self.engine
         head, tail = self.updates()
-        bufs, bs = e.bufs, e.block_size
+        bufs, bs, linear = e.bufs, e.block_size, e.state is not None
 
         def verify():
-            head(bufs, bs)
+            head(bufs, bs, linear)
             e.forward_only()
             tail(bufs, bs)
 

@@ -80,8 +80,16 @@ class BlockProposer(Proposer):
         e = self.engine
         B, dev, bt = e.batch, e.device, e.block_table
         toks, _, pos, slots, qsl, r = self.prompt_rows(prompts)
-        _, logits, taps = e.model(
-            toks.reshape(-1), pos.reshape(-1), slots.reshape(-1), bt, e.prompt_lens, qsl, r, taps=self.draft.tap_layers
+        _, logits, taps = e.call_target(
+            toks.reshape(-1),
+            pos.reshape(-1),
+            slots.reshape(-1),
+            bt,
+            e.prompt_lens,
+            qsl,
+            r,
+            taps=self.draft.tap_layers,
+            prefill_lens=e.prompt_lens,
         )
         bonus = logits[torch.arange(B, device=dev) * r + e.prompt_lens - 1].argmax(-1)
         self.draft.write_context(taps, pos.reshape(-1), slots.reshape(-1))  # padding rows write nothing
@@ -94,7 +102,7 @@ class BlockProposer(Proposer):
     def target_forward(self, bufs) -> torch.Tensor:
         """The target over the verify rows, keeping the tapped layers."""
         e = self.engine
-        _, logits, taps = e.model(
+        _, logits, taps = e.call_target(
             bufs["tokens"],
             bufs["positions"],
             bufs["slot_mapping"],
@@ -103,6 +111,7 @@ class BlockProposer(Proposer):
             bufs["query_start_loc"],
             e.width,
             taps=self.draft.tap_layers,
+            step_bufs=bufs,
         )
         e.verify_hidden[: taps.shape[0]].copy_(taps)
         return logits.argmax(-1).to(I32).view(-1, e.width)

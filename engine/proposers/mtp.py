@@ -61,7 +61,9 @@ class MTPProposer(Proposer):
         e = self.engine
         B, W, BS, dev, bt = e.batch, e.width, e.block_size, e.device, e.block_table
         toks, idx, pos, slots, qsl, r = self.prompt_rows(prompts)
-        hidden, logits = e.model(toks.reshape(-1), pos.reshape(-1), slots.reshape(-1), bt, e.prompt_lens, qsl, r)
+        hidden, logits = e.call_target(
+            toks.reshape(-1), pos.reshape(-1), slots.reshape(-1), bt, e.prompt_lens, qsl, r, prefill_lens=e.prompt_lens
+        )
         last = torch.arange(B, device=dev) * r + e.prompt_lens - 1
         bonus = e.model.greedy_tokens(logits[last])
         if r > 1:  # draft prefill: token at p = 1 .. P-1 with the target hidden of p - 1
@@ -86,7 +88,7 @@ class MTPProposer(Proposer):
     def target_forward(self, bufs) -> torch.Tensor:
         """Keeps the verify rows' hidden states (the next draft's repair and new rows read them)."""
         e = self.engine
-        hidden, logits = e.model(
+        hidden, logits = e.call_target(
             bufs["tokens"],
             bufs["positions"],
             bufs["slot_mapping"],
@@ -94,6 +96,7 @@ class MTPProposer(Proposer):
             bufs["kv_lens"],
             bufs["query_start_loc"],
             e.width,
+            step_bufs=bufs,
         )
         e.verify_hidden[: hidden.shape[0]].copy_(hidden)
         return e.model.greedy_tokens(logits).to(I32).view(-1, e.width)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ...runtime import semantics
 from ...runtime.semantics import slot
 
 VOCAB = 1000
@@ -71,6 +72,15 @@ def tiling(W, BS, NS):
         return tuple(t.reshape(-1).to(_I32) for t in (kv, nb, last, offs, mx, split))
 
     return fn
+
+
+def linear_state(accepted, state_slots):
+    """The linear state's slots as the host picks them: the committed slot, each row's own."""
+    B, W = state_slots.shape
+    read = torch.empty(B, dtype=_I32, device=state_slots.device)
+    write = torch.empty(B * W, dtype=_I32, device=state_slots.device)
+    semantics.spec_verify_linear_state_update(accepted, state_slots, read, write)
+    return read, write
 
 
 def graph_task_params(seq_lens):

@@ -155,8 +155,13 @@ class KernelFuzz:
             wide = t(INT32_MAX + 1, INT32_MIN - 1, 2**40, -(2**63), 2**63 - 1)
             swap = torch.randint(0, 4, draft.shape, generator=g) == 0
             draft = torch.where(swap, wide[torch.randint(0, 5, draft.shape, generator=g)], draft)
+        # linear-state slots: a sequence's own W slots, a few -1 (unassigned) and anything in int32
+        slot_edges = t(-1, -1, INT32_MIN, -2, 0, 1, INT32_MAX)
+        owned = torch.arange(batch * w, dtype=torch.int64)
+        state = self._fill(g, batch * w, [], [slot_edges, owned, owned, uniform]).reshape(batch, w)
         i32 = lambda x: x.to(torch.int32).contiguous()  # noqa: E731
         return {
+            "state_slots": i32(state),
             "seq_lens": i32(s),
             "block_table": i32(table),
             "accepted": i32(a),
@@ -235,6 +240,13 @@ class KernelFuzz:
         ):
             if name in out:
                 assert int(out[name].min()) >= 0, f"{name}: negative"
+        if "state_read_slot" in out:  # the committed slot is one of the sequence's own, or none
+            own = ins["state_slots"].long()
+            read = out["state_read_slot"].long()
+            assert bool(((read == -1) | (read[:, None] == own).any(-1)).all()), "state_read_slot: not the sequence's"
+            writes = out["state_write_slots"].long().reshape(batch, w)
+            assert bool(((writes == -1) | (writes == own)).all()), "state_write_slots: not row j's own slot"
+            assert int(writes.min()) >= -1 and int(read.min()) >= -1, "a negative slot other than -1"
         if "hidden_rows" in out:
             rows = out["hidden_rows"].long()
             base = torch.arange(batch)[:, None] * w

@@ -25,7 +25,7 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("kernels")
     out = root / "specgen_kernels"
     summary = build(DEFAULT, ("c",), out, jobs=2, progress=None)
-    assert not summary.failed and summary.built == 39
+    assert not summary.failed and summary.built == 52
     sys.path.insert(0, str(root))
     try:
         yield out, importlib.import_module("specgen_kernels")
@@ -47,6 +47,9 @@ def test_manifest_lists_every_planned_variant(built):
             f"greedy_prefix_verify__w{w}",
             f"prepare_next_draft__w{w}_bt64_bs128",
             f"context_kv_update__w{w}_bt64_bs128",
+            f"spec_verify_linear_state_update__w{w}",
+            f"spec_verify_hybrid_head_update__w{w}_bt64_bs128",
+            f"spec_verify_hybrid_head_update__w{w}_bt64_bs128_i64",
         } <= keys
     for v in manifest["variants"]:
         assert (out / v["artifact"]).exists() and (out / v["program"]).exists() and (out / v["source"]).exists()
@@ -54,6 +57,7 @@ def test_manifest_lists_every_planned_variant(built):
     by_key = {v["key"]: v for v in manifest["variants"]}
     assert by_key["context_kv_update__w4_bt64_bs128"]["boundaries"] == ["context-kv"]
     assert "draft-to-verify" in by_key["spec_verify_metadata_update__w4_bt64_bs128"]["boundaries"]
+    assert by_key["spec_verify_linear_state_update__w16"]["boundaries"] == ["draft-to-verify-linear"]
     assert pkg.variants() == sorted(keys)
 
 
@@ -76,7 +80,7 @@ def test_rebuild_is_a_noop_and_manifest_is_byte_identical(built):
     out, _ = built
     first = (out / "manifest.json").read_bytes()
     summary = build(DEFAULT, ("c",), out, jobs=1, progress=None)
-    assert summary.built == 0 and summary.cached == 39
+    assert summary.built == 0 and summary.cached == 52
     assert (out / "manifest.json").read_bytes() == first
     assert b"time" not in first
 
@@ -145,7 +149,7 @@ def test_every_variant_matches_the_reference(built, data):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_every_default_variant_compiles_for_cuda(tmp_path):
     summary = build(DEFAULT, ("cuda",), tmp_path / "k", arch="sm_90", jobs=2, progress=None)
-    assert summary.built == 39 and not summary.failed
+    assert summary.built == 52 and not summary.failed
     manifest = json.loads((tmp_path / "k" / "manifest.json").read_text())
     for v in manifest["variants"]:
         data = (tmp_path / "k" / v["artifact"]).read_bytes()

@@ -45,6 +45,12 @@ VARIANTS = [
     ("spec_verify_head_update", 16, 64, 128, "int32"),
     ("spec_verify_head_update", 16, 3, 5, "int32"),
     ("spec_verify_attention_tiling_update", 6, None, 5, "int32", 1),  # one split: kv_split_len saturates
+    ("spec_verify_linear_state_update", 2, None, None, "int32"),
+    ("spec_verify_linear_state_update", 5, None, None, "int32"),
+    ("spec_verify_linear_state_update", 16, None, None, "int32"),
+    ("spec_verify_hybrid_head_update", 4, 64, 128, "int64"),
+    ("spec_verify_hybrid_head_update", 6, 3, 5, "int32"),
+    ("spec_verify_hybrid_head_update", 16, 8, 16, "int32"),
 ]
 EXAMPLES = 500  # per variant, so 1000 per family
 

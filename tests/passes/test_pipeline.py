@@ -70,5 +70,12 @@ def test_linear_state_and_int64_drafts():
     )
     after, ctx = run_pipeline(before)
     assert outputs_equal(before, after, seed=3) == []
-    assert summary(after)["kernel_families"][0]["key"] == "spec_verify_head_update__w4_bt64_bs128_i64"
-    assert any("linear_state_indices" in n for n in ctx.notes)
+    assert [f["key"] for f in summary(after)["kernel_families"]] == [
+        "spec_verify_hybrid_head_update__w4_bt64_bs128_i64"
+    ]
+    assert not any("not fused" in n for n in ctx.notes)
+    replay = after.op("target_replay")
+    assert {"state_read_slot", "state_write_slots"} <= set(replay.writes)  # computed inside the graph now
+    plain, plain_ctx = run_pipeline(build_boundary("draft-to-verify", width=4, batch=2))
+    assert [f["family"] for f in summary(plain)["kernel_families"]] == ["spec_verify_head_update"]
+    assert not any("hybrid" in n for n in plain_ctx.notes)  # the hybrid head is not for this boundary

@@ -1,0 +1,66 @@
+"""From-scratch references for a hybrid target: greedy decoding and the committed linear state.
+
+Every call runs the whole sequence as one prefill from the zero state into a
+fresh cache, so nothing a decode loop keeps (paged KV, state slots) can leak
+into the reference: ``hybrid_greedy`` re-runs the prompt plus every token so
+far for each new token, and ``committed_state`` gives the recurrent state and
+conv window after a sequence's tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specgen.models.qwen3_5 import Qwen35Model
+
+__all__ = ["committed_state", "hybrid_greedy"]
+
+I32 = torch.int32
+
+
+def _from_scratch(model: Qwen35Model, tokens: list[int]):
+    """Hidden state and logits of one sequence's prefill, and the pool holding its final state at slot 0."""
+    n, bs = len(tokens), 16
+    blocks = -(-n // bs)
+    saved = (model.kv_cache, model.linear_state, model.block_table_width)
+    try:
+        model.allocate_kv_cache(blocks + 1, bs, block_table_width=blocks)
+        pool = model.allocate_linear_state(1)
+        table = torch.arange(1, blocks + 1, dtype=I32)[None]
+        pos = torch.arange(n)
+        slots = (table[0].long()[pos // bs] * bs + pos % bs).to(I32)
+        write = torch.full((n,), -1, dtype=I32)
+        write[-1] = 0
+        _, logits = model(
+            torch.tensor(tokens),
+            pos,
+            slots,
+            table,
+            torch.tensor([n]),
+            torch.tensor([0, n]),
+            n,
+            state_read=torch.tensor([-1], dtype=I32),
+            state_write=write,
+        )
+        return logits, pool
+    finally:
+        model.kv_cache, model.linear_state, model.block_table_width = saved
+
+
+def hybrid_greedy(model: Qwen35Model, prompts: list[list[int]], n: int) -> list[list[int]]:
+    """``n`` greedy tokens per prompt, each from a prefill of everything before it."""
+    out = []
+    for p in prompts:
+        seq = list(p)
+        for _ in range(n):
+            logits, _ = _from_scratch(model, seq)
+            seq.append(int(logits[-1].argmax()))
+        out.append(seq[len(p) :])
+    return out
+
+
+def committed_state(model: Qwen35Model, tokens: list[int], layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The recurrent state and conv window of linear layer ``layer`` after ``tokens``."""
+    _, pool = _from_scratch(model, tokens)
+    state, window = pool.read(layer, torch.tensor([0], dtype=I32))
+    return state[0], window[0]
