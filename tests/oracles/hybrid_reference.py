@@ -59,8 +59,8 @@ def hybrid_greedy(model: Qwen35Model, prompts: list[list[int]], n: int) -> list[
     return out
 
 
-def committed_state(model: Qwen35Model, tokens: list[int], layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The recurrent state and conv window of linear layer ``layer`` after ``tokens``."""
+def committed_state(model: Qwen35Model, tokens: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The recurrent state and conv window of every linear layer after ``tokens``."""
     _, pool = _from_scratch(model, tokens)
-    state, window = pool.read(layer, torch.tensor([0], dtype=I32))
-    return state[0], window[0]
+    zero = torch.tensor([0], dtype=I32, device=pool.recurrent[0].device)
+    return [tuple(t[0] for t in pool.read(layer, zero)) for layer in range(len(pool.recurrent))]
