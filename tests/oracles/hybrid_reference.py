@@ -20,26 +20,26 @@ I32 = torch.int32
 
 def _from_scratch(model: Qwen35Model, tokens: list[int]):
     """Hidden state and logits of one sequence's prefill, and the pool holding its final state at slot 0."""
-    n, bs = len(tokens), 16
+    n, bs, dev = len(tokens), 16, model.embed_tokens.weight.device
     blocks = -(-n // bs)
     saved = (model.kv_cache, model.linear_state, model.block_table_width)
     try:
         model.allocate_kv_cache(blocks + 1, bs, block_table_width=blocks)
         pool = model.allocate_linear_state(1)
-        table = torch.arange(1, blocks + 1, dtype=I32)[None]
-        pos = torch.arange(n)
+        table = torch.arange(1, blocks + 1, dtype=I32, device=dev)[None]
+        pos = torch.arange(n, device=dev)
         slots = (table[0].long()[pos // bs] * bs + pos % bs).to(I32)
-        write = torch.full((n,), -1, dtype=I32)
+        write = torch.full((n,), -1, dtype=I32, device=dev)
         write[-1] = 0
         _, logits = model(
-            torch.tensor(tokens),
+            torch.tensor(tokens, device=dev),
             pos,
             slots,
             table,
-            torch.tensor([n]),
-            torch.tensor([0, n]),
+            torch.tensor([n], device=dev),
+            torch.tensor([0, n], device=dev),
             n,
-            state_read=torch.tensor([-1], dtype=I32),
+            state_read=torch.tensor([-1], dtype=I32, device=dev),
             state_write=write,
         )
         return logits, pool
