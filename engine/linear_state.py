@@ -60,5 +60,5 @@ class LinearState:
 
     def committed(self, accepted: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Each sequence's committed ``(state, window)`` in linear layer ``layer`` after a step with ``accepted``."""
-        a = accepted.long().clamp(0, self.width - 1)
+        a = accepted.to(self.slots.device).long().clamp(0, self.width - 1)
         return self.pool.read(layer, self.slots.gather(1, a[:, None])[:, 0])
