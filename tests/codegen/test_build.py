@@ -116,6 +116,7 @@ def _inputs(family, W, BT, BS, B, dtype, draw):
         "target_tokens": target,
         "accepted": acc,
         "scratch_slot": torch.tensor([4096 * BS], dtype=torch.int32),
+        "state_slots": torch.randint(-1, B * W, (B, W), generator=g, dtype=torch.int32),
     }
     tensors = []
     for a in FAMILIES[family].args:

@@ -42,6 +42,8 @@ VARIANTS = (
         for w, bt, bs in LAYOUTS
     ]
     + [("spec_verify_head_update", w, bt, bs, d) for (w, bt, bs), d in zip(LAYOUTS, ["int32", "int64"] * 3)]
+    + [("spec_verify_linear_state_update", w, None, None, "int32") for w in (2, 4, 5, 6, 16)]
+    + [("spec_verify_hybrid_head_update", w, bt, bs, d) for (w, bt, bs), d in zip(LAYOUTS, ["int64", "int32"] * 3)]
 )
 
 
@@ -85,6 +87,10 @@ def _inputs(v, batch, seed):
         "draft_tokens": draft.to(getattr(torch, dtype)),
         "last_tokens": rnd(-(2**31), 2**31 - 1, batch),
         "scratch_slot": rnd(0, 10**6, 1),
+        # a sequence's own W linear-state slots, a few unassigned (-1)
+        "state_slots": torch.where(
+            rnd(0, 8, batch, w) == 0, -1, torch.arange(batch * w, dtype=torch.int32).view(batch, w)
+        ).to(torch.int32),
     }
 
 
