@@ -172,104 +172,24 @@ def spec_verify_linear_state_update(accepted, state_slots, state_read_slot, stat
     state_write_slots.copy_(slots.reshape(-1))
 
 
-def spec_verify_head_update(
-    last_tokens,
-    draft_tokens,
-    seq_lens,
-    block_table,
-    tokens,
-    positions,
-    slot_mapping,
-    kv_lens,
-    query_start_loc,
-    row_kv_lens,
-    row_num_blocks,
-    row_last_block_len,
-    row_block_offsets,
-    max_kv_len,
-    kv_split_len,
-    *,
-    block_size: int,
-    num_splits: int = DEFAULT_NUM_SPLITS,
-) -> None:
-    """The composite: token update, metadata update, attention tiling update."""
-    _head(
-        last_tokens,
-        draft_tokens,
-        seq_lens,
-        block_table,
-        tokens,
-        positions,
-        slot_mapping,
-        kv_lens,
-        query_start_loc,
-        (row_kv_lens, row_num_blocks, row_last_block_len, row_block_offsets, max_kv_len, kv_split_len),
-        block_size,
-        num_splits,
-    )
+def composite_semantics(name: str) -> Callable[..., None]:
+    """The semantics of the composite ``name``: its members' in order over the shared arguments (by name)."""
+    fam = FAMILIES[name]
+
+    def run(*tensors, block_size: int, num_splits: int = DEFAULT_NUM_SPLITS) -> None:
+        bufs = dict(zip((a.name for a in fam.args), tensors))
+        for member in fam.members:
+            run_semantics(member, bufs, block_size=block_size, num_splits=num_splits)
+
+    run.__name__ = run.__qualname__ = name
+    run.__doc__ = f"The composite {name}: " + ", then ".join(fam.members) + "."
+    return run
 
 
-def spec_verify_hybrid_head_update(
-    last_tokens,
-    draft_tokens,
-    seq_lens,
-    block_table,
-    accepted,
-    state_slots,
-    tokens,
-    positions,
-    slot_mapping,
-    kv_lens,
-    query_start_loc,
-    row_kv_lens,
-    row_num_blocks,
-    row_last_block_len,
-    row_block_offsets,
-    max_kv_len,
-    kv_split_len,
-    state_read_slot,
-    state_write_slots,
-    *,
-    block_size: int,
-    num_splits: int = DEFAULT_NUM_SPLITS,
-) -> None:
-    """The hybrid target's composite: ``spec_verify_head_update``, then the linear state's slots."""
-    _head(
-        last_tokens,
-        draft_tokens,
-        seq_lens,
-        block_table,
-        tokens,
-        positions,
-        slot_mapping,
-        kv_lens,
-        query_start_loc,
-        (row_kv_lens, row_num_blocks, row_last_block_len, row_block_offsets, max_kv_len, kv_split_len),
-        block_size,
-        num_splits,
-    )
-    spec_verify_linear_state_update(accepted, state_slots, state_read_slot, state_write_slots)
-
-
-def _head(
-    last_tokens,
-    draft_tokens,
-    seq_lens,
-    block_table,
-    tokens,
-    positions,
-    slot_mapping,
-    kv_lens,
-    query_start_loc,
-    tiles,
-    block_size,
-    num_splits,
-) -> None:
-    spec_verify_token_update(last_tokens, draft_tokens, tokens)
-    spec_verify_metadata_update(
-        seq_lens, block_table, positions, slot_mapping, kv_lens, query_start_loc, block_size=block_size
-    )
-    spec_verify_attention_tiling_update(seq_lens, *tiles, block_size=block_size, num_splits=num_splits)
+# spec_verify_head_update: token update, metadata update, attention tiling update; the hybrid target's
+# spec_verify_hybrid_head_update adds the linear state's slots
+spec_verify_head_update = composite_semantics("spec_verify_head_update")
+spec_verify_hybrid_head_update = composite_semantics("spec_verify_hybrid_head_update")
 
 
 def semantics_kwargs(family: str, block_size: int, num_splits: int = DEFAULT_NUM_SPLITS) -> dict:
