@@ -19,7 +19,8 @@ without copying a state or asking the host which one survived.  Rows after the
 accepted one only wrote slots nobody reads, which is what makes a rejected
 token harmless for a recurrent state.  A forward may overwrite the slot it
 reads (the read comes first), which is plain decoding with one slot per
-sequence; the slots it writes must be distinct.
+sequence; the slots it writes must be distinct, and none of them may be a
+slot another sequence reads (the GPU kernels run sequences in any order).
 
 Per token, per value head, in float32 (transformers' Qwen3.5 recurrence, op
 for op)::
@@ -36,6 +37,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .cuda_forward import fused_weight, linear, use_triton
 
 __all__ = ["GatedDeltaNet", "GatedRMSNorm", "LinearStatePool", "l2norm"]
 
@@ -94,6 +97,11 @@ class LinearStatePool:
         self._state.copy_(saved[0])
         self._conv.copy_(saved[1])
 
+    def layer_storage(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Linear layer ``layer``'s states ``[num_slots + 1, ...]`` and windows, scratch slot included (kernels
+        index them by slot and write nothing for -1)."""
+        return self._state[layer], self._conv[layer]
+
     def write(self, layer: int, slots: torch.Tensor, state: torch.Tensor, window: torch.Tensor) -> None:
         """Store ``state[b], window[b]`` at ``slots[b]`` (-1: the scratch slot, i.e. nowhere)."""
         idx = self._index(slots)
@@ -140,6 +148,7 @@ class GatedDeltaNet(nn.Module):
         self.A_log = nn.Parameter(torch.zeros(self.value_heads))
         self.norm = GatedRMSNorm(self.value_dim, cfg.rms_eps)
         self.out_proj = nn.Linear(vd, cfg.hidden_size, bias=False)
+        self.kernels = "auto"  # as Qwen3Model.forward_kernels: "auto", "torch" or "triton"
 
     def forward(
         self,
@@ -153,8 +162,13 @@ class GatedDeltaNet(nn.Module):
         """``x [N, hidden] -> [N, hidden]``; sequence b owns flat rows ``rows[b, :]`` (``[B, R]``, in order).
 
         Reads each sequence's state at ``state_read``, writes the state after
-        row n at ``state_write[n]``.  Rows no sequence owns give zeros.
+        row n at ``state_write[n]``.  Rows no sequence owns give zeros.  On
+        CUDA (``kernels``: ``"auto"``) three Triton kernels run it
+        (``triton_gdn``); elsewhere the torch recurrence below, the exact
+        reference.
         """
+        if use_triton(self.kernels, x.device):
+            return self._forward_triton(x, rows, state_read, state_write, pool, layer)
         n = x.shape[0]
         b, r = rows.shape
         g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias)  # [N, HV], log decay
@@ -176,6 +190,33 @@ class GatedDeltaNet(nn.Module):
         flat = x.new_zeros(n, self.value_heads, self.value_dim).index_copy_(0, rows.reshape(-1), o)
         z = self.in_proj_z(x).view(n, self.value_heads, self.value_dim)
         return self.out_proj(self.norm(flat, z).reshape(n, -1))
+
+    def _forward_triton(self, x, rows, state_read, state_write, pool: LinearStatePool, layer: int) -> torch.Tensor:
+        """The same forward as three Triton launches around one fused in-projection GEMM."""
+        from . import triton_gdn
+
+        c, vd, hv = self.conv_dim, self.value_heads * self.value_dim, self.value_heads
+        proj = linear(x, fused_weight(self, ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a")))
+        qkv, z, b_raw, a_raw = proj.split([c, vd, hv, hv], dim=-1)
+        states, windows = pool.layer_storage(layer)
+        mixed = triton_gdn.conv_slots(qkv, self.conv1d.weight, windows, rows, state_read, state_write, pool.num_slots)
+        o = triton_gdn.delta_rule_slots(
+            mixed,
+            a_raw,
+            b_raw,
+            self.A_log,
+            self.dt_bias,
+            states,
+            rows,
+            state_read,
+            state_write,
+            pool.num_slots,
+            self.key_heads,
+            self.key_dim,
+        )
+        h = triton_gdn.gated_rms_norm(o, z, self.norm.weight, self.norm.eps)
+        # a tensor-parallel out_proj (another module) all-reduces in its own forward
+        return linear(h, self.out_proj.weight) if type(self.out_proj) is nn.Linear else self.out_proj(h)
 
     def split_heads(self, mixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The conv output ``[B, R, C]`` as float32 ``q, k [B, R, HV, dk]`` (normalised, q scaled), ``v``."""

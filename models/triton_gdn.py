@@ -1,0 +1,297 @@
+"""Triton kernels of the Gated DeltaNet layer on the GPU, reading and writing the linear state by slot.
+
+Three launches replace the torch path's per-row loop (``gated_deltanet``
+gives the semantics, which the CPU keeps as the exact reference):
+
+* ``conv_slots``: the depthwise causal conv1d + SiLU over each sequence's
+  rows, its window read from ``state_read[b]``'s slot and the window after
+  each row ``n`` written to ``state_write[n]``'s slot;
+* ``delta_rule_slots``: L2-normalised q / k, ``g = -exp(A_log) *
+  softplus(a + dt_bias)``, ``beta = sigmoid(b)`` and the gated delta rule per
+  value head, the float32 state read from one slot and the state after each
+  row written to that row's slot (the vLLM-style scheme a verification
+  needs: the next step reads the accepted row's slot, nothing is copied);
+* ``gated_rms_norm``: the gated RMSNorm of the output with ``silu(z)``.
+
+A slot outside ``[0, num_slots)`` (-1 among them) reads the zero state and
+writes nothing; no load or store leaves its tensor whatever the slot values
+are.  Every load of a row or channel is masked.  A program reads its whole
+initial state before it writes any row's state, so a forward may write the
+slot it reads (plain decoding with one slot per sequence); as in the torch
+path's contract, the slots written must be distinct, and no sequence may
+write a slot another sequence reads (programs of different sequences run in
+any order).  Shapes depend
+only on the batch layout, so the kernels capture in a CUDA graph.
+
+This module is imported only where Triton is; ``TRITON_INTERPRET=1`` runs it
+on the CPU, which is how the tests compare it with the torch path.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["conv_slots", "delta_rule_slots", "gated_rms_norm"]
+
+
+def _pow2(n: int) -> int:
+    return triton.next_power_of_2(max(int(n), 1))
+
+
+def _slot_ok(slot, num_slots):
+    return (slot >= 0) & (slot < num_slots)
+
+
+@triton.jit
+def _conv_slots_kernel(
+    qkv,  # [N, C] the in-projection's output, flat rows
+    weight,  # [C, K] depthwise taps
+    pool,  # [S + 1, C, K - 1] conv windows (the layer's)
+    rows,  # [B, R] flat row of each sequence row
+    state_read,  # [B]
+    state_write,  # [N]
+    out,  # [B, R, C] silu(conv), contiguous
+    num_slots,
+    N,
+    R,
+    C,
+    stride_n,  # qkv's row stride
+    K: tl.constexpr,
+    KP: tl.constexpr,  # next power of two >= K - 1
+    BC: tl.constexpr,
+):
+    b = tl.program_id(1)
+    offs_c = tl.program_id(0) * BC + tl.arange(0, BC)
+    mask_c = offs_c < C
+    cols = tl.arange(0, KP)
+    mask_w = cols < K - 1
+    slot = tl.load(state_read + b)
+    live = (slot >= 0) & (slot < num_slots)
+    safe = tl.where(live, slot, 0).to(tl.int64)
+    base = pool + safe * C * (K - 1)
+    # the whole initial window first: a row may write the slot read here
+    win = tl.load(
+        base + offs_c[:, None] * (K - 1) + cols[None, :], mask=live & mask_c[:, None] & mask_w[None, :], other=0.0
+    ).to(tl.float32)
+    i = 0
+    while i < R:  # a while loop: Triton's interpreter takes no tensor bound in range()
+        acc = tl.zeros([BC], dtype=tl.float32)
+        for j in tl.static_range(K):
+            t = i + j  # stream position: the window's K - 1 entries, then the rows
+            w_j = tl.load(weight + offs_c * K + j, mask=mask_c, other=0.0).to(tl.float32)
+            from_win = tl.sum(tl.where(cols[None, :] == t, win, 0.0), axis=1)
+            r = t - (K - 1)
+            r_ok = (r >= 0) & (r < R)
+            n = tl.load(rows + b * R + tl.where(r_ok, r, 0), mask=r_ok, other=0)
+            n_ok = r_ok & (n >= 0) & (n < N)
+            x = tl.load(qkv + tl.where(n_ok, n, 0).to(tl.int64) * stride_n + offs_c, mask=n_ok & mask_c, other=0.0)
+            acc += w_j * tl.where(t < K - 1, from_win, x.to(tl.float32))
+        y = acc / (1.0 + tl.exp(-acc))
+        tl.store(out + (b * R + i).to(tl.int64) * C + offs_c, y.to(out.dtype.element_ty), mask=mask_c)
+        # the window after row i: stream positions i + 1 .. i + K - 1
+        n_i = tl.load(rows + b * R + i)
+        n_i_ok = (n_i >= 0) & (n_i < N)
+        w_slot = tl.load(state_write + tl.where(n_i_ok, n_i, 0), mask=n_i_ok, other=-1)
+        w_live = n_i_ok & (w_slot >= 0) & (w_slot < num_slots)
+        w_base = pool + tl.where(w_live, w_slot, 0).to(tl.int64) * C * (K - 1)
+        for j in tl.static_range(K - 1):
+            t = i + 1 + j
+            from_win = tl.sum(tl.where(cols[None, :] == t, win, 0.0), axis=1)
+            r = t - (K - 1)
+            r_ok = (r >= 0) & (r < R)
+            n = tl.load(rows + b * R + tl.where(r_ok, r, 0), mask=r_ok, other=0)
+            n_ok = r_ok & (n >= 0) & (n < N)
+            x = tl.load(qkv + tl.where(n_ok, n, 0).to(tl.int64) * stride_n + offs_c, mask=n_ok & mask_c, other=0.0)
+            val = tl.where(t < K - 1, from_win, x.to(tl.float32))
+            tl.store(w_base + offs_c * (K - 1) + j, val.to(pool.dtype.element_ty), mask=w_live & mask_c)
+        i += 1
+
+
+def conv_slots(
+    qkv: torch.Tensor,
+    weight: torch.Tensor,
+    pool: torch.Tensor,
+    rows: torch.Tensor,
+    state_read: torch.Tensor,
+    state_write: torch.Tensor,
+    num_slots: int,
+) -> torch.Tensor:
+    """``silu(causal_conv1d)`` of each sequence's rows, ``[B, R, C]`` in ``qkv``'s dtype; windows by slot.
+
+    ``qkv [N, C]``, ``weight [C, K]`` (contiguous), ``pool [S + 1, C, K - 1]``
+    (contiguous), ``rows [B, R]``, ``state_read [B]``, ``state_write [N]``.
+    """
+    n, c = qkv.shape
+    b, r = rows.shape
+    k = weight.shape[-1]
+    out = torch.empty(b, r, c, dtype=qkv.dtype, device=qkv.device)
+    bc = 128
+    if qkv.stride(1) != 1:
+        qkv = qkv.contiguous()
+    _conv_slots_kernel[(triton.cdiv(c, bc), b)](
+        qkv,
+        weight.reshape(c, k).contiguous(),
+        pool,
+        rows.contiguous(),
+        state_read.contiguous(),
+        state_write.contiguous(),
+        out,
+        num_slots,
+        n,
+        r,
+        c,
+        qkv.stride(0),
+        K=k,
+        KP=_pow2(k - 1),
+        BC=bc,
+    )
+    return out
+
+
+@triton.jit
+def _delta_rule_slots_kernel(
+    mixed,  # [B, R, C] conv output: q | k | v
+    a_raw,  # [N, HV] in_proj_a's output
+    b_raw,  # [N, HV] in_proj_b's output
+    a_log,  # [HV]
+    dt_bias,  # [HV]
+    pool,  # [S + 1, HV, DK, DV] float32 (the layer's)
+    rows,  # [B, R]
+    state_read,  # [B]
+    state_write,  # [N]
+    out,  # [N, HV, DV] float32, zero where no sequence owns the row
+    num_slots,
+    N,
+    R,
+    scale,
+    stride_ab,  # a_raw's and b_raw's row stride
+    HV: tl.constexpr,
+    GROUP: tl.constexpr,  # value heads per key head
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+):
+    bh = tl.program_id(1)
+    b, hv = bh // HV, bh % HV
+    hk = hv // GROUP
+    C: tl.constexpr = 2 * (HV // GROUP) * DK + HV * DV
+    QK: tl.constexpr = (HV // GROUP) * DK
+    offs_k = tl.arange(0, BK)
+    offs_v = tl.program_id(0) * BV + tl.arange(0, BV)
+    mask_k, mask_v = offs_k < DK, offs_v < DV
+    mask_h = mask_k[:, None] & mask_v[None, :]
+    tile = offs_k[:, None] * DV + offs_v[None, :]
+    slot = tl.load(state_read + b)
+    live = (slot >= 0) & (slot < num_slots)
+    head = (hv * DK * DV).to(tl.int64)
+    h = tl.load(pool + tl.where(live, slot, 0).to(tl.int64) * HV * DK * DV + head + tile, mask=live & mask_h, other=0.0)
+    decay = -tl.exp(tl.load(a_log + hv).to(tl.float32))
+    bias = tl.load(dt_bias + hv).to(tl.float32)
+    i = 0
+    while i < R:
+        n = tl.load(rows + b * R + i)
+        n_ok = (n >= 0) & (n < N)
+        n_safe = tl.where(n_ok, n, 0).to(tl.int64)
+        src = mixed + (b * R + i).to(tl.int64) * C
+        q = tl.load(src + hk * DK + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        k = tl.load(src + QK + hk * DK + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        v = tl.load(src + 2 * QK + hv * DV + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+        q = q / tl.sqrt(tl.sum(q * q) + 1e-6) * scale
+        k = k / tl.sqrt(tl.sum(k * k) + 1e-6)
+        a = tl.load(a_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32) + bias
+        softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))
+        beta = 1.0 / (1.0 + tl.exp(-tl.load(b_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32)))
+        h = h * tl.exp(decay * softplus)
+        kv_mem = tl.sum(h * k[:, None], axis=0)
+        h = h + k[:, None] * ((v - kv_mem) * beta)[None, :]
+        o = tl.sum(h * q[:, None], axis=0)
+        tl.store(out + (n_safe * HV + hv) * DV + offs_v, o, mask=n_ok & mask_v)
+        w_slot = tl.load(state_write + n_safe, mask=n_ok, other=-1)
+        w_live = n_ok & (w_slot >= 0) & (w_slot < num_slots)
+        w_base = pool + tl.where(w_live, w_slot, 0).to(tl.int64) * HV * DK * DV + head
+        tl.store(w_base + tile, h, mask=w_live & mask_h)
+        i += 1
+
+
+def delta_rule_slots(
+    mixed: torch.Tensor,
+    a_raw: torch.Tensor,
+    b_raw: torch.Tensor,
+    a_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    pool: torch.Tensor,
+    rows: torch.Tensor,
+    state_read: torch.Tensor,
+    state_write: torch.Tensor,
+    num_slots: int,
+    key_heads: int,
+    key_dim: int,
+) -> torch.Tensor:
+    """The gated delta rule over each sequence's rows, ``[N, HV, DV]`` float32 (zero on unowned rows).
+
+    ``mixed [B, R, C]`` (the conv output, contiguous), ``a_raw, b_raw [N, HV]``,
+    ``pool [S + 1, HV, DK, DV]`` float32 (contiguous); the state after row
+    ``n`` goes to ``state_write[n]``'s slot.
+    """
+    b, r, _ = mixed.shape
+    n, hv = a_raw.shape
+    if a_raw.stride(1) != 1 or b_raw.stride(1) != 1 or a_raw.stride(0) != b_raw.stride(0):
+        a_raw, b_raw = a_raw.contiguous(), b_raw.contiguous()
+    dv = pool.shape[-1]
+    out = torch.zeros(n, hv, dv, dtype=torch.float32, device=mixed.device)
+    bv = min(_pow2(dv), 32)
+    _delta_rule_slots_kernel[(triton.cdiv(dv, bv), b * hv)](
+        mixed.contiguous(),
+        a_raw,
+        b_raw,
+        a_log,
+        dt_bias,
+        pool,
+        rows.contiguous(),
+        state_read.contiguous(),
+        state_write.contiguous(),
+        out,
+        num_slots,
+        n,
+        r,
+        key_dim**-0.5,
+        a_raw.stride(0),
+        HV=hv,
+        GROUP=hv // key_heads,
+        DK=key_dim,
+        DV=dv,
+        BK=_pow2(key_dim),
+        BV=bv,
+        num_warps=4,
+    )
+    return out
+
+
+@triton.jit
+def _gated_rms_norm_kernel(o, z, weight, out, eps, stride_z, HV: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)  # one (token, head) pair
+    zrow = (row // HV) * stride_z + (row % HV) * DV
+    offs = tl.arange(0, BV)
+    mask = offs < DV
+    x = tl.load(o + row * DV + offs, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(z + zrow + offs, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(weight + offs, mask=mask, other=0.0)
+    x = x.to(out.dtype.element_ty).to(tl.float32)  # the torch path rounds o to the model's dtype first
+    normed = x / tl.sqrt(tl.sum(x * x) / DV + eps)
+    y = (w * normed.to(out.dtype.element_ty)).to(tl.float32) * (g / (1.0 + tl.exp(-g)))
+    tl.store(out + row * DV + offs, y.to(out.dtype.element_ty), mask=mask)
+
+
+def gated_rms_norm(o: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``weight * rmsnorm(o) * silu(z)`` per head, ``o [N, HV, DV]`` float32, ``z [N, HV * DV]`` (rows may be
+    strided) in the model's dtype; ``[N, HV * DV]``."""
+    n, hv, dv = o.shape
+    z = z.reshape(n, hv * dv) if z.dim() == 3 else z
+    if z.stride(1) != 1:
+        z = z.contiguous()
+    out = torch.empty(n, hv * dv, dtype=z.dtype, device=z.device)
+    _gated_rms_norm_kernel[(n * hv,)](o, z, weight, out, eps, z.stride(0), HV=hv, DV=dv, BV=_pow2(dv))
+    return out
