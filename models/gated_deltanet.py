@@ -168,7 +168,11 @@ class GatedDeltaNet(nn.Module):
         reference.
         """
         if use_triton(self.kernels, x.device):
-            return self._forward_triton(x, rows, state_read, state_write, pool, layer)
+            return self.forward_triton(x, rows, state_read, state_write, pool, layer)
+        return self.forward_torch(x, rows, state_read, state_write, pool, layer)
+
+    def forward_torch(self, x, rows, state_read, state_write, pool: LinearStatePool, layer: int) -> torch.Tensor:
+        """The torch recurrence, one row at a time for every sequence at once: the exact reference."""
         n = x.shape[0]
         b, r = rows.shape
         g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias)  # [N, HV], log decay
@@ -191,7 +195,7 @@ class GatedDeltaNet(nn.Module):
         z = self.in_proj_z(x).view(n, self.value_heads, self.value_dim)
         return self.out_proj(self.norm(flat, z).reshape(n, -1))
 
-    def _forward_triton(self, x, rows, state_read, state_write, pool: LinearStatePool, layer: int) -> torch.Tensor:
+    def forward_triton(self, x, rows, state_read, state_write, pool: LinearStatePool, layer: int) -> torch.Tensor:
         """The same forward as three Triton launches around one fused in-projection GEMM."""
         from . import triton_gdn
 

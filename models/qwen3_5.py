@@ -35,7 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import qwen3_5_fast
 from .checkpoint import load_folder
+from .cuda_forward import FastBatch
 from .gated_deltanet import GatedDeltaNet, LinearStatePool
 from .paged_kv import AttentionBatch, PagedKVCache
 from .qwen3 import EMBED_STD, LOGIT_STD, MLP, ModelConfig, apply_rope, build_on
@@ -53,6 +55,8 @@ class ZeroCenteredRMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda:  # one fused kernel, the same float32 arithmetic
+            return qwen3_5_fast.rms_norm(self, x)
         xf = x.float()
         normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return (normed * (1.0 + self.weight.float())).type_as(x)
@@ -97,6 +101,7 @@ class HybridBatch:
     pool: LinearStatePool | None
     state_read: torch.Tensor  # [B] slot each sequence starts from, -1: zeros
     state_write: torch.Tensor  # [N] slot the state after each row goes to, -1: none
+    fast: FastBatch | None = None  # set: the CUDA forward of ``qwen3_5_fast``
 
 
 class DecoderLayer(nn.Module):
@@ -118,14 +123,26 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x: torch.Tensor, batch: HybridBatch) -> torch.Tensor:
+        if batch.fast is not None:
+            return self._forward_fast(x, batch)
         h = self.input_layernorm(x)
         if self.kind == LINEAR:
             rows = batch.attention.row_index
-            h = self.linear_attn(h, rows, batch.state_read, batch.state_write, batch.pool, self.index)
+            h = self.linear_attn.forward_torch(h, rows, batch.state_read, batch.state_write, batch.pool, self.index)
         else:
             h = self.self_attn(h, batch.attention, batch.kv_cache, self.index)
         x = x + h
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def _forward_fast(self, x: torch.Tensor, batch: HybridBatch) -> torch.Tensor:
+        h = self.input_layernorm(x)
+        if self.kind == LINEAR:
+            rows = batch.attention.row_index
+            h = self.linear_attn.forward_triton(h, rows, batch.state_read, batch.state_write, batch.pool, self.index)
+        else:
+            h = qwen3_5_fast.attention(self.self_attn, h, batch.attention, batch.fast, batch.kv_cache, self.index)
+        x = x + h
+        return x + qwen3_5_fast.mlp(self.mlp, self.post_attention_layernorm(x))
 
 
 def init_random_weights(model: "Qwen35Model", seed: int) -> None:
@@ -160,6 +177,8 @@ class Qwen35Model(nn.Module):
 
     # the drafts' dense layers (MTP head, DFlash / DSpark) run the plain torch attention over this target
     forward_kernels = "torch"
+    # the target's own forward: "auto" (Triton kernels on CUDA, qwen3_5_fast), "torch" or "triton"
+    hybrid_kernels = "auto"
 
     def __init__(self, config: Qwen35Config):
         super().__init__()
@@ -306,7 +325,10 @@ class Qwen35Model(nn.Module):
         attention = AttentionBatch.build(
             positions, slot_mapping, block_table, kv_lens, query_start_loc, rows_per_seq, cfg.rotary_dim, cfg.rope_theta
         )
-        batch = HybridBatch(attention, self.kv_cache, self.linear_state, state_read, state_write)
+        fast = qwen3_5_fast.fast_batch(
+            self.hybrid_kernels, positions, slot_mapping, block_table, kv_lens, query_start_loc, rows_per_seq, 0.0
+        )
+        batch = HybridBatch(attention, self.kv_cache, self.linear_state, state_read, state_write, fast)
         x = self.embed_tokens(tokens.long())
         tapped = []
         for i, layer in enumerate(self.layers):
