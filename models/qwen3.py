@@ -98,6 +98,12 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return (xf * cos[:, None] + rotated * sin[:, None]).to(x.dtype)
 
 
+def partial_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE on the first ``cos.shape[-1]`` dims of ``x [N, heads, D]``; the rest pass."""
+    rd = cos.shape[-1]
+    return torch.cat([apply_rope(x[..., :rd], cos, sin), x[..., rd:]], dim=-1)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()

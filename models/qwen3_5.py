@@ -40,7 +40,7 @@ from .checkpoint import load_folder
 from .cuda_forward import FastBatch
 from .gated_deltanet import GatedDeltaNet, LinearStatePool
 from .paged_kv import AttentionBatch, PagedKVCache
-from .qwen3 import EMBED_STD, LOGIT_STD, MLP, ModelConfig, apply_rope, build_on
+from .qwen3 import EMBED_STD, LOGIT_STD, MLP, ModelConfig, build_on, partial_rope
 from .qwen3_5_config import FULL, LINEAR, PRESETS, Qwen35Config, hf_param_name
 
 __all__ = ["PRESETS", "Qwen35Config", "Qwen35Model"]
@@ -60,12 +60,6 @@ class ZeroCenteredRMSNorm(nn.Module):
         xf = x.float()
         normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return (normed * (1.0 + self.weight.float())).type_as(x)
-
-
-def partial_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE on the first ``cos.shape[-1]`` dims of ``x [N, heads, D]``; the rest pass."""
-    rd = cos.shape[-1]
-    return torch.cat([apply_rope(x[..., :rd], cos, sin), x[..., rd:]], dim=-1)
 
 
 class GatedAttention(nn.Module):

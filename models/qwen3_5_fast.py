@@ -27,6 +27,7 @@ from torch import nn
 
 from . import cuda_forward
 from .cuda_forward import FastBatch, fused_weight, linear
+from .qwen3 import partial_rope
 
 __all__ = ["attention", "fast_batch", "mlp", "rms_norm"]
 
@@ -59,7 +60,6 @@ def rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
 def attention(attn, x: torch.Tensor, batch, fast: FastBatch, cache, layer: int) -> torch.Tensor:
     """``GatedAttention`` on normed ``x [N, hidden]``: K/V written at the rows' slots, output gated and projected."""
     from . import triton_kernels
-    from .qwen3_5 import partial_rope
 
     n, h, kvh, d = x.shape[0], attn.num_heads, attn.num_kv_heads, attn.head_dim
     proj = linear(x, fused_weight(attn, ("q_proj", "k_proj", "v_proj")))

@@ -9,6 +9,8 @@ non-speculative step read slot 0); padding rows of a bucket write no state
 from __future__ import annotations
 
 import contextlib
+import os
+import warnings
 
 import pytest
 import torch
@@ -131,3 +133,87 @@ def test_a_hybrid_step_needs_its_slots(model, hybrid_kernels):
         rt.step(last, drafts, seq, table, (0, 60))
     with pytest.raises(ValueError, match=r"state_slots\[2, 4\]"):
         rt.step(last, drafts, seq, table, (0, 60), accepted=accepted, state_slots=slots[:, :2])
+
+
+SOAK_STEPS = int(os.environ.get("SPECGEN_SOAK_STEPS", "10000"))
+
+
+@pytest.mark.gpu
+def test_cuda_hybrid_soak_replays(hybrid_kernels):
+    """SOAK_STEPS captured replays of a hybrid verify step (the Triton forward writing every row's linear state by
+    slot) over random batches, acceptance counts (outside 0..W-1 too) and slot maps: each step's tokens equal the
+    same step run eagerly, the whole state pool equals the eager run's after every chunk, no replay syncs or
+    allocates, and every bucket and acceptance count occurs."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    dev, max_batch, chunk = torch.device("cuda"), 8, 500
+    model = Qwen35Model.create("qwen3.5-tiny", seed=0, device=dev)
+    model.allocate_kv_cache(1 + 8 * BT * max_batch, BS, block_table_width=BT)
+    pool_fast = _pool(model, max_batch * W + 4 * W, seed=11)
+    pool_eager = _pool(model, max_batch * W + 4 * W, seed=11)
+    model.linear_state = pool_fast
+    fast = SpecVerifyRuntime(
+        hybrid_kernels, _forward(model), capabilities_of(model), W, max_batch=max_batch, block_table_width=BT,
+        block_size=BS, backend="cuda", device=dev,
+    )  # fmt: skip
+    eager = SpecVerifyRuntime(
+        hybrid_kernels, _forward(model), capabilities_of(model), W, max_batch=max_batch, block_table_width=BT,
+        block_size=BS, backend="cuda", device=dev, allow_eager=True,
+    )  # fmt: skip
+    model.linear_state = pool_fast
+    fast.capture_all()
+    pool_fast.restore(pool_eager.snapshot())  # the capture's warm-up ran on the pool
+    gen = torch.Generator().manual_seed(12)
+    seen_accept, buckets, checked = torch.zeros(W + 4, dtype=torch.long), set(), 0
+    while checked < SOAK_STEPS:
+        n = min(chunk, SOAK_STEPS - checked)
+        cases = []
+        for _ in range(n):
+            batch = int(torch.randint(1, max_batch + 1, (1,), generator=gen))
+            table = (1 + torch.randperm(8 * BT * max_batch, generator=gen)[: batch * BT]).to(I32).view(batch, BT)
+            seq = torch.randint(0, BT * BS - W - 1, (batch,), generator=gen).to(I32)
+            last = torch.randint(0, 512, (batch,), generator=gen).to(I32)
+            drafts = torch.randint(0, 512, (batch, W - 1), generator=gen).to(I32)
+            accepted = torch.randint(-2, W + 2, (batch,), generator=gen).to(I32)
+            slots = torch.randperm(max_batch + 4, generator=gen)[:batch].to(I32)[:, None] * W + torch.arange(W)
+            slots[torch.rand(batch, generator=gen) < 0.05] = -1  # a sequence with no slots writes nothing
+            cases.append((last, drafts, seq, table, accepted, slots.to(I32)))
+            seen_accept += torch.bincount(accepted.long() + 2, minlength=W + 4)
+        dev_cases = [tuple(t.to(dev) for t in c) for c in cases]
+        kv = (model.kv_cache._k.clone(), model.kv_cache._v.clone())
+        hist = torch.full((n, max_batch, W), -1, dtype=I32, device=dev)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for i, (c, host) in enumerate(zip(dev_cases, cases)):
+                bounds = (int(host[2].min()), int(host[2].max()))
+                res = fast.step(*c[:4], bounds, accepted=c[4], state_slots=c[5])
+                hist[i, : len(host[0])].copy_(res.next_tokens)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        torch.cuda.synchronize()
+        assert torch.cuda.memory_allocated() == before, "a replay allocated device memory"
+        assert fast.stats()["fast_path"] == checked + n
+        # the same chunk eagerly, from the same KV cache and an equal pool
+        model.kv_cache._k.copy_(kv[0])
+        model.kv_cache._v.copy_(kv[1])
+        model.linear_state = pool_eager
+        got = hist.cpu()
+        with warnings.catch_warnings():  # the first eager step warns that it left the fast path
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for i, (c, host) in enumerate(zip(dev_cases, cases)):
+                res = eager.step(*c[:4], (-1, int(host[2].max())), accepted=c[4], state_slots=c[5])
+                assert not res.fast_path
+                assert torch.equal(got[i, : len(host[0])], res.next_tokens.cpu()), checked + i
+                buckets.add(fast._bucket(len(host[0])))
+        model.linear_state = pool_fast
+        for a, b in zip(pool_fast.snapshot(), pool_eager.snapshot()):
+            assert torch.equal(a[:, :-1], b[:, :-1]), f"state pools differ after step {checked + n}"
+        checked += n
+    assert buckets == set(fast.buckets) and (seen_accept > 0).all()
+    print(
+        f"hybrid soak w{W}: {SOAK_STEPS} replays exact against eager steps; pools equal after every chunk of "
+        f"{chunk}; acceptance counts -2..{W + 1} histogram {seen_accept.tolist()}; buckets {sorted(buckets)}; "
+        "memory_allocated unchanged"
+    )
