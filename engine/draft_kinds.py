@@ -93,6 +93,7 @@ class MTPKind(DraftKind):
 
 class _BlockKind(DraftKind):
     proposer_class = BlockProposer
+    supports_tp = True  # whole on every rank: it reads the target's all-reduced taps and its whole embedding
     loads_weights = True
 
     def draft_rows(self, depth: int) -> int:

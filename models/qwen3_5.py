@@ -264,25 +264,35 @@ class Qwen35Model(nn.Module):
         """A fresh cache for the full-attention layers; ``block_table_width``: the engine's, if fixed."""
         w, cfg = self.embed_tokens.weight, self.config
         layers = max(len(cfg.layers_of(FULL)), 1)  # a cache of one unused layer keeps the metadata uniform
-        self.kv_cache = PagedKVCache(layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim, w.dtype, w.device)
+        kv_heads = self._mixer(FULL, "self_attn").num_kv_heads if cfg.layers_of(FULL) else cfg.num_kv_heads
+        self.kv_cache = PagedKVCache(layers, num_blocks, block_size, kv_heads, cfg.head_dim, w.dtype, w.device)
         self.block_table_width = block_table_width
         return self.kv_cache
 
     def allocate_linear_state(self, num_slots: int) -> LinearStatePool:
         """A fresh (zero) state pool of ``num_slots`` slots in every linear layer."""
         w, cfg = self.embed_tokens.weight, self.config
+        heads, conv_dim = cfg.linear_num_value_heads, cfg.conv_dim
+        if cfg.layers_of(LINEAR):
+            mixer = self._mixer(LINEAR, "linear_attn")
+            heads, conv_dim = mixer.value_heads, mixer.conv_dim
         self.linear_state = LinearStatePool(
             max(len(cfg.layers_of(LINEAR)), 1),
             num_slots,
-            cfg.linear_num_value_heads,
+            heads,
             cfg.linear_key_head_dim,
             cfg.linear_value_head_dim,
-            cfg.conv_dim,
+            conv_dim,
             cfg.linear_conv_kernel_dim,
             w.dtype,
             w.device,
         )
         return self.linear_state
+
+    def _mixer(self, kind: str, name: str) -> nn.Module:
+        """The first ``kind`` layer's token mixer: its head counts are all of them, or a tensor-parallel
+        rank's share (``models/tp.py``), which is what the cache and the pool hold."""
+        return getattr(self.layers[self.config.layers_of(kind)[0]], name)
 
     def speculative_verify_capabilities(self):
         """Fixed-shape metadata as ``Qwen3Model``'s, plus a linear state."""

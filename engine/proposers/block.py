@@ -91,7 +91,7 @@ class BlockProposer(Proposer):
             taps=self.draft.tap_layers,
             prefill_lens=e.prompt_lens,
         )
-        bonus = logits[torch.arange(B, device=dev) * r + e.prompt_lens - 1].argmax(-1)
+        bonus = e.model.greedy_tokens(logits[torch.arange(B, device=dev) * r + e.prompt_lens - 1])
         self.draft.write_context(taps, pos.reshape(-1), slots.reshape(-1))  # padding rows write nothing
         b = e.bufs
         b["accepted"].zero_()
@@ -114,7 +114,7 @@ class BlockProposer(Proposer):
             step_bufs=bufs,
         )
         e.verify_hidden[: taps.shape[0]].copy_(taps)
-        return logits.argmax(-1).to(I32).view(-1, e.width)
+        return e.model.greedy_tokens(logits).to(I32).view(-1, e.width)
 
     def propose(self) -> None:
         """One block forward from the anchor; writes the verification's draft tokens, last token and length."""

@@ -51,7 +51,6 @@ BAD = [
     ("bare_repeats", {"bare_repeats": 0}, COUNTS_MESSAGE),
     ("tp", {"tp": 0}, TP),
     ("tp", {"tp": 3}, "--tp 3: tiny's query heads (4) does not divide evenly over 3 ranks"),
-    ("tp", {"tp": 2, "draft": "dflash"}, "--tp 2 runs MTP drafts; --draft dflash runs on one device (--tp 1)"),
     ("draft_tp", {"draft_tp": 2}, TP),
     ("check_ranks", {"check_ranks": -1}, TP),
     ("profile_steps", {"profile_steps": -1}, "--profile-steps must be at least 0 (0: no kernel-level profile)"),

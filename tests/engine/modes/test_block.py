@@ -44,7 +44,7 @@ def test_draft_kinds_are_registered_pieces():
     assert BLOCK_MODES == [m for m in MODES if m != "inductor"]
     assert DRAFT_KINDS["dspark"].modes == DRAFT_KINDS["dflash"].modes
     # what a kind supports is asked of it, never read off its name
-    assert [k.supports_tp for k in DRAFT_KINDS.values()] == [True, False, False]
+    assert [k.supports_tp for k in DRAFT_KINDS.values()] == [True, True, True]
     assert [k.loads_weights for k in DRAFT_KINDS.values()] == [False, True, True]
     assert DRAFT_KINDS["mtp"].boundaries == ("draft-to-verify", "verify-to-draft")
     assert DRAFT_KINDS["dflash"].boundaries == ("draft-to-verify", "context-kv")
