@@ -29,14 +29,14 @@ for stage in "$@"; do
              | tee "$out/gpu_tests.txt" | grep -E "passed|failed|error|soak|fla-core|gdn kernels|hybrid fast" | tail -30 ;;
     sanitize)
       for args in "float32 odd" "bfloat16 real"; do
-        PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 3 \
+        PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 \
           python3 tests/models/gdn_cases.py cuda $args > "$out/sanitize_gdn_${args// /_}.txt" 2>&1
         echo "memcheck gdn_cases $args: exit $?"; grep -E "ERROR SUMMARY" "$out/sanitize_gdn_${args// /_}.txt" | tail -1
       done
-      PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 3 \
+      PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 \
         python3 tests/models/hybrid_fast_cases.py cuda float32 > "$out/sanitize_hybrid_forward.txt" 2>&1
       echo "memcheck hybrid forward: exit $?"; grep -E "ERROR SUMMARY" "$out/sanitize_hybrid_forward.txt" | tail -1
-      PYTORCH_NO_CUDA_MEMORY_CACHING=1 SPECGEN_FUZZ_EXAMPLES=8 compute-sanitizer --tool memcheck --error-exitcode 3 \
+      PYTORCH_NO_CUDA_MEMORY_CACHING=1 SPECGEN_FUZZ_EXAMPLES=8 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 \
         python3 -m pytest -q -p no:cacheprovider tests/codegen/test_fuzz_cuda.py -k "linear or hybrid" \
         > "$out/sanitize_linear_families.txt" 2>&1
       echo "memcheck linear-state families: exit $?"; grep -E "ERROR SUMMARY|passed|failed" "$out/sanitize_linear_families.txt" | tail -2 ;;

@@ -103,8 +103,8 @@ def test_delta_rule_matches_fla(batch, width):
             q[:, :t],
             k[:, :t],
             v[:, :t],
-            g[:, :t].contiguous(),
-            beta[:, :t].contiguous(),
+            g=g[:, :t].contiguous(),
+            beta=beta[:, :t].contiguous(),
             scale=dk**-0.5,
             initial_state=state0.clone(),
             output_final_state=True,
@@ -132,7 +132,10 @@ def run_hybrid(device: str, dtype: str, interpret: bool) -> dict:
 
 
 def check_hybrid(res: dict, dtype: str) -> None:
-    rel = 5e-6 if dtype == "float32" else 3e-2
+    # bfloat16: the torch path rounds the conv's output and each projection where the kernels keep float32, and
+    # the tiny model's gated norms scale near-zero head outputs up to unit size (see its preset), so its logits
+    # differ by a few percent; float32 is the strict check
+    rel = 5e-6 if dtype == "float32" else 6e-2
     for name in ("prefill", "verify"):
         c = res[name]
         assert c["err_logits"] <= rel * c["scale"] and (dtype != "float32" or c["same_tokens"]), (name, c)
