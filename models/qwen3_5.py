@@ -118,7 +118,7 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: HybridBatch) -> torch.Tensor:
         if batch.fast is not None:
-            return self._forward_fast(x, batch)
+            return qwen3_5_fast.layer(self, x, batch)
         h = self.input_layernorm(x)
         if self.kind == LINEAR:
             rows = batch.attention.row_index
@@ -127,16 +127,6 @@ class DecoderLayer(nn.Module):
             h = self.self_attn(h, batch.attention, batch.kv_cache, self.index)
         x = x + h
         return x + self.mlp(self.post_attention_layernorm(x))
-
-    def _forward_fast(self, x: torch.Tensor, batch: HybridBatch) -> torch.Tensor:
-        h = self.input_layernorm(x)
-        if self.kind == LINEAR:
-            rows = batch.attention.row_index
-            h = self.linear_attn.forward_triton(h, rows, batch.state_read, batch.state_write, batch.pool, self.index)
-        else:
-            h = qwen3_5_fast.attention(self.self_attn, h, batch.attention, batch.fast, batch.kv_cache, self.index)
-        x = x + h
-        return x + qwen3_5_fast.mlp(self.mlp, self.post_attention_layernorm(x))
 
 
 def init_random_weights(model: "Qwen35Model", seed: int) -> None:

@@ -12,8 +12,10 @@ CPU only under ``TRITON_INTERPRET=1``, for tests).  Per layer:
   forward's Triton paged attention over the block table (no gather of the
   whole table), the output gate, ``o_proj``;
 * the MLP as the dense fast forward's (fused gate-up GEMM, ``silu_mul``);
-* the zero-centred RMSNorms as one ``F.rms_norm`` in float32 with the gain
-  ``1 + weight`` made once per weight version.
+* each zero-centred RMSNorm one ``add_rms_norm`` launch of the dense fast
+  forward (the one after the mixer taking the residual add too), with the gain
+  ``1 + weight`` made once per weight version (elsewhere on CUDA: one
+  ``F.rms_norm`` in float32).
 
 The shapes depend only on the batch layout, so it captures in a CUDA graph;
 the CPU keeps the torch path, the exact reference.
@@ -29,7 +31,7 @@ from . import cuda_forward
 from .cuda_forward import FastBatch, fused_weight, linear
 from .qwen3 import partial_rope
 
-__all__ = ["attention", "fast_batch", "mlp", "rms_norm"]
+__all__ = ["attention", "fast_batch", "layer", "mlp", "rms_norm"]
 
 
 def fast_batch(kernels: str, positions, slot_mapping, block_table, kv_lens, query_start_loc, rows, theta):
@@ -82,6 +84,22 @@ def attention(attn, x: torch.Tensor, batch, fast: FastBatch, cache, layer: int) 
     )
     o = o.reshape(n, h * d) * torch.sigmoid(gate.reshape(n, h * d))
     return linear(o, attn.o_proj.weight) if type(attn.o_proj) is nn.Linear else attn.o_proj(o)
+
+
+def layer(dec, x: torch.Tensor, batch) -> torch.Tensor:
+    """One decoder layer (``qwen3_5.DecoderLayer``) on ``x``: each norm one ``add_rms_norm`` launch, the
+    post-mixer one taking the residual add too."""
+    from . import triton_kernels
+
+    _, h = triton_kernels.add_rms_norm(x, None, _gain(dec.input_layernorm), dec.input_layernorm.eps)
+    if dec.kind == "linear_attention":
+        rows = batch.attention.row_index
+        h = dec.linear_attn.forward_triton(h, rows, batch.state_read, batch.state_write, batch.pool, dec.index)
+    else:
+        h = attention(dec.self_attn, h, batch.attention, batch.fast, batch.kv_cache, dec.index)
+    norm = dec.post_attention_layernorm
+    x, h = triton_kernels.add_rms_norm(x, h, _gain(norm), norm.eps)
+    return x + mlp(dec.mlp, h)
 
 
 def mlp(m, x: torch.Tensor) -> torch.Tensor:
