@@ -19,6 +19,7 @@ from ..models.mtp_head import MTPHead
 from ..models.paged_kv import BlockAllocator, make_block_table, slot, verify_metadata
 from ..models.qwen3 import Qwen3Model
 from .acceptance import AcceptanceMix
+from .linear_state import has_linear_state
 
 
 @dataclass(slots=True)
@@ -90,20 +91,32 @@ def greedy_prefix(drafts: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 def greedy_generate(
     model: Qwen3Model, prompts: list[list[int]], max_new_tokens: int, block_size: int = 16
 ) -> list[list[int]]:
-    """Target-only greedy decoding: one prefill, then one token per forward."""
+    """Target-only greedy decoding: one prefill, then one token per forward.
+
+    A hybrid target keeps sequence ``b``'s linear state in slot ``b``: the
+    prefill starts from the zero state and writes it after the last prompt row,
+    every later forward reads and rewrites it.
+    """
     if max_new_tokens <= 0:
         return [[] for _ in prompts]
     lay = _Layout(prompts, max_new_tokens, block_size, model.embed_tokens.weight.device)
     model.allocate_kv_cache(lay.num_blocks, block_size)
     packed = lay.pack(prompts, 0)
-    _, logits = model(*packed)
-    tok = model.greedy_tokens(logits[lay.last_rows(packed[-1])])
+    last, own = lay.last_rows(packed[-1]), torch.arange(len(prompts), dtype=torch.int32, device=lay.lens.device)
+    state = has_linear_state(model)
+    if state:
+        model.allocate_linear_state(len(prompts))
+        write = torch.full_like(packed[0], -1, dtype=torch.int32).index_copy_(0, last, own)
+        state = {"state_read": torch.full_like(own, -1), "state_write": write}
+    _, logits = model(*packed, **(state or {}))
+    tok = model.greedy_tokens(logits[last])
     out = [[t] for t in tok.tolist()]
     seq_lens, bt = lay.lens.clone(), lay.block_table
     qsl = torch.arange(len(prompts) + 1, device=bt.device)
+    state = state and {"state_read": own, "state_write": own}
     for _ in range(max_new_tokens - 1):
         slots = slot(bt, seq_lens[:, None], block_size).reshape(-1)
-        _, logits = model(tok, seq_lens, slots, bt, seq_lens + 1, qsl, 1)
+        _, logits = model(tok, seq_lens, slots, bt, seq_lens + 1, qsl, 1, **(state or {}))
         tok = model.greedy_tokens(logits)
         seq_lens += 1
         for o, t in zip(out, tok.tolist()):
@@ -140,7 +153,8 @@ def _next_draft_rows(draft: MTPHead, tokens, hidden, accepted, next_lens, bonus,
     rows = torch.stack([base + (accepted - 1).clamp(min=0), base + accepted], 1).reshape(-1)
     toks = torch.stack([tokens[base + accepted], bonus], 1).reshape(-1)
     qsl = torch.arange(b + 1, device=accepted.device) * 2
-    h, logits = draft(toks, pos.reshape(-1), slots.reshape(-1), hidden[rows], lay.block_table, next_lens + 1, qsl, 2)
+    hid = draft.from_target(hidden[rows])
+    h, logits = draft(toks, pos.reshape(-1), slots.reshape(-1), hid, lay.block_table, next_lens + 1, qsl, 2)
     return logits.view(b, 2, -1)[:, 1], h.view(b, 2, -1)[:, 1]
 
 
@@ -176,7 +190,7 @@ def speculative_generate(
     if mtp:  # draft prefill: token at p with the target hidden of p - 1, p = 1 .. S
         draft.allocate_kv_cache(lay.num_blocks, block_size)
         dpacked = lay.pack([p[1:] + o for p, o in zip(prompts, out)], 1)
-        dh, dl = draft(*dpacked[:3], hidden, *dpacked[3:])
+        dh, dl = draft(*dpacked[:3], draft.from_target(hidden), *dpacked[3:])
         d_logits, d_hidden = dl[last], dh[last]
     stats = SpecStats(w)
     while min(len(o) for o in out) < max_new_tokens:

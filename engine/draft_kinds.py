@@ -23,6 +23,8 @@ from ..models.block_draft import BlockDraft, BlockDraftConfig
 from ..models.errors import EngineError
 from ..models.mtp_head import MTPHead
 from ..models.qwen3 import Qwen3Model
+from ..models.qwen3_5 import Qwen35Model
+from ..models.qwen3_5_mtp import Qwen35MTPHead
 from ..specializations.plan import DRAFT_TO_VERIFY
 from .engine import SpecDecodeEngine
 from .modes import MODES
@@ -76,7 +78,8 @@ class DraftKind:
 
 @register_draft_kind
 class MTPKind(DraftKind):
-    """The MTP head: a chain of one-row steps after a two-row repair/new step."""
+    """The MTP head: a chain of one-row steps after a two-row repair/new step (over a hybrid target Qwen3.5's
+    MTP layer, with the checkpoint's ``mtp.*`` weights when its folder held them)."""
 
     name = "mtp"
     proposer_class = MTPProposer
@@ -87,8 +90,16 @@ class MTPKind(DraftKind):
 
     def create(self, model, seed=1, weights=None):
         if weights is not None:
-            raise EngineError("--draft-weights loads DFlash / DSpark drafts; the MTP head has random weights")
-        return MTPHead.create(model, seed=seed)
+            raise EngineError(
+                "--draft-weights loads DFlash / DSpark drafts; the MTP head's weights are random or, over a "
+                "Qwen3.5 checkpoint, its mtp.* tensors"
+            )
+        if not isinstance(model, Qwen35Model):
+            return MTPHead.create(model, seed=seed)
+        # a hybrid target: Qwen3.5's MTP layer, the checkpoint's mtp.* weights where its folder held them
+        if model.mtp_tensors:
+            return Qwen35MTPHead.from_checkpoint_tensors(model, model.mtp_tensors)
+        return Qwen35MTPHead.create(model, seed=seed)
 
 
 class _BlockKind(DraftKind):

@@ -39,8 +39,12 @@ class MTPHead(nn.Module):
         x = layer(x)                      # own paged KV cache, target's slots
         logits = lm_head(norm(x))         # embedding and head are the target's
 
-    Chained drafting feeds the head's own returned hidden state back in.
+    Chained drafting feeds the head's own returned hidden state back in;
+    the target's reaches the head through ``from_target``.  Over a hybrid
+    target the MTP draft is ``qwen3_5_mtp.Qwen35MTPHead`` instead.
     """
+
+    from_checkpoint = False  # random weights (a checkpoint's MTP module: qwen3_5_mtp.py)
 
     def __init__(self, target: Qwen3Model):
         super().__init__()
@@ -62,6 +66,10 @@ class MTPHead(nn.Module):
         with torch.no_grad():
             head.norm.weight.fill_(LOGIT_STD / (EMBED_STD * math.sqrt(draft_config(target).hidden_size)))
         return head.eval().requires_grad_(False)
+
+    def from_target(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target's hidden state as this head reads it: as it is."""
+        return hidden
 
     def allocate_kv_cache(self, num_blocks: int, block_size: int) -> PagedKVCache:
         w = self.eh_proj.weight

@@ -113,13 +113,19 @@ class PagedKVCache:
 
 
 def paged_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor, kv_lens: torch.Tensor, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_pos: torch.Tensor,
+    kv_lens: torch.Tensor,
+    scale: float,
+    kv_start: int = 0,
 ) -> torch.Tensor:
     """Causal GQA over gathered context.
 
     ``q [B, R, H, D]`` attends to keys ``k, v [B, L, KVH, D]`` at positions
-    ``p <= q_pos[b, r]`` and ``p < kv_lens[b]``.  Query head ``h`` reads KV
-    head ``h // (H // KVH)``; scores are masked and soft-maxed in float32.
+    ``kv_start <= p <= q_pos[b, r]`` and ``p < kv_lens[b]``.  Query head ``h``
+    reads KV head ``h // (H // KVH)``; scores are masked and soft-maxed in float32.
     """
     b, r, h, d = q.shape
     kvh = k.shape[2]
@@ -127,6 +133,8 @@ def paged_attention(
     scores = torch.einsum("brkgd,blkd->bkgrl", qg, k).float() * scale
     kpos = torch.arange(k.shape[1], device=q.device)
     visible = (kpos <= q_pos[:, :, None]) & (kpos < kv_lens.long()[:, None, None])
+    if kv_start:  # a cache whose first positions are never written (an MTP head's position 0)
+        visible = visible & (kpos >= kv_start)
     scores = scores.masked_fill(~visible[:, None, None], torch.finfo(torch.float32).min)
     probs = torch.softmax(scores, dim=-1).to(v.dtype)
     return torch.einsum("bkgrl,blkd->brkgd", probs, v).reshape(b, r, h, d)
@@ -146,6 +154,7 @@ class AttentionBatch:
     kv_lens: torch.Tensor  # [B]
     cos: torch.Tensor  # [N, head_dim] rotary tables, float32
     sin: torch.Tensor
+    kv_start: int = 0  # keys at positions below it are not attended (``paged_attention``)
 
     @classmethod
     def build(
@@ -174,6 +183,6 @@ class AttentionBatch:
         """Write this forward's K/V, then attend: ``q [N, H, D] -> [N, H, D]``."""
         cache.write(layer, self.slots, k, v)
         kc, vc = cache.gather(layer, self.block_table)
-        out = paged_attention(q[self.row_index], kc, vc, self.q_pos, self.kv_lens, q.shape[-1] ** -0.5)
+        out = paged_attention(q[self.row_index], kc, vc, self.q_pos, self.kv_lens, q.shape[-1] ** -0.5, self.kv_start)
         flat = torch.zeros_like(q)
         return flat.index_copy_(0, self.row_index.reshape(-1), out.reshape(-1, *q.shape[1:]))

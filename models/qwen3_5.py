@@ -176,6 +176,8 @@ class Qwen35Model(nn.Module):
         self.kv_cache: PagedKVCache | None = None
         self.linear_state: LinearStatePool | None = None
         self.block_table_width: int | None = None
+        # a checkpoint's MTP module (``mtp.*``, by its names), kept for the MTP draft to load (qwen3_5_mtp.py)
+        self.mtp_tensors: dict[str, torch.Tensor] = {}
 
     @classmethod
     def create(
@@ -206,9 +208,11 @@ class Qwen35Model(nn.Module):
         return cls.from_hf_state_dict(config, load_folder(folder), dtype, device)
 
     def load_hf_state_dict(self, tensors: Mapping[str, torch.Tensor]) -> None:
-        """Copy transformers' tensors by name; ``mtp.*`` and the vision tower's are left to their owners."""
+        """Copy transformers' tensors by name; ``mtp.*`` are kept in ``mtp_tensors`` for the MTP draft and
+        the vision tower's are left out."""
         own = dict(self.named_parameters())
         seen, unknown = set(), []
+        self.mtp_tensors = {key: value for key, value in tensors.items() if key.startswith("mtp.")}
         with torch.no_grad():
             for key, value in tensors.items():
                 name = hf_param_name(key)

@@ -66,6 +66,7 @@ class MTPProposer(Proposer):
         )
         last = torch.arange(B, device=dev) * r + e.prompt_lens - 1
         bonus = e.model.greedy_tokens(logits[last])
+        hidden = self.head.from_target(hidden)  # what the head reads of the target's hidden state
         if r > 1:  # draft prefill: token at p = 1 .. P-1 with the target hidden of p - 1
             dtoks = torch.tensor([p[1:] + [0] * (r - len(p) + 1) for p in prompts], device=dev)
             dpos = (idx + 1).expand(B, r)
@@ -86,7 +87,8 @@ class MTPProposer(Proposer):
         return bonus
 
     def target_forward(self, bufs) -> torch.Tensor:
-        """Keeps the verify rows' hidden states (the next draft's repair and new rows read them)."""
+        """Keeps the verify rows' hidden states as the head reads them (``from_target``: the next draft's
+        repair and new rows read them)."""
         e = self.engine
         hidden, logits = e.call_target(
             bufs["tokens"],
@@ -98,7 +100,7 @@ class MTPProposer(Proposer):
             e.width,
             step_bufs=bufs,
         )
-        e.verify_hidden[: hidden.shape[0]].copy_(hidden)
+        e.verify_hidden[: hidden.shape[0]].copy_(self.head.from_target(hidden))
         return e.model.greedy_tokens(logits).to(I32).view(-1, e.width)
 
     def carry(self) -> None:
