@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..specializations.families import MAX_WIDTH
-from .support import MODEL_PRESETS, BenchError, check_model, fitting_model_config, model_config
+from . import support
+from .support import CPU_PRESETS, MODEL_PRESETS, BenchError, check_model, fitting_model_config, model_config
 
 if TYPE_CHECKING:
     import torch
 
     from ..models.qwen3 import ModelConfig
+    from ..models.qwen3_5_config import Qwen35Config
 
 __all__ = ["BenchConfig", "BenchSettings", "Option", "configure", "options"]
 
@@ -131,10 +133,8 @@ def _ranks(tp: int, s: "BenchSettings") -> str | None:
     if tp > 1 and not DRAFT_KINDS[s.draft].supports_tp:
         return f"--tp {tp} runs MTP drafts; --draft {s.draft} runs on one device (--tp 1)"
     if tp > 1:
-        from ..models.tp import shard_problem
-
         try:
-            why = shard_problem(model_config(s.model), tp)
+            why = support.tp_problem(model_config(s.model), tp)
         except BenchError as e:
             return str(e)
         if why is not None:
@@ -163,8 +163,8 @@ class BenchSettings:
 
     model: str = setting(
         "tiny",
-        f"a model preset with random weights ({', '.join(MODEL_PRESETS)}), or a local Hugging Face Qwen3 folder "
-        "(config.json and *.safetensors)",
+        f"a model preset with random weights ({', '.join(MODEL_PRESETS)}), or a local Hugging Face Qwen3 or "
+        "Qwen3.5 folder (config.json and *.safetensors)",
         metavar="PRESET|DIR",
         check=check_model,
     )
@@ -210,7 +210,7 @@ class BenchSettings:
     )
     dtype: str = setting(
         "auto",
-        "auto: bfloat16 on CUDA (but for the tiny preset), else float32",
+        "auto: bfloat16 on CUDA (but for the tiny presets), else float32",
         choices=DTYPES,
         check=_choices(DTYPES, "--dtype"),
     )
@@ -296,7 +296,7 @@ class BenchSettings:
             if m not in kind_modes and m not in dict(skipped)
         )
         torch_dtype = {
-            "auto": torch.bfloat16 if cuda and self.model != "tiny" else torch.float32,
+            "auto": torch.bfloat16 if cuda and self.model not in CPU_PRESETS else torch.float32,
             "float32": torch.float32,
             "bfloat16": torch.bfloat16,
         }[self.dtype]
@@ -342,7 +342,7 @@ def configure(*, command: str = "specgen bench", **settings) -> "BenchConfig":
 class BenchConfig:
     """Everything one bench invocation runs with, validated by ``BenchSettings.resolve``."""
 
-    model: ModelConfig
+    model: ModelConfig | Qwen35Config  # a Qwen3 target's, or a hybrid (Qwen3.5-style) target's
     dtype: torch.dtype
     device: torch.device
     depths: tuple[int, ...]
@@ -393,7 +393,7 @@ class BenchConfig:
 
     @property
     def boundaries(self) -> tuple[str, ...]:
-        """The plans the draft kind's specgen mode runs (what the kernel build must hold)."""
+        """The plans the draft kind's specgen mode runs over this target (what the kernel build must hold)."""
         from ..engine.draft_kinds import DRAFT_KINDS
 
-        return DRAFT_KINDS[self.draft].boundaries
+        return support.kernel_boundaries(DRAFT_KINDS[self.draft].boundaries, self.model)

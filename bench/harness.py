@@ -37,7 +37,7 @@ from ..parallel.group import TensorParallel, TPError
 from .bare import bare_spans
 from .config import BenchConfig, configure
 from .profiler import KERNEL_FIELDS, KernelPass
-from .support import BenchError, load_target, log, still_running
+from .support import CPU_PRESETS, BenchError, load_target, log, still_running
 from .support import quarters as _quarters
 
 __all__ = ["SUBJECT", "BenchConfig", "BenchError", "configure", "ratios", "run_bench"]
@@ -57,10 +57,10 @@ def run_bench(
     """
     for m, why in config.skipped:
         log(f"bench: mode {m}: {why}")
-    if not config.cuda and config.model_path is None and config.model.name != "tiny":
+    if not config.cuda and config.model_path is None and config.model.name not in CPU_PRESETS:
         log(
             f"bench: warning: {config.model.name} is sized for a GPU; on the CPU each run takes minutes "
-            f"(--model tiny is the CPU preset)"
+            f"(--model tiny and --model qwen3.5-tiny are the CPU presets)"
         )
     log(
         f"bench: model {config.model_path or config.model.name} ({config.dtype}) on {config.device}, "
@@ -163,7 +163,8 @@ class _Sweep:
         except (TPError, EngineError) as e:
             raise BenchError(str(e)) from None
         self.rank_check = RankCheck(tp, config.check_ranks) if config.check_ranks and tp.distributed else None
-        log(f"bench: model ready in {time.perf_counter() - t:.1f}s")
+        mtp = "; the MTP draft is the checkpoint's mtp.* module" if getattr(self.head, "from_checkpoint", False) else ""
+        log(f"bench: model ready in {time.perf_counter() - t:.1f}s{mtp}")
         self.runs: list[dict] = []
         self.checks: list[dict] = []
         self.total = len(config.depths) * len(config.batches) * len(config.modes)
@@ -359,6 +360,7 @@ class _Sweep:
             "model": c.model_path or c.model.name,
             "draft": c.draft,
             "draft_weights": c.draft_weights,
+            "draft_from_checkpoint": getattr(self.head, "from_checkpoint", False),  # the checkpoint's mtp.* tensors
             "dtype": str(c.dtype).split(".")[-1],
             "tp": c.tp,
             "draft_tp": c.draft_tp,

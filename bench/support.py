@@ -3,6 +3,7 @@ stderr without the profiler's trace-point lines."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -16,15 +17,21 @@ if TYPE_CHECKING:  # torch is imported where it is used: the CLI's parser reads 
     import torch
 
     from ..models.qwen3 import ModelConfig
+    from ..models.qwen3_5_config import Qwen35Config
 
 __all__ = [
+    "CPU_PRESETS",
     "MODEL_PRESETS",
     "BenchError",
     "check_device",
     "check_model",
+    "create_target",
     "fitting_model_config",
+    "hybrid",
+    "kernel_boundaries",
     "load_target",
     "model_config",
+    "tp_problem",
     "log",
     "quarters",
     "quiet_profiler",
@@ -33,7 +40,11 @@ __all__ = [
 
 # the trace-point lines kineto (torch.profiler) writes to stderr around every profiling session
 PROFILER_NOISE = (b"USDT:", b"STAGE:")
-MODEL_PRESETS = ("tiny", "qwen3-0.6b", "qwen3-8b")  # models.qwen3.PRESETS, without importing torch here
+# the presets' names, without importing torch here: models.qwen3.PRESETS, then models.qwen3_5_config.PRESETS
+QWEN3_PRESETS = ("tiny", "qwen3-0.6b", "qwen3-8b")
+QWEN35_PRESETS = ("qwen3.5-tiny", "qwen3.5-0.8b", "qwen3.5-2b")
+MODEL_PRESETS = QWEN3_PRESETS + QWEN35_PRESETS
+CPU_PRESETS = ("tiny", "qwen3.5-tiny")  # sized for the CPU: float32 under --dtype auto, no size warning
 
 
 class BenchError(Exception):
@@ -71,22 +82,45 @@ def check_model(model: str) -> str | None:
     path = Path(model)
     if path.is_dir():
         return None if (path / "config.json").is_file() else f"--model {model}: the folder has no config.json"
-    return f"unknown --model '{model}' (known: {', '.join(MODEL_PRESETS)}; or a Hugging Face Qwen3 folder)"
+    return f"unknown --model '{model}' (known: {', '.join(MODEL_PRESETS)}; or a Hugging Face Qwen3 or Qwen3.5 folder)"
 
 
-def model_config(model: str) -> "ModelConfig":
-    """The preset's config, or the folder's ``config.json`` (a field it does not honour is a ``BenchError``)."""
+def is_qwen35_config(config: dict) -> bool:
+    """Whether a ``config.json`` is a Qwen3.5 one (``model_type`` qwen3_5..., or a ``text_config``)."""
+    return str(config.get("model_type", "")).startswith("qwen3_5") or "text_config" in config
+
+
+def model_config(model: str) -> "ModelConfig | Qwen35Config":
+    """The preset's config, or the folder's ``config.json`` through the Qwen3 or the Qwen3.5 loader (a field
+    it does not honour is a ``BenchError`` naming it)."""
     from ..models.qwen3 import ModelConfig
+    from ..models.qwen3_5_config import Qwen35Config
 
-    if model in MODEL_PRESETS:
+    if model in QWEN3_PRESETS:
         return ModelConfig.preset(model)
+    if model in QWEN35_PRESETS:
+        return Qwen35Config.preset(model)
+    path = Path(model) / "config.json"
     try:
-        return ModelConfig.from_hf(model)
-    except ValueError as e:
+        config = json.loads(path.read_text())
+        if not isinstance(config, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as e:
+        raise BenchError(f"--model {model}: {path}: cannot read it ({e})") from None
+    try:
+        if is_qwen35_config(config):
+            return Qwen35Config.from_hf_dict(config, Path(model).name)
+        return ModelConfig.from_hf_dict(config, Path(model).name)
+    except (ValueError, TypeError) as e:
         raise BenchError(f"--model {model}: {e}") from None
 
 
-def fitting_model_config(model: str, positions: int) -> "ModelConfig":
+def hybrid(config) -> bool:
+    """Whether a model config is a hybrid target's (it names its layers' kinds: linear-attention state)."""
+    return bool(getattr(config, "layer_types", ()))
+
+
+def fitting_model_config(model: str, positions: int) -> "ModelConfig | Qwen35Config":
     """``model_config``, checked to hold sequences of ``positions`` (a checkpoint's ``max_position_embeddings``)."""
     config = model_config(model)
     if config.max_positions is not None and positions > config.max_positions:
@@ -97,16 +131,46 @@ def fitting_model_config(model: str, positions: int) -> "ModelConfig":
     return config
 
 
+def tp_problem(config, size: int) -> str | None:
+    """Why the target of ``config`` cannot run over ``size`` tensor-parallel ranks, or None.
+
+    A hybrid target needs ``models/tp.py`` to shard its linear-attention layers (``shards_hybrid_targets``);
+    otherwise the shares must divide evenly (``shard_problem``).
+    """
+    from ..models import tp
+
+    if hybrid(config) and not getattr(tp, "shards_hybrid_targets", False):
+        return "linear-attention (Gated DeltaNet) layers are not split over tensor-parallel ranks yet; use --tp 1"
+    return tp.shard_problem(config, size)
+
+
+def kernel_boundaries(boundaries: tuple[str, ...], config) -> tuple[str, ...]:
+    """A draft kind's plans (``DraftKind.boundaries``) for the target of ``config``: a hybrid target's
+    draft-to-verify head is ``draft-to-verify-linear`` (its linear state's slots join the head)."""
+    from ..specializations.plan import DRAFT_TO_VERIFY, LINEAR_DRAFT_TO_VERIFY
+
+    if not hybrid(config):
+        return boundaries
+    return tuple(LINEAR_DRAFT_TO_VERIFY if b == DRAFT_TO_VERIFY else b for b in boundaries)
+
+
+def create_target(config, path: str | None, seed: int, dtype, device) -> torch.nn.Module:
+    """The target ``config`` describes (``Qwen35Model`` for a hybrid config, else ``Qwen3Model``): the folder
+    ``path``'s weights in ``dtype``, or seeded random ones (``path`` None)."""
+    from ..models import Qwen3Model, Qwen35Model
+
+    cls = Qwen35Model if hybrid(config) else Qwen3Model
+    if path is None:
+        return cls.create(config, seed=seed, dtype=dtype, device=device)
+    try:
+        return cls.from_pretrained(path, dtype=dtype, device=device)
+    except (KeyError, ValueError, FileNotFoundError) as e:
+        raise BenchError(f"--model {path}: {str(e).strip(chr(34) + chr(39))}") from None
+
+
 def load_target(config, device) -> torch.nn.Module:
     """The bench's target: the folder's weights in the bench's dtype, or the preset with seeded random ones."""
-    from ..models.qwen3 import Qwen3Model
-
-    if config.model_path is None:
-        return Qwen3Model.create(config.model, seed=config.seed, dtype=config.dtype, device=device)
-    try:
-        return Qwen3Model.from_pretrained(config.model_path, dtype=config.dtype, device=device)
-    except (KeyError, ValueError, FileNotFoundError) as e:
-        raise BenchError(f"--model {config.model_path}: {str(e).strip(chr(34) + chr(39))}") from None
+    return create_target(config.model, config.model_path, config.seed, config.dtype, device)
 
 
 class still_running:  # noqa: N801  used as ``with still_running("what"):``

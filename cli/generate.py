@@ -1,4 +1,4 @@
-"""``specgen generate``: decode given prompts with a model preset or a local Hugging Face Qwen3 folder.
+"""``specgen generate``: decode given prompts with a model preset or a local Hugging Face Qwen3 / Qwen3.5 folder.
 
     $ specgen generate --model ./Qwen3-0.6B --prompt-ids 1,2,3 --prompt "The sky is" --max-new-tokens 16
     prompt 0: 1,2,3 -> 311,4,...
@@ -102,10 +102,10 @@ def _setup(args):
     """``(model, draft, device)`` for the arguments; every bad value is a ``UsageError``."""
     import torch
 
-    from ..bench.support import MODEL_PRESETS, BenchError, check_device, model_config
+    from ..bench.support import MODEL_PRESETS, BenchError, check_device, create_target, model_config
     from ..engine.draft_kinds import DRAFT_KINDS
     from ..engine.modes import MODES
-    from ..models import EngineError, Qwen3Model
+    from ..models import EngineError
 
     if args.draft not in DRAFT_KINDS:
         raise UsageError(f"unknown --draft '{args.draft}' (known: {', '.join(DRAFT_KINDS)})")
@@ -119,10 +119,8 @@ def _setup(args):
         if device.type != "cuda" and MODES[args.mode].cpu_skip_reason:
             raise UsageError(f"--mode {args.mode} {MODES[args.mode].cpu_skip_reason}; use baseline or specgen here")
         config = model_config(args.model)
-        if args.model in MODEL_PRESETS:
-            model = Qwen3Model.create(config, seed=args.seed, dtype=dtype, device=device)
-        else:
-            model = Qwen3Model.from_pretrained(args.model, dtype=dtype, device=device)
+        path = None if args.model in MODEL_PRESETS else args.model
+        model = create_target(config, path, args.seed, dtype, device)
         draft = DRAFT_KINDS[args.draft].create(model, seed=args.seed + 1, weights=args.draft_weights)
     except (BenchError, EngineError) as e:
         raise UsageError(str(e)) from None
@@ -131,9 +129,11 @@ def _setup(args):
     return model, draft, device
 
 
-def _kernels(args, width: int, positions: int, device) -> tuple:
+def _kernels(args, width: int, positions: int, device, model_config) -> tuple:
     """``(library, block_table_width, block_size)``: a layout of the kernel folder that holds ``positions``,
-    else a just-enough one, built into the folder when missing (as ``specgen bench`` does)."""
+    else a just-enough one, built into the folder when missing (as ``specgen bench`` does); the plans are
+    those of the draft kind over the target of ``model_config`` (a hybrid's linear head)."""
+    from ..bench.support import kernel_boundaries
     from ..engine.draft_kinds import DRAFT_KINDS
     from ..engine.modes import MODES
     from . import bench
@@ -147,7 +147,7 @@ def _kernels(args, width: int, positions: int, device) -> tuple:
         widths=(width,),
         block_table_width=just_enough,
         block_size=BLOCK_SIZE,
-        boundaries=DRAFT_KINDS[args.draft].boundaries,
+        boundaries=kernel_boundaries(DRAFT_KINDS[args.draft].boundaries, model_config),
     )
     if (folder / "manifest.json").is_file():
         lib = bench._library(folder)
@@ -190,7 +190,8 @@ def run(args) -> int:
             f"the longest prompt ({max(map(len, prompts))} tokens) and --max-new-tokens {n} pass the model's "
             f"max_position_embeddings {limit}"
         )
-    library, block_table_width, block_size = _kernels(args, width, max(map(len, prompts)) + n + 3 * width + 2, device)
+    positions = max(map(len, prompts)) + n + 3 * width + 2
+    library, block_table_width, block_size = _kernels(args, width, positions, device, model.config)
     try:
         engine = SpecDecodeEngine(
             model,

@@ -42,6 +42,7 @@ class Qwen35Config:
     rms_eps: float = 1e-6
     rope_theta: float = 1e7
     tie_embeddings: bool = True
+    max_positions: int | None = None  # a checkpoint's max_position_embeddings (None: no stated limit)
 
     def __post_init__(self):
         every = self.full_attention_interval
@@ -141,6 +142,7 @@ _FIELDS = {
     "rms_norm_eps": "rms_eps",
     "rope_theta": "rope_theta",
     "tie_word_embeddings": "tie_embeddings",
+    "max_position_embeddings": "max_positions",  # a serving limit (RoPE is not scaled)
 }
 # Dimensions a config must state: their defaults differ between releases, so none is guessed.
 _NEEDED = {f.name for f in fields(Qwen35Config)} - {
@@ -151,6 +153,7 @@ _NEEDED = {f.name for f in fields(Qwen35Config)} - {
     "rms_eps",
     "rope_theta",
     "tie_embeddings",
+    "max_positions",
 }
 # Fields this model implements one way only: any other value is refused.
 _REQUIRED = {"hidden_act": "silu", "attention_bias": False, "attn_output_gate": True, "mamba_ssm_dtype": "float32"}
@@ -166,7 +169,6 @@ _NO_EFFECT = frozenset(
         "bos_token_id",
         "eos_token_id",
         "pad_token_id",
-        "max_position_embeddings",  # a serving limit; RoPE is not scaled
         "initializer_range",
         "use_cache",
         "attention_dropout",  # inference: no dropout

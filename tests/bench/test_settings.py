@@ -25,7 +25,8 @@ BAD = [
     (
         "model",
         {"model": "huge"},
-        "unknown --model 'huge' (known: tiny, qwen3-0.6b, qwen3-8b; or a Hugging Face Qwen3 folder)",
+        "unknown --model 'huge' (known: tiny, qwen3-0.6b, qwen3-8b, qwen3.5-tiny, qwen3.5-0.8b, qwen3.5-2b; "
+        "or a Hugging Face Qwen3 or Qwen3.5 folder)",
     ),
     ("depths", {"depths": ()}, "--depth and --batch need at least one value each"),
     ("depths", {"depths": (0,)}, "--depth and --batch values must be at least 1"),
@@ -135,8 +136,9 @@ def test_a_bad_value_gives_its_bench_error(name, bad, message):
 
 def test_the_model_choices_are_the_presets():
     from specgen.models.qwen3 import PRESETS
+    from specgen.models.qwen3_5_config import PRESETS as HYBRID_PRESETS
 
-    assert MODEL_PRESETS == tuple(PRESETS)
+    assert MODEL_PRESETS == tuple(PRESETS) + tuple(HYBRID_PRESETS)
 
 
 def test_modes_are_read_when_the_settings_are_validated(monkeypatch):
