@@ -3,6 +3,8 @@
 #   specgen build --target c,cuda --arch sm_90 --out build/specgen_kernels
 #   specgen build --target c,cuda --widths 2-6,8 --block-table-widths 8 --block-sizes 16 --draft-dtypes int32 \
 #       --boundary draft-to-verify-linear,verify-to-draft,context-kv --out build/hybrid_test_kernels
+#   specgen build --target cuda --arch sm_90 --widths 4 --block-table-widths 16 --block-sizes 128 --draft-dtypes int32 \
+#       --boundary draft-to-verify-linear,draft-to-verify,verify-to-draft --out build/hybrid_bench_kernels
 # fla-core (the delta rule's outside reference) travels as a wheel in .whl/ (see shared GPU notes):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_28_x86_64 -d .whl fla-core==0.6.0
@@ -43,9 +45,12 @@ for stage in "$@"; do
     speed) python3 benchmarks/hybrid_speed.py --model qwen3.5-2b --batch 1,8,32 --width 4 --context 1024 --torch \
              --kernels build/specgen_kernels --out "$out/hybrid_speed.json" 2>&1 | tail -8 ;;
     bench)
-      specgen bench --model qwen3.5-2b --depth 3 --batch 1,8,32 --steps ${STEPS:-48} --profile-steps 8 --warmup 5 \
-        --modes ${MODES:-baseline,compile,inductor,specgen} --acceptance 0.7 --prompt-len 1024 --block-size 128 \
-        --block-table-width 64 --kernels build/specgen_kernels --out "$out/bench_qwen3.5-2b" > "$out/bench.log" 2>&1
+      # a 16-block table (2048 positions) holds the 1024-token prompts and the steps; the MTP head's
+      # attention gathers its whole table
+      specgen bench --model qwen3.5-2b --depth 3 --batch ${BATCHES:-1,8,32} --steps ${STEPS:-48} --profile-steps 8 \
+        --warmup 5 --modes ${MODES:-baseline,compile,inductor,specgen} --acceptance 0.7 --prompt-len 1024 \
+        --block-size 128 --block-table-width 16 --kernels build/hybrid_bench_kernels --out "$out/bench_qwen3.5-2b" \
+        > "$out/bench.log" 2>&1
       echo "bench qwen3.5-2b: exit $?"; grep -v "^frame #" "$out/bench.log" | grep -v "^bench: \[" | tail -24 ;;
   esac
 done
