@@ -30,6 +30,11 @@ set -u
 out=$1; shift
 mkdir -p "$out"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/install.log" 2>&1 || { cat "$out/install.log"; exit 1; }
+# fla-core (the Gated DeltaNet kernels' outside reference), where its wheel travels in .whl/ (h200_hybrid.sh)
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    >>"$out/install.log" 2>&1 && export PYTHONPATH=/tmp/site
+fi
 export SPECGEN_TEST_CUDA_KERNELS=build/verify_test_kernels
 export SPECGEN_TEST_CUDA_DEFAULT_KERNELS=build/specgen_kernels
 export SPECGEN_TEST_ENGINE_KERNELS=build/engine_test_kernels

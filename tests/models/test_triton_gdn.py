@@ -139,8 +139,10 @@ def check_hybrid(res: dict, dtype: str) -> None:
     for name in ("prefill", "verify"):
         c = res[name]
         assert c["err_logits"] <= rel * c["scale"] and (dtype != "float32" or c["same_tokens"]), (name, c)
-    bound = 2e-5 if dtype == "float32" else 5e-2
-    assert max(res["err_kv"], res["err_state"], res["err_conv"]) <= bound, res
+    if dtype == "float32":
+        assert max(res["err_kv"], res["err_state"], res["err_conv"]) <= 2e-5, res
+    else:  # about one bfloat16 step at the keys' and values' magnitude (< 16): 2 ** -4
+        assert res["err_kv"] <= 0.125 and max(res["err_state"], res["err_conv"]) <= 5e-2, res
 
 
 def test_hybrid_fast_forward_matches_torch_interpreted():
