@@ -13,6 +13,7 @@ into tensors and hands the produced tokens back::
 
 from .block_pool import BlockPool
 from .requests import FinishReason, Request, RequestState
+from .results import RequestRecord, ServeRun, StepRecord, percentiles
 from .scheduler import PrefillChunk, Scheduler, SchedulerOutput
 from .workload import ClosedLoop, LengthDist, Workload
 
@@ -23,8 +24,12 @@ __all__ = [
     "LengthDist",
     "PrefillChunk",
     "Request",
+    "RequestRecord",
     "RequestState",
     "Scheduler",
     "SchedulerOutput",
+    "ServeRun",
+    "StepRecord",
     "Workload",
+    "percentiles",
 ]
