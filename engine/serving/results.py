@@ -75,6 +75,8 @@ class StepRecord:
     accepted: int = 0  # draft tokens accepted
     reason: str | None = None  # why the step left the fast path
     bucket: int | None = None  # the captured bucket it ran in
+    remaps: int = 0  # row remaps (gathers of the per-row state) before the step: 0 when every row kept its index
+    joined: int = 0  # rows written fresh before the step (after a prefill, or after sitting a step out)
 
 
 @dataclass(slots=True)
