@@ -1,0 +1,217 @@
+"""The serving benchmark: every (load, mode) of a ``ServeConfig`` through the serving loop, as one result.
+
+For each load (a request rate, every request at once, or a closed loop) and
+each mode, the seeded workload is built afresh and handed to a runner, which
+returns the run's ``ServeRun`` (``engine/serving/results.py``).  The runner
+over the engine's serving loop is ``loop_runner``; ``serve`` is the one call
+into ``ServingLoop``.  Any other runner (a function ``(mode, requests or
+ClosedLoop) -> ServeRun``) can stand in for it::
+
+    result = run_sweep(config, loop_runner(config, library))
+    print(serve_report.table(result))
+"""
+
+from __future__ import annotations
+
+import platform
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..engine.serving import ClosedLoop, Request, ServeRun, Workload
+from .serve_config import Load, ServeConfig
+from .support import BenchError, create_target, log
+
+__all__ = [
+    "LOOP_MODULE",
+    "Runner",
+    "acceptance_for",
+    "heartbeat",
+    "loop_runner",
+    "run_sweep",
+    "serve",
+    "serving_loop",
+    "workload_for",
+]
+
+LOOP_MODULE = "specgen.engine.serving.loop"
+Runner = Callable[[str, Any], ServeRun]  # (mode, a list of Requests or a ClosedLoop) -> the run's records
+
+
+def serving_loop() -> type:
+    """The engine's ``ServingLoop`` class; ``BenchError`` (one line) where this installation has none."""
+    try:
+        from ..engine.serving.loop import ServingLoop
+    except ImportError as e:
+        if e.name not in (LOOP_MODULE, None):  # the loop is there but something it imports is not
+            raise
+        raise BenchError(
+            f"the serving loop is not available in this installation ({LOOP_MODULE}.ServingLoop: {e}); "
+            "specgen serve-bench runs on it"
+        ) from None
+    return ServingLoop
+
+
+def serve(loop_class: type, model, draft, library, config: ServeConfig, mode: str, load) -> ServeRun:
+    """One serving run: ``ServingLoop(...)`` over ``model`` and ``draft`` in ``mode``, run on ``load``."""
+    loop = loop_class(
+        model=model,
+        draft=draft,
+        mode=mode,
+        depth=config.depth,
+        max_batch=config.max_batch,
+        num_blocks=config.num_blocks,
+        block_size=config.block_size,
+        block_table_width=config.block_table_width,
+        max_prefill_tokens=config.max_prefill_tokens,
+        kernels=library,
+        acceptance=acceptance_for(model, config, load),
+    )
+    return loop.run(load)
+
+
+def acceptance_for(model, config: ServeConfig, load):
+    """``--acceptance p`` as the loop takes it: an ``AcceptanceMix`` whose oracle row ``i`` is request ``i``'s
+    greedy output (None: the draft's own drafts)."""
+    if config.acceptance is None:
+        return None
+    import torch
+
+    from ..engine.acceptance import AcceptanceMix
+    from ..engine.decode import greedy_generate
+
+    reqs = sorted(load.workload.requests() if isinstance(load, ClosedLoop) else load, key=lambda r: r.id)
+    longest = max(r.max_new_tokens for r in reqs) + config.depth + 1
+    outs = greedy_generate(model, [list(r.prompt) for r in reqs], longest, block_size=config.block_size)
+    oracle = torch.tensor(outs, dtype=torch.long, device=model.embed_tokens.weight.device)
+    return AcceptanceMix(config.acceptance, oracle, config.model.vocab_size, seed=config.seed)
+
+
+def loop_runner(config: ServeConfig, library=None) -> Runner:
+    """The runner over the engine's serving loop: the target and the draft are built once, for every run."""
+    loop_class = serving_loop()
+    from ..engine.draft_kinds import DRAFT_KINDS
+
+    model = create_target(config.model, config.model_path, config.seed, config.dtype, config.device)
+    draft = DRAFT_KINDS[config.draft].create(model, seed=config.seed + 1)
+    return lambda mode, load: serve(loop_class, model, draft, library, config, mode, load)
+
+
+@dataclass
+class _WithStops:
+    """A workload whose requests all stop at ``stop_ids`` (what a ``ClosedLoop`` draws its requests from)."""
+
+    workload: Workload
+    stop_ids: frozenset
+
+    def requests(self) -> list[Request]:
+        reqs = self.workload.requests()
+        for r in reqs:
+            r.stop_ids = self.stop_ids
+        return reqs
+
+    def __getattr__(self, name: str):
+        return getattr(self.workload, name)
+
+
+def workload_for(config: ServeConfig, load: Load):
+    """The seeded requests of one run: a list in arrival order, or a ``ClosedLoop`` over them."""
+    workload = Workload(
+        num_requests=config.num_requests,
+        rate=load.rate,
+        prompt_len=config.prompt_len,
+        output_len=config.output_len,
+        vocab=config.model.vocab_size,
+        seed=config.seed,
+    )
+    source = _WithStops(workload, frozenset(config.stop_ids)) if config.stop_ids else workload
+    if load.in_flight is not None:
+        return ClosedLoop(source, in_flight=load.in_flight)
+    return source.requests()
+
+
+class heartbeat:  # noqa: N801  used as ``with heartbeat("what", 30, log):``
+    """While the block runs, ``report`` gets ``"<what>: still running, Ns so far"`` every ``every`` seconds."""
+
+    def __init__(self, what: str, every: float, report: Callable[[str], None]):
+        self.what, self.every, self.report = what, every, report
+        self._stop = threading.Event()
+
+    def _beat(self) -> None:
+        t0 = time.perf_counter()
+        while not self._stop.wait(self.every):
+            self.report(f"{self.what}: still running, {time.perf_counter() - t0:.0f}s so far")
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def _error_text(e: BaseException) -> str:
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+def _environment(config: ServeConfig) -> dict:
+    import torch
+
+    dev = torch.cuda.get_device_name(config.device) if config.cuda else platform.processor() or "cpu"
+    return {"device": dev, "torch": torch.__version__, "python": platform.python_version()}
+
+
+def run_sweep(
+    config: ServeConfig,
+    runner: Runner,
+    progress: Callable[[str], None] = log,
+    every: float = 30.0,
+) -> dict:
+    """Every (load, mode) through ``runner``; a run that raises is kept as an ``error`` entry.
+
+    ``progress`` gets a line when each run starts and finishes (with its wall
+    time) and, while one runs, one every ``every`` seconds.
+    """
+    runs: list[dict] = []
+    total, i = len(config.loads) * len(config.modes), 0
+    for load in config.loads:
+        for mode in config.modes:
+            i += 1
+            what = f"serve-bench: run {i}/{total}: {mode} at {load.label}"
+            progress(f"{what}: started ({config.num_requests} requests)")
+            t = time.perf_counter()
+            try:
+                with heartbeat(what, every, progress):
+                    run = runner(mode, workload_for(config, load))
+            except BenchError:
+                raise
+            except Exception as e:  # noqa: BLE001  one failed run; the others still run and are written
+                wall = time.perf_counter() - t
+                runs.append({"mode": mode, "load": load.label, "rate": load.rate, "in_flight": load.in_flight,
+                             "wall_s": round(wall, 3), "error": _error_text(e)})  # fmt: skip
+                progress(f"{what}: failed after {wall:.1f}s: {runs[-1]['error']}")
+                continue
+            wall = time.perf_counter() - t
+            if run.rate is None and run.in_flight is None:  # what was asked, where the loop did not say
+                run.rate, run.in_flight = load.rate, load.in_flight
+            runs.append({"load": load.label, "wall_s": round(wall, 3), **run.to_json()})
+            m = runs[-1]["metrics"]
+            tps = m["output_tokens_per_s"]
+            progress(
+                f"{what}: finished in {wall:.1f}s ({m['finished']}/{m['requests']} requests"
+                + (f", {tps:.1f} output tokens/s)" if tps is not None else ")")
+            )
+    return {
+        "command": config.command,
+        "model": config.model_label,
+        "draft": config.draft,
+        "depth": config.depth,
+        "environment": _environment(config),
+        "settings": config.to_json(),
+        "skipped_modes": dict(config.skipped),
+        "runs": runs,
+    }

@@ -1,0 +1,375 @@
+"""``specgen serve-bench``'s settings, spelled once (as ``config.py`` spells ``specgen bench``'s).
+
+Every field of ``ServeSettings`` carries its option, help text, how its text
+is read and the checks of its value (an ``Option``); the command's arguments
+are generated from these fields (``cli/serve_bench.py``) and
+``ServeSettings.resolve`` turns them into a ``ServeConfig`` or raises
+``BenchError`` with one line naming the option.  Lengths are distributions::
+
+    >>> length_dist("uniform:8-32", "--prompt-len")
+    LengthDist(kind='uniform', low=8, high=32, median=0.0, sigma=0.0)
+    >>> rate_list("1,2.5,inf")
+    (1.0, 2.5, None)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..specializations.families import MAX_WIDTH
+from . import support
+from .config import DTYPES, FLOAT, INT, NAMES, _choices, _device, _draft, _modes, setting
+from .support import CPU_PRESETS, MODEL_PRESETS, BenchError, check_model, fitting_model_config
+
+if TYPE_CHECKING:  # torch (and the engine) load where used: the parser reads these fields without them
+    import torch
+
+    from ..engine.serving.workload import LengthDist
+
+__all__ = ["INTS_REPEATED", "Load", "ServeConfig", "ServeSettings", "length_dist", "rate_list", "serve_options"]
+
+INTS_REPEATED = "ints-repeated"  # an option given once per value (--stop-id 2 --stop-id 7)
+LENGTH_FORMS = "fixed:N, uniform:LO-HI, lognormal:MEDIAN,SIGMA,LO-HI or sharegpt"
+
+
+def length_dist(text: str, option: str) -> LengthDist:
+    """``fixed:N`` (or ``N``), ``uniform:LO-HI``, ``lognormal:MEDIAN,SIGMA,LO-HI``, ``sharegpt`` (the
+    ShareGPT-like lognormal of prompts for ``--prompt-len``, of outputs for ``--output-len``)."""
+    from ..engine.serving.workload import LengthDist
+
+    kind, _, spec = text.strip().partition(":")
+    bad = ValueError(f"{option} {text}: not a length distribution (use {LENGTH_FORMS})")
+    try:
+        if kind == "sharegpt" and not spec:
+            return LengthDist.sharegpt_prompt() if option == "--prompt-len" else LengthDist.sharegpt_output()
+        if kind.isdigit() and not spec:
+            return LengthDist.fixed(int(kind))
+        if kind == "fixed":
+            return LengthDist.fixed(int(spec))
+        if kind == "uniform":
+            lo, hi = spec.split("-")
+            return LengthDist.uniform(int(lo), int(hi))
+        if kind == "lognormal":
+            median, sigma, span = spec.split(",")
+            lo, hi = span.split("-")
+            if float(median) <= 0 or float(sigma) < 0:
+                raise ValueError(f"{option} {text}: a lognormal needs MEDIAN > 0 and SIGMA >= 0")
+            return LengthDist.lognormal(float(median), float(sigma), int(lo), int(hi))
+    except ValueError as e:
+        if str(e).startswith(option):
+            raise
+        if "low <= high" in str(e):
+            raise ValueError(f"{option} {text}: lengths need 1 <= LO <= HI") from None
+        raise bad from None
+    raise bad
+
+
+def rate_list(text: str) -> tuple[float | None, ...]:
+    """``--rates``: requests per second, comma-separated; ``inf`` (None here): every request at time 0."""
+    out: list[float | None] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            rate = float(part)
+        except ValueError:
+            raise ValueError(f"--rates {text}: '{part}' is not a number (use e.g. 1,4,inf)") from None
+        if math.isnan(rate) or rate <= 0:
+            raise ValueError(f"--rates {text}: a rate must be > 0 requests/s (inf: all at once), got {part}")
+        out.append(None if math.isinf(rate) else rate)
+    if not out:
+        raise ValueError(f"--rates {text}: no rates (use e.g. 1,4,inf)")
+    return tuple(out)
+
+
+def _reads(parse) -> Any:
+    """A check from a parser: its ``ValueError`` is the message."""
+
+    def check(value):
+        if value is None:
+            return None
+        try:
+            parse(value)
+        except ValueError as e:
+            return str(e)
+        return None
+
+    return check
+
+
+def _at_least(lo: int, option: str, note: str = "") -> Any:
+    return lambda v: f"{option} must be at least {lo}{note}, got {v}" if v is not None and v < lo else None
+
+
+def _depth(depth: int, s: ServeSettings) -> str | None:
+    if depth < 1:
+        return f"--depth must be at least 1, got {depth}"
+    if depth + 1 > MAX_WIDTH:
+        return f"--depth {depth}: verify width {depth + 1} is beyond the kernel families' widths (at most {MAX_WIDTH})"
+    return None
+
+
+def _layout(bt: int, s: ServeSettings) -> str | None:
+    """Every request fits its table and the pool, at its longest (prompt, output and one verify block)."""
+    need = s.positions_needed
+    if bt and bt * s.block_size < need:
+        return (
+            f"--block-table-width {bt} x --block-size {s.block_size} = {bt * s.block_size} positions; the longest "
+            f"request needs {need} (--prompt-len + --output-len + --depth + 1; --block-table-width 0: just enough)"
+        )
+    blocks = -(-need // s.block_size)
+    if s.num_blocks and s.num_blocks - 1 < blocks:
+        return (
+            f"--num-blocks {s.num_blocks}: the longest request needs {blocks} blocks of {s.block_size} and one "
+            f"block is scratch; give at least {blocks + 1} (0: enough for --max-batch such requests)"
+        )
+    return None
+
+
+def _stop_ids(ids) -> str | None:
+    bad = [i for i in ids or () if i < 0]
+    return f"--stop-id {bad[0]}: a token id is at least 0" if bad else None
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What one ``specgen serve-bench`` is asked to run, as given; the fields' order is ``--help``'s."""
+
+    model: str = setting(
+        "tiny",
+        f"a model preset with random weights ({', '.join(MODEL_PRESETS)}), or a local Hugging Face Qwen3 or "
+        "Qwen3.5 folder",
+        metavar="PRESET|DIR",
+        check=check_model,
+    )
+    draft: str = setting("mtp", "draft kind: mtp (default), dflash or dspark", check=_draft)
+    depth: int = setting(3, "drafts per step (verify width = depth + 1)", text=INT, relation=_depth)
+    modes: tuple[str, ...] | None = setting(
+        None, "boundary modes, comma-separated (default: every one that runs on the device)", text=NAMES, check=_modes
+    )
+    rates: str | None = setting(
+        None,
+        "request rates (requests/s, Poisson arrivals), comma-separated; inf: every request at once "
+        "(default: inf unless --closed-loop is given)",
+        metavar="R,R,...",
+        check=_reads(rate_list),
+    )
+    closed_loop: int | None = setting(
+        None,
+        "also run a closed loop: N requests in flight, a new one when one finishes",
+        text=INT,
+        metavar="N",
+        check=_at_least(1, "--closed-loop"),
+    )
+    num_requests: int = setting(16, "requests per run", text=INT, check=_at_least(1, "--num-requests"))
+    prompt_len: str = setting(
+        "uniform:8-32",
+        f"prompt lengths: {LENGTH_FORMS}",
+        metavar="DIST",
+        check=_reads(lambda t: length_dist(t, "--prompt-len")),
+    )
+    output_len: str = setting(
+        "uniform:8-32",
+        f"output budgets: {LENGTH_FORMS}",
+        metavar="DIST",
+        check=_reads(lambda t: length_dist(t, "--output-len")),
+    )
+    stop_ids: tuple[int, ...] = setting(
+        (),
+        "a designated stop token id (repeat the option for more)",
+        flag="--stop-id",
+        text=INTS_REPEATED,
+        metavar="ID",
+        check=_stop_ids,
+    )
+    max_batch: int = setting(8, "sequences in the running batch at most", text=INT, check=_at_least(1, "--max-batch"))
+    num_blocks: int = setting(
+        0,
+        "KV blocks in the pool, the scratch block included (0: enough for --max-batch of the longest requests)",
+        text=INT,
+        check=_at_least(0, "--num-blocks", " (0: enough)"),
+    )
+    block_size: int = setting(16, "KV cache positions per block", text=INT, check=_at_least(1, "--block-size"))
+    block_table_width: int = setting(
+        0,
+        "blocks per sequence (0: just enough for the longest request)",
+        text=INT,
+        check=_at_least(0, "--block-table-width", " (0: just enough)"),
+        relation=_layout,
+    )
+    max_prefill_tokens: int = setting(
+        256,
+        "prompt tokens prefilled per step, over every chunk of the step",
+        text=INT,
+        check=_at_least(1, "--max-prefill-tokens"),
+    )
+    acceptance: float | None = setting(
+        None,
+        "drafts agree with the target with probability p (default: the draft's own drafts)",
+        text=FLOAT,
+        check=lambda p: None if p is None or 0.0 <= p <= 1.0 else f"--acceptance must lie in [0, 1], got {p}",
+    )
+    seed: int = setting(0, "seed of the weights, the workload and the acceptance draws", text=INT)
+    device: str | None = setting(None, "cpu or cuda (default: cuda when available)", check=_device)
+    dtype: str = setting(
+        "auto",
+        "auto: bfloat16 on CUDA (but for the tiny presets), else float32",
+        choices=DTYPES,
+        check=_choices(DTYPES, "--dtype"),
+    )
+
+    @property
+    def positions_needed(self) -> int:
+        """KV positions of the longest request: its prompt, its whole output budget and one verify block."""
+        p = length_dist(self.prompt_len, "--prompt-len")
+        o = length_dist(self.output_len, "--output-len")
+        return p.high + o.high + self.depth + 1
+
+    def problem(self) -> str | None:
+        """The first thing wrong with these settings: each value alone, then the relations between them."""
+        opts = serve_options()
+        for kind in ("check", "relation"):
+            for name, _, opt in opts:
+                test = getattr(opt, kind)
+                why = test and (test(getattr(self, name)) if kind == "check" else test(getattr(self, name), self))
+                if why:
+                    return why
+        return None
+
+    def resolve(self, command: str = "specgen serve-bench") -> ServeConfig:
+        """The validated ``ServeConfig`` (``BenchError`` says what is wrong)."""
+        why = self.problem()
+        if why:
+            raise BenchError(why)
+        import torch
+
+        from ..engine.draft_kinds import DRAFT_KINDS
+        from ..engine.modes import MODES
+        from .support import check_device
+
+        dev = check_device(self.device)
+        cuda = dev.type == "cuda"
+        modes = tuple(MODES) if self.modes is None else tuple(self.modes)
+        skipped = tuple((m, MODES[m].cpu_skip_reason) for m in modes if not cuda and MODES[m].cpu_skip_reason)
+        kind_modes = DRAFT_KINDS[self.draft].modes
+        skipped += tuple(
+            (m, f"the {self.draft} draft has no {m} mode")
+            for m in modes
+            if m not in kind_modes and m not in dict(skipped)
+        )
+        model = fitting_model_config(self.model, self.positions_needed)
+        bad = [i for i in self.stop_ids if i >= model.vocab_size]
+        if bad:
+            raise BenchError(f"--stop-id {bad[0]}: outside {model.name}'s vocabulary of {model.vocab_size} tokens")
+        rates = rate_list(self.rates) if self.rates else (() if self.closed_loop else (None,))
+        loads = tuple(Load(rate=r) for r in rates)
+        if self.closed_loop:
+            loads += (Load(in_flight=self.closed_loop),)
+        blocks = -(-self.positions_needed // self.block_size)
+        return ServeConfig(
+            settings=self,
+            model=model,
+            model_path=None if self.model in MODEL_PRESETS else str(Path(self.model).resolve()),
+            dtype={
+                "auto": torch.bfloat16 if cuda and self.model not in CPU_PRESETS else torch.float32,
+                "float32": torch.float32,
+                "bfloat16": torch.bfloat16,
+            }[self.dtype],
+            device=dev,
+            modes=tuple(m for m in modes if m not in dict(skipped)),
+            skipped=skipped,
+            loads=loads,
+            prompt_len=length_dist(self.prompt_len, "--prompt-len"),
+            output_len=length_dist(self.output_len, "--output-len"),
+            block_table_width=self.block_table_width or blocks,
+            num_blocks=self.num_blocks or self.max_batch * blocks + 1,
+            command=command,
+        )
+
+
+def serve_options() -> list[tuple[str, Any, Any]]:
+    """``(field name, default, Option)`` of every setting, in field order."""
+    return [(f.name, f.default, f.metadata["option"]) for f in fields(ServeSettings)]
+
+
+@dataclass(frozen=True)
+class Load:
+    """One load of the sweep: Poisson arrivals at ``rate`` requests/s, all at once (both None), or a closed
+    loop of ``in_flight`` requests."""
+
+    rate: float | None = None
+    in_flight: int | None = None
+
+    @property
+    def label(self) -> str:
+        if self.in_flight is not None:
+            return f"closed {self.in_flight}"
+        return "inf" if self.rate is None else f"{self.rate:g}/s"
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Everything one ``specgen serve-bench`` runs with, validated by ``ServeSettings.resolve``."""
+
+    settings: ServeSettings
+    model: Any  # a ModelConfig or a Qwen35Config
+    model_path: str | None
+    dtype: torch.dtype
+    device: torch.device
+    modes: tuple[str, ...]  # the modes that run here
+    skipped: tuple[tuple[str, str], ...]  # (mode, why) asked for but not run here
+    loads: tuple[Load, ...]
+    prompt_len: LengthDist
+    output_len: LengthDist
+    block_table_width: int  # resolved (0: just enough)
+    num_blocks: int  # resolved (0: enough for max_batch of the longest requests)
+    command: str
+
+    def __getattr__(self, name: str):  # the settings as given: draft, depth, max_batch, seed, ...
+        if name == "settings":
+            raise AttributeError(name)
+        return getattr(self.settings, name)
+
+    @property
+    def model_label(self) -> str:
+        return self.model_path or self.model.name
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        return (self.settings.depth + 1,)
+
+    @property
+    def kernel_target(self) -> str:
+        return "cuda" if self.cuda else "c"
+
+    @property
+    def needs_library(self) -> bool:
+        from ..engine.draft_kinds import DRAFT_KINDS
+
+        return any(DRAFT_KINDS[self.settings.draft].modes[m].needs_library for m in self.modes)
+
+    @property
+    def boundaries(self) -> tuple[str, ...]:
+        from ..engine.draft_kinds import DRAFT_KINDS
+
+        return support.kernel_boundaries(DRAFT_KINDS[self.settings.draft].boundaries, self.model)
+
+    def to_json(self) -> dict:
+        """The settings as given and as resolved, for ``serve_bench.json``."""
+        s = {f.name: getattr(self.settings, f.name) for f in fields(ServeSettings)}
+        s.update(
+            modes=list(self.modes),
+            stop_ids=list(self.settings.stop_ids),
+            loads=[load.label for load in self.loads],
+            block_table_width=self.block_table_width,
+            num_blocks=self.num_blocks,
+            dtype=str(self.dtype).split(".")[-1],
+            device=str(self.device),
+            model=self.model_label,
+        )
+        return s

@@ -1,0 +1,91 @@
+"""``specgen serve-bench``: serve a seeded workload with every boundary mode and measure latency and throughput.
+
+The options come from ``ServeSettings`` (``bench/serve_config.py``); the
+sweep is ``bench/serve.py`` over the engine's serving loop and the output
+``bench/serve_report.py``: a table on stdout, ``serve_bench.json``,
+``latency_vs_rate.png`` and ``timeline.png`` in ``--out``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from .common import UsageError, writable_dir
+
+__all__ = ["register", "run"]
+
+
+def register(sub) -> None:
+    """Add the ``serve-bench`` subcommand: one option per ``ServeSettings`` field, then the command's own."""
+    from ..bench.serve_config import INTS_REPEATED, serve_options
+    from .bench import _argument
+
+    p = sub.add_parser("serve-bench", help="serve a seeded workload with every boundary mode: latency, throughput")
+    for name, default, opt in serve_options():
+        flag = opt.flag or "--" + name.replace("_", "-")
+        if opt.text == INTS_REPEATED:
+            p.add_argument(flag, dest=name, action="append", type=int, metavar=opt.metavar, help=opt.help)
+            continue
+        p.add_argument(flag, dest=name, default=default, **_argument(opt, flag))
+    p.add_argument("--kernels", help="kernel build folder (default build/bench_kernels, built when missing)")
+    p.add_argument("--out", default="serve_results", help="folder for serve_bench.json and the pictures")
+    p.add_argument(
+        "--progress-every", type=float, default=30.0, metavar="S", help="a progress line every S seconds of a run"
+    )
+    p.set_defaults(func=run)
+
+
+def _settings(args):
+    from ..bench.serve_config import ServeSettings, serve_options
+
+    values = {name: getattr(args, name) for name, _, _ in serve_options()}
+    values["stop_ids"] = tuple(values["stop_ids"] or ())
+    return ServeSettings(**values)
+
+
+def run(args, runner=None) -> int:
+    """``specgen serve-bench``: configure, check ``--out``, run every (load, mode), print, write.
+
+    ``runner`` (``(mode, requests or ClosedLoop) -> ServeRun``) replaces the
+    engine's serving loop.  The status is 0 when every run finished, 1 when one
+    failed or none did.
+    """
+    from ..bench import serve_report
+    from ..bench.serve import loop_runner, run_sweep, serving_loop
+    from ..bench.support import BenchError
+
+    command = "specgen serve-bench " + " ".join(getattr(args, "cli_argv", ["serve-bench"])[1:])
+    if args.progress_every <= 0:
+        raise UsageError(f"--progress-every must be > 0 seconds, got {args.progress_every:g}")
+    try:
+        config = _settings(args).resolve(command.strip())
+        out = writable_dir(args.out, "--out")  # before the runs: results that cannot be written are lost
+        if not config.modes:
+            skipped = "; ".join(f"{m}: {why}" for m, why in config.skipped)
+            raise UsageError(f"--modes: no mode runs here ({skipped})")
+        if runner is None:
+            serving_loop()  # before building kernels or a model: a one-line error where there is no loop
+            library = _library(args, config)
+            runner = loop_runner(config, library)
+        result = run_sweep(config, runner, every=args.progress_every)
+    except BenchError as e:
+        raise UsageError(str(e)) from None
+    print(serve_report.table(result))
+    if not serve_report.ok_runs(result):
+        print(f"specgen: no run finished; {out / serve_report.RESULT_FILE} is left as it was", file=sys.stderr)
+        return 1
+    for p in serve_report.write(result, out):
+        print(f"wrote {p}")
+    failed = serve_report.failures(result)
+    for line in failed:
+        print(f"specgen: {line}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _library(args, config):
+    """The kernel library the specgen mode loads (built ahead of the runs when missing), or None."""
+    if not config.needs_library:
+        return None
+    from .bench import _ensure_kernels
+
+    return _ensure_kernels(args.kernels, config, "serve-bench")

@@ -1,0 +1,286 @@
+"""``specgen serve-bench``: its options and their errors, the sweep, the table, ``serve_bench.json``, the pictures
+and the progress lines, driven by a runner that builds ``ServeRun`` records by hand (no model runs here)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+
+from specgen.bench import serve_report
+from specgen.bench.serve import workload_for
+from specgen.bench.serve_config import Load, ServeSettings, length_dist, rate_list
+from specgen.bench.support import BenchError
+from specgen.cli import build_parser, main
+from specgen.cli import serve_bench as cli_serve
+from specgen.engine.serving import ClosedLoop, LengthDist, RequestRecord, ServeRun, StepRecord
+
+SMALL = ["--model", "tiny", "--device", "cpu", "--num-requests", "4", "--prompt-len", "fixed:4", "--output-len",
+         "uniform:2-5"]  # fmt: skip
+
+
+def fake_runner(calls: list, slow: float = 0.0, fail: str | None = None):
+    """A runner that serves each request alone, one token per 10 ms step (5 ms in specgen), three fast steps
+    in four (every one in baseline falls back: "eager")."""
+
+    def run(mode, load):
+        calls.append((mode, load))
+        if fail == mode:
+            raise RuntimeError("the device went away\nsecond line")
+        time.sleep(slow)
+        reqs = load.start() if isinstance(load, ClosedLoop) else list(load)
+        step_s = 0.005 if mode == "specgen" else 0.010
+        out = ServeRun(mode=mode, draft="mtp", depth=3)
+        now, queue = 0.0, list(reqs)
+        while queue:
+            r = queue.pop(0)
+            now = max(now, r.arrival)
+            times = []
+            for _ in range(r.max_new_tokens):
+                now += step_s
+                times.append(round(now, 6))
+                n = len(out.steps)
+                fast = mode == "specgen" and n % 4 != 3
+                out.steps.append(
+                    StepRecord(
+                        t=now,
+                        batch=1 + n % 3,
+                        fast_path=fast,
+                        host_syncs=0 if fast else 1,
+                        tokens=1,
+                        proposed=3,
+                        accepted=2 if fast else 0,
+                        reason=None if fast else "eager",
+                    )  # fmt: skip
+                )
+            out.requests.append(RequestRecord(r.id, r.arrival, len(r.prompt), times, len(times), "length"))
+            if isinstance(load, ClosedLoop):
+                queue += load.on_finish(now)
+        out.elapsed_s = now
+        return out
+
+    return run
+
+
+def _args(*argv):
+    args = build_parser().parse_args(["serve-bench", *argv])
+    args.cli_argv = ["serve-bench", *argv]
+    return args
+
+
+# --- options and their errors --------------------------------------------------------------------------------
+
+
+def test_length_distributions_and_rates_read_as_written():
+    assert length_dist("fixed:7", "--prompt-len") == LengthDist.fixed(7)
+    assert length_dist("7", "--prompt-len") == LengthDist.fixed(7)
+    assert length_dist("uniform:2-9", "--output-len") == LengthDist.uniform(2, 9)
+    assert length_dist("lognormal:100,0.5,4-512", "--prompt-len") == LengthDist.lognormal(100, 0.5, 4, 512)
+    assert length_dist("sharegpt", "--prompt-len") == LengthDist.sharegpt_prompt()
+    assert length_dist("sharegpt", "--output-len") == LengthDist.sharegpt_output()
+    assert rate_list("0.5, 4,inf") == (0.5, 4.0, None)
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--rates", "1,x"], "--rates 1,x: 'x' is not a number"),
+        (["--rates", "-2"], "--rates -2: a rate must be > 0"),
+        (["--rates", ","], "--rates ,: no rates"),
+        (["--prompt-len", "uniform:9-3"], "--prompt-len uniform:9-3: lengths need 1 <= LO <= HI"),
+        (["--output-len", "normal:4"], "--output-len normal:4: not a length distribution"),
+        (["--output-len", "lognormal:0,1,2-8"], "--output-len lognormal:0,1,2-8: a lognormal needs MEDIAN > 0"),
+        (["--closed-loop", "0"], "--closed-loop must be at least 1"),
+        (["--num-requests", "0"], "--num-requests must be at least 1"),
+        (["--max-batch", "0"], "--max-batch must be at least 1"),
+        (["--max-prefill-tokens", "0"], "--max-prefill-tokens must be at least 1"),
+        (["--stop-id", "-1"], "--stop-id -1: a token id is at least 0"),
+        (["--stop-id", "3", "--stop-id", "100000"], "--stop-id 100000: outside tiny's vocabulary"),
+        (["--stop-id", "x"], "--stop-id: invalid int value"),
+        (["--depth", "0"], "--depth must be at least 1"),
+        (["--depth", "99"], "--depth 99: verify width 100 is beyond"),
+        (["--block-table-width", "2"], "--block-table-width 2 x --block-size 16 = 32 positions"),
+        (["--num-blocks", "2"], "--num-blocks 2: the longest request needs"),
+        (["--modes", "nope"], "unknown mode 'nope'"),
+        (["--modes", "compile"], "--modes: no mode runs here (compile: needs CUDA"),
+        (["--draft", "eagle"], "unknown --draft 'eagle'"),
+        (["--acceptance", "1.5"], "--acceptance must lie in [0, 1]"),
+        (["--device", "tpu"], "--device tpu: use cpu or cuda"),
+        (["--model", "nope"], "unknown --model 'nope'"),
+        (["--progress-every", "0"], "--progress-every must be > 0"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_option(argv, words, tmp_path, capsys):
+    assert main(["serve-bench", "--device", "cpu", "--out", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("specgen: error: ") and words in err, err
+
+
+def test_an_unwritable_out_folder_is_refused_before_any_run(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    calls = []
+    with pytest.raises(Exception, match="--out .*cannot write there"):
+        cli_serve.run(_args(*SMALL, "--out", str(tmp_path / "file" / "sub")), runner=fake_runner(calls))
+    assert calls == []
+
+
+def test_without_the_serving_loop_the_command_says_so_in_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "specgen.engine.serving.loop", None)  # as in an installation without it
+    assert main(["serve-bench", *SMALL, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the serving loop is not available" in err
+
+
+def test_settings_resolve_the_device_modes_loads_and_layout():
+    c = ServeSettings(device="cpu", rates="2,inf", closed_loop=3, prompt_len="fixed:20", output_len="fixed:40")
+    c = c.resolve()
+    assert c.modes == ("baseline", "specgen") and {m for m, _ in c.skipped} == {"compile", "inductor"}
+    assert c.loads == (Load(rate=2.0), Load(), Load(in_flight=3))
+    assert [x.label for x in c.loads] == ["2/s", "inf", "closed 3"]
+    # 20 + 40 + W = 64 positions: 4 blocks of 16 per request; the pool holds max_batch of them and the scratch
+    assert (c.block_table_width, c.num_blocks) == (4, 8 * 4 + 1)
+    assert ServeSettings(device="cpu", closed_loop=2).resolve().loads == (Load(in_flight=2),)
+    assert ServeSettings(device="cpu").resolve().loads == (Load(),)  # neither given: every request at once
+
+
+def test_the_workload_is_seeded_and_carries_the_stop_ids_and_the_load():
+    c = ServeSettings(device="cpu", num_requests=5, rates="4", closed_loop=2, stop_ids=(7, 9), seed=3).resolve()
+    a, b = workload_for(c, c.loads[0]), workload_for(c, c.loads[0])
+    assert [(r.prompt, r.max_new_tokens, r.arrival) for r in a] == [(r.prompt, r.max_new_tokens, r.arrival) for r in b]
+    assert all(r.stop_ids == {7, 9} for r in a) and a[-1].arrival > 0
+    assert max(t for r in a for t in r.prompt) < c.model.vocab_size
+    loop = workload_for(c, c.loads[1])
+    assert isinstance(loop, ClosedLoop) and loop.in_flight == 2
+    first = loop.start()
+    assert [r.id for r in first] == [0, 1] and all(r.stop_ids == {7, 9} and r.arrival == 0.0 for r in first)
+    assert [r.prompt for r in first] == [r.prompt for r in a[:2]]  # the same seeded requests
+    with pytest.raises(BenchError, match="--stop-id 600"):
+        ServeSettings(device="cpu", stop_ids=(600,)).resolve()
+
+
+# --- the sweep and its output ---------------------------------------------------------------------------------
+
+
+def test_a_sweep_prints_the_table_and_writes_the_json_and_the_pictures(tmp_path, capsys):
+    calls = []
+    argv = [*SMALL, "--rates", "2,inf", "--closed-loop", "2", "--stop-id", "5", "--out", str(tmp_path)]
+    assert cli_serve.run(_args(*argv), runner=fake_runner(calls)) == 0
+    out, err = capsys.readouterr()
+    assert [(m, type(w).__name__) for m, w in calls] == [
+        ("baseline", "list"), ("specgen", "list"), ("baseline", "list"), ("specgen", "list"),
+        ("baseline", "ClosedLoop"), ("specgen", "ClosedLoop"),
+    ]  # fmt: skip
+    lines = out.splitlines()
+    assert lines[0].split()[:5] == ["load", "mode", "done", "req/s", "tok/s"]
+    assert [ln.split()[:3] for ln in lines[2:8]] == [
+        ["2/s", "baseline", "4/4"], ["2/s", "specgen", "4/4"], ["inf", "baseline", "4/4"], ["inf", "specgen", "4/4"],
+        ["closed", "2", "baseline"], ["closed", "2", "specgen"],
+    ]  # fmt: skip
+    assert any(ln.startswith("columns:") for ln in lines)
+    assert any(ln.startswith("compile: needs CUDA") for ln in lines)
+    assert {p.name for p in tmp_path.iterdir()} >= {"serve_bench.json", "latency_vs_rate.png", "timeline.png"}
+    for name in ("serve_bench.json", "latency_vs_rate.png", "timeline.png"):
+        assert f"wrote {tmp_path / name}" in out
+    data = json.loads((tmp_path / "serve_bench.json").read_text())
+    assert data["command"] == "specgen serve-bench " + " ".join(argv)
+    assert set(data["environment"]) == {"device", "torch", "python"}
+    s = data["settings"]
+    assert (s["num_requests"], s["stop_ids"], s["loads"], s["modes"]) == (4, [5], ["2/s", "inf", "closed 2"],
+                                                                         ["baseline", "specgen"])  # fmt: skip
+    assert s["prompt_len"] == "fixed:4" and s["device"] == "cpu" and s["dtype"] == "float32"
+    assert data["skipped_modes"].keys() == {"compile", "inductor"}
+    assert len(data["runs"]) == 6
+    run = data["runs"][1]
+    assert set(run) == {"load", "wall_s", "mode", "draft", "depth", "rate", "in_flight", "settings", "metrics",
+                        "requests", "steps"}  # fmt: skip
+    assert (run["load"], run["mode"], run["rate"], run["in_flight"]) == ("2/s", "specgen", 2.0, None)
+    assert (data["runs"][4]["rate"], data["runs"][4]["in_flight"]) == (None, 2)
+    m = run["metrics"]
+    assert m["finished"] == 4 and m["fallbacks"] == {"eager": m["decode_steps"] // 4}
+    assert m["tpot_s"]["p50"] == pytest.approx(0.005)  # one token per 5 ms step
+    assert data["runs"][0]["metrics"]["fast_path_share"] == 0.0
+    for i, (mode, load) in enumerate([("baseline", "2/s"), ("specgen", "2/s")], 1):
+        assert f"serve-bench: run {i}/6: {mode} at {load}: started (4 requests)" in err
+        assert f"serve-bench: run {i}/6: {mode} at {load}: finished in " in err
+    assert "run 6/6: specgen at closed 2: finished" in err
+
+
+def test_a_long_run_says_it_is_still_running(tmp_path, capsys):
+    argv = [*SMALL, "--modes", "baseline", "--out", str(tmp_path), "--progress-every", "0.05"]
+    assert cli_serve.run(_args(*argv), runner=fake_runner([], slow=0.3)) == 0
+    err = capsys.readouterr().err
+    assert "serve-bench: run 1/1: baseline at inf: still running, " in err
+
+
+def test_a_failed_run_is_kept_reported_and_the_status_is_1(tmp_path, capsys):
+    argv = [*SMALL, "--rates", "1", "--out", str(tmp_path)]
+    assert cli_serve.run(_args(*argv), runner=fake_runner([], fail="specgen")) == 1
+    out, err = capsys.readouterr()
+    assert "specgen: mode specgen failed at load 1/s: RuntimeError: the device went away" in err
+    assert "second line" not in err
+    runs = json.loads((tmp_path / "serve_bench.json").read_text())["runs"]
+    assert runs[1] == {"mode": "specgen", "load": "1/s", "rate": 1.0, "in_flight": None, "wall_s": runs[1]["wall_s"],
+                       "error": "RuntimeError: the device went away"}  # fmt: skip
+
+
+def test_when_no_run_finished_earlier_results_are_left_as_they_were(tmp_path, capsys):
+    (tmp_path / "serve_bench.json").write_text("{}")
+    argv = [*SMALL, "--modes", "specgen", "--out", str(tmp_path)]
+    assert cli_serve.run(_args(*argv), runner=fake_runner([], fail="specgen")) == 1
+    assert "no run finished" in capsys.readouterr().err
+    assert (tmp_path / "serve_bench.json").read_text() == "{}"
+
+
+def _hand_run(mode: str, rate, load: str) -> dict:
+    run = ServeRun(mode=mode, draft="mtp", depth=3, rate=rate, elapsed_s=2.0, preemptions=2)
+    run.requests += [
+        RequestRecord(0, 0.0, 4, [0.1, 0.2, 0.4], 3, "stop"),
+        RequestRecord(1, 0.5, 4, [0.7, 0.8, 0.9], 3, "length"),
+        RequestRecord(2, 1.0, 4, [1.5], 1),  # unfinished
+    ]
+    run.steps += [
+        StepRecord(0.1, 1, True, 0, 1, 3, 3),
+        StepRecord(0.2, 2, False, 2, 2, 6, 0, reason="bucket"),
+        StepRecord(0.4, 2, False, 1, 2, 6, 3, reason="guard"),
+        StepRecord(0.9, 1, True, 0, 1, 3, 0),
+    ]
+    return {"load": load, "wall_s": 2.25, **run.to_json()}
+
+
+def test_a_row_reads_the_runs_figures_in_milliseconds():
+    row = serve_report.row(_hand_run("specgen", 2.0, "2/s"))
+    assert row == {
+        "load": "2/s",
+        "mode": "specgen",
+        "finished": "2/3",
+        "request_throughput": "1.00",  # 2 finished in 2 s
+        "output_tokens_per_s": "3.5",  # 7 tokens
+        "ttft_ms": "200.0/440.0/494.0",  # ttfts 0.1, 0.2, 0.5
+        "tpot_ms": "125.0/145.0/149.5",  # tpots 0.15, 0.1
+        "itl_ms": "100.0/170.0/197.0",  # itls 0.1, 0.2, 0.1, 0.1
+        "acceptance": "0.33",  # 6 of 18
+        "fast_path_share": "0.50",
+        "fallbacks": "bucket:1,guard:1",
+        "preemptions": "2",
+        "host_syncs_per_step": "0.75",
+        "wall_s": "2.2",
+    }
+    empty = serve_report.row({"load": "inf", "mode": "baseline", **ServeRun("baseline", "mtp", 3).to_json()})
+    assert empty["ttft_ms"] == "" and empty["request_throughput"] == "" and empty["fallbacks"] == "-"
+
+
+def test_the_pictures_pick_their_loads_and_without_matplotlib_one_line_says_so(tmp_path, capsys, monkeypatch):
+    runs = [_hand_run(m, r, lab) for r, lab in ((None, "inf"), (4.0, "4/s"), (1.0, "1/s")) for m in ("a", "b")]
+    result = {"model": "tiny", "draft": "mtp", "depth": 3, "runs": runs}
+    assert serve_report._loads(runs) == ["1/s", "4/s", "inf"]
+    assert serve_report.timeline_load(result) == "4/s"  # the highest rate
+    paths = serve_report.write(result, tmp_path)
+    assert [p.name for p in paths] == ["serve_bench.json", "latency_vs_rate.png", "timeline.png"]
+    assert all(p.stat().st_size > 1000 for p in paths[1:])
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
+    assert serve_report.write(result, tmp_path) == [tmp_path / "serve_bench.json"]
+    assert not (tmp_path / "timeline.png").exists()  # not a picture of an earlier run
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "matplotlib is not installed" in err
