@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..engine.serving import ClosedLoop, Request, ServeRun, Workload
+from ..models.errors import EngineError
 from .serve_config import Load, ServeConfig
 from .support import BenchError, create_target, log
 
@@ -189,6 +190,8 @@ def run_sweep(
                     run = runner(mode, workload_for(config, load))
             except BenchError:
                 raise
+            except EngineError as e:  # the loop refuses the settings (a draft kind, a target, a mode): one line
+                raise BenchError(f"{mode}: {(str(e).strip().splitlines() or [type(e).__name__])[0]}") from None
             except Exception as e:  # noqa: BLE001  one failed run; the others still run and are written
                 wall = time.perf_counter() - t
                 runs.append({"mode": mode, "load": load.label, "rate": load.rate, "in_flight": load.in_flight,

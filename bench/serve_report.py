@@ -186,6 +186,8 @@ def plot_timeline(result: dict, path: Path) -> Path | None:
             f"{r['mode']}" + (f": {share:.0%} of steps on the fast path" if share is not None else ""), fontsize=9
         )
         ax.set_ylabel("batch")
+        ax.set_ylim(0, max(b) + 1)
+        ax.yaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper right")
     axes[-1, 0].set_xlabel("time (s)")

@@ -284,3 +284,25 @@ def test_the_pictures_pick_their_loads_and_without_matplotlib_one_line_says_so(t
     assert not (tmp_path / "timeline.png").exists()  # not a picture of an earlier run
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "matplotlib is not installed" in err
+
+
+def test_settings_the_loop_refuses_are_one_line_and_status_2(tmp_path, capsys):
+    from specgen.models.errors import EngineError
+
+    def refuse(mode, load):
+        raise EngineError("the serving loop runs the MTP draft only\n(more)")
+
+    assert main_with_runner([*SMALL, "--out", str(tmp_path)], refuse) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == "specgen: error: baseline: the serving loop runs the MTP draft only"
+
+
+def main_with_runner(argv, runner) -> int:
+    """``specgen serve-bench ARGV`` as ``specgen.cli.main`` runs it, with ``runner`` in place of the loop."""
+    from specgen.cli.common import UsageError
+
+    try:
+        return cli_serve.run(_args(*argv), runner=runner)
+    except UsageError as e:
+        print(f"specgen: error: {e}", file=sys.stderr)
+        return 2
