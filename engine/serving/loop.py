@@ -56,7 +56,6 @@ token or the budget), ``proposed`` / ``accepted`` (drafts of the step's rows),
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import torch
 
@@ -71,111 +70,14 @@ from ..proposers import MTPProposer, proposer_for
 from .block_pool import BlockPool
 from .requests import Request
 from .results import RequestRecord, ServeRun, StepRecord
+from .rows import BatchRows, Joined, RowAcceptance, row_layout
 from .scheduler import PrefillChunk, Scheduler, SchedulerOutput
 from .workload import ClosedLoop
 
-__all__ = ["SERVING_MODES", "ServingLoop", "remap_rows", "row_layout"]
+__all__ = ["SERVING_MODES", "ServingLoop"]
 
 I32 = torch.int32
 SERVING_MODES = ("baseline", "specgen")  # the modes whose per-step state the loop remaps
-
-
-def row_layout(width: int, block_table_width: int, block_size: int) -> dict[str, int]:
-    """Step buffers that hold per-row state, with their entries per row: 1 (``[B, ...]``) or ``W`` (``[B * W]``).
-
-    Derived from the buffers of one and two rows; ``query_start_loc`` (``[B + 1]``) and the
-    scalars are recomputed by every step and carry no row state.
-    """
-    one = alloc_step_buffers(1, width, block_table_width, block_size=block_size)
-    two = alloc_step_buffers(2, width, block_table_width, block_size=block_size)
-    out = {}
-    for name, t in one.items():
-        k = two[name].shape[0] - t.shape[0]
-        if k > 0 and t.shape[0] == k:
-            out[name] = k
-    return out
-
-
-def _rows(t: torch.Tensor, k: int) -> torch.Tensor:
-    return t.view(t.shape[0] // k, k, *t.shape[1:])
-
-
-def remap_rows(
-    dst: dict[str, torch.Tensor],
-    src: dict[str, torch.Tensor],
-    layout: dict[str, int],
-    src_rows: list[int],
-    width: int,
-) -> None:
-    """Row ``i`` of every per-row buffer of ``dst`` becomes row ``src_rows[i]`` of ``src`` (a gather, then an
-    ``index_copy``); rows with ``src_rows[i] < 0`` are left for the caller to write (joining rows).
-
-    ``layout`` names the buffers and their entries per row (``row_layout``; a hidden-state
-    tensor of ``W`` rows per sequence is one more entry).  ``dst`` and ``src`` may be the same
-    buffers: each field is gathered before it is written.  ``hidden_rows`` holds indices of
-    verify rows (``row * W + j``), so its values move with the row.  On the CPU this is one
-    ``index_select`` and one copy per field; on a device it is what a captured kernel would do.
-    """
-    pairs = [(i, r) for i, r in enumerate(src_rows) if r >= 0]
-    if not pairs:
-        return
-    dev = next(iter(src.values())).device
-    to = torch.tensor([i for i, _ in pairs], dtype=torch.long, device=dev)
-    frm = torch.tensor([r for _, r in pairs], dtype=torch.long, device=dev)
-    for name, k in layout.items():
-        if name not in src or name not in dst:
-            continue
-        moved = _rows(src[name], k).index_select(0, frm)
-        if name == "hidden_rows":
-            shift = ((to - frm) * width).to(moved.dtype)
-            moved = moved + shift.view(-1, *([1] * (moved.dim() - 1)))
-        _rows(dst[name], k).index_copy_(0, to, moved)
-
-
-def _take_row(bufs: dict[str, torch.Tensor], layout: dict[str, int], row: int) -> dict[str, torch.Tensor]:
-    return {n: _rows(bufs[n], k)[row].clone() for n, k in layout.items() if n in bufs}
-
-
-def _put_row(bufs, layout, row: int, state: dict, from_row: int, width: int) -> None:
-    for n, k in layout.items():
-        if n not in state or n not in bufs:
-            continue
-        v = state[n]
-        if n == "hidden_rows":
-            v = v + (row - from_row) * width
-        _rows(bufs[n], k)[row].copy_(v)
-
-
-@dataclass
-class _Joined:
-    """What a request's first decode step starts from, left by the last chunk of its prefill."""
-
-    last_token: int  # the prefix's last token (position P - 1)
-    bonus: int  # the prefill's token (position P)
-    hidden: torch.Tensor  # the target's hidden state at P - 1, as the head reads it
-    length: int  # P
-
-
-@dataclass
-class _Parked:
-    """The row state of a running request that sat a step out (its blocks were still in flight)."""
-
-    row: int
-    dev: dict
-    host: dict | None
-    hidden: torch.Tensor
-
-
-class _RowAcceptance:
-    """An ``AcceptanceMix`` bound per request id, looked up for the rows of one step."""
-
-    def __init__(self, mix: AcceptanceMix, ids: list[int]):
-        idx = torch.tensor(ids, dtype=torch.long, device=mix.oracle.device)
-        self.p, self.seed = mix.p, mix.seed
-        self.oracle, self.hit, self.other = mix.oracle[idx], mix.hit[idx], mix.other[idx]
-
-    _pick = AcceptanceMix._pick
-    apply = AcceptanceMix.apply
 
 
 class ServingLoop:
@@ -321,10 +223,8 @@ class ServingLoop:
                 records[r.id] = RequestRecord(r.id, arrival=r.arrival, prompt_len=len(r.prompt))
 
         add(closed.start() if closed is not None else sorted(load, key=lambda r: r.arrival))
-        self._rows: list[int] = []  # request ids of the previous decode step's rows
-        self._row_bufs: tuple | None = None
-        self._joined: dict[int, _Joined] = {}
-        self._parked: dict[int, _Parked] = {}
+        scratch = SpecDecodeEngine.scratch_block
+        self.rows = BatchRows(self.layout, W, self.block_size, scratch, self.scratch_slot)
         completed, idle = -1, 0
         while not sched.done:
             now = clock()
@@ -335,8 +235,7 @@ class ServingLoop:
                     now = clock()
             out = sched.schedule(now)
             for rid in out.preempted:
-                self._joined.pop(rid, None)
-                self._parked.pop(rid, None)
+                self.rows.drop(rid)
             if self.observer is not None:
                 self.observer.before_step(self, out)
             produced: dict[int, list[int]] = {}
@@ -362,8 +261,7 @@ class ServingLoop:
                 if req.finished:
                     rec.finish = req.finish_reason.value
                     finished.append(rid)
-                    self._joined.pop(rid, None)
-                    self._parked.pop(rid, None)
+                    self.rows.drop(rid)
             if step is not None:
                 record.tokens = sum(len(self.requests[rid].output) - before[rid] for rid in out.verify)
                 record.t = t
@@ -416,7 +314,7 @@ class ServingLoop:
         if not chunk.last:
             return None
         bonus = int(self.model.greedy_tokens(logits[n - 1 : n])[0])
-        self._joined[req.id] = _Joined(prefix[P - 1], bonus, hidden[n - 1].clone(), P)
+        self.rows.joined[req.id] = Joined(prefix[P - 1], bonus, hidden[n - 1].clone(), P)
         return bonus
 
     def _table_row(self, table: tuple[int, ...]) -> torch.Tensor:
@@ -425,90 +323,12 @@ class ServingLoop:
 
     # ------------------------------------------------------------------ decode
     def _place_rows(self, ids: list[int], tables: dict) -> tuple[dict, dict | None, int, int, int]:
-        """Move every row's state to this step's order (``remap_rows``), write joining rows, set the tables."""
-        e, W = self.engine, self.width
-        n = len(ids)
-        dst, hdst, launched = self._bufs(n)
-        hlayout = {**self.layout, "h_last": 1, "h_seq": 1}
-        prev = {rid: i for i, rid in enumerate(self._rows)}
-        if self._row_bufs is not None:  # park the running requests that sit this step out (blocks in flight)
-            src, hsrc = self._row_bufs
-            running = {r.id for r in self.scheduler.running if not r.in_prefill}
-            for rid, i in prev.items():
-                if rid not in ids and rid in running and rid not in self._joined:
-                    hid = e.verify_hidden[i * W : (i + 1) * W].clone()
-                    host = _take_row(hsrc, hlayout, i) if hsrc is not None else None
-                    self._parked[rid] = _Parked(i, _take_row(src, self.layout, i), host, hid)
-        fresh = lambda rid: rid in self._joined or rid in self._parked  # noqa: E731
-        src_rows = [prev[rid] if rid in prev and not fresh(rid) else -1 for rid in ids]
-        remaps = 0
-        if any(r >= 0 for r in src_rows):
-            src, hsrc = self._row_bufs
-            if src is not dst or any(r >= 0 and r != i for i, r in enumerate(src_rows)):
-                hidden = {"verify_hidden": e.verify_hidden}
-                remap_rows(dst, src, self.layout, src_rows, W)
-                remap_rows(hidden, hidden, {"verify_hidden": W}, src_rows, W)
-                if hdst is not None:
-                    remap_rows(hdst, hsrc, hlayout, src_rows, W)
-                remaps = 1
-        joined = []
-        for i, rid in enumerate(ids):
-            if src_rows[i] >= 0:
-                continue
-            if rid in self._joined:
-                joined.append((i, self._joined.pop(rid)))
-            elif rid in self._parked:
-                p = self._parked.pop(rid)
-                _put_row(dst, self.layout, i, p.dev, p.row, W)
-                e.verify_hidden[i * W : (i + 1) * W].copy_(p.hidden)
-                if hdst is not None:
-                    _put_row(hdst, hlayout, i, p.host, p.row, W)
-            else:
-                raise AssertionError(f"request {rid} decodes without a prefill or a row")
+        """This step's buffers, with every row's state in the step's order (``BatchRows.place``)."""
+        dst, hdst, launched = self._bufs(len(ids))
         table = torch.stack([self._table_row(tables[rid]) for rid in ids])
-        dst["block_table"][:n].copy_(table)
-        if hdst is not None:
-            hdst["block_table"].copy_(table.cpu())
-        for i, j in joined:
-            self._join(dst, hdst, i, j)
-        # what the draft's carry writes; the runtime checks the table against it before the step
-        dst["seq_lens"][:n].copy_(dst["next_seq_lens"][:n])
-        dst["last_tokens"][:n].copy_(dst["next_last_token"][:n])
-        if launched > n:
-            self._pad(dst, n)
-        return dst, hdst, launched, remaps, sum(r < 0 for r in src_rows)
-
-    def _join(self, bufs: dict, host: dict | None, i: int, j: _Joined) -> None:
-        """Row ``i`` starts from its prefill: the draft's repair row is the last prefix token at ``P - 1`` (its KV
-        is written: the scratch slot), the new row the bonus token at ``P`` with the hidden state of ``P - 1``."""
-        e, W = self.engine, self.width
-        base = i * W
-        bufs["tokens"][base] = j.last_token
-        bufs["accepted"][i] = 0
-        bufs["next_last_token"][i] = j.bonus
-        bufs["next_seq_lens"][i] = j.length
-        bufs["draft_positions"][i, 0], bufs["draft_positions"][i, 1] = j.length - 1, j.length
-        pos = torch.tensor([[j.length]], device=self.device)
-        bufs["draft_slots"][i, 0] = self.scratch_slot
-        bufs["draft_slots"][i, 1] = slot(bufs["block_table"][i : i + 1], pos, self.block_size)[0, 0]
-        bufs["hidden_rows"][i] = base
-        e.verify_hidden[base].copy_(j.hidden)
-        if host is not None:
-            host["accepted"][i] = 0
-            host["h_last"][i] = j.bonus
-            host["h_seq"][i] = j.length
-
-    def _pad(self, bufs: dict, n: int) -> None:
-        """Rows ``n:`` of a bucket: length 0 on the scratch block, drafting and verifying nothing real."""
-        W = self.width
-        bufs["block_table"][n:].fill_(SpecDecodeEngine.scratch_block)
-        zero = ("next_seq_lens", "next_last_token", "accepted", "seq_lens", "last_tokens", "draft_positions")
-        for name in (*zero, "draft_tokens"):
-            bufs[name][n:].fill_(0)
-        bufs["tokens"][n * W :].fill_(0)
-        bufs["draft_slots"][n:].fill_(self.scratch_slot)
-        rows = bufs["hidden_rows"].shape[0]
-        bufs["hidden_rows"][n:].copy_((torch.arange(n, rows, device=self.device, dtype=I32) * W)[:, None].expand(-1, 2))
+        running = {r.id for r in self.scheduler.running if not r.in_prefill}
+        remaps, joined = self.rows.place(ids, table, dst, hdst, launched, self.engine.verify_hidden, running)
+        return dst, hdst, launched, remaps, joined
 
     def _decode(self, out: SchedulerOutput, now: float) -> tuple[dict[int, list[int]], StepRecord]:
         """One speculative step over ``out.verify``: draft, verify, acceptance; the tokens per request."""
@@ -521,7 +341,7 @@ class ServingLoop:
             [len(self.requests[r].prompt) for r in ids] + [0] * (launched - n), dtype=torch.long, device=self.device
         )
         if self.acceptance is not None:
-            e.acceptance = _RowAcceptance(self.acceptance, ids + [0] * (launched - n))
+            e.acceptance = RowAcceptance(self.acceptance, ids + [0] * (launched - n))
         lengths = [self.requests[r].length - 1 for r in ids]  # KV already written: all but the newest token
         lo, hi = min(lengths), max(lengths)
         with count_host_syncs(self.device.type == "cuda") as syncs:
@@ -539,7 +359,6 @@ class ServingLoop:
                 host["h_seq"].copy_(s.h_seq)
                 accepted, next_tokens = acc[:n].tolist(), nxt[:n].tolist()
                 fast, reason, bucket = True, None, None
-        self._rows, self._row_bufs = ids, (bufs, host)
         tokens = {rid: next_tokens[i][: accepted[i] + 1] for i, rid in enumerate(ids)}
         record = StepRecord(
             t=0.0,

@@ -1,0 +1,240 @@
+"""The serving loop over the tiny target (float32, CPU): every request's output is plain greedy decoding of
+its prompt alone, cut at its stop token or its budget, in every CPU mode, with random arrivals and lengths,
+frequent stop tokens, a pool small enough to preempt, and the lagged block release.
+
+After every iteration the KV caches (target and MTP head) are unchanged outside the blocks of the requests
+the iteration ran (and the scratch block), and no block of a step still in flight is handed to another
+request.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+
+from specgen.engine import AcceptanceMix, greedy_generate
+from specgen.engine.serving import ClosedLoop, LengthDist, Workload
+from specgen.engine.serving.loop import ServingLoop
+from specgen.engine.serving.rows import remap_rows, row_layout
+from specgen.models.errors import EngineError
+
+BT, BS = 8, 16  # the engine_kernels layout (tests/conftest.py)
+
+
+@pytest.fixture(scope="module")
+def stops(tiny):
+    """Two token ids the tiny model's greedy decoding emits often: frequent stop tokens."""
+    model, _ = tiny
+    gen = torch.Generator().manual_seed(7)
+    prompts = [torch.randint(0, model.config.vocab_size, (6,), generator=gen).tolist() for _ in range(12)]
+    counts = collections.Counter(t for out in greedy_generate(model, prompts, 24) for t in out)
+    return frozenset(t for t, _ in counts.most_common(2))
+
+
+def workload(model, stops, n: int, seed: int, rate: float | None = 40.0):
+    reqs = Workload(
+        num_requests=n,
+        rate=rate,
+        prompt_len=LengthDist.uniform(1, 24),
+        output_len=LengthDist.uniform(1, 28),
+        vocab=model.config.vocab_size,
+        seed=seed,
+    ).requests()
+    for r in reqs:
+        r.stop_ids = stops
+    return reqs
+
+
+_greedy_cache: dict = {}
+
+
+def greedy(model, prompt: tuple[int, ...], n: int) -> list[int]:
+    key = (id(model), prompt)
+    have = _greedy_cache.get(key)
+    if have is None or len(have) < n:
+        have = greedy_generate(model, [list(prompt)], max(n, 32))[0]
+        _greedy_cache[key] = have
+    return have[:n]
+
+
+def expected(model, req) -> list[int]:
+    out = []
+    for t in greedy(model, req.prompt, req.max_new_tokens):
+        out.append(t)
+        if t in req.stop_ids:
+            break
+    return out
+
+
+def oracle_mix(model, reqs, p: float, width: int) -> AcceptanceMix:
+    g = max(r.max_new_tokens for r in reqs) + width + 1
+    rows = torch.tensor([greedy(model, r.prompt, g) for r in sorted(reqs, key=lambda r: r.id)])
+    return AcceptanceMix(p, rows, vocab_size=model.config.vocab_size, seed=3)
+
+
+class Checks:
+    """A loop observer: KV isolation per iteration, and no block handed on while a step that wrote it is in flight."""
+
+    def __init__(self, loop: ServingLoop):
+        self.loop, self.iterations = loop, 0
+        self.owner_in_flight: dict[int, dict[int, int]] = {}  # step -> {block: request}
+
+    def caches(self):
+        m, h = self.loop.model.kv_cache, self.loop.head.kv_cache
+        return [m._k, m._v, h._k, h._v]
+
+    def before_step(self, loop, out):
+        self.before = [c.view(torch.int32).clone() for c in self.caches()]
+        self.out = out
+        for step, owners in self.owner_in_flight.items():
+            if step <= loop.completed:
+                continue
+            for rid, table in out.tables.items():
+                for b in table:
+                    assert owners.get(b, rid) == rid, f"block {b} of request {owners[b]} (step {step}) went to {rid}"
+        self.owner_in_flight = {s: o for s, o in self.owner_in_flight.items() if s > loop.completed}
+        self.owner_in_flight[out.step] = {b: rid for rid, t in out.tables.items() for b in t}
+
+    def after_step(self, loop, out):
+        self.iterations += 1
+        own = {0} | {b for t in out.tables.values() for b in t}  # the scratch block, the iteration's blocks
+        num_slots = loop.model.kv_cache.num_slots
+        for before, c in zip(self.before, self.caches()):
+            diff = (before != c.view(torch.int32)).flatten(2).any(-1).any(0).nonzero().flatten().tolist()
+            stray = [s for s in diff if s < num_slots and s // BS not in own]
+            assert not stray, f"step {out.step} wrote slots {stray[:4]} outside its requests' blocks"
+
+
+def serve(tiny, lib, mode, reqs, *, depth=3, check=False, **kw):
+    model, head = tiny
+    loop = ServingLoop(
+        model,
+        head,
+        mode=mode,
+        depth=depth,
+        max_batch=kw.pop("max_batch", 4),
+        num_blocks=kw.pop("num_blocks", 10),
+        block_size=BS,
+        block_table_width=BT,
+        max_prefill_tokens=kw.pop("max_prefill_tokens", 16),
+        kernels=lib if mode == "specgen" else None,
+        **kw,
+    )
+    checks = Checks(loop) if check else None
+    loop.observer = checks
+    return loop, loop.run(reqs), checks
+
+
+def assert_exact(model, loop, run, reqs):
+    assert sorted(loop.requests) == sorted(r.id for r in reqs)  # none lost, none duplicated
+    assert [r.id for r in run.requests] == sorted(r.id for r in reqs)
+    for r in reqs:
+        got, rec = loop.requests[r.id], run.requests[r.id]
+        assert got.output == expected(model, r), f"request {r.id}"
+        assert rec.output_len == len(got.output) == len(rec.token_times)
+        assert rec.finish == got.finish_reason.value
+        assert rec.preemptions == got.preemptions
+        assert all(r.arrival <= t for t in rec.token_times)
+        assert rec.token_times == sorted(rec.token_times)
+    steps = run.steps
+    assert all(1 <= s.batch <= loop.max_batch and s.proposed == s.batch * loop.depth for s in steps)
+    assert all(s.host_syncs == 0 for s in steps)  # the CPU: nothing measured
+    assert [s.t for s in steps] == sorted(s.t for s in steps)
+
+
+@pytest.mark.parametrize("mode", ["baseline", "specgen"])
+@pytest.mark.parametrize("lag", [0, 1])
+def test_outputs_are_greedy(tiny, engine_kernels, stops, mode, lag):
+    """Random arrivals and lengths, stop tokens the model emits, a 9-block pool: preemptions happen."""
+    model, _ = tiny
+    reqs = workload(model, stops, 40, seed=11 + lag)
+    loop, run, checks = serve(tiny, engine_kernels, mode, reqs, check=True, complete_lag=lag)
+    assert_exact(model, loop, run, reqs)
+    assert run.preemptions > 0 and checks.iterations > 0
+    assert {r.finish for r in run.requests} == {"stop", "length"}
+    assert sum(s.remaps for s in run.steps) > 0 and sum(s.joined for s in run.steps) >= len(reqs)
+    if mode == "specgen":
+        assert all(s.fast_path and s.reason is None and s.bucket >= s.batch for s in run.steps)
+    m = run.metrics()
+    assert m["finished"] == len(reqs) and m["preemptions"] == run.preemptions
+
+
+@pytest.mark.parametrize("mode", ["baseline", "specgen"])
+def test_acceptance_mix(tiny, engine_kernels, stops, mode):
+    """Drafts that agree with the target (p = 0.8): several tokens per step, cut at stops and budgets."""
+    model, _ = tiny
+    reqs = workload(model, stops, 30, seed=5)
+    mix = oracle_mix(model, reqs, 0.8, 6)
+    loop, run, _ = serve(tiny, engine_kernels, mode, reqs, depth=5, acceptance=mix, num_blocks=12, max_batch=6)
+    assert_exact(model, loop, run, reqs)
+    assert run.metrics()["acceptance"] > 0.5
+    assert max(s.tokens for s in run.steps) > max(s.batch for s in run.steps)
+
+
+@pytest.mark.parametrize("mode", ["baseline", "specgen"])
+def test_closed_loop_and_depths(tiny, engine_kernels, stops, mode):
+    """A closed loop (a new request when one finishes), depths 1 and 2, a large prefill budget."""
+    model, _ = tiny
+    for depth, seed in ((1, 21), (2, 22)):
+        wl = Workload(
+            num_requests=24,
+            prompt_len=LengthDist.uniform(1, 20),
+            output_len=LengthDist.uniform(1, 20),
+            vocab=model.config.vocab_size,
+            seed=seed,
+        )
+        source = ClosedLoop(wl, in_flight=5)
+        loop, run, _ = serve(tiny, engine_kernels, mode, source, depth=depth, max_batch=5, max_prefill_tokens=64)
+        reqs = list(loop.requests.values())
+        assert len(reqs) == 24 and run.in_flight == 5
+        assert_exact(model, loop, run, reqs)
+
+
+def test_idle_time_is_skipped(tiny, stops):
+    """Arrivals far apart: the clock jumps to the next one instead of sleeping."""
+    model, _ = tiny
+    reqs = workload(model, stops, 4, seed=2, rate=0.01)  # about 100 s apart
+    loop, run, _ = serve(tiny, None, "baseline", reqs)
+    assert_exact(model, loop, run, reqs)
+    assert run.elapsed_s > reqs[-1].arrival > 10
+    assert all(rec.ttft < 5 for rec in run.requests)
+
+
+def test_remap_rows():
+    """Rows move with their state; hidden_rows point at the moved verify rows; -1 rows are left alone."""
+    W = 3
+    layout = row_layout(W, BT, BS)
+    assert {"tokens", "accepted", "next_seq_lens", "hidden_rows", "block_table", "draft_slots"} <= set(layout)
+    assert layout["tokens"] == W and layout["accepted"] == 1 and "query_start_loc" not in layout
+    src = {
+        n: torch.arange(4 * k * (1 if n != "block_table" else BT)).view(4 * k, -1).squeeze(-1)
+        for n, k in layout.items()
+    }
+    src["hidden_rows"] = (torch.arange(4) * W)[:, None].repeat(1, 2) + torch.tensor([0, 1])
+    dst = {n: torch.full_like(t, -7) for n, t in src.items()}
+    remap_rows(dst, src, layout, [2, -1, 0], W)
+    assert dst["accepted"][:3].tolist() == [2, -7, 0]
+    assert dst["tokens"][:3].tolist() == src["tokens"][2 * W : 3 * W].tolist()
+    assert dst["hidden_rows"][:3].tolist() == [[0, 1], [-7, -7], [2 * W, 2 * W + 1]]
+    same = {n: t.clone() for n, t in src.items()}
+    remap_rows(same, same, layout, [1, 0], W)  # in place: a swap
+    assert same["accepted"][:2].tolist() == [1, 0] and same["hidden_rows"][0].tolist() == [0, 1]
+
+
+def test_refusals(tiny):
+    from specgen.engine.draft_kinds import draft_kind
+    from specgen.models import Qwen35Model
+
+    model, head = tiny
+    kw = dict(depth=3, max_batch=2, num_blocks=8)
+    with pytest.raises(EngineError, match="runs modes baseline, specgen"):
+        ServingLoop(model, head, mode="compile", **kw)
+    with pytest.raises(EngineError, match="MTP draft only"):
+        ServingLoop(model, draft_kind("dflash").create(model), mode="baseline", **kw)
+    hybrid = Qwen35Model.create("qwen3.5-tiny", seed=0)
+    with pytest.raises(EngineError, match="dense targets only"):
+        ServingLoop(hybrid, head, mode="baseline", **kw)
+    with pytest.raises(EngineError, match="bind the AcceptanceMix"):
+        ServingLoop(model, head, mode="baseline", acceptance=AcceptanceMix(0.5), **kw)
