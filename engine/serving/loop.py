@@ -33,7 +33,9 @@ Each iteration:
 
 A preempted request's prefix (prompt and output so far) is prefilled again when it
 is readmitted; its blocks may be handed to another request only once every step that
-could write them completed.
+could write them completed.  A hybrid target's linear-state slots are the request's
+too (``StateSlots``: ``W`` per request, written into its row's ``state_slots`` each
+step, released like its blocks; a prefill starts from the zero state).
 
 The clock is ``time.perf_counter`` relative to the run's start, plus the time skipped:
 when nothing runs and the next arrival lies ahead, ``now`` jumps to it without
@@ -72,6 +74,7 @@ from .requests import Request
 from .results import RequestRecord, ServeRun, StepRecord
 from .rows import BatchRows, Joined, RowAcceptance, row_layout
 from .scheduler import PrefillChunk, Scheduler, SchedulerOutput
+from .state_slots import StateSlots
 from .workload import ClosedLoop
 
 __all__ = ["SERVING_MODES", "ServingLoop"]
@@ -83,9 +86,10 @@ SERVING_MODES = ("baseline", "specgen")  # the modes whose per-step state the lo
 class ServingLoop:
     """Continuous batching over the engine's decode step; see the module docstring.
 
-    ``model``: a ``Qwen3Model`` (a hybrid target is refused); ``draft``: an MTP head (block
-    drafts are refused); ``mode``: ``baseline`` or ``specgen`` (``kernels``: the built
-    folder's library, for ``specgen``); ``depth``: drafts per step (verify width
+    ``model``: a ``Qwen3Model`` or a hybrid ``Qwen35Model`` (its linear-state slots belong to the
+    requests: ``state_slots.py``); ``draft``: an MTP head (block drafts are refused); ``mode``:
+    ``baseline`` or ``specgen`` (``kernels``: the built folder's library, for ``specgen``);
+    ``depth``: drafts per step (verify width
     ``depth + 1``); ``max_batch``: rows of a decode step and running requests; the KV pool
     is ``num_blocks`` blocks of ``block_size`` (block 0 is the scratch block) and a
     sequence's table holds ``block_table_width`` of them; ``max_prefill_tokens``: the
@@ -109,10 +113,6 @@ class ServingLoop:
         acceptance: AcceptanceMix | None = None,
         complete_lag: int = 0,
     ):
-        if has_linear_state(model):
-            raise EngineError(
-                "the serving loop runs dense targets only: a hybrid target's linear-state slots are not remapped yet"
-            )
         proposer = proposer_for(draft)
         if not isinstance(proposer, MTPProposer):
             raise EngineError(
@@ -143,6 +143,7 @@ class ServingLoop:
             library=kernels,
         )
         self.device = self.engine.device
+        self.hybrid = has_linear_state(model)  # linear-state slots per request (state_slots.py)
         self.layout = row_layout(self.width, self.block_table_width, self.block_size)
         self.observer = None  # before_step(loop, out) after scheduling, after_step(loop, out) after the update
         self.requests: dict[int, Request] = {}
@@ -159,6 +160,9 @@ class ServingLoop:
         e.pool = None
         e.bufs = e.strategy.buffers()  # specgen: builds the runtime, the largest bucket's buffers
         e.observer = None
+        if self.hybrid:  # a group of W slots per running request, and those released while steps are in flight
+            groups = 1 + self.max_batch * (self.complete_lag + 2)
+            e.state = self.state = StateSlots(self.model, groups, self.width, self.device)
         self._dev: dict[int, dict] = {}
         self._host: dict[int, dict] = {}
         if self.mode == "baseline":
@@ -236,6 +240,7 @@ class ServingLoop:
             out = sched.schedule(now)
             for rid in out.preempted:
                 self.rows.drop(rid)
+                self._release(rid, out.step)
             if self.observer is not None:
                 self.observer.before_step(self, out)
             produced: dict[int, list[int]] = {}
@@ -262,6 +267,7 @@ class ServingLoop:
                     rec.finish = req.finish_reason.value
                     finished.append(rid)
                     self.rows.drop(rid)
+                    self._release(rid, out.step)
             if step is not None:
                 record.tokens = sum(len(self.requests[rid].output) - before[rid] for rid in out.verify)
                 record.t = t
@@ -279,6 +285,8 @@ class ServingLoop:
             if target > completed:
                 completed = target
                 sched.complete(completed)
+                if self.hybrid:
+                    self.state.retire(completed)
             self.completed = completed
             if self.observer is not None:
                 self.observer.after_step(self, out)
@@ -295,14 +303,15 @@ class ServingLoop:
     # ----------------------------------------------------------------- prefill
     def _prefill(self, req: Request, chunk: PrefillChunk, table: tuple[int, ...]) -> int | None:
         """One chunk through the target and the MTP head at its own positions; the last one's token."""
-        e, BS, dev = self.engine, self.block_size, self.device
+        BS, dev = self.block_size, self.device
         s, n = chunk.start, len(chunk.tokens)
         bt = self._table_row(table)[None]
         pos = torch.arange(s, s + n, device=dev)
         toks = torch.tensor(chunk.tokens, device=dev)
         qsl = torch.tensor([0, n], device=dev)
         kv = torch.tensor([s + n], device=dev)
-        hidden, logits = e.call_target(toks, pos, slot(bt, pos[None], BS).reshape(-1), bt, kv, qsl, n)
+        state = self.state.prefill_kwargs(req.id, s, n) if self.hybrid else {}
+        hidden, logits = self.model(toks, pos, slot(bt, pos[None], BS).reshape(-1), bt, kv, qsl, n, **state)
         hidden = self.head.from_target(hidden)
         P, prefix = req.prefill_len, req.prefix
         m = min(s + n, P - 1) - s  # head rows: token q with the target's hidden state of q - 1, for q <= P - 1
@@ -317,6 +326,10 @@ class ServingLoop:
         self.rows.joined[req.id] = Joined(prefix[P - 1], bonus, hidden[n - 1].clone(), P)
         return bonus
 
+    def _release(self, rid: int, step: int) -> None:
+        if self.hybrid:  # step ``step`` is the last that could write the request's slots
+            self.state.release(rid, step)
+
     def _table_row(self, table: tuple[int, ...]) -> torch.Tensor:
         row = list(table) + [SpecDecodeEngine.scratch_block] * (self.block_table_width - len(table))
         return torch.tensor(row, dtype=I32, device=self.device)
@@ -328,6 +341,11 @@ class ServingLoop:
         table = torch.stack([self._table_row(tables[rid]) for rid in ids])
         running = {r.id for r in self.scheduler.running if not r.in_prefill}
         remaps, joined = self.rows.place(ids, table, dst, hdst, launched, self.engine.verify_hidden, running)
+        if self.hybrid:  # the requests' own slots, whichever row they hold; padding rows write no state
+            slots = self.state.row_slots(ids, launched)
+            dst["state_slots"][:launched].copy_(slots)
+            if hdst is not None:
+                hdst["state_slots"][:launched].copy_(slots)
         return dst, hdst, launched, remaps, joined
 
     def _decode(self, out: SchedulerOutput, now: float) -> tuple[dict[int, list[int]], StepRecord]:

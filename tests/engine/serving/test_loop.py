@@ -225,16 +225,13 @@ def test_remap_rows():
 
 def test_refusals(tiny):
     from specgen.engine.draft_kinds import draft_kind
-    from specgen.models import Qwen35Model
 
     model, head = tiny
     kw = dict(depth=3, max_batch=2, num_blocks=8)
     with pytest.raises(EngineError, match="runs modes baseline, specgen"):
         ServingLoop(model, head, mode="compile", **kw)
-    with pytest.raises(EngineError, match="MTP draft only"):
-        ServingLoop(model, draft_kind("dflash").create(model), mode="baseline", **kw)
-    hybrid = Qwen35Model.create("qwen3.5-tiny", seed=0)
-    with pytest.raises(EngineError, match="dense targets only"):
-        ServingLoop(hybrid, head, mode="baseline", **kw)
+    for kind in ("dflash", "dspark"):
+        with pytest.raises(EngineError, match="MTP draft only"):
+            ServingLoop(model, draft_kind(kind).create(model), mode="baseline", **kw)
     with pytest.raises(EngineError, match="bind the AcceptanceMix"):
         ServingLoop(model, head, mode="baseline", acceptance=AcceptanceMix(0.5), **kw)
