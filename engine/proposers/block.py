@@ -131,7 +131,8 @@ class BlockProposer(Proposer):
     def context_write(self) -> None:
         """Every verify row's taps -> context K/V at ``context_slots`` (-1 for rejected rows: no write)."""
         b = self.engine.bufs
-        self.draft.write_context(self.engine.verify_hidden, b["positions"], b["context_slots"])
+        rows = b["positions"].shape[0]  # the step's rows (a serving loop's buffers may hold fewer than the taps)
+        self.draft.write_context(self.engine.verify_hidden[:rows], b["positions"], b["context_slots"])
 
     def next_block_inputs(self) -> None:
         """On the device: the anchor is the bonus ``target[b, a]``, at ``S' = S + a + 1``."""

@@ -1,8 +1,8 @@
 """The serving loop: continuous batching of requests over the engine's speculative decode step.
 
 ``ServingLoop`` puts the plain-data scheduler (``scheduler.py``) beside the decode
-machinery of ``SpecDecodeEngine``: the same target, MTP proposer, boundary mode and
-step buffers, driven one iteration at a time over whichever requests are running::
+machinery of ``SpecDecodeEngine``: the same target, proposer (MTP, DFlash, DSpark),
+boundary mode and step buffers, driven one iteration at a time over whichever requests are running::
 
     loop = ServingLoop(model, head, mode="specgen", depth=3, max_batch=8, num_blocks=24,
                        block_size=16, block_table_width=8, max_prefill_tokens=64, kernels=lib)
@@ -15,11 +15,13 @@ Each iteration:
    verify step), preemption of the newest when blocks run out, then admissions of
    requests that arrived (``now >= arrival``);
 2. every prefill chunk runs through the target (one forward per chunk, at the
-   chunk's positions over the request's own blocks) and the MTP head; the last chunk
-   gives the request's next token and the state its first decode step starts from
-   (the last prefix token and its hidden state, the bonus token, the length);
+   chunk's positions over the request's own blocks) and the draft (``prefill.py``: the
+   MTP head's rows, or a block draft's context K/V); the last chunk gives the request's
+   next token and the state its first decode step starts from (the last prefix token
+   and its hidden state, the bonus token, the length);
 3. one speculative decode step (draft, verify, acceptance through the chosen mode)
-   over exactly the running requests past their prefill.  Its per-row state (the
+   over exactly the running requests past their prefill (a block draft's own forward
+   first, in ``specgen`` too: it is not the runtime's prologue).  Its per-row state (the
    step buffers the draft and the head read, the verify rows' hidden states, the
    baseline's host copies) is first moved to the step's row order by ``remap_rows``:
    rows that stay are gathered, rows that join are written from their prefill (or,
@@ -63,16 +65,16 @@ import torch
 
 from ...models.errors import EngineError
 from ...runtime.buffers import alloc_step_buffers, bucket_of
-from ...runtime.semantics import slot
 from ..acceptance import AcceptanceMix
 from ..clock import count_host_syncs
 from ..engine import SpecDecodeEngine
 from ..linear_state import has_linear_state
-from ..proposers import MTPProposer, proposer_for
+from ..proposers import proposer_for
 from .block_pool import BlockPool
+from .prefill import prefill_chunk
 from .requests import Request
 from .results import RequestRecord, ServeRun, StepRecord
-from .rows import BatchRows, Joined, RowAcceptance, row_layout
+from .rows import BatchRows, RowAcceptance, row_layout
 from .scheduler import PrefillChunk, Scheduler, SchedulerOutput
 from .state_slots import StateSlots
 from .workload import ClosedLoop
@@ -87,7 +89,7 @@ class ServingLoop:
     """Continuous batching over the engine's decode step; see the module docstring.
 
     ``model``: a ``Qwen3Model`` or a hybrid ``Qwen35Model`` (its linear-state slots belong to the
-    requests: ``state_slots.py``); ``draft``: an MTP head (block drafts are refused); ``mode``:
+    requests: ``state_slots.py``); ``draft``: an MTP head or a DFlash / DSpark block draft; ``mode``:
     ``baseline`` or ``specgen`` (``kernels``: the built folder's library, for ``specgen``);
     ``depth``: drafts per step (verify width
     ``depth + 1``); ``max_batch``: rows of a decode step and running requests; the KV pool
@@ -114,11 +116,6 @@ class ServingLoop:
         complete_lag: int = 0,
     ):
         proposer = proposer_for(draft)
-        if not isinstance(proposer, MTPProposer):
-            raise EngineError(
-                f"the serving loop runs the MTP draft only, not a {type(proposer.module).__name__} "
-                "(a block draft's context KV prefill is not chunked yet)"
-            )
         if mode not in SERVING_MODES:
             raise EngineError(f"the serving loop runs modes {', '.join(SERVING_MODES)}, not {mode!r}")
         if acceptance is not None and not isinstance(acceptance, AcceptanceMix):
@@ -143,6 +140,7 @@ class ServingLoop:
             library=kernels,
         )
         self.device = self.engine.device
+        self.draft_name = getattr(getattr(proposer, "draft", None), "kind", "mtp")
         self.hybrid = has_linear_state(model)  # linear-state slots per request (state_slots.py)
         self.layout = row_layout(self.width, self.block_table_width, self.block_size)
         self.observer = None  # before_step(loop, out) after scheduling, after_step(loop, out) after the update
@@ -195,7 +193,7 @@ class ServingLoop:
         closed = load if isinstance(load, ClosedLoop) else None
         run = ServeRun(
             mode=self.mode,
-            draft="mtp",
+            draft=self.draft_name,
             depth=self.depth,
             rate=rate,
             in_flight=closed.in_flight if closed is not None else None,
@@ -302,29 +300,8 @@ class ServingLoop:
 
     # ----------------------------------------------------------------- prefill
     def _prefill(self, req: Request, chunk: PrefillChunk, table: tuple[int, ...]) -> int | None:
-        """One chunk through the target and the MTP head at its own positions; the last one's token."""
-        BS, dev = self.block_size, self.device
-        s, n = chunk.start, len(chunk.tokens)
-        bt = self._table_row(table)[None]
-        pos = torch.arange(s, s + n, device=dev)
-        toks = torch.tensor(chunk.tokens, device=dev)
-        qsl = torch.tensor([0, n], device=dev)
-        kv = torch.tensor([s + n], device=dev)
-        state = self.state.prefill_kwargs(req.id, s, n) if self.hybrid else {}
-        hidden, logits = self.model(toks, pos, slot(bt, pos[None], BS).reshape(-1), bt, kv, qsl, n, **state)
-        hidden = self.head.from_target(hidden)
-        P, prefix = req.prefill_len, req.prefix
-        m = min(s + n, P - 1) - s  # head rows: token q with the target's hidden state of q - 1, for q <= P - 1
-        if m > 0:
-            q = torch.arange(s + 1, s + 1 + m, device=dev)
-            dt = torch.tensor(prefix[s + 1 : s + 1 + m], device=dev)
-            kv = torch.tensor([s + 1 + m], device=dev)
-            self.head(dt, q, slot(bt, q[None], BS).reshape(-1), hidden[:m], bt, kv, torch.tensor([0, m], device=dev), m)
-        if not chunk.last:
-            return None
-        bonus = int(self.model.greedy_tokens(logits[n - 1 : n])[0])
-        self.rows.joined[req.id] = Joined(prefix[P - 1], bonus, hidden[n - 1].clone(), P)
-        return bonus
+        """One chunk through the target and the draft at its own positions (``prefill.py``); the last one's token."""
+        return prefill_chunk(self, req, chunk, self._table_row(table)[None])
 
     def _release(self, rid: int, step: int) -> None:
         if self.hybrid:  # step ``step`` is the last that could write the request's slots
@@ -364,6 +341,8 @@ class ServingLoop:
         lo, hi = min(lengths), max(lengths)
         with count_host_syncs(self.device.type == "cuda") as syncs:
             if self.mode == "specgen":
+                if not e.strategy.fuses_draft:  # a block draft keeps its own graph, before the step
+                    e._draft()
                 res = e.strategy.runtime.step_in_place(n, (lo, hi))
                 accepted, next_tokens = res.accepted[:n].tolist(), res.next_tokens[:n].tolist()
                 fast, reason, bucket = bool(res.fast_path), res.reason, launched

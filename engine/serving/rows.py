@@ -98,7 +98,7 @@ class Joined:
 
     last_token: int  # the prefix's last token (position P - 1)
     bonus: int  # the prefill's token (position P)
-    hidden: torch.Tensor  # the target's hidden state at P - 1, as the head reads it
+    hidden: torch.Tensor | None  # the target's hidden state at P - 1, as the MTP head reads it (None: a block draft)
     length: int  # P
 
 
@@ -141,7 +141,8 @@ def join_row(
     bufs["draft_slots"][i, 0] = scratch_slot
     bufs["draft_slots"][i, 1] = slot(bufs["block_table"][i : i + 1], pos, block_size)[0, 0]
     bufs["hidden_rows"][i] = base
-    hidden[base].copy_(j.hidden)
+    if j.hidden is not None:  # a block draft reads no hidden state across steps
+        hidden[base].copy_(j.hidden)
     if host is not None:
         host["accepted"][i] = 0
         host["h_last"][i] = j.bonus

@@ -18,7 +18,9 @@ from specgen.engine import AcceptanceMix, greedy_generate
 from specgen.engine.serving import ClosedLoop, LengthDist, Workload
 from specgen.engine.serving.loop import ServingLoop
 from specgen.engine.serving.rows import remap_rows, row_layout
+from specgen.models import Qwen3Model
 from specgen.models.errors import EngineError
+from specgen.runtime.semantics import slot
 
 BT, BS = 8, 16  # the engine_kernels layout (tests/conftest.py)
 
@@ -107,6 +109,34 @@ class Checks:
             assert not stray, f"step {out.step} wrote slots {stray[:4]} outside its requests' blocks"
 
 
+class ContextChecks(Checks):
+    """Also, for a block draft: after every iteration the draft's context K/V of requests 0..2 at every
+    committed position equals the projection of a from-scratch target prefill's taps over those tokens."""
+
+    def __init__(self, loop: ServingLoop):
+        super().__init__(loop)
+        self.ref, self.checked = Qwen3Model.create("tiny", seed=0), 0  # the target again, with its own cache
+
+    def after_step(self, loop, out):
+        super().after_step(loop, out)
+        draft = loop.head
+        for req in loop.scheduler.running:
+            n = req.num_computed if req.in_prefill else req.length - 1
+            if req.id >= 3 or n == 0:
+                continue
+            blocks, pos = -(-n // BS), torch.arange(n)
+            self.ref.allocate_kv_cache(blocks + 1, BS, block_table_width=blocks)
+            bt = torch.arange(1, blocks + 1, dtype=torch.int32)[None]
+            toks = torch.tensor(req.prefix[:n])
+            args = (pos, slot(bt, pos[None], BS)[0], bt, torch.tensor([n]), torch.tensor([0, n]), n)
+            _, _, taps = self.ref(toks, *args, taps=draft.tap_layers)
+            sl = slot(torch.tensor([loop.pool.table(req.id)], dtype=torch.int32), pos[None], BS)[0].long()
+            for i, (k, v) in enumerate(draft.context_kv(taps, pos)):
+                torch.testing.assert_close(draft.kv_cache._k[i][sl], k, atol=1e-5, rtol=1e-4)
+                torch.testing.assert_close(draft.kv_cache._v[i][sl], v, atol=1e-5, rtol=1e-4)
+            self.checked += 1
+
+
 def serve(tiny, lib, mode, reqs, *, depth=3, check=False, **kw):
     model, head = tiny
     loop = ServingLoop(
@@ -122,7 +152,7 @@ def serve(tiny, lib, mode, reqs, *, depth=3, check=False, **kw):
         kernels=lib if mode == "specgen" else None,
         **kw,
     )
-    checks = Checks(loop) if check else None
+    checks = (check if isinstance(check, type) else Checks)(loop) if check else None
     loop.observer = checks
     return loop, loop.run(reqs), checks
 
@@ -192,6 +222,28 @@ def test_closed_loop_and_depths(tiny, engine_kernels, stops, mode):
         assert_exact(model, loop, run, reqs)
 
 
+@pytest.mark.parametrize(
+    "kind, mode, lag", [("dflash", "baseline", 1), ("dflash", "specgen", 0), ("dspark", "specgen", 1)]
+)
+def test_block_drafts(tiny, block_kernels, stops, kind, mode, lag):
+    """DFlash / DSpark at depth 3: their context K/V written by the chunked prefill, the next block's inputs
+    moved with the rows; outputs greedy, KV isolated (the draft's context cache too), preemptions."""
+    from specgen.engine.draft_kinds import draft_kind
+
+    model, _ = tiny
+    reqs = workload(model, stops, 30, seed=41 + lag, rate=80.0)
+    mix = oracle_mix(model, reqs, 0.8, 4)
+    draft = draft_kind(kind).create(model, seed=1)
+    loop, run, checks = serve(
+        (model, draft), block_kernels, mode, reqs, check=ContextChecks, complete_lag=lag, acceptance=mix, num_blocks=7
+    )
+    assert_exact(model, loop, run, reqs)
+    assert run.draft == kind and run.preemptions > 0 and checks.iterations > 0 and checks.checked > 0
+    assert run.metrics()["acceptance"] > 0.5 and sum(s.remaps for s in run.steps) > 0
+    if mode == "specgen":
+        assert all(s.fast_path and s.reason is None for s in run.steps)
+
+
 def test_idle_time_is_skipped(tiny, stops):
     """Arrivals far apart: the clock jumps to the next one instead of sleeping."""
     model, _ = tiny
@@ -224,14 +276,9 @@ def test_remap_rows():
 
 
 def test_refusals(tiny):
-    from specgen.engine.draft_kinds import draft_kind
-
     model, head = tiny
     kw = dict(depth=3, max_batch=2, num_blocks=8)
     with pytest.raises(EngineError, match="runs modes baseline, specgen"):
         ServingLoop(model, head, mode="compile", **kw)
-    for kind in ("dflash", "dspark"):
-        with pytest.raises(EngineError, match="MTP draft only"):
-            ServingLoop(model, draft_kind(kind).create(model), mode="baseline", **kw)
     with pytest.raises(EngineError, match="bind the AcceptanceMix"):
         ServingLoop(model, head, mode="baseline", acceptance=AcceptanceMix(0.5), **kw)

@@ -1,4 +1,4 @@
-"""The serving loop over the hybrid target (``qwen3.5-tiny``, float32, CPU) with its MTP head.
+"""The serving loop over the hybrid target (``qwen3.5-tiny``, float32, CPU) with its MTP head (and DFlash).
 
 Every request's output is the hybrid's plain greedy decoding of its prompt alone (from scratch per token,
 ``oracles.hybrid_reference``), cut at its stop token or its budget, in ``baseline`` and ``specgen``, with
@@ -108,9 +108,13 @@ class StateCheck:
             self.checked += 1
 
 
-@pytest.mark.parametrize("mode, lag", [("baseline", 1), ("specgen", 0), ("specgen", 1)])
-def test_hybrid_outputs_are_greedy_and_states_committed(hybrid, hybrid_kernels, stops, mode, lag):
+@pytest.mark.parametrize(
+    "kind, mode, lag", [("mtp", "baseline", 1), ("mtp", "specgen", 0), ("mtp", "specgen", 1), ("dflash", "specgen", 1)]
+)
+def test_hybrid_outputs_are_greedy_and_states_committed(hybrid, hybrid_kernels, stops, kind, mode, lag):
     model, head = hybrid
+    if kind != "mtp":  # a block draft over the hybrid: its taps of the hybrid's layers
+        head = draft_kind(kind).create(model, seed=1)
     reqs = Workload(
         num_requests=20,
         rate=80.0,

@@ -1,0 +1,60 @@
+"""One prefill chunk of a request in the serving loop, through the target and the draft.
+
+A chunk runs at its own positions over the request's blocks (and, for a hybrid
+target, its linear-state slots: ``state_slots.py``).  What the draft needs of it
+depends on the draft:
+
+* the MTP head: token ``q`` with the target's hidden state of ``q - 1``, for every
+  ``q <= P - 1`` of the chunk (the head's own KV);
+* a block draft (DFlash, DSpark): the context K/V of every chunk row, from the
+  target's tapped layers (``BlockDraft.write_context``).
+
+The last chunk gives the request's next token and what its first decode step starts
+from (``Joined``: the last prefix token, the bonus token, the hidden state the MTP
+head reads, the length).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...runtime.semantics import slot
+from ..proposers import BlockProposer
+from .requests import Request
+from .rows import Joined
+from .scheduler import PrefillChunk
+
+__all__ = ["prefill_chunk"]
+
+
+def prefill_chunk(loop, req: Request, chunk: PrefillChunk, bt: torch.Tensor) -> int | None:
+    """Chunk ``chunk`` of ``req`` over block table ``bt[1, BT]``; the last chunk's token (else None)."""
+    BS, dev, model = loop.block_size, loop.device, loop.model
+    s, n = chunk.start, len(chunk.tokens)
+    pos = torch.arange(s, s + n, device=dev)
+    slots = slot(bt, pos[None], BS).reshape(-1)
+    toks = torch.tensor(chunk.tokens, device=dev)
+    qsl = torch.tensor([0, n], device=dev)
+    kv = torch.tensor([s + n], device=dev)
+    state = loop.state.prefill_kwargs(req.id, s, n) if loop.hybrid else {}
+    P, prefix = req.prefill_len, req.prefix
+    block = isinstance(loop.engine.proposer, BlockProposer)
+    if block:  # context K/V for every row of the chunk
+        draft = loop.engine.proposer.draft
+        _, logits, taps = model(toks, pos, slots, bt, kv, qsl, n, taps=draft.tap_layers, **state)
+        draft.write_context(taps, pos, slots)
+        hidden = None
+    else:
+        hidden, logits = model(toks, pos, slots, bt, kv, qsl, n, **state)
+        hidden = loop.head.from_target(hidden)
+        m = min(s + n, P - 1) - s  # head rows: token q with the target's hidden state of q - 1, for q <= P - 1
+        if m > 0:
+            q = torch.arange(s + 1, s + 1 + m, device=dev)
+            dt = torch.tensor(prefix[s + 1 : s + 1 + m], device=dev)
+            kv = torch.tensor([s + 1 + m], device=dev)
+            loop.head(dt, q, slot(bt, q[None], BS).reshape(-1), hidden[:m], bt, kv, torch.tensor([0, m], device=dev), m)
+    if not chunk.last:
+        return None
+    bonus = int(model.greedy_tokens(logits[n - 1 : n])[0])
+    loop.rows.joined[req.id] = Joined(prefix[P - 1], bonus, None if block else hidden[n - 1].clone(), P)
+    return bonus
