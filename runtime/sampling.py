@@ -1,0 +1,246 @@
+"""Sampled verification's torch semantics: per-request sampling parameters, filtered target
+distributions and speculative rejection sampling, keyed by a counter-based generator.
+
+The ground truth a generated sampled-verification kernel will be tested against
+(``docs/kernels.md``, "Sampled verification (semantics)"). Everything here is vectorised torch
+over the batch and works on any device; ``reference_rejection_verify`` is the same rule as
+plain per-row Python loops, equal to ``rejection_verify`` bit for bit.
+
+Random keys (``philox_uniform(seed, position, stream)``, ``runtime/philox.py``) for a row whose
+verification row 0 sits at position ``P``:
+
+* stream 0 at ``P + j`` (``j`` in ``0..W-2``): the uniform ``u`` that accepts or rejects draft ``j``;
+* stream 1 at ``P + k``: the uniform that draws the one new token emitted at index ``k``
+  (``k = accepted``), from the residual after a rejection or from ``p_{W-1}`` when all are accepted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .philox import philox_uniform
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+ACCEPT_STREAM, TOKEN_STREAM = 0, 1
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """One request's sampling parameters.
+
+    ``temperature`` 0 is greedy (``top_k`` and ``top_p`` are then ignored); ``top_k`` 0 keeps
+    every token; ``top_p`` 1.0 keeps every token; ``seed`` keys the request's random decisions.
+    """
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        t, k, p, s = self.temperature, self.top_k, self.top_p, self.seed
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {t!r}")
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 2**31 - 1:
+            raise ValueError(f"top_k must be an int in 0..2**31-1 (0 keeps every token), got {k!r}")
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
+            raise ValueError(f"top_p must be a number in (0, 1] (1.0 keeps every token), got {p!r}")
+        if isinstance(s, bool) or not isinstance(s, int) or not INT64_MIN <= s <= INT64_MAX:
+            raise ValueError(f"seed must be an int that fits int64, got {s!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass
+class SamplingTensors:
+    """A batch's sampling parameters as persistent tensors: ``temperature[B]`` float32, ``top_k[B]`` int32,
+    ``top_p[B]`` float32, ``seed[B]`` int64.
+
+    ``fill`` rewrites them in place, so a graph captured over these tensors needs no recapture when
+    the parameters change; rows past the given requests are greedy with seed 0.
+    """
+
+    temperature: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    seed: torch.Tensor
+
+    @classmethod
+    def empty(cls, batch: int, device="cpu") -> SamplingTensors:
+        """``batch`` greedy rows."""
+        out = cls(
+            torch.zeros(batch, dtype=torch.float32, device=device),
+            torch.zeros(batch, dtype=torch.int32, device=device),
+            torch.ones(batch, dtype=torch.float32, device=device),
+            torch.zeros(batch, dtype=torch.int64, device=device),
+        )
+        return out
+
+    @classmethod
+    def of(cls, params, device="cpu") -> SamplingTensors:
+        """New tensors holding ``params`` (a sequence of ``SamplingParams``)."""
+        return cls.empty(len(params), device).fill(params)
+
+    def fill(self, params) -> SamplingTensors:
+        """Write ``params`` into rows ``0..len(params)-1`` in place and reset the rest to greedy; returns self."""
+        batch = self.temperature.shape[0]
+        if len(params) > batch:
+            raise ValueError(f"{len(params)} requests do not fit {batch} sampling rows")
+        pad = batch - len(params)
+        cols = (
+            (self.temperature, [p.temperature for p in params] + [0.0] * pad),
+            (self.top_k, [p.top_k for p in params] + [0] * pad),
+            (self.top_p, [p.top_p for p in params] + [1.0] * pad),
+            (self.seed, [p.seed for p in params] + [0] * pad),
+        )
+        for dst, values in cols:
+            dst.copy_(torch.tensor(values, dtype=dst.dtype))
+        return self
+
+
+def filtered_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor):
+    """``probs[N, V]`` float32: each row's distribution after temperature, top-k and top-p, renormalised.
+
+    * temperature ``t > 0``: ``softmax(logits / t)`` over the tokens kept; ``t == 0``: the one-hot of the
+      argmax of the raw logits (lowest index on ties), ``top_k`` and ``top_p`` ignored.
+    * top-k (``k > 0``): keep the tokens whose scaled logit is >= the ``k``-th largest, so every token
+      tied with the ``k``-th is kept; ``k == 0`` or ``k >= V`` keeps all.
+    * top-p (on the top-k distribution): keep token ``x`` iff the mass of the tokens strictly more
+      probable than ``x`` is < ``p``: the smallest set of most probable tokens with mass >= ``p``,
+      with a tie group at the boundary kept whole; ``p == 1`` keeps every token of positive mass.
+    """
+    n, v = logits.shape
+    x = logits.float()
+    t = temperature.to(x.device, torch.float32)
+    greedy = t <= 0
+    scaled = x / torch.where(greedy, torch.ones_like(t), t)[:, None]
+    k = top_k.to(x.device).long()
+    k = torch.where((k <= 0) | (k >= v), torch.full_like(k, v), k)
+    kth = torch.gather(torch.sort(scaled, dim=1, descending=True).values, 1, (k - 1)[:, None])
+    scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=1)
+    desc = torch.sort(probs, dim=1, descending=True).values
+    mass = torch.cat([torch.zeros_like(desc[:, :1]), torch.cumsum(desc, dim=1)], dim=1)  # mass[i]: top i tokens
+    above = torch.searchsorted(-desc, -probs, right=False)  # how many tokens are strictly more probable
+    p = top_p.to(x.device, torch.float32)[:, None]
+    keep = (torch.gather(mass, 1, above) < p) | (p >= 1)
+    probs = torch.where(keep, probs, torch.zeros_like(probs))
+    probs = probs / probs.sum(dim=1, keepdim=True)
+    onehot = torch.zeros_like(probs).scatter_(1, torch.argmax(x, dim=1, keepdim=True), 1.0)
+    return torch.where(greedy[:, None], onehot, probs)
+
+
+def _draw(dist: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draws from unnormalised float64 rows ``dist[N, V] >= 0`` with uniforms ``u[N]``, int64.
+
+    The token is the first ``i`` with ``cdf[i] > u * cdf[V-1]`` (a sequential float64 prefix sum),
+    capped at the last token of positive mass; a row without mass gives token 0.
+    """
+    cdf = torch.cumsum(dist, dim=1)
+    target = u.double() * cdf[:, -1]
+    idx = torch.searchsorted(cdf, target[:, None], right=True)[:, 0]
+    positive = dist > 0
+    last = dist.shape[1] - 1 - torch.argmax(positive.flip(1).int(), dim=1)
+    return torch.where(positive.any(dim=1), torch.minimum(idx, last), torch.zeros_like(idx))
+
+
+def rejection_verify(draft_tokens, draft_probs, draft_dists, target_probs, seeds, positions):
+    """Speculative rejection sampling: ``(accepted[B], emitted[B, W])``, both int32.
+
+    ``draft_tokens[B, W-1]`` are the drafts ``x_j``, ``draft_probs[B, W-1]`` their draft probabilities
+    ``q_j(x_j)``, ``draft_dists[B, W-1, V]`` the draft distributions ``q_j`` (``None``: each ``q_j`` is
+    ``draft_probs[b, j]`` at ``x_j`` and 0 elsewhere, a greedy draft's one-hot), ``target_probs[B, W, V]``
+    the filtered target distributions ``p_j``, ``seeds[B]`` the requests' seeds and ``positions[B]``
+    the position of each row's verification row 0.
+
+    Draft ``j`` is accepted iff ``u * q_j(x_j) < p_j(x_j)`` (``u``: stream 0 at ``position + j``,
+    compared exactly in float64), in order, stopping at the first rejection; ``accepted`` counts the
+    accepted drafts. The new token at index ``a = accepted`` is drawn with the uniform of stream 1 at
+    ``position + a`` from ``max(0, p_a - q_a)`` after a rejection (from ``p_a`` if that has no mass) or
+    from ``p_{W-1}`` when every draft is accepted. ``emitted`` holds the accepted drafts, the new token,
+    then -1. A draft token outside ``0..V-1`` has ``p_j(x_j) = 0``: it is rejected unless ``q_j(x_j) = 0``.
+    """
+    batch, width, vocab = target_probs.shape
+    dev = target_probs.device
+    x = draft_tokens.to(dev).long()
+    valid = (x >= 0) & (x < vocab)
+    xs = torch.where(valid, x, torch.zeros_like(x))
+    p = target_probs.double()
+    p_at = torch.gather(p[:, :-1], 2, xs[..., None])[..., 0]
+    p_at = torch.where(valid, p_at, torch.zeros_like(p_at))
+    q_at = draft_probs.to(dev).double()
+    pos = positions.to(dev).long()
+    seed = seeds.to(dev).long()
+    j = torch.arange(width - 1, device=dev)
+    u_accept = philox_uniform(seed[:, None], pos[:, None] + j, ACCEPT_STREAM).double()
+    ok = (u_accept * q_at < p_at).long()
+    acc = torch.cumprod(ok, dim=1).sum(dim=1)  # 0..W-1
+
+    rows = torch.arange(batch, device=dev)
+    p_new = p[rows, acc]
+    qj = acc.clamp(max=width - 2)
+    if draft_dists is None:
+        q_new = torch.zeros_like(p_new)
+        q_new[rows, xs[rows, qj]] = torch.where(valid[rows, qj], q_at[rows, qj], torch.zeros_like(q_at[rows, qj]))
+    else:
+        q_new = draft_dists.to(dev).double()[rows, qj]
+    rejected = acc < width - 1
+    residual = torch.where(rejected[:, None], (p_new - q_new).clamp(min=0), p_new)
+    empty = ~(residual > 0).any(dim=1)
+    residual = torch.where(empty[:, None], p_new, residual)
+    token = _draw(residual, philox_uniform(seed, pos + acc, TOKEN_STREAM))
+
+    idx = torch.arange(width, device=dev)[None, :]
+    drafts = torch.cat([x, torch.full_like(x[:, :1], -1)], dim=1)
+    emitted = torch.where(idx < acc[:, None], drafts, torch.full_like(drafts, -1))
+    emitted = torch.where(idx == acc[:, None], token[:, None], emitted)
+    return acc.to(torch.int32), emitted.to(torch.int32)
+
+
+def reference_rejection_verify(draft_tokens, draft_probs, draft_dists, target_probs, seeds, positions):
+    """``rejection_verify`` as plain per-row Python loops over the same keyed uniforms (float64 arithmetic)."""
+    batch, width, vocab = target_probs.shape
+    p_all, q_all = target_probs.double().tolist(), draft_probs.double().tolist()
+    dists = None if draft_dists is None else draft_dists.double().tolist()
+    xs_all, seeds_l, pos_l = draft_tokens.tolist(), seeds.tolist(), positions.tolist()
+    accepted, emitted = [], []
+    for b in range(batch):
+        xs, seed, pos = xs_all[b], seeds_l[b], pos_l[b]
+        a = 0
+        while a < width - 1:
+            x = xs[a]
+            p_x = p_all[b][a][x] if 0 <= x < vocab else 0.0
+            u = float(philox_uniform(seed, pos + a, ACCEPT_STREAM))
+            if not u * q_all[b][a] < p_x:
+                break
+            a += 1
+        p = p_all[b][a]
+        if a < width - 1:
+            if dists is not None:
+                q = dists[b][a]
+            else:
+                q = [0.0] * vocab
+                if 0 <= xs[a] < vocab:
+                    q[xs[a]] = q_all[b][a]
+            dist = [max(pi - qi, 0.0) for pi, qi in zip(p, q)]
+            if not any(w > 0 for w in dist):
+                dist = p
+        else:
+            dist = p
+        u = float(philox_uniform(seed, pos + a, TOKEN_STREAM))
+        cdf, total = [], 0.0
+        for w in dist:
+            total += w
+            cdf.append(total)
+        target = u * total
+        token = next((i for i, c in enumerate(cdf) if c > target), vocab)
+        positive = [i for i, w in enumerate(dist) if w > 0]
+        token = min(token, positive[-1]) if positive else 0
+        accepted.append(a)
+        emitted.append(xs[:a] + [token] + [-1] * (width - 1 - a))
+    return torch.tensor(accepted, dtype=torch.int32), torch.tensor(emitted, dtype=torch.int32).reshape(batch, width)

@@ -1,0 +1,295 @@
+"""Sampled verification's semantics: the counter-based generator, the filtered target distributions,
+rejection sampling against its host reference and against greedy verification, and the statistics
+of the rule (the emitted token is distributed as the target's filtered distribution, the acceptance
+rate is sum_x min(p(x), q(x))).
+
+Statistical checks use a fixed seed, so they are deterministic; their thresholds are those a
+correct implementation fails with probability about 1e-4 per check (chi-square p-value > 1e-4,
+and 4 standard errors for a rate).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from specgen.runtime.philox import philox4x32, philox_bits, philox_uniform
+from specgen.runtime.sampling import (
+    SamplingParams,
+    SamplingTensors,
+    filtered_probs,
+    reference_rejection_verify,
+    rejection_verify,
+)
+from specgen.runtime.semantics import greedy_prefix_verify
+
+P_MIN = 1e-4  # the smallest chi-square p-value a check accepts
+
+
+def chi2_sf(x: float, df: int) -> float:
+    """The chi-square survival function P(X > x) for an integer ``df``, in closed form (no scipy)."""
+    if df % 2 == 0:
+        term = total = math.exp(-x / 2)
+        for i in range(1, df // 2):
+            term *= x / (2 * i)
+            total += term
+        return total
+    total = math.erfc(math.sqrt(x / 2))
+    term = math.sqrt(2 * x / math.pi) * math.exp(-x / 2)
+    for i in range(1, (df - 1) // 2 + 1):
+        total += term
+        term *= x / (2 * i + 1)
+    return total
+
+
+def chi2_pvalue(counts: torch.Tensor, expected: torch.Tensor) -> float:
+    stat = float(((counts.double() - expected) ** 2 / expected).sum())
+    return chi2_sf(stat, counts.numel() - 1)
+
+
+def test_chi2_sf_matches_tabulated_quantiles():
+    for x, df in ((3.841, 1), (5.991, 2), (11.070, 5), (18.307, 10), (293.25, 255)):
+        assert chi2_sf(x, df) == pytest.approx(0.05, abs=1e-3), (x, df)
+    assert chi2_sf(0.0, 4) == pytest.approx(1.0)
+
+
+# --- the generator --------------------------------------------------------------------------------
+
+
+def test_philox_matches_the_random123_known_answers():
+    cases = [
+        ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+        ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+        (
+            (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+            (0xA4093822, 0x299F31D0),
+            (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+        ),
+    ]
+    for counter, key, want in cases:
+        got = philox4x32(tuple(torch.tensor(c) for c in counter), tuple(torch.tensor(k) for k in key))
+        assert tuple(int(w) for w in got) == want
+
+
+def test_uniforms_are_a_pure_function_of_the_keys():
+    seeds = torch.tensor([0, 1, -1, 2**62, -(2**63), 2**63 - 1])
+    pos = torch.tensor([0, 5, 2**31, 2**40, 7, 3])
+    a = philox_uniform(seeds, pos, 1)
+    assert a.dtype == torch.float32 and ((a >= 0) & (a < 1)).all()
+    assert torch.equal(a, philox_uniform(seeds, pos, torch.ones(6, dtype=torch.int32)))  # dtypes do not matter
+    assert torch.equal(a[2:3], philox_uniform(-1, 2**31, 1).reshape(1))  # nor does the batch
+    assert torch.equal(a.flip(0), philox_uniform(seeds.flip(0), pos.flip(0), 1))  # nor the order
+    assert torch.equal(a * 2**24, torch.floor(a * 2**24))  # multiples of 2**-24: exact on any device
+    assert len(set(philox_uniform(seeds, pos, 0).tolist()) | set(a.tolist())) == 12
+
+
+def test_uniformity_chi_square():
+    n, bins = 4 * 10**5, 256
+    for seed, pos, stream in (
+        (12345, torch.arange(n), 0),  # consecutive positions
+        (torch.arange(n), 7, 1),  # consecutive seeds
+        (3, 11, torch.arange(n)),  # consecutive streams
+    ):
+        u = philox_uniform(seed, pos, stream)
+        counts = torch.bincount((u * bins).long(), minlength=bins)
+        p = chi2_pvalue(counts, torch.full((bins,), n / bins, dtype=torch.float64))
+        assert p > P_MIN, p
+
+
+def test_neighbouring_counters_are_independent():
+    n, bins = 4 * 10**5, 16
+    i = torch.arange(n)
+    seeds = 1000003 * i  # seeds spread out, positions consecutive
+    base = philox_uniform(seeds, i, 0)
+    for other in (philox_uniform(seeds, i + 1, 0), philox_uniform(seeds, i, 1), philox_uniform(seeds + 1, i, 0)):
+        # the pairs fill a bins x bins grid evenly, and the correlation is within 5 standard errors of 0
+        cell = (base * bins).long() * bins + (other * bins).long()
+        counts = torch.bincount(cell, minlength=bins * bins)
+        assert chi2_pvalue(counts, torch.full((bins * bins,), n / bins**2, dtype=torch.float64)) > P_MIN
+        corr = torch.corrcoef(torch.stack([base, other]).double())[0, 1]
+        assert abs(float(corr)) < 5 / math.sqrt(n)
+    assert philox_bits(1, 2, 3).dtype == torch.int64
+
+
+# --- parameters -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(temperature=-0.1), "temperature"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(top_k=-1), "top_k"),
+        (dict(top_k=2.0), "top_k"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(seed=2**63), "seed"),
+        (dict(seed=True), "seed"),
+    ],
+)
+def test_sampling_params_are_validated_in_one_line(kwargs, message):
+    with pytest.raises(ValueError, match=message) as err:
+        SamplingParams(**kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_sampling_tensors_are_written_in_place():
+    bufs = SamplingTensors.empty(4)
+    ptrs = [t.data_ptr() for t in (bufs.temperature, bufs.top_k, bufs.top_p, bufs.seed)]
+    bufs.fill([SamplingParams(0.7, 4, 0.9, -5), SamplingParams(1.0, 0, 1.0, 2**63 - 1)])
+    assert [t.data_ptr() for t in (bufs.temperature, bufs.top_k, bufs.top_p, bufs.seed)] == ptrs
+    assert (bufs.temperature.dtype, bufs.top_k.dtype, bufs.top_p.dtype, bufs.seed.dtype) == (
+        torch.float32,
+        torch.int32,
+        torch.float32,
+        torch.int64,
+    )
+    assert bufs.temperature.tolist() == pytest.approx([0.7, 1.0, 0.0, 0.0])
+    assert bufs.top_k.tolist() == [4, 0, 0, 0] and bufs.seed.tolist() == [-5, 2**63 - 1, 0, 0]
+    assert bufs.top_p.tolist() == pytest.approx([0.9, 1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="do not fit"):
+        bufs.fill([SamplingParams()] * 5)
+    assert SamplingTensors.of([SamplingParams(seed=3)]).seed.tolist() == [3]
+
+
+# --- filtered distributions -----------------------------------------------------------------------
+
+
+def _brute_filter(logits, t, k, p):
+    """One row by the definitions, with Python sets."""
+    v = len(logits)
+    if t == 0:
+        best = max(logits)
+        return [1.0 if i == logits.index(best) else 0.0 for i in range(v)]
+    scaled = [x / t for x in logits]
+    kept = set(range(v))
+    if 0 < k < v:
+        kth = sorted(scaled, reverse=True)[k - 1]
+        kept = {i for i in kept if scaled[i] >= kth}
+    z = sum(math.exp(scaled[i]) for i in kept)
+    probs = [math.exp(scaled[i]) / z if i in kept else 0.0 for i in range(v)]
+    if p < 1:
+        kept = {i for i in kept if sum(q for q in probs if q > probs[i]) < p}
+    z = sum(probs[i] for i in kept)
+    return [probs[i] / z if i in kept else 0.0 for i in range(v)]
+
+
+def test_filtered_probs_follow_the_definitions():
+    g = torch.Generator().manual_seed(1)
+    n, v = 400, 10
+    logits = torch.randint(-3, 4, (n, v), generator=g).float() / 2  # many ties
+    t = torch.tensor([0.0, 0.5, 1.0, 1.7])[torch.randint(0, 4, (n,), generator=g)]
+    k = torch.randint(0, 12, (n,), generator=g, dtype=torch.int32)
+    p = torch.tensor([1.0, 0.9, 0.5, 0.05])[torch.randint(0, 4, (n,), generator=g)]
+    got = filtered_probs(logits, t, k, p)
+    assert got.dtype == torch.float32 and torch.allclose(got.sum(1), torch.ones(n))
+    for row in range(n):
+        want = _brute_filter(logits[row].tolist(), float(t[row]), int(k[row]), float(p[row]))
+        assert got[row].tolist() == pytest.approx(want, abs=1e-5), row
+
+
+def test_greedy_rows_are_the_argmax_one_hot_lowest_index_on_ties():
+    logits = torch.tensor([[1.0, 3.0, 3.0, 0.0], [5.0, 5.0, 5.0, 5.0]])
+    out = filtered_probs(logits, torch.zeros(2), torch.tensor([1, 0]), torch.tensor([0.1, 1.0]))
+    assert out.tolist() == [[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]
+
+
+# --- rejection verification -----------------------------------------------------------------------
+
+
+def _random_case(g, batch, width, vocab, greedy_share=0.25):
+    rows = batch * width
+    logits = torch.randn(rows, vocab, generator=g) * 2
+    t = torch.rand(rows, generator=g) * 1.5
+    t[torch.rand(rows, generator=g) < greedy_share] = 0
+    k = torch.randint(0, vocab, (rows,), generator=g, dtype=torch.int32)
+    p = 0.2 + 0.8 * torch.rand(rows, generator=g)
+    target = filtered_probs(logits, t, k, p).reshape(batch, width, vocab)
+    q = torch.softmax(torch.randn(batch, width - 1, vocab, generator=g) * 2, -1)
+    x = torch.multinomial(q.reshape(-1, vocab), 1, generator=g).reshape(batch, width - 1)
+    agree = torch.rand(x.shape, generator=g) < 0.3  # some drafts are the target's favourite
+    x = torch.where(agree, torch.argmax(target[:, :-1], -1), x)
+    qx = torch.gather(q, 2, x[..., None])[..., 0]
+    seeds = torch.randint(-(2**63), 2**63 - 1, (batch,), generator=g)
+    pos = torch.randint(0, 2**40, (batch,), generator=g)
+    return x, qx, q, target, seeds, pos
+
+
+@pytest.mark.parametrize("width", [2, 4, 7])
+@pytest.mark.parametrize("dists", [True, False])
+def test_rejection_verify_equals_the_host_reference(width, dists):
+    g = torch.Generator().manual_seed(10 * width + dists)
+    x, qx, q, target, seeds, pos = _random_case(g, 300, width, 16)
+    if not dists:
+        q, qx = None, torch.where(torch.rand(qx.shape, generator=g) < 0.8, torch.ones_like(qx), qx)
+    x[::17, 0] = torch.tensor([-1, 16, 2**31 - 1])[torch.arange(x[::17].shape[0]) % 3]  # outside the vocabulary
+    acc, emitted = rejection_verify(x, qx, q, target, seeds, pos)
+    ref_acc, ref_emitted = reference_rejection_verify(x, qx, q, target, seeds, pos)
+    assert acc.dtype == emitted.dtype == torch.int32
+    assert torch.equal(acc, ref_acc) and torch.equal(emitted, ref_emitted)
+    assert 0 < acc.float().mean() < width - 1  # both accepting and rejecting happen
+    row = torch.arange(width)[None, :]
+    assert ((emitted >= 0) == (row <= acc[:, None].long())).all()
+    assert (emitted[:, :-1][row[:, :-1] < acc[:, None]] == x[row[:, :-1] < acc[:, None]]).all()
+
+
+@pytest.mark.parametrize("width", [2, 5])
+def test_temperature_zero_reproduces_greedy_prefix_verify(width):
+    g = torch.Generator().manual_seed(width)
+    batch, vocab = 500, 6
+    logits = torch.randint(0, 3, (batch * width, vocab), generator=g).float()  # ties: lowest index wins
+    zeros = torch.zeros(batch * width)
+    target = filtered_probs(logits, zeros, zeros.int(), zeros + 1).reshape(batch, width, vocab)
+    target_tokens = torch.argmax(logits, -1).reshape(batch, width).int()
+    drafts = target_tokens[:, :-1].clone()
+    wrong = torch.rand(drafts.shape, generator=g) < 0.3
+    drafts[wrong] = torch.randint(0, vocab, (int(wrong.sum()),), generator=g, dtype=torch.int32)
+    seeds, pos = torch.randint(0, 2**62, (batch,), generator=g), torch.randint(0, 2**31, (batch,), generator=g)
+    want_acc, want_next = torch.zeros(batch, dtype=torch.int32), torch.zeros(batch, width, dtype=torch.int32)
+    greedy_prefix_verify(drafts, target_tokens, want_acc, want_next)
+    ones = torch.ones(batch, width - 1)
+    for dists in (None, torch.nn.functional.one_hot(drafts.long(), vocab).float()):
+        acc, emitted = rejection_verify(drafts, ones, dists, target, seeds, pos)
+        assert torch.equal(acc, want_acc) and torch.equal(emitted, want_next)
+
+
+# --- statistics -----------------------------------------------------------------------------------
+
+N = 10**5
+V = 8
+SETTINGS = {"t0.7": (0.7, 0, 1.0), "t1.0": (1.0, 0, 1.0), "top_p0.9": (1.0, 0, 0.9), "top_k4": (1.0, 4, 1.0)}
+
+
+@pytest.mark.parametrize("draft", ["good", "bad", "greedy"])
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_first_emitted_token_follows_the_target_and_acceptance_matches_theory(setting, draft):
+    temperature, top_k, top_p = SETTINGS[setting]
+    g = torch.Generator().manual_seed(2024)
+    logits = torch.randn(V, generator=g) * 1.5
+    p = filtered_probs(logits[None], torch.tensor([temperature]), torch.tensor([top_k]), torch.tensor([top_p]))[0]
+    if draft == "good":  # close to the target, with mass on every token
+        q = torch.softmax(logits / temperature + 0.3 * torch.randn(V, generator=g), 0)
+    elif draft == "bad":  # far from it: the reversed preference
+        q = torch.softmax(-logits / temperature, 0)
+    else:  # a greedy draft: the one-hot of its own choice (the target's second best)
+        q = torch.zeros(V).scatter_(0, torch.argsort(p, descending=True)[1:2], 1.0)
+    x = torch.multinomial(q, N, replacement=True, generator=g)
+    target = p.expand(N, 2, V)
+    seeds = torch.arange(N) * 7919 + len(setting) * 100 + len(draft)
+    pos = torch.randint(0, 2**31, (N,), generator=g)
+    acc, emitted = rejection_verify(
+        x[:, None], q[x][:, None], None if draft == "greedy" else q.expand(N, 1, V), target, seeds, pos
+    )
+
+    counts = torch.bincount(emitted[:, 0].long(), minlength=V)
+    kept = p > 0
+    assert counts[~kept].sum() == 0  # nothing the filters removed is ever emitted
+    pvalue = chi2_pvalue(counts[kept], N * p[kept].double())
+    assert pvalue > P_MIN, (setting, draft, counts.tolist(), (N * p).tolist())
+
+    theory = float(torch.minimum(p, q).double().sum())
+    rate = float((acc >= 1).double().mean())
+    stderr = math.sqrt(max(theory * (1 - theory), 1e-12) / N)
+    assert abs(rate - theory) <= 4 * stderr + 1e-9, (rate, theory)
