@@ -14,7 +14,6 @@ ClosedLoop) -> ServeRun``) can stand in for it::
 from __future__ import annotations
 
 import platform
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -22,13 +21,12 @@ from typing import Any, Callable
 from ..engine.serving import ClosedLoop, Request, ServeRun, Workload
 from ..models.errors import EngineError
 from .serve_config import Load, ServeConfig
-from .support import BenchError, create_target, log
+from .support import BenchError, create_target, log, still_running
 
 __all__ = [
     "LOOP_MODULE",
     "Runner",
     "acceptance_for",
-    "heartbeat",
     "loop_runner",
     "run_sweep",
     "serve",
@@ -153,28 +151,6 @@ def workload_for(config: ServeConfig, load: Load):
     return source.requests()
 
 
-class heartbeat:  # noqa: N801  used as ``with heartbeat("what", 30, log):``
-    """While the block runs, ``report`` gets ``"<what>: still running, Ns so far"`` every ``every`` seconds."""
-
-    def __init__(self, what: str, every: float, report: Callable[[str], None]):
-        self.what, self.every, self.report = what, every, report
-        self._stop = threading.Event()
-
-    def _beat(self) -> None:
-        t0 = time.perf_counter()
-        while not self._stop.wait(self.every):
-            self.report(f"{self.what}: still running, {time.perf_counter() - t0:.0f}s so far")
-
-    def __enter__(self):
-        self._thread = threading.Thread(target=self._beat, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-
 def _error_text(e: BaseException) -> str:
     first = (str(e).strip().splitlines() or [""])[0]
     return f"{type(e).__name__}: {first}" if first else type(e).__name__
@@ -207,7 +183,7 @@ def run_sweep(
             progress(f"{what}: started ({config.num_requests} requests)")
             t = time.perf_counter()
             try:
-                with heartbeat(what, every, progress):
+                with still_running(what, every, progress):
                     run = runner(mode, workload_for(config, load))
             except BenchError:
                 raise

@@ -244,20 +244,13 @@ class ServeSettings:
             raise BenchError(why)
         import torch
 
-        from ..engine.draft_kinds import DRAFT_KINDS
         from ..engine.modes import MODES
-        from .support import check_device
+        from .support import check_device, skipped_modes
 
         dev = check_device(self.device)
         cuda = dev.type == "cuda"
         modes = tuple(MODES) if self.modes is None else tuple(self.modes)
-        skipped = tuple((m, MODES[m].cpu_skip_reason) for m in modes if not cuda and MODES[m].cpu_skip_reason)
-        kind_modes = DRAFT_KINDS[self.draft].modes
-        skipped += tuple(
-            (m, f"the {self.draft} draft has no {m} mode")
-            for m in modes
-            if m not in kind_modes and m not in dict(skipped)
-        )
+        skipped = skipped_modes(modes, self.draft, cuda)
         model = fitting_model_config(self.model, self.positions_needed)
         bad = [i for i in self.stop_ids if i >= model.vocab_size]
         if bad:

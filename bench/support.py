@@ -35,6 +35,7 @@ __all__ = [
     "log",
     "quarters",
     "quiet_profiler",
+    "skipped_modes",
     "still_running",
 ]
 
@@ -120,6 +121,18 @@ def hybrid(config) -> bool:
     return bool(getattr(config, "layer_types", ()))
 
 
+def skipped_modes(modes: tuple[str, ...], draft: str, cuda: bool) -> tuple[tuple[str, str], ...]:
+    """``(mode, why)`` for each of ``modes`` that cannot run: it needs CUDA here, or the draft kind has none."""
+    from ..engine.draft_kinds import DRAFT_KINDS
+    from ..engine.modes import MODES
+
+    skipped = tuple((m, MODES[m].cpu_skip_reason) for m in modes if not cuda and MODES[m].cpu_skip_reason)
+    kind_modes = DRAFT_KINDS[draft].modes
+    return skipped + tuple(
+        (m, f"the {draft} draft has no {m} mode") for m in modes if m not in kind_modes and m not in dict(skipped)
+    )
+
+
 def fitting_model_config(model: str, positions: int) -> "ModelConfig | Qwen35Config":
     """``model_config``, checked to hold sequences of ``positions`` (a checkpoint's ``max_position_embeddings``)."""
     config = model_config(model)
@@ -174,16 +187,18 @@ def load_target(config, device) -> torch.nn.Module:
 
 
 class still_running:  # noqa: N801  used as ``with still_running("what"):``
-    """While the block runs, a line every ``every`` seconds says it is still running (a slow CPU run)."""
+    """While the block runs, a line every ``every`` seconds says it is still running (a slow CPU run), through
+    ``report`` (default: the bench log)."""
 
-    def __init__(self, what: str, every: float = 30.0):
+    def __init__(self, what: str, every: float = 30.0, report=None):
         self.what, self.every = what, every
+        self.report = report if report is not None else (lambda msg: log(f"bench: {msg}"))
         self._stop = threading.Event()
 
     def _beat(self) -> None:
         t0 = time.perf_counter()
         while not self._stop.wait(self.every):
-            log(f"bench: {self.what}: still running, {time.perf_counter() - t0:.0f}s so far")
+            self.report(f"{self.what}: still running, {time.perf_counter() - t0:.0f}s so far")
 
     def __enter__(self):
         self._thread = threading.Thread(target=self._beat, daemon=True)
