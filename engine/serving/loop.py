@@ -25,13 +25,23 @@ Each iteration:
    step buffers the draft and the head read, the verify rows' hidden states, the
    baseline's host copies) is first moved to the step's row order by ``remap_rows``:
    rows that stay are gathered, rows that join are written from their prefill (or,
-   for one that sat a step out, from its parked row);
+   for one that sat a step out, from its parked row); ``decode.py``;
 4. ``Scheduler.update`` with the committed tokens, cut at a stop token or the budget
    (``Request.append``), then ``Scheduler.complete`` for the steps known finished:
    the blocks of a finished or preempted request go back to the pool only then
    (``BlockPool.retire``).  On the CPU a step is finished when its tokens are read;
    ``complete_lag`` holds completion back that many more steps (what a device with
    steps in flight does), so the lagged release is exercised.
+
+``read_lag=1`` reads each step's tokens one step late, as the engine's lockstep loop
+does: step ``k + 1`` is scheduled and launched from the row state step ``k`` left in the
+buffers before step ``k``'s tokens reach the scheduler (4. runs for step ``k`` after 3.
+for step ``k + 1``).  A request in the unread step grows its table to ``len(prefix) + 2W``
+positions; a prefill's token is taken when its chunk returns (``take_prefill``), so a
+request joins the step after its prefill; one that finished at step ``k`` ran in step
+``k + 1``, whose tokens for it are dropped, and its blocks and slots are released after
+step ``k + 1``; one preempted while step ``k`` is unread still takes step ``k``'s tokens.
+On the CPU the step has finished when it returns; only its reading is held back.
 
 A preempted request's prefix (prompt and output so far) is prefilled again when it
 is readmitted; its blocks may be handed to another request only once every step that
@@ -64,18 +74,17 @@ import time
 import torch
 
 from ...models.errors import EngineError
-from ...runtime.buffers import alloc_step_buffers, bucket_of
 from ..acceptance import AcceptanceMix
-from ..clock import count_host_syncs
 from ..engine import SpecDecodeEngine
 from ..linear_state import has_linear_state
 from ..proposers import proposer_for
 from .block_pool import BlockPool
+from .decode import decode_step
 from .prefill import prefill_chunk
 from .requests import Request
-from .results import RequestRecord, ServeRun, StepRecord
-from .rows import BatchRows, RowAcceptance, row_layout
-from .scheduler import PrefillChunk, Scheduler, SchedulerOutput
+from .results import RequestRecord, ServeRun
+from .rows import BatchRows, row_layout
+from .scheduler import PrefillChunk, Scheduler
 from .state_slots import StateSlots
 from .workload import ClosedLoop
 
@@ -96,7 +105,8 @@ class ServingLoop:
     is ``num_blocks`` blocks of ``block_size`` (block 0 is the scratch block) and a
     sequence's table holds ``block_table_width`` of them; ``max_prefill_tokens``: the
     prefill budget per iteration.  ``acceptance``: an ``AcceptanceMix`` whose oracle row
-    ``i`` is request ``i``'s greedy output.
+    ``i`` is request ``i``'s greedy output.  ``complete_lag``: steps a completion is held back;
+    ``read_lag``: 0 (tokens read after each step) or 1 (one step late; module docstring).
     """
 
     def __init__(
@@ -114,6 +124,7 @@ class ServingLoop:
         kernels=None,
         acceptance: AcceptanceMix | None = None,
         complete_lag: int = 0,
+        read_lag: int = 0,
     ):
         proposer = proposer_for(draft)
         if mode not in SERVING_MODES:
@@ -122,13 +133,15 @@ class ServingLoop:
             raise EngineError("acceptance: an AcceptanceMix bound to the requests' greedy outputs (row = request id)")
         if acceptance is not None and acceptance.oracle is None:
             raise EngineError("acceptance: bind the AcceptanceMix to the requests' greedy outputs (row = request id)")
+        if read_lag not in (0, 1):
+            raise EngineError(f"read_lag is 0 (tokens read after each step) or 1 (one step late), not {read_lag}")
         if max_prefill_tokens < 1 or max_batch < 1 or depth < 1:
             raise EngineError("depth, max_batch and max_prefill_tokens must be >= 1")
         self.model, self.head, self.mode = model, proposer.module, mode
         self.depth, self.width, self.max_batch = int(depth), int(depth) + 1, int(max_batch)
         self.num_blocks, self.block_size = int(num_blocks), int(block_size)
         self.block_table_width, self.max_prefill_tokens = int(block_table_width), int(max_prefill_tokens)
-        self.acceptance, self.complete_lag = acceptance, int(complete_lag)
+        self.acceptance, self.complete_lag, self.read_lag = acceptance, int(complete_lag), int(read_lag)
         self.engine = SpecDecodeEngine(
             model,
             proposer,
@@ -159,7 +172,7 @@ class ServingLoop:
         e.bufs = e.strategy.buffers()  # specgen: builds the runtime, the largest bucket's buffers
         e.observer = None
         if self.hybrid:  # a group of W slots per running request, and those released while steps are in flight
-            groups = 1 + self.max_batch * (self.complete_lag + 2)
+            groups = 1 + self.max_batch * (self.complete_lag + self.read_lag + 2)
             e.state = self.state = StateSlots(self.model, groups, self.width, self.device)
         self._dev: dict[int, dict] = {}
         self._host: dict[int, dict] = {}
@@ -168,19 +181,6 @@ class ServingLoop:
             e.strategy.h_last = e.strategy.h_seq = None
         self.scratch_slot = int(e.bufs["scratch_slot"].reshape(-1)[0])
 
-    def _bufs(self, n: int) -> tuple[dict, dict | None, int]:
-        """The device buffers a step of ``n`` rows runs in, the baseline's host copies, and the rows launched."""
-        if self.mode == "specgen":
-            rt = self.engine.strategy.runtime
-            return rt.buffers(n), None, bucket_of(rt.buckets, n)
-        if n not in self._dev:
-            kw = dict(block_size=self.block_size, scratch_block=SpecDecodeEngine.scratch_block)
-            self._dev[n] = alloc_step_buffers(n, self.width, self.block_table_width, device=self.device, **kw)
-            host = alloc_step_buffers(n, self.width, self.block_table_width, **kw)
-            host["h_last"], host["h_seq"] = torch.zeros(n, dtype=I32), torch.zeros(n, dtype=I32)
-            self._host[n] = host
-        return self._dev[n], self._host[n], n
-
     # -------------------------------------------------------------------- run
     @torch.inference_mode()
     def run(self, load: list[Request] | ClosedLoop, *, rate: float | None = None) -> ServeRun:
@@ -188,7 +188,7 @@ class ServingLoop:
         self._setup()
         W = self.width
         pool = BlockPool(self.num_blocks, self.block_size, scratch=SpecDecodeEngine.scratch_block)
-        sched = Scheduler(pool, W, self.max_batch, self.max_prefill_tokens, auto_retire=False)
+        sched = Scheduler(pool, W, self.max_batch, self.max_prefill_tokens, auto_retire=False, read_lag=self.read_lag)
         self.scheduler, self.pool = sched, pool
         closed = load if isinstance(load, ClosedLoop) else None
         run = ServeRun(
@@ -204,6 +204,7 @@ class ServingLoop:
                 "block_table_width": self.block_table_width,
                 "max_prefill_tokens": self.max_prefill_tokens,
                 "complete_lag": self.complete_lag,
+                "read_lag": self.read_lag,
             },
         )
         self.requests, records = {}, {}
@@ -215,11 +216,9 @@ class ServingLoop:
         def add(reqs) -> None:
             for r in reqs:
                 cap = self.block_table_width * self.block_size
-                if len(r.prompt) + r.max_new_tokens + W > cap:
-                    raise EngineError(
-                        f"request {r.id} may reach {len(r.prompt) + r.max_new_tokens + W} positions; "
-                        f"a block table holds {cap}"
-                    )
+                reach = len(r.prompt) + r.max_new_tokens + W * (1 + self.read_lag)
+                if reach > cap:
+                    raise EngineError(f"request {r.id} may reach {reach} positions; a block table holds {cap}")
                 sched.add(r)
                 self.requests[r.id] = r
                 records[r.id] = RequestRecord(r.id, arrival=r.arrival, prompt_len=len(r.prompt))
@@ -227,10 +226,39 @@ class ServingLoop:
         add(closed.start() if closed is not None else sorted(load, key=lambda r: r.arrival))
         scratch = SpecDecodeEngine.scratch_block
         self.rows = BatchRows(self.layout, W, self.block_size, scratch, self.scratch_slot)
-        completed, idle = -1, 0
-        while not sched.done:
+        self.completed, idle, last_read = -1, 0, -1
+        pending: list = []  # steps launched whose tokens the host has not read: (out, tokens, record)
+
+        def emit(rid: int, t: float, finished: list) -> int:
+            """Stamp the tokens the scheduler appended to request ``rid`` at ``t``; a finish releases its slots."""
+            req, rec = self.requests[rid], records[rid]
+            new = len(req.output) - rec.output_len
+            rec.token_times.extend([t] * new)
+            rec.output_len = len(req.output)
+            if req.finished and rec.finish is None:
+                rec.finish = req.finish_reason.value
+                finished.append(rid)
+                self.rows.drop(rid)
+                self._release(rid, sched.last_step(rid))
+            return new
+
+        def read(finished: list) -> int:
+            """The host reads the oldest step in flight: the scheduler takes its tokens."""
+            out, tokens, record = pending.pop(0)
+            done = {rid for rid in tokens if self.requests[rid].finished}  # finished before: dropped
+            sched.update(out, tokens)
+            t = clock()
+            emitted = sum(emit(rid, t, finished) for rid in out.verify if rid not in done)
+            if record is not None:
+                record.tokens, record.t = emitted, t
+                run.steps.append(record)
+            for rid in out.preempted:
+                records[rid].preemptions = self.requests[rid].preemptions
+            return out.step
+
+        while not sched.done or pending:
             now = clock()
-            if not sched.running and sched.waiting:
+            if not sched.running and sched.waiting and not pending:
                 ahead = min(r.arrival for r in sched.waiting)
                 if ahead > now:  # nothing to run until the next arrival: jump to it
                     skipped += ahead - now
@@ -238,54 +266,38 @@ class ServingLoop:
             out = sched.schedule(now)
             for rid in out.preempted:
                 self.rows.drop(rid)
-                self._release(rid, out.step)
+                self._release(rid, sched.last_step(rid))
             if self.observer is not None:
                 self.observer.before_step(self, out)
             produced: dict[int, list[int]] = {}
+            finished: list[int] = []
             times: dict[int, float] = {}
             for chunk in out.prefill:
                 tok = self._prefill(self.requests[chunk.id], chunk, out.tables[chunk.id])
                 if chunk.last:
                     produced[chunk.id], times[chunk.id] = [tok], clock()
-            step = self._decode(out, now) if out.verify else None
-            if step is not None:
-                step_tokens, record = step
-                t = clock()
-                for rid, toks in step_tokens.items():
-                    produced[rid], times[rid] = toks, t
-            before = {rid: len(self.requests[rid].output) for rid in produced}
-            sched.update(out, produced)
-            finished = []
-            for rid, n0 in before.items():
-                req, rec = self.requests[rid], records[rid]
-                new = len(req.output) - n0
-                rec.token_times.extend([times[rid]] * new)
-                rec.output_len = len(req.output)
-                if req.finished:
-                    rec.finish = req.finish_reason.value
-                    finished.append(rid)
-                    self.rows.drop(rid)
-                    self._release(rid, out.step)
-            if step is not None:
-                record.tokens = sum(len(self.requests[rid].output) - before[rid] for rid in out.verify)
-                record.t = t
-                run.steps.append(record)
-            for rid in out.preempted:
-                records[rid].preemptions = self.requests[rid].preemptions
-            if out.prefill or out.verify:
+            sched.take_prefill(out, produced)
+            for rid in produced:
+                emit(rid, times[rid], finished)
+            step = decode_step(self, out, sched.unread) if out.verify else (None, None)
+            pending.append((out, *step) if step[0] is not None else (out, {}, None))
+            ran = bool(out.prefill or out.verify)
+            lag = self.read_lag if ran else 0  # nothing launched: the host waits for every step in flight
+            while len(pending) > lag:
+                last_read = read(finished)
+            if ran:
                 idle = 0
-                target = out.step - self.complete_lag
+                target = last_read - self.complete_lag
             else:  # nothing ran: every step launched so far is complete
                 idle += 1
                 target = out.step
                 if idle > 2 and sched.running and not sched.waiting:
                     raise EngineError(f"the serving loop stalled at step {out.step}: no request can run")
-            if target > completed:
-                completed = target
-                sched.complete(completed)
+            if target > self.completed:
+                self.completed = target
+                sched.complete(target)
                 if self.hybrid:
-                    self.state.retire(completed)
-            self.completed = completed
+                    self.state.retire(target)
             if self.observer is not None:
                 self.observer.after_step(self, out)
             if closed is not None:
@@ -310,63 +322,3 @@ class ServingLoop:
     def _table_row(self, table: tuple[int, ...]) -> torch.Tensor:
         row = list(table) + [SpecDecodeEngine.scratch_block] * (self.block_table_width - len(table))
         return torch.tensor(row, dtype=I32, device=self.device)
-
-    # ------------------------------------------------------------------ decode
-    def _place_rows(self, ids: list[int], tables: dict) -> tuple[dict, dict | None, int, int, int]:
-        """This step's buffers, with every row's state in the step's order (``BatchRows.place``)."""
-        dst, hdst, launched = self._bufs(len(ids))
-        table = torch.stack([self._table_row(tables[rid]) for rid in ids])
-        running = {r.id for r in self.scheduler.running if not r.in_prefill}
-        remaps, joined = self.rows.place(ids, table, dst, hdst, launched, self.engine.verify_hidden, running)
-        if self.hybrid:  # the requests' own slots, whichever row they hold; padding rows write no state
-            slots = self.state.row_slots(ids, launched)
-            dst["state_slots"][:launched].copy_(slots)
-            if hdst is not None:
-                hdst["state_slots"][:launched].copy_(slots)
-        return dst, hdst, launched, remaps, joined
-
-    def _decode(self, out: SchedulerOutput, now: float) -> tuple[dict[int, list[int]], StepRecord]:
-        """One speculative step over ``out.verify``: draft, verify, acceptance; the tokens per request."""
-        e, W = self.engine, self.width
-        ids = list(out.verify)
-        n = len(ids)
-        bufs, host, launched, remaps, joined = self._place_rows(ids, out.tables)
-        e.bufs, e.batch = bufs, launched
-        e.prompt_lens = torch.tensor(
-            [len(self.requests[r].prompt) for r in ids] + [0] * (launched - n), dtype=torch.long, device=self.device
-        )
-        if self.acceptance is not None:
-            e.acceptance = RowAcceptance(self.acceptance, ids + [0] * (launched - n))
-        lengths = [self.requests[r].length - 1 for r in ids]  # KV already written: all but the newest token
-        lo, hi = min(lengths), max(lengths)
-        with count_host_syncs(self.device.type == "cuda") as syncs:
-            if self.mode == "specgen":
-                if not e.strategy.fuses_draft:  # a block draft keeps its own graph, before the step
-                    e._draft()
-                res = e.strategy.runtime.step_in_place(n, (lo, hi))
-                accepted, next_tokens = res.accepted[:n].tolist(), res.next_tokens[:n].tolist()
-                fast, reason, bucket = bool(res.fast_path), res.reason, launched
-            else:
-                s = e.strategy
-                s.h_bufs = {k: v for k, v in host.items() if not k.startswith("h_")}
-                s.h_last, s.h_seq = host["h_last"].clone(), host["h_seq"].clone()
-                e._draft()
-                acc, nxt = s.verify(lo, hi, mark=lambda: None)
-                host["h_last"].copy_(s.h_last)
-                host["h_seq"].copy_(s.h_seq)
-                accepted, next_tokens = acc[:n].tolist(), nxt[:n].tolist()
-                fast, reason, bucket = True, None, None
-        tokens = {rid: next_tokens[i][: accepted[i] + 1] for i, rid in enumerate(ids)}
-        record = StepRecord(
-            t=0.0,
-            batch=n,
-            fast_path=fast,
-            host_syncs=syncs.n,
-            proposed=n * (W - 1),
-            accepted=sum(accepted),
-            reason=reason,
-            bucket=bucket,
-            remaps=remaps,
-            joined=joined,
-        )
-        return tokens, record

@@ -68,6 +68,14 @@ class Scheduler:
     With ``auto_retire`` a step's blocks are retired as soon as its tokens come
     back (``update``); without it the runner calls ``complete(step)`` when the
     step has finished on the device, and released blocks wait for it.
+
+    ``read_lag`` (0 or 1): how many steps may be scheduled past the last one whose
+    tokens came back.  With 1, step ``k + 1`` is scheduled before step ``k``'s
+    verify tokens are known (a prefill's token is known when its chunk returns:
+    ``take_prefill``): a request in the unread step grows its table for the
+    largest step it may have taken (``width`` more positions), one that finishes
+    at step ``k`` gives its blocks back after step ``k + 1`` (which it ran in),
+    and whatever step ``k + 1`` produced for it is dropped.
     """
 
     pool: BlockPool
@@ -75,6 +83,7 @@ class Scheduler:
     max_batch: int
     max_prefill_tokens: int
     auto_retire: bool = True
+    read_lag: int = 0
     step: int = -1
     waiting: deque = field(default_factory=deque)
     running: list = field(default_factory=list)  # admission order, oldest first
@@ -83,10 +92,14 @@ class Scheduler:
     num_preemptions: int = 0
     _last_step: dict = field(default_factory=dict, repr=False)
     _updated: int = -1
+    _prefilled: int = -1
+    _verified: dict = field(default_factory=dict, repr=False)  # step -> its verify ids, until its tokens come back
 
     def __post_init__(self):
         if self.width < 1 or self.max_batch < 1 or self.max_prefill_tokens < 1:
             raise ValueError("width, max_batch and max_prefill_tokens must be >= 1")
+        if self.read_lag not in (0, 1):
+            raise ValueError(f"read_lag is 0 or 1, got {self.read_lag}")
 
     @property
     def done(self) -> bool:
@@ -96,7 +109,7 @@ class Scheduler:
         """Queue ``req``; one that could never fit in the pool is refused."""
         if req.id in self.requests:
             raise ValueError(f"request {req.id} added twice")
-        need = self.pool.blocks_for(len(req.prompt) + req.max_new_tokens + self.width)
+        need = self.pool.blocks_for(len(req.prompt) + req.max_new_tokens + self.width * (1 + self.read_lag))
         if need > self.pool.capacity:
             raise ValueError(f"request {req.id} may need {need} blocks; the pool has {self.pool.capacity}")
         self.requests[req.id] = req
@@ -104,9 +117,10 @@ class Scheduler:
 
     def schedule(self, now: float) -> SchedulerOutput:
         """The next step: every request it runs has its table grown for what the step writes."""
-        if self._updated != self.step:
-            raise RuntimeError(f"step {self.step} was scheduled but its tokens never came back (update)")
+        if self.step - self._updated > self.read_lag or self._prefilled < self.step:
+            raise RuntimeError(f"step {self._updated + 1} was scheduled but its tokens never came back (update)")
         self.step += 1
+        unread = self.unread
         prefill, verify, preempted, budget = [], [], [], self.max_prefill_tokens
         i = 0
         while i < len(self.running):
@@ -115,7 +129,8 @@ class Scheduler:
             if req.in_prefill and n == 0:
                 i += 1
                 continue
-            positions = req.num_computed + n if req.in_prefill else req.length + self.width
+            ahead = self.width * (1 + (req.id in unread))  # a step not yet read may have added up to width tokens
+            positions = req.num_computed + n if req.in_prefill else req.length + ahead
             if not self._make_room(req, positions, preempted):
                 i += req.state is RequestState.RUNNING  # stalled: it waits for blocks still in flight
                 continue
@@ -140,24 +155,48 @@ class Scheduler:
             prefill.append(self._chunk(req, n))
             budget -= n
         tables = {rid: self.pool.table(rid) for rid in [c.id for c in prefill] + verify}
+        self._verified[self.step] = tuple(verify)
         return SchedulerOutput(self.step, tuple(prefill), tuple(verify), tuple(preempted), tables)
 
-    def update(self, out: SchedulerOutput, produced: dict) -> None:
-        """Step ``out.step`` produced ``produced[id]`` tokens per request: append, finish, free."""
-        if out.step != self._updated + 1:
-            raise RuntimeError(f"tokens of step {out.step} came back after step {self._updated}'s; in order only")
-        self._updated = out.step
+    @property
+    def unread(self) -> set:
+        """Requests of the verify steps before the newest scheduled one whose tokens have not come back yet."""
+        return {rid for s, ids in self._verified.items() if self._updated < s < self.step for rid in ids}
+
+    def last_step(self, rid: int) -> int:
+        """The newest step request ``rid`` was scheduled into (the last that could write its blocks)."""
+        return self._last_step.get(rid, -1)
+
+    def take_prefill(self, out: SchedulerOutput, produced: dict) -> None:
+        """The prefill chunks of step ``out.step`` ran; the last ones produced ``produced[id]`` (one token each)."""
+        if out.step != self._prefilled + 1:
+            raise RuntimeError(f"prefill of step {out.step} came back after step {self._prefilled}'s; in order only")
+        self._prefilled = out.step
         for chunk in out.prefill:
             req, toks = self.requests[chunk.id], list(produced.get(chunk.id, ()))
             if len(toks) != int(chunk.last):
                 raise ValueError(f"a {'last' if chunk.last else 'middle'} prefill chunk produced {len(toks)} tokens")
             req.num_computed += len(chunk.tokens)
             self._take(req, toks, out.step)
+
+    def update(self, out: SchedulerOutput, produced: dict) -> None:
+        """Step ``out.step`` produced ``produced[id]`` tokens per request: append, finish, free.
+
+        Its prefill chunks too, unless ``take_prefill`` took them already.  Tokens of a request
+        that finished at an earlier step (it ran in this one before that was known) are dropped.
+        """
+        if out.step != self._updated + 1:
+            raise RuntimeError(f"tokens of step {out.step} came back after step {self._updated}'s; in order only")
+        if self._prefilled < out.step:
+            self.take_prefill(out, produced)
+        self._updated = out.step
+        self._verified.pop(out.step, None)
         for rid in out.verify:
             req, toks = self.requests[rid], list(produced.get(rid, ()))
             if not 1 <= len(toks) <= self.width:
                 raise ValueError(f"a verify step {self.width} wide produced {len(toks)} tokens for request {rid}")
-            self._take(req, toks, out.step)
+            if not req.finished:
+                self._take(req, toks, out.step)
         if self.auto_retire:
             self.pool.retire(out.step)
 
@@ -166,11 +205,12 @@ class Scheduler:
         self.pool.retire(step)
 
     def _take(self, req: Request, toks: list, step: int) -> None:
+        running = req.state is RequestState.RUNNING  # else preempted after the step ran: its prefix grows
         if req.append(toks):
-            self.running.remove(req)
+            (self.running if running else self.waiting).remove(req)
             self.finished.append(req)
-            self.pool.release(req.id, after_step=step)
-        elif toks:
+            self.pool.release(req.id, after_step=max(step, self.last_step(req.id)))
+        elif toks and running:
             req.num_computed = req.length - 1  # the last token is the next step's input
 
     def _chunk(self, req: Request, n: int) -> PrefillChunk:

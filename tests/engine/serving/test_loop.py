@@ -205,9 +205,10 @@ def test_acceptance_mix(tiny, engine_kernels, stops, mode):
 
 @pytest.mark.parametrize("mode", ["baseline", "specgen"])
 def test_closed_loop_and_depths(tiny, engine_kernels, stops, mode):
-    """A closed loop (a new request when one finishes), depths 1 and 2, a large prefill budget."""
+    """A closed loop (a new request when one finishes), depths 1 and 2 (tokens read one step late), a large
+    prefill budget."""
     model, _ = tiny
-    for depth, seed in ((1, 21), (2, 22)):
+    for depth, seed, read_lag in ((1, 21, 0), (2, 22, 1)):
         wl = Workload(
             num_requests=24,
             prompt_len=LengthDist.uniform(1, 20),
@@ -216,18 +217,21 @@ def test_closed_loop_and_depths(tiny, engine_kernels, stops, mode):
             seed=seed,
         )
         source = ClosedLoop(wl, in_flight=5)
-        loop, run, _ = serve(tiny, engine_kernels, mode, source, depth=depth, max_batch=5, max_prefill_tokens=64)
+        kw = dict(depth=depth, max_batch=5, max_prefill_tokens=64, read_lag=read_lag)
+        loop, run, _ = serve(tiny, engine_kernels, mode, source, **kw)
         reqs = list(loop.requests.values())
         assert len(reqs) == 24 and run.in_flight == 5
         assert_exact(model, loop, run, reqs)
 
 
 @pytest.mark.parametrize(
-    "kind, mode, lag", [("dflash", "baseline", 1), ("dflash", "specgen", 0), ("dspark", "specgen", 1)]
+    "kind, mode, lag, read_lag",
+    [("dflash", "baseline", 1, 0), ("dflash", "specgen", 0, 1), ("dspark", "specgen", 1, 1)],
 )
-def test_block_drafts(tiny, block_kernels, stops, kind, mode, lag):
+def test_block_drafts(tiny, block_kernels, stops, kind, mode, lag, read_lag):
     """DFlash / DSpark at depth 3: their context K/V written by the chunked prefill, the next block's inputs
-    moved with the rows; outputs greedy, KV isolated (the draft's context cache too), preemptions."""
+    moved with the rows; outputs greedy, KV isolated (the draft's context cache too), preemptions; tokens read
+    after each step or one step late."""
     from specgen.engine.draft_kinds import draft_kind
 
     model, _ = tiny
@@ -235,10 +239,24 @@ def test_block_drafts(tiny, block_kernels, stops, kind, mode, lag):
     mix = oracle_mix(model, reqs, 0.8, 4)
     draft = draft_kind(kind).create(model, seed=1)
     loop, run, checks = serve(
-        (model, draft), block_kernels, mode, reqs, check=ContextChecks, complete_lag=lag, acceptance=mix, num_blocks=7
+        (model, draft),
+        block_kernels,
+        mode,
+        reqs,
+        check=ContextChecks,
+        complete_lag=lag,
+        read_lag=read_lag,
+        acceptance=mix,
+        num_blocks=7,
     )
     assert_exact(model, loop, run, reqs)
-    assert run.draft == kind and run.preemptions > 0 and checks.iterations > 0 and checks.checked > 0
+    assert (
+        run.draft == kind
+        and run.settings["read_lag"] == read_lag
+        and run.preemptions > 0
+        and checks.iterations > 0
+        and checks.checked > 0
+    )
     assert run.metrics()["acceptance"] > 0.5 and sum(s.remaps for s in run.steps) > 0
     if mode == "specgen":
         assert all(s.fast_path and s.reason is None for s in run.steps)
@@ -282,3 +300,56 @@ def test_refusals(tiny):
         ServingLoop(model, head, mode="compile", **kw)
     with pytest.raises(EngineError, match="bind the AcceptanceMix"):
         ServingLoop(model, head, mode="baseline", acceptance=AcceptanceMix(0.5), **kw)
+    with pytest.raises(EngineError, match="read_lag is 0"):
+        ServingLoop(model, head, mode="baseline", read_lag=2, **kw)
+
+
+class LagChecks(Checks):
+    """Also counts what only a one-step-late read gives: a request run in a step after the one it finished in
+    (that step's tokens dropped), a preemption and a join while a step is unread."""
+
+    def __init__(self, loop: ServingLoop):
+        super().__init__(loop)
+        self.dropped = self.preempted = self.joined = self.prefilled = 0
+
+    def before_step(self, loop, out):
+        super().before_step(loop, out)
+        unread = loop.scheduler.unread
+        self.prefilled += sum(c.last for c in out.prefill)
+        self.preempted += len(set(out.preempted) & unread)
+        self.joined += len(set(out.verify) & set(loop.rows.joined)) if unread else 0
+
+    def after_step(self, loop, out):
+        super().after_step(loop, out)
+        # step k read, step k + 1 (``out``) not: a request of step k + 1 finished already did so at step k
+        self.dropped += sum(loop.requests[rid].finished for rid in out.verify)
+
+
+@pytest.mark.parametrize("mode", ["baseline", "specgen"])
+@pytest.mark.parametrize("complete_lag", [0, 1])
+def test_read_lag(tiny, engine_kernels, stops, mode, complete_lag):
+    """Tokens read one step late: step k + 1 is scheduled and launched before step k's tokens are known.
+    Outputs stay greedy (a request that finished at step k ran in step k + 1: those tokens are dropped, its
+    blocks held until step k + 1 completed), with preemptions and joins while a step is unread."""
+    model, _ = tiny
+    reqs = workload(model, stops, 30, seed=61 + complete_lag, rate=80.0)
+    mix = oracle_mix(model, reqs, 0.7, 4)
+    loop, run, checks = serve(
+        tiny,
+        engine_kernels,
+        mode,
+        reqs,
+        check=LagChecks,
+        read_lag=1,
+        complete_lag=complete_lag,
+        acceptance=mix,
+        num_blocks=8,
+    )
+    assert_exact(model, loop, run, reqs)
+    assert run.settings["read_lag"] == 1 and run.preemptions > 0
+    assert checks.dropped > 0 and checks.preempted > 0 and checks.joined > 0, vars(checks)
+    assert {r.finish for r in run.requests} == {"stop", "length"}
+    # every token emitted once: one per finished prefill, the rest counted by the step that produced them
+    assert sum(s.tokens for s in run.steps) + checks.prefilled == sum(r.output_len for r in run.requests)
+    if mode == "specgen":
+        assert all(s.fast_path and s.reason is None for s in run.steps)

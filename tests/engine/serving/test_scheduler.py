@@ -265,3 +265,53 @@ def test_a_request_that_can_never_fit_is_refused():
     sched = Scheduler(BlockPool(4, 2), width=2, max_batch=2, max_prefill_tokens=8)
     with pytest.raises(ValueError, match="may need"):
         sched.add(Request(0, prompt=(1,) * 5, max_new_tokens=4))
+
+
+def test_read_lag_schedules_a_step_ahead_of_its_tokens():
+    """``read_lag=1``: step k + 1 is scheduled before step k's tokens; a request in the unread step grows its
+    table for two widths; one that finished at step k ran in step k + 1, whose tokens are dropped, and its
+    blocks come back after step k + 1."""
+    pool = BlockPool(num_blocks=16, block_size=4)
+    sched = Scheduler(pool, width=3, max_batch=4, max_prefill_tokens=16, auto_retire=False, read_lag=1)
+    sched.add(Request(0, prompt=(1, 2, 3), max_new_tokens=3))
+    sched.add(Request(1, prompt=(4, 5), max_new_tokens=8))
+    first = sched.schedule(now=0.0)
+    sched.take_prefill(first, {0: [7], 1: [8]})
+    sched.update(first, {0: [7], 1: [8]})
+    out0 = sched.schedule(now=0.0)  # both verify: lengths 4 and 3, tables for length + width
+    assert out0.verify == (0, 1) and [len(out0.tables[r]) for r in (0, 1)] == [2, 2]
+    sched.take_prefill(out0, {})
+    out1 = sched.schedule(now=0.0)  # step k unread: room for two widths
+    assert sched.unread == {0, 1} and out1.verify == (0, 1)
+    assert [len(out1.tables[r]) for r in (0, 1)] == [pool.blocks_for(4 + 6), pool.blocks_for(3 + 6)]
+    with pytest.raises(RuntimeError, match="never came back"):
+        sched.schedule(now=0.0)
+    sched.take_prefill(out1, {})
+    sched.update(out0, {0: [9, 9, 9], 1: [6]})  # request 0 reached its budget at step k
+    assert sched.requests[0].output == [7, 9, 9] and sched.requests[0].finished
+    assert pool.table(0) == () and pool.pending_count == 3  # released after step k + 1, which it ran in
+    sched.complete(out0.step)
+    assert pool.pending_count == 3
+    sched.update(out1, {0: [5, 5], 1: [2, 3]})  # request 0's step-(k + 1) tokens are dropped
+    assert sched.requests[0].output == [7, 9, 9] and sched.requests[1].output == [8, 6, 2, 3]
+    sched.complete(out1.step)
+    assert pool.pending_count == 0
+
+
+def test_read_lag_a_request_preempted_while_its_step_is_unread_keeps_that_step():
+    """Preempted in the scheduling of step k + 1, a request still takes step k's tokens (a finish included)."""
+    pool = BlockPool(num_blocks=5, block_size=4)
+    sched = Scheduler(pool, width=3, max_batch=4, max_prefill_tokens=16, auto_retire=False, read_lag=1)
+    sched.add(Request(0, prompt=(1, 2, 3), max_new_tokens=6))
+    sched.add(Request(1, prompt=(4, 5, 6), max_new_tokens=2))
+    first = sched.schedule(now=0.0)
+    sched.update(first, {0: [7], 1: [8]})
+    out0 = sched.schedule(now=0.0)
+    sched.take_prefill(out0, {})
+    out1 = sched.schedule(now=0.0)  # request 0 needs a third block while step k is unread: request 1 goes
+    assert out1.preempted == (1,) and out1.verify == () and sched.requests[1].state is RequestState.PREEMPTED
+    sched.take_prefill(out1, {})
+    sched.update(out0, {0: [9, 9], 1: [3]})
+    req = sched.requests[1]
+    assert req.output == [8, 3] and req.finish_reason is FinishReason.LENGTH and not sched.waiting
+    assert sched.finished == [req] and sched.requests[0].output == [7, 9, 9]

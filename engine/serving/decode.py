@@ -1,0 +1,105 @@
+"""One decode step of the serving loop over the running requests: rows placed, the step launched, its tokens.
+
+``decode_step`` runs the engine's speculative step (draft, verify, acceptance through the
+loop's mode) over the requests a ``SchedulerOutput`` verifies, in the step buffers of that
+many rows (``specgen``: the runtime's bucket), after ``BatchRows.place`` moved every row's
+state to the step's order.  The host's bounds of the rows' lengths allow for a step whose
+tokens it has not read yet (``unread``: up to ``W`` tokens more per such request).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...models.errors import EngineError
+from ...runtime.buffers import alloc_step_buffers, bucket_of
+from ..clock import count_host_syncs
+from ..engine import SpecDecodeEngine
+from .results import StepRecord
+from .rows import RowAcceptance
+from .scheduler import SchedulerOutput
+
+__all__ = ["decode_step", "step_bufs"]
+
+I32 = torch.int32
+
+
+def step_bufs(loop, n: int) -> tuple[dict, dict | None, int]:
+    """The device buffers a step of ``n`` rows runs in, the baseline's host copies, and the rows launched."""
+    if loop.mode == "specgen":
+        rt = loop.engine.strategy.runtime
+        return rt.buffers(n), None, bucket_of(rt.buckets, n)
+    if n not in loop._dev:
+        kw = dict(block_size=loop.block_size, scratch_block=SpecDecodeEngine.scratch_block)
+        loop._dev[n] = alloc_step_buffers(n, loop.width, loop.block_table_width, device=loop.device, **kw)
+        host = alloc_step_buffers(n, loop.width, loop.block_table_width, **kw)
+        host["h_last"], host["h_seq"] = torch.zeros(n, dtype=I32), torch.zeros(n, dtype=I32)
+        loop._host[n] = host
+    return loop._dev[n], loop._host[n], n
+
+
+def place_rows(loop, ids: list[int], tables: dict) -> tuple[dict, dict | None, int, int, int]:
+    """This step's buffers, with every row's state in the step's order (``BatchRows.place``)."""
+    dst, hdst, launched = step_bufs(loop, len(ids))
+    table = torch.stack([loop._table_row(tables[rid]) for rid in ids])
+    running = {r.id for r in loop.scheduler.running if not r.in_prefill}
+    remaps, joined = loop.rows.place(ids, table, dst, hdst, launched, loop.engine.verify_hidden, running)
+    if loop.hybrid:  # the requests' own slots, whichever row they hold; padding rows write no state
+        slots = loop.state.row_slots(ids, launched)
+        dst["state_slots"][:launched].copy_(slots)
+        if hdst is not None:
+            hdst["state_slots"][:launched].copy_(slots)
+    return dst, hdst, launched, remaps, joined
+
+
+def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list[int]], StepRecord]:
+    """One speculative step over ``out.verify``: draft, verify, acceptance; the tokens per request."""
+    e, W = loop.engine, loop.width
+    ids = list(out.verify)
+    n = len(ids)
+    bufs, host, launched, remaps, joined = place_rows(loop, ids, out.tables)
+    e.bufs, e.batch = bufs, launched
+    e.prompt_lens = torch.tensor(
+        [len(loop.requests[r].prompt) for r in ids] + [0] * (launched - n), dtype=torch.long, device=loop.device
+    )
+    if loop.acceptance is not None:
+        e.acceptance = RowAcceptance(loop.acceptance, ids + [0] * (launched - n))
+    # KV already written: all but the newest token; a step not read yet added 1..W more
+    known = [loop.requests[r].length - 1 for r in ids]
+    lo = min(k + (r in unread) for k, r in zip(known, ids))
+    hi = max(k + W * (r in unread) for k, r in zip(known, ids))
+    if loop.device.type == "cpu":  # reading the rows' lengths costs nothing here: the bounds must hold them
+        seq = bufs["seq_lens"][:n]
+        if not lo <= int(seq.min()) <= int(seq.max()) <= hi:
+            raise EngineError(f"the host's length bounds {(lo, hi)} miss the rows' {seq.tolist()}")
+    with count_host_syncs(loop.device.type == "cuda") as syncs:
+        if loop.mode == "specgen":
+            if not e.strategy.fuses_draft:  # a block draft keeps its own graph, before the step
+                e._draft()
+            res = e.strategy.runtime.step_in_place(n, (lo, hi))
+            accepted, next_tokens = res.accepted[:n].tolist(), res.next_tokens[:n].tolist()
+            fast, reason, bucket = bool(res.fast_path), res.reason, launched
+        else:
+            s = e.strategy
+            s.h_bufs = {k: v for k, v in host.items() if not k.startswith("h_")}
+            s.h_last, s.h_seq = host["h_last"].clone(), host["h_seq"].clone()
+            e._draft()
+            acc, nxt = s.verify(lo, hi, mark=lambda: None)
+            host["h_last"].copy_(s.h_last)
+            host["h_seq"].copy_(s.h_seq)
+            accepted, next_tokens = acc[:n].tolist(), nxt[:n].tolist()
+            fast, reason, bucket = True, None, None
+    tokens = {rid: next_tokens[i][: accepted[i] + 1] for i, rid in enumerate(ids)}
+    record = StepRecord(
+        t=0.0,
+        batch=n,
+        fast_path=fast,
+        host_syncs=syncs.n,
+        proposed=n * (W - 1),
+        accepted=sum(accepted),
+        reason=reason,
+        bucket=bucket,
+        remaps=remaps,
+        joined=joined,
+    )
+    return tokens, record
