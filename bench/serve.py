@@ -64,6 +64,7 @@ def serve(loop_class: type, model, draft, library, config: ServeConfig, mode: st
         block_size=config.block_size,
         block_table_width=config.block_table_width,
         max_prefill_tokens=config.max_prefill_tokens,
+        read_lag=config.read_lag,
         kernels=library,
         acceptance=acceptance_for(model, config, load),
     )

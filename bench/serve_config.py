@@ -204,6 +204,13 @@ class ServeSettings:
         text=INT,
         check=_at_least(1, "--max-prefill-tokens"),
     )
+    read_lag: int = setting(
+        1,
+        "steps between a step's launch and the host reading its tokens: 1 (the next step is launched first, as "
+        "a device runs) or 0",
+        text=INT,
+        check=lambda n: None if n in (0, 1) else f"--read-lag must be 0 or 1, got {n}",
+    )
     acceptance: float | None = setting(
         None,
         "drafts agree with the target with probability p (default: the draft's own drafts)",
@@ -221,10 +228,11 @@ class ServeSettings:
 
     @property
     def positions_needed(self) -> int:
-        """KV positions of the longest request: its prompt, its whole output budget and one verify block."""
+        """KV positions of the longest request: its prompt, its whole output budget and a verify block (two while
+        a step is unread)."""
         p = length_dist(self.prompt_len, "--prompt-len")
         o = length_dist(self.output_len, "--output-len")
-        return p.high + o.high + self.depth + 1
+        return p.high + o.high + (1 + self.read_lag) * (self.depth + 1)  # an unread step: room for two
 
     def problem(self) -> str | None:
         """The first thing wrong with these settings: each value alone, then the relations between them."""

@@ -96,6 +96,7 @@ def test_length_distributions_and_rates_read_as_written():
         (["--num-requests", "0"], "--num-requests must be at least 1"),
         (["--max-batch", "0"], "--max-batch must be at least 1"),
         (["--max-prefill-tokens", "0"], "--max-prefill-tokens must be at least 1"),
+        (["--read-lag", "2"], "--read-lag must be 0 or 1, got 2"),
         (["--stop-id", "-1"], "--stop-id -1: a token id is at least 0"),
         (["--stop-id", "3", "--stop-id", "100000"], "--stop-id 100000: outside tiny's vocabulary"),
         (["--stop-id", "x"], "--stop-id: invalid int value"),
@@ -139,8 +140,12 @@ def test_settings_resolve_the_device_modes_loads_and_layout():
     assert c.modes == ("baseline", "specgen") and {m for m, _ in c.skipped} == {"compile", "inductor"}
     assert c.loads == (Load(rate=2.0), Load(), Load(in_flight=3))
     assert [x.label for x in c.loads] == ["2/s", "inf", "closed 3"]
-    # 20 + 40 + W = 64 positions: 4 blocks of 16 per request; the pool holds max_batch of them and the scratch
-    assert (c.block_table_width, c.num_blocks) == (4, 8 * 4 + 1)
+    # 20 + 40 + 2 W = 68 positions (a step unread: room for two verify blocks): 5 blocks of 16 per request; the
+    # pool holds max_batch of them and the scratch block
+    assert (c.block_table_width, c.num_blocks) == (5, 8 * 5 + 1)
+    # read each step before the next: 20 + 40 + W = 64 positions, 4 blocks
+    c0 = ServeSettings(device="cpu", prompt_len="fixed:20", output_len="fixed:40", read_lag=0).resolve()
+    assert (c0.block_table_width, c0.num_blocks, c0.read_lag) == (4, 8 * 4 + 1, 0)
     assert ServeSettings(device="cpu", closed_loop=2).resolve().loads == (Load(in_flight=2),)
     assert ServeSettings(device="cpu").resolve().loads == (Load(),)  # neither given: every request at once
 
