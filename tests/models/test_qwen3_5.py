@@ -10,6 +10,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from oracles.hf_qwen3_5 import hf_text_config
 
 from specgen.models import BlockAllocator, make_block_table, slot
 from specgen.models.checkpoint import save_file
@@ -265,24 +266,8 @@ def test_taps_and_capabilities():
 
 
 def hf_config(cfg: Qwen35Config):
-    transformers = pytest.importorskip("transformers", reason="transformers is not installed: no Qwen3.5 to compare")
-    return transformers.Qwen3_5TextConfig(
-        vocab_size=cfg.vocab_size,
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_kv_heads,
-        head_dim=cfg.head_dim,
-        linear_num_key_heads=cfg.linear_num_key_heads,
-        linear_num_value_heads=cfg.linear_num_value_heads,
-        linear_key_head_dim=cfg.linear_key_head_dim,
-        linear_value_head_dim=cfg.linear_value_head_dim,
-        linear_conv_kernel_dim=cfg.linear_conv_kernel_dim,
-        rms_norm_eps=cfg.rms_eps,
-        tie_word_embeddings=cfg.tie_embeddings,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta, "partial_rotary_factor": 0.25},
-    )
+    pytest.importorskip("transformers", reason="transformers is not installed: no Qwen3.5 to compare")
+    return hf_text_config(cfg)
 
 
 @functools.cache

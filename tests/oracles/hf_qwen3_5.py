@@ -59,14 +59,11 @@ def mtp_tensors(cfg: Qwen35Config, seed: int = 5) -> dict[str, torch.Tensor]:
     return out
 
 
-def hf_qwen35_folder(folder, mtp: bool = False, vision_language: bool = False, seed: int = 0):
-    """The ``qwen3.5-tiny`` preset (``seed``) saved by transformers to ``folder``; returns transformers' model
-    and the ``mtp.*`` tensors written (empty without ``mtp``)."""
+def hf_text_config(cfg):
+    """transformers' ``Qwen3_5TextConfig`` of a ``Qwen35Config`` (partial RoPE on a quarter of each head)."""
     import transformers
 
-    ours = Qwen35Model.create(PRESET, seed=seed)
-    cfg = ours.config
-    config = transformers.Qwen3_5TextConfig(
+    return transformers.Qwen3_5TextConfig(
         vocab_size=cfg.vocab_size,
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size,
@@ -83,6 +80,16 @@ def hf_qwen35_folder(folder, mtp: bool = False, vision_language: bool = False, s
         tie_word_embeddings=cfg.tie_embeddings,
         rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta, "partial_rotary_factor": 0.25},
     )
+
+
+def hf_qwen35_folder(folder, mtp: bool = False, vision_language: bool = False, seed: int = 0):
+    """The ``qwen3.5-tiny`` preset (``seed``) saved by transformers to ``folder``; returns transformers' model
+    and the ``mtp.*`` tensors written (empty without ``mtp``)."""
+    import transformers
+
+    ours = Qwen35Model.create(PRESET, seed=seed)
+    cfg = ours.config
+    config = hf_text_config(cfg)
     model = transformers.Qwen3_5ForCausalLM._from_config(config, attn_implementation="eager", dtype=torch.float32)
     state = {f"model.{k}": v for k, v in ours.state_dict().items()}
     model.load_state_dict({**state, "lm_head.weight": ours.embed_tokens.weight}, strict=True)

@@ -13,7 +13,7 @@ import torch
 
 from specgen.models.qwen3_5 import Qwen35Model
 
-__all__ = ["committed_state", "hybrid_greedy"]
+__all__ = ["CommittedStates", "committed_state", "hybrid_greedy"]
 
 I32 = torch.int32
 
@@ -64,3 +64,18 @@ def committed_state(model: Qwen35Model, tokens: list[int]) -> list[tuple[torch.T
     _, pool = _from_scratch(model, tokens)
     zero = torch.tensor([0], dtype=I32, device=pool.recurrent[0].device)
     return [tuple(t[0] for t in pool.read(layer, zero)) for layer in range(len(pool.recurrent))]
+
+
+class CommittedStates:
+    """An engine observer: after every step, each linear layer's committed ``(state, window)`` (this rank's heads)."""
+
+    def __init__(self):
+        self.steps = []
+
+    def before_step(self, engine, i):
+        pass
+
+    def after_step(self, engine, i):
+        accepted = engine.bufs["accepted"]
+        layers = len(engine.state.pool.recurrent)
+        self.steps.append([tuple(t.clone() for t in engine.state.committed(accepted, k)) for k in range(layers)])

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from oracles.hybrid_reference import hybrid_greedy
+from oracles.hybrid_reference import CommittedStates, hybrid_greedy
 
 from specgen.engine.acceptance import AcceptanceMix
 from specgen.engine.draft_kinds import DRAFT_KINDS
@@ -91,19 +91,6 @@ def ranks(job, hybrid_kernels, tmp_path_factory):
     return [torch.load(folder / f"out_{r}.pt") for r in range(2)]
 
 
-class Committed:
-    def __init__(self):
-        self.steps = []
-
-    def before_step(self, engine, i):
-        pass
-
-    def after_step(self, engine, i):
-        accepted = engine.bufs["accepted"]
-        layers = len(engine.state.pool.recurrent)
-        self.steps.append([tuple(t.clone() for t in engine.state.committed(accepted, k)) for k in range(layers)])
-
-
 def tp1_run(model, kernels, case) -> tuple[list[list[int]], list]:
     kind = DRAFT_KINDS[case["kind"]]
     mix = None
@@ -121,7 +108,7 @@ def tp1_run(model, kernels, case) -> tuple[list[list[int]], list]:
         acceptance=mix,
         compile_backend="eager",
     )
-    eng.observer = committed = Committed()
+    eng.observer = committed = CommittedStates()
     try:
         return eng.run(case["prompts"], max_new_tokens=NEW).outputs, committed.steps
     finally:

@@ -28,22 +28,10 @@ from specgen.models.tp import shard_head, shard_layer, shard_model
 from specgen.parallel.group import init_tensor_parallel
 from specgen.runtime.library import load_library
 
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: the oracles, as conftest.py puts them for pytest
+from oracles.hybrid_reference import CommittedStates  # noqa: E402
+
 PRESET = "qwen3.5-tiny"
-
-
-class Committed:
-    """After every step: each linear layer's committed state and window, this rank's heads."""
-
-    def __init__(self):
-        self.steps = []
-
-    def before_step(self, engine, i):
-        pass
-
-    def after_step(self, engine, i):
-        accepted = engine.bufs["accepted"]
-        layers = len(engine.state.pool.recurrent)
-        self.steps.append([tuple(t.clone() for t in engine.state.committed(accepted, k)) for k in range(layers)])
 
 
 def pool_for(layer, slots: int) -> LinearStatePool:
@@ -87,7 +75,7 @@ def run_case(model, heads, lib, case, tp) -> dict:
         compile_backend="eager",
         rank_check=RankCheck(tp, 1),
     )
-    eng.observer = committed = Committed()
+    eng.observer = committed = CommittedStates()
     try:
         res = eng.run(case["prompts"], max_new_tokens=case["new"])
         return {"outputs": res.outputs, "stats": res.runtime_stats, "committed": committed.steps}

@@ -13,6 +13,7 @@ import collections
 
 import pytest
 import torch
+from oracles.serving import cut_at_stop
 
 from specgen.engine import AcceptanceMix, greedy_generate
 from specgen.engine.serving import ClosedLoop, LengthDist, Workload
@@ -62,12 +63,7 @@ def greedy(model, prompt: tuple[int, ...], n: int) -> list[int]:
 
 
 def expected(model, req) -> list[int]:
-    out = []
-    for t in greedy(model, req.prompt, req.max_new_tokens):
-        out.append(t)
-        if t in req.stop_ids:
-            break
-    return out
+    return cut_at_stop(greedy(model, req.prompt, req.max_new_tokens), req.stop_ids)
 
 
 def oracle_mix(model, reqs, p: float, width: int) -> AcceptanceMix:

@@ -16,6 +16,7 @@ import random
 import pytest
 import torch
 from oracles.hybrid_reference import committed_state, hybrid_greedy
+from oracles.serving import cut_at_stop
 
 from specgen.engine import AcceptanceMix
 from specgen.engine.draft_kinds import draft_kind
@@ -53,12 +54,7 @@ def greedy(model, prompt: tuple[int, ...], n: int) -> list[int]:
 
 
 def expected(model, req) -> list[int]:
-    out = []
-    for t in greedy(model, req.prompt, req.max_new_tokens):
-        out.append(t)
-        if t in req.stop_ids:
-            break
-    return out
+    return cut_at_stop(greedy(model, req.prompt, req.max_new_tokens), req.stop_ids)
 
 
 class StateCheck:
