@@ -51,6 +51,20 @@ class Option:
     relation: Relation | None = None  # this value against the others (run once every ``check`` passed)
 
 
+def first_problem(settings, opts) -> str | None:
+    """The first failed check of ``opts`` (``(name, field, Option)``) on ``settings``: each value alone, then
+    the relations between them."""
+    for kind in ("check", "relation"):
+        for name, _, opt in opts:
+            test = getattr(opt, kind)
+            why = test and (
+                test(getattr(settings, name)) if kind == "check" else test(getattr(settings, name), settings)
+            )
+            if why:
+                return why
+    return None
+
+
 def setting(default, help: str, **option) -> Any:
     """A ``BenchSettings`` field: its default and its ``Option``."""
     return field(default=default, metadata={"option": Option(help, **option)})
@@ -265,14 +279,7 @@ class BenchSettings:
         Every field's ``check`` runs first, in field order; then, once every
         value is good on its own, every ``relation``.
         """
-        opts = options()
-        for kind in ("check", "relation"):
-            for name, _, opt in opts:
-                test = getattr(opt, kind)
-                why = test and (test(getattr(self, name)) if kind == "check" else test(getattr(self, name), self))
-                if why:
-                    return why
-        return None
+        return first_problem(self, options())
 
     def resolve(self, command: str = "specgen bench") -> "BenchConfig":
         """The validated ``BenchConfig`` (``BenchError`` says what is wrong); ``command`` is what was run."""

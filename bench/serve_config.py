@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..specializations.families import MAX_WIDTH
 from . import support
-from .config import DTYPES, FLOAT, INT, NAMES, _choices, _device, _draft, _modes, setting
+from .config import DTYPES, FLOAT, INT, NAMES, _choices, _device, _draft, _modes, first_problem, setting
 from .support import CPU_PRESETS, MODEL_PRESETS, BenchError, check_model, fitting_model_config
 
 if TYPE_CHECKING:  # torch (and the engine) load where used: the parser reads these fields without them
@@ -236,14 +236,7 @@ class ServeSettings:
 
     def problem(self) -> str | None:
         """The first thing wrong with these settings: each value alone, then the relations between them."""
-        opts = serve_options()
-        for kind in ("check", "relation"):
-            for name, _, opt in opts:
-                test = getattr(opt, kind)
-                why = test and (test(getattr(self, name)) if kind == "check" else test(getattr(self, name), self))
-                if why:
-                    return why
-        return None
+        return first_problem(self, serve_options())
 
     def resolve(self, command: str = "specgen serve-bench") -> ServeConfig:
         """The validated ``ServeConfig`` (``BenchError`` says what is wrong)."""
