@@ -102,6 +102,7 @@ class SpecDecodeEngine:
         acceptance: AcceptanceMix | None = None,
         compile_backend: str = "inductor",
         rank_check=None,
+        device_guard: bool = True,
     ):
         self.proposer = proposer_for(draft)
         runs = self.proposer.modes(MODES)
@@ -119,6 +120,7 @@ class SpecDecodeEngine:
         self.block_size, self.block_table_width = int(block_size), int(block_table_width)
         self.library, self.acceptance, self.compile_backend = library, acceptance, compile_backend
         self.rank_check = rank_check  # tensor-parallel debug: rank_check.RankCheck, called after every step
+        self.device_guard = bool(device_guard)  # False: the runtime modes' verify graphs run without the device guard
         self.device = model.embed_tokens.weight.device
         self.linear_state = has_linear_state(model)  # a hybrid target (engine/linear_state.py)
         self.state: LinearState | None = None

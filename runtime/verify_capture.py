@@ -23,9 +23,12 @@ class StepCapture:
         def run() -> None:
             if self.prologue is not None:  # the draft writes the inputs the guard and the head read
                 self._run_prologue(bufs)
-            guard.fork(bufs, bucket)
-            run_steps(bufs, self.sequence, self.model_forward, self._call_kernel, after_forward=guard.join)
-            guard.join()
+            if guard is None:  # the device guard turned off (``device_guard=False``)
+                run_steps(bufs, self.sequence, self.model_forward, self._call_kernel)
+            else:
+                guard.fork(bufs, bucket)
+                run_steps(bufs, self.sequence, self.model_forward, self._call_kernel, after_forward=guard.join)
+                guard.join()
             if self.epilogue is not None:
                 self.epilogue()
 
@@ -53,7 +56,8 @@ class StepCapture:
 
     def _capture(self, bucket: int) -> None:
         self._graphs.capture(bucket, self._sequence(bucket))
-        self._guard.flag.zero_()  # the warm-up runs saw whatever the buffers held before the first step
+        if self._guard is not None:
+            self._guard.flag.zero_()  # the warm-up runs saw whatever the buffers held before the first step
 
     def capture(self, batch: int) -> None:
         """Capture ``batch``'s bucket now (CUDA / NPU), over what its buffers hold."""

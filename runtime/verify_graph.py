@@ -131,6 +131,7 @@ class SpecVerifyRuntime(StepCapture):
         tail: str = VERIFY_TO_DRAFT,
         epilogue: Callable[[], None] | None = None,
         allow_eager: bool = False,
+        device_guard: bool = True,  # False: no device-side checks (an A/B of their cost; host guards stay)
     ):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -186,7 +187,7 @@ class SpecVerifyRuntime(StepCapture):
         self._mirror = HostMirror(self._api, self.device, self.max_batch, self.width) if self._api is not None else None
         self._guard = (
             DeviceGuard(DeviceGuardSpec.of(plan, self.width, self.scratch_block), self.device, self._api)
-            if self._bufs
+            if self._bufs and device_guard
             else None
         )
         self._guard_reset = 0  # host copies made before the flag was last cleared show a stale flag

@@ -62,6 +62,7 @@ class SpecgenMode(Mode):
                 prologue=self.prologue(),
                 tail=e.proposer.tail,
                 epilogue=e.proposer.epilogue(),
+                device_guard=e.device_guard,
             )
             self.runtime.check_block_table(e.block_table)
             return self.runtime.buffers(e.batch)

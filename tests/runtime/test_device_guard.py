@@ -216,6 +216,30 @@ def test_step_with_a_bad_table_trips_the_next_step(engine_kernels):
     assert rt.step(last, drafts, seq_lens, table).fast_path
 
 
+def test_without_the_device_guard_a_bad_value_is_not_caught(engine_kernels):
+    """``device_guard=False`` (``specgen bench --no-device-guard``): the same steps and results, no device checks,
+    so the bad value that trips the guarded runtime goes unseen (the host guards stay)."""
+    gen = torch.Generator().manual_seed(5)
+    on = SpecVerifyRuntime(engine_kernels, model_forward, CAPS, W, max_batch=4)
+    off = SpecVerifyRuntime(engine_kernels, model_forward, CAPS, W, max_batch=4, device_guard=False)
+    assert on._guard is not None and off._guard is None
+    batch, bounds = 3, (0, 60)
+    for _ in range(2):
+        vals = fill(on.buffers(batch), batch, gen)
+        for n, t in vals.items():
+            off.buffers(batch)[n][:batch].copy_(t)
+        a, b = on.step_in_place(batch, bounds), off.step_in_place(batch, bounds)
+        assert a.fast_path and b.fast_path
+        for n in FIELDS:
+            assert torch.equal(getattr(a, n), getattr(b, n)), n
+    for rt in (on, off):
+        BAD["accepted_out_of_range"][0](rt.buffers(batch))
+        rt.step_in_place(batch, bounds)
+    assert not on.step_in_place(batch, bounds).fast_path  # the guarded one trips
+    assert off.step_in_place(batch, bounds).fast_path and off.stats()["device_guard"] == {}
+    assert off.stats()["fallback"] == {}
+
+
 # ------------------------------------------- the lagged read: host copies and their events
 class LaggedAPI:
     """A CPU stand-in for a device API whose copy events complete only when the test says so."""
