@@ -1,4 +1,5 @@
-"""The cost model's calibration, measured from profiled decode steps (``costs.json``).
+"""The cost model's calibration (``costs.json``): device figures from profiled decode steps, host API figures
+from an unprofiled host clock (``bench/host_clock.py``).
 
 ``samples(events, forward)`` reads one profiled run's Chrome trace events
 and returns lists of microsecond figures keyed the way the cost file names
@@ -8,6 +9,15 @@ into the file ``specgen plan --costs`` reads: medians in the loadable part
 (``run`` / ``issue`` / ``in_graph_*`` / ``host_family``), and under
 ``measured`` each figure's median, sample count and what it was taken from.
 A figure without samples is left out (the model keeps its default).
+
+The ``issue.*`` figures the model loads are the host clock's, not the
+profile's: CUPTI inflates the host duration of every API call it records, so
+the profiled ``issue.*`` figures stay under ``measured`` as
+``profiled.issue.*`` (``"loaded": false``) for comparison only.  Every
+``measured`` entry names its ``method`` (a key of ``METHODS``, described in
+the file's ``methods``), ``method`` maps each loaded figure to it, and the
+file records the ``machine`` and the ``model_shape`` it was measured on and
+what was ``not_measured`` (on the CPU: events and graph launches).
 
 What each figure is, from the trace (CUPTI device records and the CUDA
 runtime / driver calls on the host; only the last kind on the CPU):
@@ -38,7 +48,7 @@ import statistics
 from ..engine.profiling import HOST_RANGE_PREFIX
 from . import kernel_timeline as kt
 
-__all__ = ["KERNEL_LAUNCHES", "SYNC_CALLS", "costs", "merge", "samples"]
+__all__ = ["KERNEL_LAUNCHES", "METHODS", "SYNC_CALLS", "costs", "merge", "method_of", "samples"]
 
 KERNEL_LAUNCHES = frozenset(
     {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchCooperativeKernel"}
@@ -66,6 +76,20 @@ SOURCES = {
     "in_graph_kernel": "device time of verify-phase kernels outside the target forward launched by a graph replay",
     "in_graph_copy": "device time of copies launched by a graph replay",
     "run.host_sync": "host wake-up latency of synchronizing calls (call end - last device record end)",
+}
+
+
+HOST_CLOCK = "host_clock"
+PROFILED_CALL = "profiled_host_call"
+# how each figure was taken: every ``measured`` entry names one of these as its ``method``
+METHODS = {
+    HOST_CLOCK: "unprofiled: time.perf_counter_ns around each API call, no profiler active, the stream "
+    "synchronized before each call; the median of many repeats (bench/host_clock.py)",
+    "kernel_trace": "device records of the profiled steps' kernel trace (torch.profiler / CUPTI)",
+    "profiled_sync": "profiled steps: a synchronizing call's end minus the last device record's end",
+    "profiled_host_range": "profiled steps: host duration of the host-serial mode's marked family ranges",
+    PROFILED_CALL: "profiled steps: host duration of the API call under CUPTI, which inflates it; recorded "
+    "as profiled.issue.* for comparison, never loaded",
 }
 
 
@@ -169,17 +193,69 @@ def _measured(pool: dict[str, list[float]]) -> dict:
     return out
 
 
-def costs(by_batch: dict[int, dict[str, list[float]]], source: dict) -> dict | None:
-    """The ``costs.json`` document: pooled medians (all batches), provenance, per-batch figures; None if empty."""
+def method_of(key: str) -> str:
+    """How a figure of the profiled steps was taken (a key of ``METHODS``)."""
+    if key.startswith("issue."):
+        return PROFILED_CALL
+    if key.startswith("host_family."):
+        return "profiled_host_range"
+    return "profiled_sync" if key == "run.host_sync" else "kernel_trace"
+
+
+def _document(profiled: dict[str, list[float]], clocked: dict[str, list[float]], how: dict[str, str]) -> dict:
+    """Loadable medians, ``measured`` and ``method`` of one pool: the host clock's ``issue.*`` figures, the
+    profile's others; the profile's ``issue.*`` only under ``measured`` (``profiled.issue.*``, not loaded)."""
+    kept = {k: v for k, v in profiled.items() if not k.startswith("issue.") and v}
+    calls = {k: v for k, v in profiled.items() if k.startswith("issue.") and v}
+    loaded = merge(dict(kept), {k: v for k, v in clocked.items() if v})
+    doc = _loadable(loaded)
+    measured = _measured(loaded)
+    for k, entry in measured.items():
+        entry["method"] = HOST_CLOCK if k in clocked else method_of(k)
+        if k in clocked:
+            entry["from"] = how.get(k, entry["from"])
+    for k, entry in _measured(calls).items():
+        measured["profiled." + k] = dict(entry, method=PROFILED_CALL, loaded=False)
+    doc["measured"] = measured
+    doc["method"] = {k: e["method"] for k, e in measured.items() if e.get("loaded", True)}
+    return doc
+
+
+def costs(
+    by_batch: dict[int, dict[str, list[float]]],
+    source: dict,
+    clocked: dict[int, dict[str, list[float]]] | None = None,
+    clock: dict | None = None,
+) -> dict | None:
+    """The ``costs.json`` document: pooled medians (all batches), provenance, per-batch figures; None if empty.
+
+    ``by_batch``: the profiled steps' samples (``samples``); ``clocked``: the
+    unprofiled host-clock pass's (``bench/host_clock.py``), whose ``issue.*``
+    figures are the ones loaded; ``clock``: that pass's ``provenance()``.
+    ``source`` may carry ``machine`` and ``model_shape``, which go to the top.
+    """
+    clocked, clock = clocked or {}, dict(clock or {})
+    how = clock.pop("method", {})
     pool: dict[str, list[float]] = {}
     for s in by_batch.values():
         merge(pool, s)
-    if not any(pool.values()):
+    hpool: dict[str, list[float]] = {}
+    for s in clocked.values():
+        merge(hpool, s)
+    if not any(pool.values()) and not any(hpool.values()):
         return None
-    doc = _loadable(pool)
-    doc["measured"] = _measured(pool)
-    doc["source"] = dict(source)
+    doc = _document(pool, hpool, how)
+    source = dict(source)
+    for key in ("machine", "model_shape"):
+        if key in source:
+            doc[key] = source.pop(key)
+    doc["source"] = source
+    doc["methods"] = dict(METHODS)
+    doc["host_clock"] = {"calls": how, "repeats": clock.get("repeats")} if clocked else {}
+    doc["not_measured"] = clock.get("not_measured", {})
     doc["by_batch"] = {
-        str(b): dict(_loadable(s), measured=_measured(s)) for b, s in sorted(by_batch.items()) if any(s.values())
+        str(b): _document(by_batch.get(b, {}), clocked.get(b, {}), how)
+        for b in sorted(set(by_batch) | set(clocked))
+        if any(by_batch.get(b, {}).values()) or any(clocked.get(b, {}).values())
     }
     return doc

@@ -124,9 +124,8 @@ def _widths(depths, s: "BenchSettings") -> str | None:
 def _weights(weights, s: "BenchSettings") -> str | None:
     from ..engine.draft_kinds import DRAFT_KINDS
 
-    if weights is not None and not DRAFT_KINDS[s.draft].loads_weights:
-        return "--draft-weights loads a DFlash or DSpark draft; use it with --draft dflash or dspark"
-    return None
+    ok = weights is None or DRAFT_KINDS[s.draft].loads_weights
+    return None if ok else "--draft-weights loads a DFlash or DSpark draft; use it with --draft dflash or dspark"
 
 
 def _positions(bt: int, s: "BenchSettings") -> str | None:
@@ -231,10 +230,7 @@ class BenchSettings:
     device: str | None = setting(None, "cpu or cuda (default: cuda when available)", check=_device)
     seed: int = setting(0, "seed of the random weights, the prompts and the acceptance draws", text=INT)
     bare_repeats: int = setting(
-        30,
-        "draft + bare verify replays timed for the boundary figures",
-        text=INT,
-        check=_at_least(1, COUNTS_MESSAGE),
+        30, "draft + bare verify replays timed for the boundary figures", text=INT, check=_at_least(1, COUNTS_MESSAGE)
     )
     tp: int = setting(
         1,
@@ -262,6 +258,9 @@ class BenchSettings:
         "figures and the cost model's calibration costs.json (the CPU: baseline runs, host compute only; 0: off)",
         text=INT,
         check=_at_least(0, "--profile-steps must be at least 0 (0: no kernel-level profile)"),
+    )
+    no_device_guard: bool = setting(
+        False, "run the verify graphs without the device guard (its cost as an A/B; recorded)", text=SWITCH
     )
 
     @property
@@ -325,6 +324,7 @@ class BenchSettings:
             draft_tp=self.draft_tp,
             check_ranks=self.check_ranks,
             profile_steps=self.profile_steps,
+            device_guard=not self.no_device_guard,
         )
 
 
@@ -366,6 +366,7 @@ class BenchConfig:
     draft_tp: int = 1  # 1: the MTP draft body whole on every rank; tp: split like the target
     check_ranks: int = 0  # compare the ranks' step state every N steps (0: off)
     profile_steps: int = 0  # steps profiled per run after every timed run (the CPU: host-serial runs; 0: none)
+    device_guard: bool = True  # False: the runtime modes' verify graphs run without the device guard
 
     @property
     def model_label(self) -> str:

@@ -36,6 +36,7 @@ from ..models.tp import shard_head, shard_model
 from ..parallel.group import TensorParallel, TPError
 from .bare import bare_spans
 from .config import BenchConfig, configure
+from .host_clock import HostClock
 from .profiler import KERNEL_FIELDS, KernelPass
 from .support import CPU_PRESETS, BenchError, load_target, log, still_running
 from .support import quarters as _quarters
@@ -171,6 +172,7 @@ class _Sweep:
         self.done = 0
         self.aborted: str | None = None
         self._warmed: set[str] = set()  # the modes that had their untimed first run (``_warm_up``)
+        self.host_clock = HostClock(enabled=config.profile_steps > 0)  # the unprofiled host API costs
 
     def _left(self) -> str:
         """``; about N min left`` from the runs so far, when more than a minute is left."""
@@ -229,15 +231,7 @@ class _Sweep:
         """
         c = self.config
         t = time.perf_counter()
-        eng = self.kind.engine(
-            self.model,
-            self.head,
-            mode="baseline",
-            width=width,
-            batch=batch,
-            block_size=c.block_size,
-            block_table_width=c.block_table_width,
-        )
+        eng = self._engine("baseline", None, width, batch)
         try:
             with still_running(f"acceptance oracle for depth {width - 1} batch {batch}"):
                 run = eng.run(prompts, max_new_tokens=(c.warmup + c.steps + 2) * width + 1)
@@ -292,6 +286,7 @@ class _Sweep:
             library=self.library,
             acceptance=mix,
             rank_check=rank_check,
+            device_guard=c.device_guard,
         )
 
     def _warm_up(self, prompts, oracle, width: int, batch: int) -> None:
@@ -328,6 +323,7 @@ class _Sweep:
             return None if self._device_ok() else False
         if self._bare is None:
             self._bare = bare_spans(eng, c.bare_repeats)
+            self.host_clock.measure(eng)  # before any profiler has run in this process (bench/host_clock.py)
         eng.close()
         row = {"draft": c.draft, **summary(res, self._bare)}
         if oracle is not None:
@@ -369,6 +365,7 @@ class _Sweep:
             "steps": c.steps,
             "warmup_steps": c.warmup,
             "profile_steps": c.profile_steps,
+            "device_guard": c.device_guard,  # False: --no-device-guard (the runtime modes without the device guard)
             "acceptance_p": c.acceptance,
             "aborted": self.aborted,
             "skipped_modes": dict(c.skipped),

@@ -26,9 +26,11 @@ measure) and the kernel-level figures stay empty.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
+import platform
 from pathlib import Path
 
 import torch
@@ -87,6 +89,33 @@ def figures(trace: dict, forward: list[str], draft: list[str] = ()) -> dict:
     return out
 
 
+def machine(c) -> dict:
+    """The machine a calibration holds for: device, torch and CUDA versions, the host's processor."""
+    return {
+        "device": torch.cuda.get_device_name(c.device) if c.cuda else "cpu",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda if c.cuda else None,
+        "host": platform.processor() or platform.machine(),
+        "host_cores": os.cpu_count(),
+    }
+
+
+def model_shape(c) -> dict:
+    """The model shape a calibration holds for: the target's dimensions, dtype, layout, widths and batches."""
+    values = {f.name: getattr(c.model, f.name) for f in dataclasses.fields(c.model)}
+    shape = {k: v for k, v in values.items() if type(v) in (int, str)}  # the dimensions and the name
+    return dict(
+        shape,
+        dtype=str(c.dtype).split(".")[-1],
+        tp=c.tp,
+        draft=c.draft,
+        block_size=c.block_size,
+        block_table_width=c.block_table_width,
+        widths=list(c.widths),
+        batches=list(c.batches),
+    )
+
+
 class KernelPass:
     """Profiles the finished runs of a sweep; see the module docstring."""
 
@@ -99,8 +128,9 @@ class KernelPass:
 
     def calibration(self) -> dict | None:
         """The ``costs.json`` document of every profiled run so far (None: no figure measured)."""
-        c = self.sweep.config
-        runs = sorted({(r["mode"], r["batch"]) for r in self.sweep.runs if r.get("calibrated")})
+        s, c = self.sweep, self.sweep.config
+        runs = sorted({(r["mode"], r["batch"]) for r in s.runs if r.get("calibrated")})
+        clock = s.host_clock
         return cal.costs(
             self.samples,
             {
@@ -108,8 +138,13 @@ class KernelPass:
                 "model": c.model_path or c.model.name,
                 "device": str(c.device),
                 "profile_steps": c.profile_steps,
+                "device_guard": c.device_guard,
                 "runs": [list(r) for r in runs],
+                "machine": machine(c),
+                "model_shape": model_shape(c),
             },
+            clock.samples,
+            clock.provenance(),
         )
 
     def run(self, inputs: dict) -> None:
@@ -160,6 +195,7 @@ class KernelPass:
             library=s.library,
             acceptance=mix,
             rank_check=s.rank_check,
+            device_guard=c.device_guard,
         )
         try:
             with quiet_profiler():

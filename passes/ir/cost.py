@@ -8,13 +8,16 @@ the boundary's start op finishing to its end op starting.
 
 Defaults are leads from an H200 with torch 2.11 (see docs/passes.md); a JSON file
 such as ``{"run": {"host_compute": 20}, "issue": {"device_kernel": 6}}``
-overrides any of them.  ``specgen bench`` writes such a file (``costs.json``)
-from its profiled steps; besides ``run`` / ``issue`` / ``in_graph_*`` it may
+overrides any of them.  ``specgen bench`` writes such a file (``costs.json``):
+device costs from its profiled steps' kernel trace, host API costs (``issue``)
+from an unprofiled host clock around each call; besides ``run`` / ``issue`` / ``in_graph_*`` it may
 carry ``host_family`` (the host's time for one step of a kernel family's
 torch semantics, e.g. ``{"spec_verify_head_update": 180}``: the host compute
 ops of that family, or of a composite's members, share it evenly) and, for
-the reader, ``measured`` / ``source`` / ``by_batch`` (provenance and per-batch
-figures, which the model itself does not read).
+the reader, ``measured`` / ``source`` / ``by_batch`` / ``method`` / ``methods`` /
+``host_clock`` / ``not_measured`` / ``machine`` / ``model_shape`` (provenance,
+how each figure was taken and per-batch figures, which the model itself does
+not read).
 """
 
 from __future__ import annotations
@@ -49,7 +52,10 @@ DEFAULT_ISSUE_US = {
 IN_GRAPH_KERNEL_US = 1.5
 IN_GRAPH_COPY_US = 2.0
 COST_KEYS = frozenset({"run", "issue", "in_graph_kernel", "in_graph_copy", "host_family"})
-PROVENANCE_KEYS = frozenset({"measured", "source", "by_batch"})  # for the reader; the model ignores them
+# for the reader (how each figure was taken, on what); the model ignores them
+PROVENANCE_KEYS = frozenset(
+    {"measured", "source", "by_batch", "method", "methods", "host_clock", "not_measured", "machine", "model_shape"}
+)
 
 
 @dataclass(frozen=True)

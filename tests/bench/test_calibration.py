@@ -74,7 +74,7 @@ def test_a_sync_that_waited_for_nothing_costs_its_whole_call():
 
 def test_costs_document_loads_and_omits_what_was_not_measured(tmp_path):
     from specgen.passes import CostModel
-    from specgen.passes.ir.cost import DEFAULT_RUN_US
+    from specgen.passes.ir.cost import DEFAULT_ISSUE_US, DEFAULT_RUN_US
 
     by_batch = {1: cal.samples(_trace(), FORWARD), 8: {"run.h2d": [5.0, 7.0, 9.0]}}
     doc = cal.costs(by_batch, {"model": "synthetic"})
@@ -87,9 +87,44 @@ def test_costs_document_loads_and_omits_what_was_not_measured(tmp_path):
     path.write_text(json.dumps(doc))
     m = CostModel.from_json(path)
     assert m.run["h2d"] == 5.0 and m.run["host_compute"] == DEFAULT_RUN_US["host_compute"]
-    assert m.issue["graph_replay"] == 9.5 and m.in_graph_kernel == 2.5 and m.in_graph_copy == 1.0
+    assert m.in_graph_kernel == 2.5 and m.in_graph_copy == 1.0
+    # the profile's host API durations (CUPTI inflates them) are recorded for comparison, never loaded
+    assert "issue" not in doc and m.issue["graph_replay"] == DEFAULT_ISSUE_US["graph_replay"]
+    profiled = doc["measured"]["profiled.issue.graph_replay"]
+    assert profiled["us"] == 9.5 and profiled["loaded"] is False and profiled["method"] == cal.PROFILED_CALL
+    assert doc["method"]["run.h2d"] == "kernel_trace" and doc["method"]["run.host_sync"] == "profiled_sync"
+    assert "profiled.issue.graph_replay" not in doc["method"] and set(doc["methods"]) >= set(doc["method"].values())
     assert CostModel.from_dict(doc["by_batch"]["8"]).run["h2d"] == 7.0
     assert cal.costs({1: {}}, {}) is None
+
+
+def test_the_host_clock_figures_are_the_loaded_issue_costs(tmp_path):
+    """The unprofiled host clock's issue.* figures replace the profile's, pooled and per batch, with their method;
+    the machine and the model shape go to the top of the file."""
+    from specgen.passes import CostModel
+
+    profiled = {1: cal.samples(_trace(), FORWARD), 8: {"run.h2d": [5.0]}}
+    clocked = {1: {"issue.graph_replay": [3.0, 4.0, 5.0], "issue.h2d": [2.0]}, 8: {"issue.graph_replay": [6.0]}}
+    clock = {"method": {"issue.graph_replay": "perf_counter_ns around replay()"}, "repeats": 3, "not_measured": {}}
+    source = {"model": "synthetic", "machine": {"device": "X"}, "model_shape": {"hidden_size": 8}}
+    doc = cal.costs(profiled, source, clocked, clock)
+    assert doc["issue"] == {"graph_replay": 4.5, "h2d": 2.0}  # medians of the host clock's samples only
+    assert doc["measured"]["issue.graph_replay"]["method"] == cal.HOST_CLOCK
+    assert doc["measured"]["issue.graph_replay"]["from"] == "perf_counter_ns around replay()"
+    assert doc["measured"]["profiled.issue.graph_replay"]["us"] == 9.5  # the profile's, for comparison
+    assert doc["method"]["issue.h2d"] == cal.HOST_CLOCK and doc["method"]["in_graph_kernel"] == "kernel_trace"
+    assert doc["by_batch"]["1"]["issue"]["graph_replay"] == 4.0 and doc["by_batch"]["8"]["issue"] == {
+        "graph_replay": 6.0
+    }
+    assert doc["machine"] == {"device": "X"} and doc["model_shape"] == {"hidden_size": 8}
+    assert doc["source"] == {"model": "synthetic"} and doc["host_clock"]["repeats"] == 3
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps(doc))
+    m = CostModel.from_json(path)
+    assert m.issue["graph_replay"] == 4.5 and m.issue["h2d"] == 2.0
+    assert CostModel.from_dict(doc["by_batch"]["8"]).issue["graph_replay"] == 6.0
+    # a pass with the host clock alone (the CPU's copies) still makes a file
+    assert cal.costs({}, {}, {2: {"issue.h2d": [1.0]}})["issue"] == {"h2d": 1.0}
 
 
 def test_a_tiny_cpu_bench_writes_the_host_calibration(tmp_path, capsys):
@@ -113,7 +148,15 @@ def test_a_tiny_cpu_bench_writes_the_host_calibration(tmp_path, capsys):
     doc = result["calibration"]
     assert doc["measured"]["host_family.spec_verify_head_update"]["samples"] == 6  # 3 steps x 2 batches
     assert set(doc["by_batch"]) == {"1", "2"} and all(v > 0 for v in doc["host_family"].values())
-    assert not {"issue", "in_graph_kernel"} & set(doc)  # the CPU has no launches to measure
+    assert "in_graph_kernel" not in doc  # the CPU has no graphs
+    # the unprofiled host clock: the CPU's copies and in-line ops; events and graph launches are not measured
+    assert set(doc["issue"]) == {"h2d", "d2h", "device_kernel"} and all(v > 0 for v in doc["issue"].values())
+    assert all(doc["method"][f"issue.{k}"] == cal.HOST_CLOCK for k in doc["issue"])
+    assert set(doc["not_measured"]) == {"issue.graph_replay", "issue.event_record", "issue.event_wait"}
+    assert all("not measured on cpu" in why for why in doc["not_measured"].values())
+    assert doc["measured"]["issue.h2d"]["samples"] >= 2 * 200 and doc["host_clock"]["repeats"] == 200
+    assert doc["model_shape"]["name"] == "tiny" and doc["model_shape"]["batches"] == [1, 2]
+    assert doc["machine"]["device"] == "cpu" and doc["source"]["device_guard"] is True
     assert all(r["calibrated"] for r in result["runs"])
     paths = bench_report.write(result, tmp_path)
     assert tmp_path / "costs.json" in paths

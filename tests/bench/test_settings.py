@@ -103,6 +103,7 @@ def test_the_option_names_and_metavars_of_the_command_line():
         "--draft-tp",
         "--check-ranks",
         "--profile-steps",
+        "--no-device-guard",
         "--replot",
     ]
     usage = _bench_parser().format_usage()
@@ -119,6 +120,15 @@ def test_the_command_line_text_is_read_into_typed_settings():
     s = _settings(args)
     assert s.depths == (2, 3, 4) and s.batches == (1, 8) and s.modes == ("baseline", "specgen")
     assert s.acceptance == 0.5 and s.check is True
+
+
+def test_no_device_guard_reaches_the_config():
+    """``--no-device-guard``: the A/B of the device guard's cost (bench.json and costs.json record it)."""
+    from specgen.cli.bench import _settings
+
+    assert _settings(build_parser().parse_args(["bench"])).resolve().device_guard is True
+    s = _settings(build_parser().parse_args(["bench", "--no-device-guard", "--device", "cpu"]))
+    assert s.no_device_guard is True and s.resolve().device_guard is False
 
 
 def test_every_validated_setting_has_a_bad_case():
