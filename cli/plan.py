@@ -154,6 +154,7 @@ def register(sub) -> None:
     p.add_argument("--pipeline", help="e.g. 'sync-to-event,hoist,fuse{max-group=8},capture'")
     p.add_argument("--costs", help="JSON calibration file overriding the cost model")
     p.add_argument("--format", choices=("text", "mermaid", "json"), default="text")
+    p.add_argument("--json", dest="format", action="store_const", const="json", help="the same as --format json")
     p.add_argument("--dump-dir", help="write every stage as {idx:03d}_{pass}.txt")
     p.add_argument(
         "--compare",

@@ -12,6 +12,17 @@ figure (``draft_to_verify_us`` / ``verify_to_draft_us``) and the kernel-level
 one (``kernel_draft_to_verify_us`` / ``kernel_verify_to_draft_us``, from a
 profiled run).
 
+Besides those rows (one per boundary), ``cells`` holds one entry per (mode,
+depth, batch): the predicted bubbles (calibrated where ``--costs`` was given)
+against the kernel-level measured ones, and a predicted TPOT against the
+measured one, each with its error (``predicted - measured``, in the unit and
+as a fraction of the measurement) and whether it lies within issue 25's goal
+(``GOAL``: a bubble within max(25%, 3 us), TPOT within 10%).  The predicted
+TPOT composes a step the way the bench measures its parts: the run's draft
+graph (``draft_us``) and bare verify graph (``bare_verify_us``) plus the two
+predicted bubbles, over the run's ``tokens_per_step``; so only the model's
+bubbles separate it from the measured TPOT.
+
 How each mode is modelled:
 
 * ``baseline``: the boundary graph before passes (host-serial: syncs, host
@@ -34,7 +45,7 @@ from pathlib import Path
 
 from .common import UsageError
 
-__all__ = ["MODE_PIPELINES", "compare", "markdown", "run_compare"]
+__all__ = ["GOAL", "MODE_PIPELINES", "cells", "cells_markdown", "compare", "markdown", "run_compare", "summary"]
 
 DEFAULT = "default"
 COMPILE_PIPELINE = "sync-to-event,hoist,fuse,capture"
@@ -117,6 +128,105 @@ def compare(result: dict, costs: dict | None = None) -> list[dict]:
     return rows
 
 
+GOAL = {"bubble_rel": 0.25, "bubble_us": 3.0, "tpot_rel": 0.10}  # issue 25: max(25%, 3 us); 10%
+
+
+def _error(predicted, measured, unit: str, tolerance) -> dict:
+    """``predicted`` against ``measured``: the difference, its fraction of the measurement, within the goal."""
+    out = {f"predicted_{unit}": predicted, f"measured_{unit}": measured}
+    if predicted is None or measured is None:
+        return dict(out, **{f"error_{unit}": None, "error_rel": None, "within_goal": None})
+    err = predicted - measured
+    return dict(
+        out,
+        **{
+            f"error_{unit}": round(err, 4 if unit == "ms" else 2),
+            "error_rel": round(err / measured, 4) if measured else None,
+            "within_goal": abs(err) <= tolerance(measured),
+        },
+    )
+
+
+def _bubble(predicted, measured) -> dict:
+    return _error(predicted, measured, "us", lambda m: max(GOAL["bubble_rel"] * abs(m), GOAL["bubble_us"]))
+
+
+def predicted_tpot_ms(run: dict, d2v_us: float | None, v2d_us: float | None) -> float | None:
+    """A step as the bench measures its parts: the draft graph, the bare verify graph and the two predicted
+    bubbles; over the run's tokens per step (``tpot_ms = step_us / tokens_per_step``)."""
+    parts = (run.get("draft_us"), run.get("bare_verify_us"), d2v_us, v2d_us)
+    tps = run.get("tokens_per_step")
+    if any(p is None for p in parts) or not tps:
+        return None
+    return round(sum(parts) / tps / 1e3, 4)
+
+
+def cells(result: dict, rows: list[dict]) -> list[dict]:
+    """Per (mode, depth, batch): the predicted and the measured kernel-level draft->verify and verify->draft
+    bubbles and TPOT, with the errors; predictions from the calibrated costs where ``rows`` have them."""
+    runs = {(r["mode"], r["depth"], r["batch"]): r for r in result["runs"] if "error" not in r}
+    pred: dict[tuple, dict] = {}
+    for r in rows:
+        p = r["predicted_calibrated_us"] if r["predicted_calibrated_us"] is not None else r["predicted_default_us"]
+        pred.setdefault((r["mode"], r["depth"], r["batch"]), {})[r["boundary"]] = p
+        pred[r["mode"], r["depth"], r["batch"]]["calibrated"] = r["predicted_calibrated_us"] is not None
+    out = []
+    for key, p in pred.items():
+        run = runs[key]
+        d2v, v2d = p.get("draft-to-verify"), p.get("verify-to-draft")
+        tpot = _error(predicted_tpot_ms(run, d2v, v2d), run.get("tpot_ms"), "ms", lambda m: GOAL["tpot_rel"] * m)
+        out.append(
+            {
+                "mode": key[0],
+                "depth": key[1],
+                "batch": key[2],
+                "costs": "calibrated" if p["calibrated"] else "default",
+                "draft_to_verify": _bubble(d2v, run.get(MEASURED["draft-to-verify"][1])),
+                "verify_to_draft": _bubble(v2d, run.get(MEASURED["verify-to-draft"][1])),
+                "tpot": tpot,
+            }
+        )
+    return out
+
+
+def summary(cells: list[dict]) -> dict:
+    """How many figures were measured and how many of those the prediction meets the goal on."""
+    out = {}
+    for part in ("draft_to_verify", "verify_to_draft", "tpot"):
+        judged = [c[part]["within_goal"] for c in cells if c[part]["within_goal"] is not None]
+        out[part] = {"measured": len(judged), "within_goal": sum(judged)}
+    return out
+
+
+def _signed(v, unit: str, rel) -> str:
+    if v is None:
+        return "n/a"
+    pct = "" if rel is None else f" ({rel * 100:+.0f}%)"
+    return f"{v:+g} {unit}{pct}"
+
+
+def cells_markdown(cells: list[dict], on_cpu: bool = False) -> str:
+    """The cells as a markdown table: each figure predicted / measured and the error (``miss``: outside the goal)."""
+    head = (
+        "| mode | depth | B | costs | d->v predicted (us) | d->v measured, kernels (us) | d->v error | "
+        "v->d predicted (us) | v->d measured, kernels (us) | v->d error | TPOT predicted (ms) | "
+        "TPOT measured (ms) | TPOT error |"
+    )
+    out = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cells:
+        parts = [c["mode"], str(c["depth"]), str(c["batch"]), c["costs"]]
+        for name, unit in (("draft_to_verify", "us"), ("verify_to_draft", "us"), ("tpot", "ms")):
+            f = c[name]
+            mark = {True: "", False: " miss", None: ""}[f["within_goal"]]
+            parts += [
+                _cell(f[f"predicted_{unit}"], "n/a"),
+                _cell(f[f"measured_{unit}"], "n/a (CPU)" if on_cpu and unit == "us" else "needs a trace"),
+                _signed(f[f"error_{unit}"], unit, f["error_rel"]) + mark,
+            ]
+        out.append("| " + " | ".join(parts) + " |")
+    return "\n".join(out)
+
+
 def _cell(v, missing: str) -> str:
     return missing if v is None else f"{v:g}"
 
@@ -164,13 +274,30 @@ def run_compare(args, costs_check) -> int:
     if not rows:
         raise UsageError(f"--compare {args.compare}: no finished run of a modelled mode ({', '.join(MODE_PIPELINES)})")
     out = Path(args.compare_json) if args.compare_json else Path(args.compare).with_name("compare.json")
-    doc = {"bench": str(args.compare), "costs": args.costs, "mode_pipelines": MODE_PIPELINES, "rows": rows}
+    table = cells(result, rows)
+    doc = {
+        "bench": str(args.compare),
+        "costs": args.costs,
+        "mode_pipelines": MODE_PIPELINES,
+        "goal": GOAL,
+        "cells": table,
+        "summary": summary(table),
+        "rows": rows,
+    }
     try:
         out.write_text(json.dumps(doc, indent=1) + "\n")
     except OSError as e:
         raise UsageError(f"--compare-json {out}: cannot write it ({e.strerror or e})") from None
     on_cpu = (result.get("environment") or {}).get("clock") == "host perf_counter"
-    print(json.dumps(doc, indent=2) if args.format == "json" else markdown(rows, costs is not None, on_cpu))
-    if args.format != "json":
-        print(f"wrote {out}")
+    if args.format == "json":
+        print(json.dumps(doc, indent=2))
+        return 0
+    print(cells_markdown(table, on_cpu))
+    tally = ", ".join(f"{k} {v['within_goal']}/{v['measured']}" for k, v in doc["summary"].items())
+    print(
+        f"\nwithin the goal (bubbles max({GOAL['bubble_rel']:.0%}, {GOAL['bubble_us']:g} us), TPOT "
+        f"{GOAL['tpot_rel']:.0%}), of the measured cells: {tally}\n"
+    )
+    print(markdown(rows, costs is not None, on_cpu))
+    print(f"wrote {out}")
     return 0

@@ -1,0 +1,152 @@
+"""``specgen plan --compare``'s cells: predicted against measured bubbles (kernel level) and TPOT, with errors.
+
+What is checked is what the tool computes from its inputs: a synthetic case
+whose errors are known by hand, and the recorded H200 pair replayed, every
+error recomputed from the figures in the files.  Whether the model meets
+issue 25's goal on a fresh H200 sweep is that sweep's question, not this one's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import specgen
+from specgen.cli import main
+from specgen.cli.plan_compare import GOAL, cells, predicted_tpot_ms, summary
+
+RECORDED = Path(specgen.__file__).parent / "benchmarks/results/performance/qwen3-0.6b"
+
+
+def _row(boundary, predicted, calibrated=None, mode="specgen"):
+    return {
+        "boundary": boundary,
+        "mode": mode,
+        "depth": 3,
+        "batch": 1,
+        "predicted_default_us": predicted,
+        "predicted_calibrated_us": calibrated,
+    }
+
+
+RUN = {
+    "mode": "specgen",
+    "depth": 3,
+    "width": 4,
+    "batch": 1,
+    "draft_us": 100.0,
+    "bare_verify_us": 800.0,
+    "tokens_per_step": 2.0,
+    "tpot_ms": 0.5,
+    "kernel_draft_to_verify_us": 8.0,
+    "kernel_verify_to_draft_us": 20.0,
+}
+
+
+def test_errors_of_a_synthetic_cell_known_by_hand():
+    rows = [_row("draft-to-verify", 99.0, calibrated=10.0), _row("verify-to-draft", 99.0, calibrated=30.0)]
+    (c,) = cells({"runs": [RUN]}, rows)
+    assert c["costs"] == "calibrated"  # the calibrated prediction, not the default one
+    # d->v: 10 against 8: +2 us, +25%; within max(25% of 8, 3 us) = 3 us
+    assert c["draft_to_verify"] == {
+        "predicted_us": 10.0,
+        "measured_us": 8.0,
+        "error_us": 2.0,
+        "error_rel": 0.25,
+        "within_goal": True,
+    }
+    # v->d: 30 against 20: +10 us, +50%; outside max(5 us, 3 us)
+    assert c["verify_to_draft"]["error_us"] == 10.0 and c["verify_to_draft"]["error_rel"] == 0.5
+    assert c["verify_to_draft"]["within_goal"] is False
+    # TPOT: (100 + 800 + 10 + 30) us / 2 tokens = 0.47 ms against 0.5 ms: -0.03 ms, -6%, within 10%
+    assert c["tpot"] == {
+        "predicted_ms": 0.47,
+        "measured_ms": 0.5,
+        "error_ms": -0.03,
+        "error_rel": -0.06,
+        "within_goal": True,
+    }
+    assert summary([c]) == {
+        "draft_to_verify": {"measured": 1, "within_goal": 1},
+        "verify_to_draft": {"measured": 1, "within_goal": 0},
+        "tpot": {"measured": 1, "within_goal": 1},
+    }
+    # no calibration: the default prediction; no trace: nothing to judge
+    run = dict(RUN, kernel_verify_to_draft_us=None)
+    (d,) = cells({"runs": [run]}, [_row("draft-to-verify", 5.0), _row("verify-to-draft", 4.0)])
+    assert d["costs"] == "default" and d["draft_to_verify"]["error_us"] == -3.0
+    assert d["draft_to_verify"]["within_goal"] is True  # 3 us off: the goal's floor
+    assert d["verify_to_draft"]["within_goal"] is None and d["verify_to_draft"]["error_us"] is None
+    assert summary([d])["verify_to_draft"] == {"measured": 0, "within_goal": 0}
+
+
+def test_the_goal_is_the_issues():
+    assert GOAL == {"bubble_rel": 0.25, "bubble_us": 3.0, "tpot_rel": 0.10}
+    assert predicted_tpot_ms({"draft_us": 1.0}, 1.0, 1.0) is None  # a missing part: no prediction
+
+
+def test_compare_a_synthetic_bench_end_to_end(tmp_path, capsys):
+    """Through the CLI: the passes' own prediction for the run, the errors against the bench's figures."""
+    from specgen.passes import DEFAULT_PIPELINE, bubble_us, build_boundary, run_pipeline
+
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"layout": {"block_size": 16, "block_table_width": 32}, "runs": [RUN]}))
+    assert main(["plan", "--compare", str(bench), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    kw = dict(width=4, batch=1, block_size=16, block_table_width=32, draft_us=100.0 / 3, forward_us=800.0)
+    pred = {
+        b: round(bubble_us(run_pipeline(build_boundary(b, **kw), DEFAULT_PIPELINE)[0]), 2)
+        for b in ("draft-to-verify", "verify-to-draft")
+    }
+    (c,) = doc["cells"]
+    assert c["draft_to_verify"]["predicted_us"] == pred["draft-to-verify"]
+    assert c["draft_to_verify"]["error_us"] == pytest.approx(pred["draft-to-verify"] - 8.0, abs=0.01)
+    tpot = round((900.0 + pred["draft-to-verify"] + pred["verify-to-draft"]) / 2.0 / 1e3, 4)
+    assert c["tpot"]["predicted_ms"] == tpot
+    assert doc["goal"] == GOAL and doc["summary"]["tpot"]["measured"] == 1
+    assert main(["plan", "--compare", str(bench)]) == 0
+    out = capsys.readouterr().out
+    assert "| specgen | 3 | 1 | default |" in out and "within the goal" in out
+    assert "| draft-to-verify | specgen | 3 | 1 |" in out  # the per-boundary table follows
+
+
+def test_replay_the_recorded_h200_pair(tmp_path, capsys):
+    """The recorded bench.json and costs.json: one cell per finished run, each error recomputed from the files."""
+    bench, costs = RECORDED / "bench.json", RECORDED / "costs.json"
+    out = tmp_path / "compare.json"
+    assert main(["plan", "--compare", str(bench), "--costs", str(costs), "--compare-json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    runs = {(r["mode"], r["depth"], r["batch"]): r for r in json.loads(bench.read_text())["runs"]}
+    rows = {(r["boundary"], r["mode"], r["depth"], r["batch"]): r for r in doc["rows"]}
+    assert len(doc["cells"]) == len(runs) == 36
+    assert {(c["mode"], c["depth"], c["batch"]) for c in doc["cells"]} == set(runs)
+    for c in doc["cells"]:
+        key = (c["mode"], c["depth"], c["batch"])
+        run = runs[key]
+        assert c["costs"] == "calibrated"
+        for part, boundary, field in (
+            ("draft_to_verify", "draft-to-verify", "kernel_draft_to_verify_us"),
+            ("verify_to_draft", "verify-to-draft", "kernel_verify_to_draft_us"),
+        ):
+            f = c[part]
+            assert f["predicted_us"] == rows[(boundary, *key)]["predicted_calibrated_us"]
+            assert f["measured_us"] == run[field]
+            assert f["error_us"] == pytest.approx(f["predicted_us"] - f["measured_us"], abs=0.006)
+            assert f["error_rel"] == pytest.approx((f["predicted_us"] - f["measured_us"]) / f["measured_us"], abs=1e-4)
+            tol = max(0.25 * f["measured_us"], 3.0)
+            assert f["within_goal"] == (abs(f["predicted_us"] - f["measured_us"]) <= tol)
+        t = c["tpot"]
+        parts = run["draft_us"] + run["bare_verify_us"]
+        parts += c["draft_to_verify"]["predicted_us"] + c["verify_to_draft"]["predicted_us"]
+        assert t["predicted_ms"] == pytest.approx(parts / run["tokens_per_step"] / 1e3, abs=1e-4)
+        assert t["measured_ms"] == run["tpot_ms"]
+        assert t["within_goal"] == (abs(t["predicted_ms"] - t["measured_ms"]) <= 0.1 * t["measured_ms"])
+    s = doc["summary"]
+    for part in ("draft_to_verify", "verify_to_draft", "tpot"):
+        assert s[part]["measured"] == 36
+        assert s[part]["within_goal"] == sum(c[part]["within_goal"] for c in doc["cells"])
+    lines = printed.splitlines()
+    assert sum(ln.startswith("| specgen | ") for ln in lines) == 9 and any(" miss |" in ln for ln in lines)
