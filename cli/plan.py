@@ -25,6 +25,7 @@ def run(args) -> int:
         DEFAULT_PIPELINE,
         BoundaryGraphError,
         CostModel,
+        PassContext,
         PassManager,
         PassPipelineError,
         build_boundary,
@@ -60,7 +61,8 @@ def run(args) -> int:
             pm = PassManager.from_text(_pipeline(args.pipeline or DEFAULT_PIPELINE), dump_dir=dump_dir)
         except ValueError as e:  # an option value that is not a number
             raise UsageError(f"--pipeline: {e}") from None
-        after = pm.run(before)
+        ctx = PassContext(model=model)  # the passes decide with the calibration too
+        after = pm.run(before, ctx)
     except (BoundaryGraphError, PassPipelineError) as e:
         raise UsageError(str(e)) from None
     if args.format == "json":

@@ -4,6 +4,7 @@ What the command line and the driver use::
 
     before = build_boundary("draft-to-verify", width=4, batch=8)
     after, ctx = run_pipeline(before)          # DEFAULT_PIPELINE, verified after every pass
+    after, ctx = run_pipeline(before, model=CostModel.from_json("costs.json"))  # deciding with a calibration
     summary(before)["predicted_bubble_us"], summary(after)["predicted_bubble_us"]
 
 Layout: ``ir/`` holds the IR and what reads it (analyses, ordering,
@@ -13,6 +14,7 @@ it; ``manager`` holds the registry and the pass manager; ``plan`` turns the
 pipeline's output into the ``Plan`` records codegen and the runtime use.
 """
 
+from .base import PassContext
 from .boundaries import build_boundary
 from .ir import BoundaryGraphError
 from .ir.cost import CostModel, bubble_us
@@ -25,6 +27,7 @@ __all__ = [
     "PASSES",
     "BoundaryGraphError",
     "CostModel",
+    "PassContext",
     "PassManager",
     "PassPipelineError",
     "bubble_us",

@@ -22,7 +22,6 @@ from ..specializations.plan import PlanStep
 from .base import PassContext, no_worse
 from .ir import BoundaryGraph, Op, OpKind, variant_of
 from .ir.analysis import Ordering
-from .ir.cost import IN_GRAPH_COPY_US, IN_GRAPH_KERNEL_US
 from .ir.ordering import order_with_events
 
 ENTERS = {OpKind.DEVICE_KERNEL, OpKind.H2D, OpKind.D2H}
@@ -74,7 +73,7 @@ class Capture:
         head, tail = self._movable(ctx, graph, head, replay, tail)
         while head or tail:
             candidate = self._rebuild(graph, replay, head, tail, waits)
-            if no_worse(None, self.name, graph, candidate) is candidate:
+            if no_worse(None, self.name, graph, candidate, model=ctx.model) is candidate:
                 return candidate
             dropped = head.pop(0) if head else tail.pop()
             ctx.note(self.name, f"'{dropped.name}' stays outside the graph: inside it would lengthen the bubble")
@@ -157,8 +156,9 @@ class Capture:
                 "graph_steps": tuple(steps),
                 "captured_kernels": replay.attr("captured_kernels", 0) + len(head) + len(tail) - n_copies,
                 "head_ops": replay.attr("head_ops", 0) + len(head),
-                "tail_us": replay.attr("tail_us", 0.0)
-                + sum(IN_GRAPH_COPY_US if m.kind is not OpKind.DEVICE_KERNEL else IN_GRAPH_KERNEL_US for m in tail),
+                # the captured work after the replay's own (priced by the cost model in use, see ``bubble_us``)
+                "tail_kernels": replay.attr("tail_kernels", 0) + sum(m.kind is OpKind.DEVICE_KERNEL for m in tail),
+                "tail_copies": replay.attr("tail_copies", 0) + sum(m.kind is not OpKind.DEVICE_KERNEL for m in tail),
                 "captured_copies": replay.attr("captured_copies", 0) + n_copies,
                 "kernel_families": tuple(replay.attr("kernel_families", ())) + variants,
             },

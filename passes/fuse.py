@@ -42,7 +42,7 @@ class Fuse:
         for fam, members in groups.items():
             try:
                 fused = order_with_events(self._fuse(graph, fam, members))
-                if no_worse(None, self.name, graph, fused) is graph:
+                if no_worse(None, self.name, graph, fused, model=ctx.model) is graph:
                     raise WhyNoFuse(fam, "the fused op would lengthen the bubble")
                 graph = fused
             except WhyNoFuse as why:

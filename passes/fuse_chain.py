@@ -52,7 +52,7 @@ class FuseChain:
                     missing = [fam for fam, f in zip(member_fams, found) if len(f) != 1]
                     raise WhyNoFuse(comp, "members %s are not each one fused op", ", ".join(missing))
                 fused = order_with_events(self._chain(graph, comp, [f[0] for f in found]))
-                if no_worse(None, self.name, graph, fused) is graph:
+                if no_worse(None, self.name, graph, fused, model=ctx.model) is graph:
                     raise WhyNoFuse(comp, "the composite would lengthen the bubble")
                 graph = fused
             except WhyNoFuse as why:

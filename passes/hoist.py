@@ -34,7 +34,7 @@ class Hoist:
         in_bubble = set(between(graph))
         for allowed in (None, in_bubble):
             candidate, moved = self._hoist(graph, allowed)
-            if no_worse(None, self.name, graph, candidate) is candidate:
+            if no_worse(None, self.name, graph, candidate, model=ctx.model) is candidate:
                 if moved:
                     ctx.note(
                         self.name, f"moved {len(moved)} op(s) ahead of '{graph.start}'s completion: " + ", ".join(moved)

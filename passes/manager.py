@@ -20,6 +20,7 @@ from .fuse import Fuse
 from .fuse_chain import FuseChain
 from .hoist import Hoist
 from .ir import BoundaryGraph, BoundaryGraphError
+from .ir.cost import CostModel
 from .ir.render import render_text
 from .ir.verify import verify
 from .sync_to_event import SyncToEvent
@@ -122,7 +123,10 @@ class PassManager:
             (self.dump_dir / f"{idx:03d}_{name}.txt").write_text(render_text(graph))
 
 
-def run_pipeline(graph: BoundaryGraph, pipeline: str = DEFAULT_PIPELINE, **kw) -> tuple[BoundaryGraph, PassContext]:
-    """Run ``pipeline`` on ``graph``; returns the result and the notes the passes left."""
-    ctx = PassContext()
+def run_pipeline(
+    graph: BoundaryGraph, pipeline: str = DEFAULT_PIPELINE, model: CostModel | None = None, **kw
+) -> tuple[BoundaryGraph, PassContext]:
+    """Run ``pipeline`` on ``graph``, its passes deciding with ``model`` (None: the default costs); returns the
+    result and the notes the passes left."""
+    ctx = PassContext(model=model)
     return PassManager.from_text(pipeline, **kw).run(graph, ctx), ctx

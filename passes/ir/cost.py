@@ -174,11 +174,17 @@ def bubble_us(graph: BoundaryGraph, model: CostModel | None = None, sched: Sched
     """From the start op finishing to the end op's own work starting.
 
     A replay whose graph begins with captured update kernels starts its
-    forward only after them, so they count as bubble too.
+    forward only after them, so they count as bubble too; one that ends with
+    captured work (the verify tail) finished its forward that much earlier.
+    Both are priced with ``model``'s in-graph costs.
     """
     model = model or CostModel()
     s = sched or simulate(graph, model)
     end, start = graph.op(graph.end), graph.op(graph.start)
     head = end.attr("head_ops", 0) * model.in_graph_kernel if end.kind is OpKind.GRAPH_REPLAY else 0.0
-    tail = start.attr("tail_us", 0.0) if start.kind is OpKind.GRAPH_REPLAY else 0.0
+    tail = 0.0
+    if start.kind is OpKind.GRAPH_REPLAY:  # captured work after the forward ends the boundary's start
+        tail = (
+            start.attr("tail_kernels", 0) * model.in_graph_kernel + start.attr("tail_copies", 0) * model.in_graph_copy
+        )
     return max(0.0, s.start[graph.end] + head - (s.finish[graph.start] - tail))
