@@ -11,8 +11,9 @@
 # Stages: tests (the hybrid's GPU tests: kernels against torch and fla-core, every mode and draft kind in CUDA
 # graphs, the runtime cases, the 10k-replay soak), sanitize (compute-sanitizer memcheck over the Triton kernels'
 # cases and the linear-state families' CUDA fuzz), speed (benchmarks/hybrid_speed.py: bare verify against bare
-# decode, the head's linear-state member), bench (specgen bench --model qwen3.5-2b, depth 3, four modes).
-# Usage: benchmarks/h200_hybrid.sh OUT_DIR [tests] [sanitize] [speed] [bench]
+# decode, the head's linear-state member), sweep (benchmarks/skinny_gemm_sweep.py over the model's weight shapes),
+# bench (specgen bench --model qwen3.5-2b, depth 3, four modes; TAG=name writes bench_name/ and bench_name.log).
+# Usage: benchmarks/h200_hybrid.sh OUT_DIR [tests] [sanitize] [speed] [sweep] [bench]
 set -u
 out=$1; shift
 mkdir -p "$out"
@@ -44,13 +45,16 @@ for stage in "$@"; do
       echo "memcheck linear-state families: exit $?"; grep -E "ERROR SUMMARY|passed|failed" "$out/sanitize_linear_families.txt" | tail -2 ;;
     speed) python3 benchmarks/hybrid_speed.py --model qwen3.5-2b --batch 1,8,32 --width 4 --context 1024 --torch \
              --kernels build/specgen_kernels --out "$out/hybrid_speed.json" 2>&1 | tail -8 ;;
+    sweep) python3 benchmarks/skinny_gemm_sweep.py --model qwen3.5-2b --out "$out/skinny_gemm_sweep.json" \
+             > "$out/skinny_gemm_sweep.log" 2>&1
+      echo "sweep: exit $?"; tail -12 "$out/skinny_gemm_sweep.log" ;;
     bench)
       # a 16-block table (2048 positions) holds the 1024-token prompts and the steps; the MTP head's
       # attention gathers its whole table
       specgen bench --model qwen3.5-2b --depth 3 --batch ${BATCHES:-1,8,32} --steps ${STEPS:-48} --profile-steps 8 \
         --warmup 5 --modes ${MODES:-baseline,compile,inductor,specgen} --acceptance 0.7 --prompt-len 1024 \
-        --block-size 128 --block-table-width 16 --kernels build/hybrid_bench_kernels --out "$out/bench_qwen3.5-2b" \
-        > "$out/bench.log" 2>&1
-      echo "bench qwen3.5-2b: exit $?"; grep -v "^frame #" "$out/bench.log" | grep -v "^bench: \[" | tail -24 ;;
+        --block-size 128 --block-table-width 16 --kernels build/hybrid_bench_kernels --out "$out/bench_${TAG:-qwen3.5-2b}" \
+        > "$out/bench_${TAG:-qwen3.5-2b}.log" 2>&1
+      echo "bench qwen3.5-2b: exit $?"; grep -v "^frame #" "$out/bench_${TAG:-qwen3.5-2b}.log" | grep -v "^bench: \[" | tail -24 ;;
   esac
 done

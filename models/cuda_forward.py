@@ -96,6 +96,9 @@ class FastBatch:
     query_start_loc: torch.Tensor  # [B + 1]
     rows_per_seq: int
     rope_theta: float
+    row_index: torch.Tensor | None = None  # [B, R] flat rows (the hybrid's linear layers read them)
+    rotary_dim: int = 0  # the rotated leading dims of a head (partial RoPE; the dense forward rotates all)
+    kv_start: int = 0  # keys below this position are not attended (an MTP head's cache)
 
 
 _INV_FREQ: dict[tuple, torch.Tensor] = {}

@@ -37,7 +37,7 @@ from torch import nn
 
 from . import qwen3_5_fast
 from .checkpoint import load_folder
-from .cuda_forward import FastBatch
+from .cuda_forward import FastBatch, materialize
 from .gated_deltanet import GatedDeltaNet, LinearStatePool
 from .paged_kv import AttentionBatch, PagedKVCache
 from .qwen3 import EMBED_STD, LOGIT_STD, MLP, ModelConfig, build_on, partial_rope
@@ -90,7 +90,7 @@ class GatedAttention(nn.Module):
 class HybridBatch:
     """One forward's metadata and state for every layer: attention's, and the linear state's slots."""
 
-    attention: AttentionBatch
+    attention: AttentionBatch | None  # the torch path's (None on the Triton path, which reads ``fast``)
     kv_cache: PagedKVCache | None
     pool: LinearStatePool | None
     state_read: torch.Tensor  # [B] slot each sequence starts from, -1: zeros
@@ -320,13 +320,17 @@ class Qwen35Model(nn.Module):
         states at ``state_write``.  With ``taps`` a third output holds those layers' outputs
         concatenated, ``[N, len(taps) * H]``."""
         cfg = self.config
+        fast = qwen3_5_fast.fast_batch(
+            self.hybrid_kernels, positions, slot_mapping, block_table, kv_lens, query_start_loc, rows_per_seq, cfg
+        )
+        if fast is not None:
+            return self._forward_fast(
+                tokens, taps, HybridBatch(None, self.kv_cache, self.linear_state, state_read, state_write, fast)
+            )
         attention = AttentionBatch.build(
             positions, slot_mapping, block_table, kv_lens, query_start_loc, rows_per_seq, cfg.rotary_dim, cfg.rope_theta
         )
-        fast = qwen3_5_fast.fast_batch(
-            self.hybrid_kernels, positions, slot_mapping, block_table, kv_lens, query_start_loc, rows_per_seq, 0.0
-        )
-        batch = HybridBatch(attention, self.kv_cache, self.linear_state, state_read, state_write, fast)
+        batch = HybridBatch(attention, self.kv_cache, self.linear_state, state_read, state_write)
         x = self.embed_tokens(tokens.long())
         tapped = []
         for i, layer in enumerate(self.layers):
@@ -334,6 +338,20 @@ class Qwen35Model(nn.Module):
             if i in taps:
                 tapped.append(x)
         out = x, self.logits(x)
+        return (*out, torch.cat(tapped, dim=-1)) if taps else out
+
+    def _forward_fast(self, tokens, taps: tuple[int, ...], batch: HybridBatch):
+        """``forward`` on the Triton path: each layer's MLP output carried into the next layer's first norm
+        launch (materialised only at a tapped layer), the last one into the final norm's."""
+        x, delta = self.embed_tokens(tokens.long()), None
+        tapped = []
+        for i, layer in enumerate(self.layers):
+            x, delta = qwen3_5_fast.layer_carry(layer, x, delta, batch)
+            if i in taps:
+                x, delta = materialize(x, delta), None
+                tapped.append(x)
+        x, h = qwen3_5_fast.final_norm(self.norm, x, delta)
+        out = x, self.project(h)
         return (*out, torch.cat(tapped, dim=-1)) if taps else out
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import cuda_forward, qwen3_5_fast
 from .errors import EngineError
 from .mtp_head import MTPHead
 from .paged_kv import AttentionBatch, PagedKVCache
@@ -120,15 +121,27 @@ class Qwen35MTPHead(MTPHead):
         self.kv_cache = PagedKVCache(1, num_blocks, block_size, attn.num_kv_heads, attn.head_dim, w.dtype, w.device)
         return self.kv_cache
 
+    def _fast(self) -> bool:
+        """Whether the head runs the target's Triton path (``Qwen35Model.hybrid_kernels``) on this device."""
+        w = self.fc.weight
+        return cuda_forward.use_triton(self._target[0].hybrid_kernels, w.device)
+
     def from_target(self, hidden: torch.Tensor) -> torch.Tensor:
         """The target's pre-norm hidden state as this head reads it: after the target's final norm."""
-        return self._target[0].norm(hidden)
+        norm = self._target[0].norm
+        if self._fast():
+            return qwen3_5_fast.final_norm(norm, hidden.contiguous(), None)[1]
+        return norm(hidden)
 
     def forward(
         self, tokens, positions, slot_mapping, hidden_in, block_table, kv_lens, query_start_loc, rows_per_seq: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``tokens[N], hidden_in[N, H] -> (h[N, H], logits[N, V])``; ``h`` is what a chained step reads."""
         target, cfg = self._target[0], self.config
+        if self._fast():
+            return self._forward_fast(
+                tokens, positions, slot_mapping, hidden_in, block_table, kv_lens, query_start_loc, rows_per_seq
+            )
         attention = AttentionBatch.build(
             positions, slot_mapping, block_table, kv_lens, query_start_loc, rows_per_seq, cfg.rotary_dim, cfg.rope_theta
         )
@@ -137,4 +150,31 @@ class Qwen35MTPHead(MTPHead):
         e = self.pre_fc_norm_embedding(target.embed_tokens(tokens.long()))
         x = self.fc(torch.cat([e, self.pre_fc_norm_hidden(hidden_in.to(e.dtype))], dim=-1))
         h = self.norm(self.layer(x, batch))
+        return h, F.linear(h, target.lm_head_weight)
+
+    def _forward_fast(
+        self, tokens, positions, slot_mapping, hidden_in, block_table, kv_lens, query_start_loc, rows_per_seq: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``forward`` on the target's Triton path: the two input norms and the final one ``add_rms_norm``
+        launches, the layer ``qwen3_5_fast``'s (paged attention from position 1), the LM head one GEMM."""
+        target, cfg = self._target[0], self.config
+        fast = qwen3_5_fast.fast_batch(
+            target.hybrid_kernels,
+            positions,
+            slot_mapping,
+            block_table,
+            kv_lens,
+            query_start_loc,
+            rows_per_seq,
+            cfg,
+            kv_start=1,
+            row_index=False,
+        )
+        e = qwen3_5_fast.final_norm(self.pre_fc_norm_embedding, target.embed_tokens(tokens.long()), None)[1]
+        hn = qwen3_5_fast.final_norm(self.pre_fc_norm_hidden, hidden_in.to(e.dtype).contiguous(), None)[1]
+        both = torch.cat([e, hn], dim=-1)
+        x = cuda_forward.linear(both, self.fc.weight) if type(self.fc) is nn.Linear else self.fc(both)
+        batch = HybridBatch(None, self.kv_cache, None, None, None, fast)
+        x, delta = qwen3_5_fast.layer_carry(self.layer, x, None, batch)
+        _, h = qwen3_5_fast.final_norm(self.norm, x, delta)
         return h, F.linear(h, target.lm_head_weight)

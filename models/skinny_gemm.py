@@ -2,23 +2,56 @@
 
 cuBLAS runs these shapes at a fraction of the memory bandwidth (a 1024-wide
 output is 16 tiles: 16 SMs stream the whole weight).  Here each program
-streams a ``BLOCK_N x K / splits`` slab of the weight; with more than one
+streams a ``block_n x K / splits`` slab of the weight; with more than one
 split the result is float32 partial sums ``[splits, M, N]`` that the consumer
 adds up (``fast_kernels.add_rms_norm`` takes them as its ``y``), so the split
 costs no extra launch.  On by default for at most ``MAX_ROWS`` rows
-(``SPECGEN_SKINNY_GEMM=0`` turns it off), measured by ``benchmarks/forward_speed.py``.
+(``SPECGEN_SKINNY_GEMM=0`` turns it off).
+
+The tile and split per weight shape come from ``TUNED`` where the shape was
+measured on the H200 (``benchmarks/skinny_gemm_sweep.py``), else from
+``heuristic``.  ``SPECGEN_SKINNY_TABLE=sweep.json`` takes the table of a
+sweep run on another GPU instead (its entries replace ``TUNED``'s).
 """
 
 from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
 MAX_ROWS = 16
-BLOCK_N = 64
-BLOCK_K = 128
-TARGET_PROGRAMS = 132
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+TARGET_PROGRAMS = 132  # one wave of an H200's SMs
+
+
+class Config(NamedTuple):
+    block_n: int
+    block_k: int
+    splits: int
+    warps: int
+    stages: int
+
+
+# (N, K, partial allowed) -> config, from benchmarks/skinny_gemm_sweep.py on the H200 (the best median of the
+# shape's row counts 1..16); see benchmarks/results/skinny_gemm/
+TUNED: dict[tuple[int, int, bool], Config] = {}
+
+
+@triton.jit
+def _step(x, w, acc, m, n, k_lo, M, N, K, BLOCK_K: tl.constexpr, IEEE: tl.constexpr):
+    """``acc += x[:, k] @ w[n, k].T`` over ``k = k_lo .. k_lo + BLOCK_K`` (past ``K``: nothing)."""
+    k = k_lo + tl.arange(0, BLOCK_K)
+    xt = tl.load(x + m[:, None].to(tl.int64) * K + k[None, :], mask=(m[:, None] < M) & (k[None, :] < K), other=0.0)
+    wt = tl.load(w + n[:, None].to(tl.int64) * K + k[None, :], mask=(n[:, None] < N) & (k[None, :] < K), other=0.0)
+    if IEEE:
+        return acc + tl.dot(xt, tl.trans(wt), input_precision="ieee")
+    return acc + tl.dot(xt, tl.trans(wt))
 
 
 @triton.jit
@@ -29,70 +62,106 @@ def _skinny_gemm_kernel(
     M,
     N,
     K,
-    K_PER_SPLIT: tl.constexpr,
+    k_per_split,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    SPLITS: tl.constexpr,
+    PARTIAL: tl.constexpr,
     IEEE: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     pn = tl.program_id(0)
     ps = tl.program_id(1)
     m = tl.arange(0, BLOCK_M)
     n = pn * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for kk in range(0, K_PER_SPLIT, BLOCK_K):
-        k = ps * K_PER_SPLIT + kk + tl.arange(0, BLOCK_K)
-        xt = tl.load(x + m[:, None].to(tl.int64) * K + k[None, :], mask=(m[:, None] < M) & (k[None, :] < K), other=0.0)
-        wt = tl.load(w + n[:, None].to(tl.int64) * K + k[None, :], mask=(n[:, None] < N) & (k[None, :] < K), other=0.0)
-        if IEEE:
-            acc += tl.dot(xt, tl.trans(wt), input_precision="ieee")
-        else:
-            acc += tl.dot(xt, tl.trans(wt))
-    ok = (m[:, None] < M) & (n[None, :] < N)
-    if SPLITS == 1:
-        tl.store(out + m[:, None].to(tl.int64) * N + n[None, :], acc.to(out.dtype.element_ty), mask=ok)
+    k0 = ps * k_per_split
+    if INTERPRET:  # the interpreter cannot take tensor bounds in range(); same steps, same order
+        kk = 0
+        while kk < k_per_split:
+            acc = _step(x, w, acc, m, n, k0 + kk, M, N, K, BLOCK_K, IEEE)
+            kk += BLOCK_K
     else:
+        for kk in range(0, k_per_split, BLOCK_K):  # a for loop: Triton pipelines its loads
+            acc = _step(x, w, acc, m, n, k0 + kk, M, N, K, BLOCK_K, IEEE)
+    ok = (m[:, None] < M) & (n[None, :] < N)
+    if PARTIAL:
         tl.store(out + (ps * M + m[:, None].to(tl.int64)) * N + n[None, :], acc, mask=ok)
+    else:
+        tl.store(out + m[:, None].to(tl.int64) * N + n[None, :], acc.to(out.dtype.element_ty), mask=ok)
+
+
+@functools.cache
+def _table(path: str | None) -> dict[tuple[int, int, bool], Config]:
+    """``TUNED``, with a sweep's table from ``path`` over it."""
+    table = dict(TUNED)
+    if path:
+        with open(path) as f:
+            for key, cfg in json.load(f)["table"].items():
+                n, k, partial = key.split(",")
+                table[(int(n), int(k), partial == "True")] = Config(*cfg)
+    return table
+
+
+def heuristic(n: int, k: int, partial: bool) -> Config:
+    """The tile for a shape nobody measured: 64-wide tiles, K split (where allowed) for one wave."""
+    block_n, block_k = 64, 128
+    tiles = -(-n // block_n)
+    s = 1
+    while partial and tiles * s * 2 <= TARGET_PROGRAMS and k // (s * 2) >= 2 * block_k:
+        s *= 2
+    return Config(block_n, block_k, s, 4, 3)
+
+
+def config_for(n: int, k: int, partial: bool, dtype: torch.dtype = torch.bfloat16) -> Config:
+    """The measured config of an ``[n, k]`` weight, else ``heuristic``'s; float32 (the tests' dtype) takes
+    the heuristic's tiles with two stages (its tiles are twice the bytes)."""
+    if dtype == torch.float32:
+        return heuristic(n, k, partial)._replace(stages=2)
+    table = _table(os.environ.get("SPECGEN_SKINNY_TABLE") or None)
+    tuned = table.get((n, k, partial))
+    if tuned is None and partial:
+        tuned = table.get((n, k, False))
+    return tuned if tuned is not None else heuristic(n, k, partial)
 
 
 def splits_for(n: int, k: int) -> int:
-    """K splits: enough programs for one wave, each still at least two ``BLOCK_K`` steps."""
-    tiles = -(-n // BLOCK_N)
-    s = 1
-    while tiles * s * 2 <= TARGET_PROGRAMS and k // (s * 2) >= 2 * BLOCK_K:
-        s *= 2
-    return s
+    """K splits of a partial-sum product of an ``[n, k]`` bfloat16 weight."""
+    return config_for(n, k, True).splits
 
 
-def skinny_gemm(x: torch.Tensor, w: torch.Tensor, partial: bool = False) -> torch.Tensor:
+def skinny_gemm(x: torch.Tensor, w: torch.Tensor, partial: bool = False, config: Config | None = None) -> torch.Tensor:
     """``x [M, K] @ w [N, K].T``: ``[M, N]`` in ``x``'s dtype, or with ``partial`` possibly float32
-    partials ``[splits, M, N]`` (a 2-D result when one split suffices)."""
+    partials ``[splits, M, N]`` (a 2-D result when one split suffices).  ``config`` overrides the tile."""
     m, k = x.shape
     n = w.shape[0]
     if m > MAX_ROWS:
         raise ValueError(f"skinny_gemm takes at most {MAX_ROWS} rows, not {m}")
-    splits = splits_for(n, k) if partial else 1
+    cfg = config or config_for(n, k, partial, x.dtype)
+    splits = cfg.splits if partial else 1
     per = -(-k // splits)
-    per = -(-per // BLOCK_K) * BLOCK_K
+    per = -(-per // cfg.block_k) * cfg.block_k
+    splits = -(-k // per)  # a split past K would only write zeros
     out = (
         torch.empty(splits, m, n, dtype=torch.float32, device=x.device)
         if splits > 1
         else torch.empty(m, n, dtype=x.dtype, device=x.device)
     )
-    _skinny_gemm_kernel[(-(-n // BLOCK_N), splits)](
+    _skinny_gemm_kernel[(-(-n // cfg.block_n), splits)](
         x.contiguous(),
         w,
         out,
         m,
         n,
         k,
-        K_PER_SPLIT=per,
+        per,
         BLOCK_M=16,
-        BLOCK_N=BLOCK_N,
-        BLOCK_K=BLOCK_K,
-        SPLITS=splits,
+        BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k,
+        PARTIAL=splits > 1,
         IEEE=x.dtype == torch.float32,
-        num_stages=3 if x.dtype != torch.float32 else 2,
+        INTERPRET=INTERPRETED,
+        num_warps=cfg.warps,
+        num_stages=cfg.stages,
     )
     return out

@@ -44,6 +44,7 @@ def _attend_chunk(
     b,
     kvh,
     kv_len,
+    kv_start,
     scale,
     num_slots,
     KVH: tl.constexpr,
@@ -53,7 +54,8 @@ def _attend_chunk(
     BLOCK_N: tl.constexpr,
     IEEE: tl.constexpr,
 ):
-    """Keys ``c * BLOCK_N ..`` folded into the online softmax ``(m_i, l_i, acc)``."""
+    """Keys ``c * BLOCK_N ..`` folded into the online softmax ``(m_i, l_i, acc)``; keys below ``kv_start``
+    are not attended."""
     d = tl.arange(0, D)
     kpos = c * BLOCK_N + tl.arange(0, BLOCK_N)
     in_seq = kpos < kv_len
@@ -67,7 +69,7 @@ def _attend_chunk(
         s = tl.dot(qt, tl.trans(kt), input_precision="ieee")
     else:
         s = tl.dot(qt, tl.trans(kt))
-    visible = k_ok[None, :] & (kpos[None, :] <= q_pos[:, None])
+    visible = k_ok[None, :] & (kpos[None, :] <= q_pos[:, None]) & (kpos[None, :] >= kv_start)
     s = tl.where(visible, s * scale, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -95,6 +97,7 @@ def _paged_attention_kernel(
     part_acc,
     scale,
     num_slots,
+    kv_start,
     R: tl.constexpr,
     G: tl.constexpr,
     H: tl.constexpr,
@@ -145,6 +148,7 @@ def _paged_attention_kernel(
                 b,
                 kvh,
                 kv_len,
+                kv_start,
                 scale,
                 num_slots,
                 KVH,
@@ -170,6 +174,7 @@ def _paged_attention_kernel(
                 b,
                 kvh,
                 kv_len,
+                kv_start,
                 scale,
                 num_slots,
                 KVH,
@@ -248,8 +253,10 @@ def paged_attention(
     query_start_loc: torch.Tensor,
     rows_per_seq: int,
     block_size: int,
+    kv_start: int = 0,
 ) -> torch.Tensor:
-    """``q [N, H, D]`` over the paged cache ``[S+1, KVH, D]`` -> ``[N, H, D]`` (rows not in a sequence: 0)."""
+    """``q [N, H, D]`` over the paged cache ``[S+1, KVH, D]`` -> ``[N, H, D]`` (rows not in a sequence: 0);
+    keys at positions below ``kv_start`` are not attended (an MTP head's cache that begins at position 1)."""
     n, h, d = q.shape
     b, bt = block_table.shape
     kvh = k_cache.shape[1]
@@ -281,6 +288,7 @@ def paged_attention(
         part_acc,
         d**-0.5,
         k_cache.shape[0] - 1,
+        kv_start,
         BS=block_size,
         BT=bt,
         BLOCK_N=BLOCK_N,

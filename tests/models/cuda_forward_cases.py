@@ -132,8 +132,11 @@ def elementwise_case(dev, dtype, n, hid, inter, seed):
 
 
 def skinny_case(dev, dtype, seed):
-    """The skinny GEMM against ``x @ w.T``: direct and as split-K partials, K not a multiple of the tile."""
-    from specgen.models.skinny_gemm import skinny_gemm, splits_for
+    """The skinny GEMM against ``x @ w.T``: direct and as split-K partials, K not a multiple of the tile, by
+    the default config and by narrow and wide tiles with more splits than the K steps fill."""
+    from specgen.models.skinny_gemm import Config, skinny_gemm, splits_for
+
+    configs = (None, Config(16, 256, 8, 4, 2), Config(32, 128, 2, 4, 3))
 
     g = torch.Generator().manual_seed(seed)
     worst, splits = 0.0, []
@@ -141,8 +144,8 @@ def skinny_case(dev, dtype, seed):
         x = torch.randn(m, k, generator=g).to(dev, dtype)
         w = (torch.randn(n, k, generator=g) / k**0.5).to(dev, dtype)
         want = x.float() @ w.float().T
-        for partial in (False, True):
-            got = skinny_gemm(x, w, partial=partial)
+        for partial, config in ((p, c) for p in (False, True) for c in configs):
+            got = skinny_gemm(x, w, partial=partial, config=config)
             got = got.sum(0) if got.dim() == 3 else got
             worst = max(worst, (got.float() - want).abs().max().item())
         splits.append(splits_for(n, k))

@@ -1,5 +1,6 @@
 """The hybrid target's fast forward (``qwen3_5_fast``) against its torch forward: a padded prefill, then a
-verification of W rows reading the committed slots, in one process (``python hybrid_fast_cases.py DEVICE DTYPE``;
+verification of W rows reading the committed slots (with a tapped layer), then the MTP head's two-row and
+chained steps (attending from position 1), in one process (``python hybrid_fast_cases.py DEVICE DTYPE``;
 the CPU run sets ``TRITON_INTERPRET=1`` first).  Prints one JSON object: the largest errors of the logits, the
 KV cache and the state pool after each forward, the scale of the logits, and whether the argmax tokens agree.
 """
@@ -13,14 +14,46 @@ import sys
 import torch
 
 from specgen.models.qwen3_5 import Qwen35Model
+from specgen.models.qwen3_5_mtp import Qwen35MTPHead
 
 I32 = torch.int32
 BS, BT = 16, 4
 
 
-def run(model, tokens, positions, slots, table, kv_lens, qsl, rows, read, write):
-    _, logits = model(tokens, positions, slots, table, kv_lens, qsl, rows, state_read=read, state_write=write)
-    return logits
+def run(model, tokens, positions, slots, table, kv_lens, qsl, rows, read, write, taps=()):
+    out = model(tokens, positions, slots, table, kv_lens, qsl, rows, taps, state_read=read, state_write=write)
+    return out[1] if not taps else torch.cat([out[1], out[2]], dim=-1)
+
+
+def head_steps(model, dev):
+    """The MTP head over two sequences: a two-row step (positions 1, 2 and 6, 7), then a chained one-row step;
+    the first sequence's keys include position 0, which the head never attends."""
+    head = Qwen35MTPHead.create(model, seed=3)
+    head.allocate_kv_cache(2 * BT + 1, BS)
+    table = torch.tensor([[3, 1, 7, -1], [2, 8, 5, 4]], dtype=I32, device=dev)
+    gen = torch.Generator().manual_seed(11)
+    hidden = torch.randn(4, model.config.hidden_size, generator=gen).to(dev, model.embed_tokens.weight.dtype)
+    tokens = torch.randint(0, model.config.vocab_size, (4,), generator=gen).to(dev)
+    pos = torch.tensor([1, 2, 6, 7], device=dev)
+    seq = torch.tensor([0, 0, 1, 1], device=dev)
+    slots = (table.long()[seq, pos // BS] * BS + pos % BS).to(I32)
+    qsl = torch.tensor([0, 2, 4], device=dev)
+    h, logits = head(tokens, pos, slots, head.from_target(hidden), table, torch.tensor([3, 8], device=dev), qsl, 2)
+    out = [torch.cat([logits, h], dim=-1)]
+    pos = torch.tensor([3, 8], device=dev)
+    slots = (table.long()[torch.arange(2, device=dev), pos // BS] * BS + pos % BS).to(I32)
+    h1, logits1 = head(
+        logits.view(2, 2, -1)[:, 1].argmax(-1),
+        pos,
+        slots,
+        h.view(2, 2, -1)[:, 1],
+        table,
+        pos + 1,
+        torch.arange(3, device=dev),
+        1,
+    )
+    out.append(torch.cat([logits1, h1], dim=-1))
+    return out
 
 
 def forwards(model, dev):
@@ -51,8 +84,8 @@ def forwards(model, dev):
     tokens = torch.randint(0, model.config.vocab_size, (6,), generator=gen).to(dev)
     qsl = torch.tensor([0, 3, 6], device=dev)
     kv = torch.tensor([8, 6], device=dev)
-    out.append(run(model, tokens, pos, slots, table, kv, qsl, 3, read, write))
-    return out
+    out.append(run(model, tokens, pos, slots, table, kv, qsl, 3, read, write, taps=(1, 2)))
+    return out + head_steps(model, dev)
 
 
 def main(device: str, dtype: torch.dtype) -> dict:
@@ -60,12 +93,12 @@ def main(device: str, dtype: torch.dtype) -> dict:
     fast = copy.deepcopy(ref)
     ref.hybrid_kernels, fast.hybrid_kernels = "torch", "triton"
     want, got = forwards(ref, device), forwards(fast, device)
-    res = {}
-    for name, w, g in zip(("prefill", "verify"), want, got):
+    res, vocab = {}, ref.config.vocab_size
+    for name, w, g in zip(("prefill", "verify", "head", "head_chained"), want, got):
         res[name] = {
             "err_logits": (g.float() - w.float()).abs().max().item(),
             "scale": w.float().abs().max().item(),
-            "same_tokens": bool(torch.equal(g.argmax(-1), w.argmax(-1))),
+            "same_tokens": bool(torch.equal(g[:, :vocab].argmax(-1), w[:, :vocab].argmax(-1))),
         }
     res["err_kv"] = max((a - b).abs().max().item() for a, b in zip(fast.kv_cache.k, ref.kv_cache.k))
     res["err_state"] = (fast.linear_state._state[:, :6] - ref.linear_state._state[:, :6]).abs().max().item()

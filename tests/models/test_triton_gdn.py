@@ -131,7 +131,7 @@ def check_hybrid(res: dict, dtype: str) -> None:
     # the tiny model's gated norms scale near-zero head outputs up to unit size (see its preset), so its logits
     # differ by a few percent; float32 is the strict check
     rel = 5e-6 if dtype == "float32" else 6e-2
-    for name in ("prefill", "verify"):
+    for name in ("prefill", "verify", "head", "head_chained"):
         c = res[name]
         assert c["err_logits"] <= rel * c["scale"] and (dtype != "float32" or c["same_tokens"]), (name, c)
     if dtype == "float32":

@@ -1,0 +1,165 @@
+"""Measure the skinny GEMM's tiles on a model's weight shapes (CUDA) and print the ``TUNED`` table.
+
+For every distinct ``[N, K]`` weight a decode or verify step multiplies with at
+most 16 rows (the hybrid's fused projections, its MTP head's, or a dense
+Qwen3's), every config of a small grid (tile width, K step, splits where the
+consumer sums partials, warps, stages) is timed at each row count: a CUDA
+graph of ``--launches`` back-to-back products, replayed ``--repeats`` times,
+the median per product.  cuBLAS (``F.linear``) and the current default
+(``skinny_gemm.config_for``) are timed beside them.  A config is kept only
+if its result matches ``x @ w.T``.  Writes JSON (every timing, the best config
+per shape, the table ``models/skinny_gemm.py`` takes) and prints the table.
+
+    python3 benchmarks/skinny_gemm_sweep.py --model qwen3.5-2b --rows 1,2,4,8,16 --out sweep.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def shapes(model: str) -> list[tuple[str, int, int, bool]]:
+    """``(name, N, K, partial)`` of the model's skinny products (partial: the consumer sums split-K partials)."""
+    if model.startswith("qwen3.5"):
+        from specgen.models.qwen3_5_config import PRESETS
+
+        c = PRESETS[model]
+        h, i = c.hidden_size, c.intermediate_size
+        vd = c.linear_num_value_heads * c.linear_value_head_dim
+        attn = 2 * c.num_heads * c.head_dim + 2 * c.num_kv_heads * c.head_dim
+        return [
+            ("linear in_proj", c.conv_dim + vd + 2 * c.linear_num_value_heads, h, False),
+            ("linear out_proj", h, vd, True),
+            ("attention qkv+gate", attn, h, False),
+            ("attention o_proj", h, c.num_heads * c.head_dim, True),
+            ("mlp gate_up", 2 * i, h, False),
+            ("mlp down", h, i, True),
+            ("mtp fc", h, 2 * h, False),
+        ]
+    from specgen.models.qwen3 import PRESETS as DENSE
+
+    c = DENSE[model]
+    h, i = c.hidden_size, c.intermediate_size
+    return [
+        ("qkv", (c.num_heads + 2 * c.num_kv_heads) * c.head_dim, h, False),
+        ("o_proj", h, c.num_heads * c.head_dim, True),
+        ("gate_up", 2 * i, h, False),
+        ("down", h, i, True),
+    ]
+
+
+def grid(partial: bool):
+    from specgen.models.skinny_gemm import Config
+
+    for bn, bk, warps, stages in itertools.product((16, 32, 64), (128, 256), (4, 8), (3, 4, 5)):
+        if bn == 16 and warps == 8:
+            continue
+        for splits in (1, 2, 4, 8) if partial else (1,):
+            yield Config(bn, bk, splits, warps, stages)
+
+
+def time_graph(fn, launches: int, repeats: int) -> float:
+    """Median microseconds per call of ``fn``, ``launches`` calls per graph replay."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(launches):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000 / launches)
+    del g
+    return statistics.median(times)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="qwen3.5-2b")
+    ap.add_argument("--rows", default="1,2,4,8,16")
+    ap.add_argument("--launches", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    from specgen.models.skinny_gemm import config_for, skinny_gemm
+
+    rows = [int(r) for r in a.rows.split(",")]
+    dev = torch.device("cuda")
+    results, table = [], {}
+    t0 = time.time()
+    for name, n, k, partial in shapes(a.model):
+        if f"{n},{k},{partial}" in table:  # the same weight shape under another name
+            continue
+        w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k**0.5
+        per_cfg: dict = {}
+        for m in rows:
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            want = x.float() @ w.float().T
+            rec = {"shape": name, "n": n, "k": k, "m": m, "partial": partial, "mb": n * k * 2 / 1e6}
+            rec["cublas_us"] = time_graph(lambda: F.linear(x, w), a.launches, a.repeats)
+            cur = config_for(n, k, partial)
+            rec["default"] = list(cur)
+            rec["default_us"] = time_graph(lambda: skinny_gemm(x, w, partial), a.launches, a.repeats)
+            timings = {}
+            for cfg in grid(partial):
+                got = skinny_gemm(x, w, partial, cfg)
+                got = got.sum(0) if got.dim() == 3 else got
+                if (got.float() - want).abs().max().item() > 5e-2 * want.abs().max().item():
+                    continue
+                us = time_graph(lambda cfg=cfg: skinny_gemm(x, w, partial, cfg), a.launches, a.repeats)
+                timings[cfg] = us
+                per_cfg.setdefault(cfg, []).append(us)
+            best = min(timings, key=timings.get)
+            rec["best"], rec["best_us"] = list(best), timings[best]
+            rec["best_tbps"] = n * k * 2 / (timings[best] * 1e-6) / 1e12
+            results.append(rec)
+            print(
+                f"{name:20s} N={n:6d} K={k:5d} M={m:2d}: cublas {rec['cublas_us']:6.1f} us, default "
+                f"{rec['default_us']:6.1f} us, best {timings[best]:6.1f} us {tuple(best)} "
+                f"({rec['best_tbps']:.2f} TB/s)  [{time.time() - t0:.0f} s]",
+                flush=True,
+            )
+        # one config per shape: the least total time over the row counts
+        whole = {c: sum(v) for c, v in per_cfg.items() if len(v) == len(rows)}
+        choice = min(whole, key=whole.get)
+        table[f"{n},{k},{partial}"] = list(choice)
+    out = {
+        "command": "python3 benchmarks/skinny_gemm_sweep.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "model": a.model,
+        "rows": rows,
+        "results": results,
+        "table": table,
+    }
+    with open(a.out, "w") as f:
+        json.dump(out, f, indent=1)
+    print("TUNED = {")
+    for key, cfg in table.items():
+        n, k, partial = key.split(",")
+        print(f"    ({n}, {k}, {partial}): Config{tuple(cfg)},")
+    print("}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
