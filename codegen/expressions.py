@@ -141,6 +141,35 @@ def _greedy(v: Instance) -> dict:
     return {"accepted": v.expr(accepted), "next_token": v.expr(keep)}
 
 
+@expressions("spec_rejection_verify")
+def _rejection(v: Instance) -> dict:
+    """Draft i is kept when ``ok(i)`` holds: on a greedy row (temperature <= 0) the draft equals the
+    target's token, on a sampled row ``u_i * q_i < p_i`` in float64 (exact: two float32 factors of 24-bit
+    significands).  The accepted count nests the tests as selects on ``ok`` itself, never on its negation,
+    so that a NaN probability, whose every comparison is false, rejects (``!(x < y)`` is not ``y <= x``)."""
+    draft, target = _idx("draft_tokens"), _idx("target_tokens")
+    width = v.spec.width
+
+    def wide(name: str, i: int) -> str:
+        return f'T.Cast("float64", {v.expr(_idx(name)[b, i])})'
+
+    def ok(i: int) -> str:
+        same = v.expr(sp.Eq(draft[b, i], target[b, i]))
+        ratio = f"({wide('accept_uniforms', i)} * {wide('draft_probs', i)} < {wide('target_draft_probs', i)})"
+        return f"T.if_then_else(greedy, {same}, {ratio})"
+
+    accepted = str(width - 1)
+    for i in reversed(range(width - 1)):
+        accepted = f"T.if_then_else({ok(i)}, {accepted}, {i})"
+    # j < a: the accepted draft (column min(j, W - 2), inside the row for every j); j == a: the row's token
+    keep = sp.Piecewise((draft[b, sp.Min(j, width - 2)], j < a), (target[b, j], sp.Eq(j, a)), (-1, True))
+    return {
+        "greedy": f"{v.expr(_idx('temperature')[b])} <= T.float32(0)",
+        "accepted": accepted,
+        "next_token": v.expr(keep),
+    }
+
+
 @expressions("prepare_next_draft")
 def _next_draft(v: Instance) -> dict:
     new_len = S + a + 1  # S': tokens with valid target KV after this step; a is clamped, S saturated

@@ -1,6 +1,7 @@
 """The persistent step buffers of a verify graph: one set per batch bucket, allocated once.
 
-Every family argument of the plan gets a stable-address int32 tensor; padding
+Every family argument of the plan gets a stable-address tensor of its dtype (int32, and float32 for
+sampled verification's probabilities, uniforms and temperatures); padding
 rows of a bucket point at the scratch block so their writes land nowhere that
 matters.
 """
@@ -42,17 +43,19 @@ def alloc_step_buffers(
     device=None,
     fill_padding: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """Every buffer of one verify step for ``batch`` rows: the families' arguments, int32, zeroed.
+    """Every buffer of one verify step for ``batch`` rows: the families' arguments in their dtypes, zeroed
+    (a zero ``temperature`` is a greedy row).
 
     ``scratch_slot`` holds the scratch block's first slot; with ``fill_padding``
     every block-table entry starts as the scratch block.  ``state_slots`` (a
     hybrid target's linear-state slots) starts as -1: no slot, so no write.
     """
-    names: dict[str, tuple[int, ...]] = {}
+    names: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
     for fam in FAMILIES.values():
         for a in fam.args:
-            names.setdefault(a.name, shape_of(a, batch, width, block_table_width, num_splits))
-    bufs = {n: torch.zeros(s, dtype=I32, device=device) for n, s in names.items()}
+            dtype = getattr(torch, a.dtype) if a.dtype != "draft" else I32
+            names.setdefault(a.name, (shape_of(a, batch, width, block_table_width, num_splits), dtype))
+    bufs = {n: torch.zeros(s, dtype=d, device=device) for n, (s, d) in names.items()}
     bufs["scratch_slot"].fill_(scratch_block * block_size)
     bufs["state_slots"].fill_(-1)
     if fill_padding:

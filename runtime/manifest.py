@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..specializations.expr import GUARD_NAMES, SHAPE_NAMES, UnsafeExpressionError, validate_expression
+from ..specializations.families import ARG_DTYPES
 from ..specializations.plan import Plan, PlanError
 from ..specializations.targets import TARGET_NAMES as TARGETS
 from ..specializations.targets import TARGETS as TARGET_ROWS
@@ -145,8 +146,8 @@ def _parse_variant(rec: Any, where: str) -> VariantEntry:
             _need(a, "shape", aw, str),
             bool(a.get("output", False)),
         )
-        if arg.dtype not in ("int32", "int64"):
-            raise ManifestError(f"{aw}: field 'dtype' must be int32 or int64, got {arg.dtype!r}")
+        if arg.dtype not in ARG_DTYPES:
+            raise ManifestError(f"{aw}: field 'dtype' must be one of {', '.join(ARG_DTYPES)}, got {arg.dtype!r}")
         _check_expr(arg.shape, SHAPE_NAMES, f"{aw}: field 'shape'")
         args.append(arg)
     if not args:

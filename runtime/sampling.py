@@ -12,6 +12,10 @@ verification row 0 sits at position ``P``:
 * stream 0 at ``P + j`` (``j`` in ``0..W-2``): the uniform ``u`` that accepts or rejects draft ``j``;
 * stream 1 at ``P + k``: the uniform that draws the one new token emitted at index ``k``
   (``k = accepted``), from the residual after a rejection or from ``p_{W-1}`` when all are accepted.
+
+``rejection_inputs`` splits the rule for the generated family ``spec_rejection_verify``
+(``runtime/semantics.py``): this pass over the vocabulary draws every row's token and gathers
+``p_j(x_j)`` and the acceptance uniforms; the kernel compares and selects.
 """
 
 from __future__ import annotations
@@ -200,6 +204,46 @@ def rejection_verify(draft_tokens, draft_probs, draft_dists, target_probs, seeds
     emitted = torch.where(idx < acc[:, None], drafts, torch.full_like(drafts, -1))
     emitted = torch.where(idx == acc[:, None], token[:, None], emitted)
     return acc.to(torch.int32), emitted.to(torch.int32)
+
+
+def rejection_inputs(draft_tokens, draft_probs, draft_dists, target_probs, seeds, positions):
+    """What the kernel family ``spec_rejection_verify`` reads besides the drafts, their probabilities and
+    the temperatures: ``(target_tokens[B, W] int32, target_draft_probs[B, W-1] float32,
+    accept_uniforms[B, W-1] float32)``; the arguments are ``rejection_verify``'s.
+
+    The pass over the vocabulary, kept in torch: ``target_draft_probs[b, j]`` is ``p_j(x_j)`` (0 for a
+    draft outside the vocabulary), ``accept_uniforms[b, j]`` the uniform of stream 0 at ``position + j``,
+    and ``target_tokens[b, j]`` the token the step emits at index ``j`` should it stop there: for
+    ``j < W - 1`` a draw from ``max(0, p_j - q_j)`` (``p_j`` if that has no mass), for ``j = W - 1`` the
+    bonus from ``p_{W-1}``, each with the uniform of stream 1 at ``position + j``.  Every row's token is
+    drawn, not only the one at the accepted count, so that the kernel only selects; since the key of
+    the draw at index ``j`` is the one ``rejection_verify`` uses when it stops at ``j``, the kernel's
+    outputs on these inputs equal ``rejection_verify``'s (for float32 ``draft_probs``).
+    """
+    batch, width, vocab = target_probs.shape
+    dev = target_probs.device
+    x = draft_tokens.to(dev).long()
+    valid = (x >= 0) & (x < vocab)
+    xs = torch.where(valid, x, torch.zeros_like(x))
+    p = target_probs.double()
+    p_at = torch.gather(target_probs[:, :-1].float(), 2, xs[..., None])[..., 0]
+    p_at = torch.where(valid, p_at, torch.zeros_like(p_at))
+    pos = positions.to(dev).long()
+    seed = seeds.to(dev).long()
+    j = torch.arange(width, device=dev)
+    u_accept = philox_uniform(seed[:, None], pos[:, None] + j[:-1], ACCEPT_STREAM)
+    if draft_dists is None:  # a greedy draft: q_j is q_j(x_j) at x_j and 0 elsewhere
+        q_at = torch.where(valid, draft_probs.to(dev).double(), torch.zeros_like(p_at, dtype=torch.float64))
+        q = torch.zeros_like(p[:, :-1]).scatter_(2, xs[..., None], q_at[..., None])
+    else:
+        q = draft_dists.to(dev).double()
+    residual = (p[:, :-1] - q).clamp(min=0)
+    empty = ~(residual > 0).any(dim=2)
+    residual = torch.where(empty[..., None], p[:, :-1], residual)
+    dist = torch.cat([residual, p[:, -1:]], dim=1)
+    u_token = philox_uniform(seed[:, None], pos[:, None] + j, TOKEN_STREAM)
+    tokens = _draw(dist.reshape(batch * width, vocab), u_token.reshape(-1)).reshape(batch, width)
+    return tokens.to(torch.int32), p_at.float(), u_accept.float()
 
 
 def reference_rejection_verify(draft_tokens, draft_probs, draft_dists, target_probs, seeds, positions):

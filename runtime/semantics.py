@@ -127,6 +127,36 @@ def greedy_prefix_verify(draft_tokens, target_tokens, accepted, next_tokens) -> 
     next_tokens.copy_(torch.where(keep, target_tokens, torch.full_like(target_tokens, -1)))
 
 
+def spec_rejection_verify(
+    draft_tokens,
+    target_tokens,
+    draft_probs,
+    target_draft_probs,
+    accept_uniforms,
+    temperature,
+    accepted,
+    next_tokens,
+) -> None:
+    """Sampled verification with ``greedy_prefix_verify``'s outputs (``docs/kernels.md``).
+
+    Draft ``i`` is kept iff, on a greedy row (``temperature[b] <= 0``), it equals ``target_tokens[b, i]``,
+    and on a sampled row ``accept_uniforms * draft_probs < target_draft_probs`` in float64 (exact for
+    float32 operands; a NaN compares false and rejects), in order up to the first rejection.
+    ``next_tokens[b]`` is the kept drafts, then ``target_tokens[b, a]`` (the row's own token: its
+    residual draw, or the bonus when every draft is kept), then -1.
+    """
+    width = target_tokens.shape[1]
+    greedy = (temperature <= 0)[:, None]
+    match = draft_tokens.long() == target_tokens[:, :-1].long()
+    ratio = accept_uniforms.double() * draft_probs.double() < target_draft_probs.double()
+    acc = torch.cumprod(torch.where(greedy, match, ratio).long(), dim=1).sum(dim=1)
+    accepted.copy_(acc)
+    j = torch.arange(width, device=acc.device)[None, :]
+    drafts = torch.cat([draft_tokens, torch.full_like(draft_tokens[:, :1], -1)], dim=1)
+    out = torch.where(j == acc[:, None], target_tokens, torch.full_like(target_tokens, -1))
+    next_tokens.copy_(torch.where(j < acc[:, None], drafts, out))
+
+
 def prepare_next_draft(
     accepted,
     target_tokens,
@@ -224,6 +254,7 @@ SEMANTICS: dict[str, Callable[..., None]] = {
         spec_verify_metadata_update,
         spec_verify_attention_tiling_update,
         greedy_prefix_verify,
+        spec_rejection_verify,
         prepare_next_draft,
         context_kv_update,
         spec_verify_linear_state_update,

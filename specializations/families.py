@@ -24,6 +24,7 @@ from .expr import GUARD_NAMES, eval_shape, validate_expression
 MIN_WIDTH, MAX_WIDTH = 2, 16
 DEFAULT_NUM_SPLITS = 8
 DRAFT_DTYPES = ("int32", "int64")
+ARG_DTYPES = ("int32", "int64", "float32")  # what a kernel argument (and the manifest's record of it) may hold
 # A guard rule may also name the layout's parameters; codegen substitutes them per variant.
 GUARD_RULE_NAMES = GUARD_NAMES | {"W", "BT", "BS", "NS"}
 
@@ -31,7 +32,7 @@ GUARD_RULE_NAMES = GUARD_NAMES | {"W", "BT", "BS", "NS"}
 @dataclass(frozen=True, slots=True)
 class ArgSpec:
     name: str
-    dtype: str  # "int32" or "int64"; "draft" means the variant's draft dtype
+    dtype: str  # "int32", "int64" or "float32"; "draft" means the variant's draft dtype
     shape: str  # Python expression over B, W, BT, NS; a tuple for 2-D tensors
     output: bool = False
 
@@ -130,6 +131,9 @@ def _a(name, shape, dtype="int32", out=False):
 
 
 TILING = "spec_verify_attention_tiling_update"
+# The acceptance families: greedy (drafts equal to the target's argmax) and sampled (speculative
+# rejection sampling); a boundary planned for a sampling batch launches the second in place of the first.
+GREEDY_VERIFY, REJECTION_VERIFY = "greedy_prefix_verify", "spec_rejection_verify"
 
 
 def _composite(name: str, members: tuple[str, ...], bases: dict[str, "Family"]) -> "Family":
@@ -212,6 +216,22 @@ FAMILIES: dict[str, Family] = {
             (
                 _a("draft_tokens", "(B, W - 1)"),
                 _a("target_tokens", "(B, W)"),
+                _a("accepted", "(B,)", out=True),
+                _a("next_tokens", "(B, W)", out=True),
+            ),
+        ),
+        # Sampled verification: greedy_prefix_verify's outputs from the probabilities of the drafted
+        # tokens, the acceptance uniforms and each row's token (docs/kernels.md, spec_rejection_verify).
+        Family(
+            REJECTION_VERIFY,
+            ("W",),
+            (
+                _a("draft_tokens", "(B, W - 1)"),
+                _a("target_tokens", "(B, W)"),
+                _a("draft_probs", "(B, W - 1)", "float32"),
+                _a("target_draft_probs", "(B, W - 1)", "float32"),
+                _a("accept_uniforms", "(B, W - 1)", "float32"),
+                _a("temperature", "(B,)", "float32"),
                 _a("accepted", "(B,)", out=True),
                 _a("next_tokens", "(B, W)", out=True),
             ),

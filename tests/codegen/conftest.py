@@ -160,7 +160,7 @@ class KernelFuzz:
         owned = torch.arange(batch * w, dtype=torch.int64)
         state = self._fill(g, batch * w, [], [slot_edges, owned, owned, uniform]).reshape(batch, w)
         i32 = lambda x: x.to(torch.int32).contiguous()  # noqa: E731
-        return {
+        return self._float_inputs(g, batch, w) | {
             "state_slots": i32(state),
             "seq_lens": i32(s),
             "block_table": i32(table),
@@ -169,6 +169,47 @@ class KernelFuzz:
             "draft_tokens": draft.to(getattr(torch, v[4])).contiguous(),
             "last_tokens": i32(self._fill(g, batch, [], [token_edges, uniform])),
             "scratch_slot": i32(self._fill(g, 1, [], [t(-1, 0, 7), uniform])),
+        }
+
+    def _floats(self, g, n, pools):
+        """``n`` float32 values, each drawn from one of ``pools`` (float32 tensors)."""
+        import torch
+
+        out = torch.empty(n, dtype=torch.float32)
+        which = torch.randint(0, len(pools), (n,), generator=g)
+        for k, pool in enumerate(pools):
+            out = torch.where(which == k, pool[torch.randint(0, len(pool), (n,), generator=g)], out)
+        return out
+
+    def _float_inputs(self, g, batch, w) -> dict:
+        """Sampled verification's float32 inputs: mostly probabilities and keyed uniforms, with the
+        float edges (0, -0, subnormals, 1, the largest float, infinities, NaNs), any int32 bit pattern
+        read as a float, and target probabilities equal to ``u * q`` rounded to float32 (either side
+        of the exact product: a float32 comparison would get some of them wrong)."""
+        import torch
+
+        inf, nan = float("inf"), float("nan")
+        edges = torch.tensor(
+            [0.0, -0.0, 2**-149, 2**-126, 2**-24, 0.5, 1 - 2**-24, 1.0, 2.0, 3.4028234e38, inf, -inf, nan, -1.0],
+            dtype=torch.float32,
+        )
+        bits = torch.randint(INT32_MIN, INT32_MAX, (64,), generator=g, dtype=torch.int64).to(torch.int32)
+        anything = bits.view(torch.float32)
+        probs = torch.rand(64, generator=g)
+        keyed = torch.randint(0, 2**24, (64,), generator=g).to(torch.float32) * 2**-24  # philox_uniform's values
+        n = batch * (w - 1)
+        q = self._floats(g, n, [probs, probs, torch.ones(1), edges, anything])
+        u = self._floats(g, n, [keyed, keyed, keyed, edges, anything])
+        p = self._floats(g, n, [probs, probs, torch.ones(1), torch.zeros(1), edges, anything])
+        tie = torch.randint(0, 4, (n,), generator=g) == 0
+        p = torch.where(tie, (u.double() * q.double()).float(), p)
+        temperature = self._floats(g, batch, [torch.zeros(1), probs, edges, anything])
+        shape = (batch, w - 1)
+        return {
+            "draft_probs": q.reshape(shape).contiguous(),
+            "accept_uniforms": u.reshape(shape).contiguous(),
+            "target_draft_probs": p.reshape(shape).contiguous(),
+            "temperature": temperature.contiguous(),
         }
 
     def outputs(self, v, batch, device="cpu") -> dict:
@@ -253,6 +294,14 @@ class KernelFuzz:
             assert bool(((rows >= base) & (rows < base + w)).all()), "hidden_rows outside the sequence's rows"
         if "accepted" in out:
             assert bool(((out["accepted"] >= 0) & (out["accepted"] < w)).all())
+        if v[0] == "spec_rejection_verify":  # a greedy row is greedy_prefix_verify, whatever its floats
+            from specgen.runtime.semantics import greedy_prefix_verify
+
+            greedy = ins["temperature"] <= 0
+            acc, nxt = torch.empty_like(out["accepted"]), torch.empty_like(out["next_tokens"])
+            greedy_prefix_verify(ins["draft_tokens"], ins["target_tokens"], acc, nxt)
+            assert torch.equal(out["accepted"][greedy], acc[greedy]), "a greedy row: not greedy_prefix_verify"
+            assert torch.equal(out["next_tokens"][greedy], nxt[greedy]), "a greedy row: not greedy_prefix_verify"
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,9 @@
 
 Not only the guarded domain: negative and saturating sequence lengths, -1 and
 overflowing block-table entries, accepted counts anywhere in int32, int64
-draft tokens outside int32, batches from 1 to past two thread blocks.  The
+draft tokens outside int32, float32 inputs with every edge (NaN, infinities,
+subnormals, any int32 bit pattern, ties of ``u * q`` with ``p``), batches
+from 1 to past two thread blocks.  The
 inputs and the checks live in ``KernelFuzz`` (this folder's conftest); the
 same fuzz runs on CUDA in ``test_fuzz_cuda.py``.
 """
@@ -28,6 +30,9 @@ VARIANTS = [
     ("spec_verify_token_update", 16, None, None, "int32"),
     ("greedy_prefix_verify", 4, None, None, "int32"),
     ("greedy_prefix_verify", 16, None, None, "int32"),
+    ("spec_rejection_verify", 2, None, None, "int32"),
+    ("spec_rejection_verify", 5, None, None, "int32"),
+    ("spec_rejection_verify", 16, None, None, "int32"),
     *[
         (f, w, bt, bs, "int32")
         for f in (

@@ -35,6 +35,7 @@ VARIANTS = (
         for w, d in [(2, "int64"), (4, "int32"), (5, "int64"), (6, "int32"), (16, "int32")]
     ]
     + [("greedy_prefix_verify", w, None, None, "int32") for w in (2, 4, 5, 6, 16)]
+    + [("spec_rejection_verify", w, None, None, "int32") for w in (2, 4, 16)]
     + [("spec_verify_attention_tiling_update", w, None, bs, "int32") for w, _, bs in LAYOUTS]
     + [
         (f, w, bt, bs, "int32")
@@ -79,7 +80,13 @@ def _inputs(v, batch, seed):
     cut = rnd(0, w, batch).long()  # first mismatch; w - 1 means all drafts accepted
     rows = torch.nonzero(cut < w - 1)[:, 0]
     draft[rows, cut[rows]] += 1
+    # sampled verification: probabilities, keyed uniforms (multiples of 2**-24) and a mix of greedy rows
+    probs = lambda *shape: torch.rand(shape, generator=g)  # noqa: E731
     return {
+        "draft_probs": probs(batch, w - 1),
+        "target_draft_probs": probs(batch, w - 1),
+        "accept_uniforms": rnd(0, 2**24, batch, w - 1).float() * 2**-24,
+        "temperature": torch.where(rnd(0, 3, batch) == 0, 0.0, probs(batch) + 0.1),
         "seq_lens": seq,
         "block_table": rnd(0, 50000, batch, bt or 1),
         "accepted": rnd(0, w, batch),

@@ -18,7 +18,9 @@ def test_buckets():
 def test_alloc_covers_every_family_argument():
     bufs = alloc_step_buffers(4, 3, 8, block_size=16, scratch_block=2, num_splits=5, fill_padding=True)
     assert {a.name for f in FAMILIES.values() for a in f.args} == set(bufs)
-    assert all(t.dtype == I32 for t in bufs.values())
+    floats = {"draft_probs", "target_draft_probs", "accept_uniforms", "temperature"}  # sampled verification's
+    assert all(t.dtype == (torch.float32 if n in floats else I32) for n, t in bufs.items())
+    assert bufs["temperature"].shape == (4,) and not bufs["temperature"].any()  # every row starts greedy
     assert bufs["tokens"].shape == (12,) and bufs["block_table"].shape == (4, 8)
     assert bufs["scratch_slot"].tolist() == [32] and (bufs["block_table"] == 2).all()
     assert (alloc_step_buffers(2, 3, 8, block_size=16)["block_table"] == 0).all()

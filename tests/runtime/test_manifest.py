@@ -33,6 +33,13 @@ def test_manifest_errors_name_file_and_field(token_build, tmp_path):
         path.write_text(json.dumps(bad))
         with pytest.raises(ManifestError, match=f"{path.name}.*{match}"):
             load_manifest(path)
+    bad = json.loads(json.dumps(data))
+    bad["variants"][0]["args"][0]["dtype"] = "float64"  # int32, int64 and float32 (sampled verification's floats)
+    (tmp_path / "dtype.json").write_text(json.dumps(bad))
+    with pytest.raises(
+        ManifestError, match=r"dtype.json.*args\[0\]: field 'dtype' must be one of int32, int64, float32"
+    ):
+        load_manifest(tmp_path / "dtype.json")
     with pytest.raises(ManifestError, match="no manifest"):
         KernelLibrary(tmp_path / "nowhere")
 

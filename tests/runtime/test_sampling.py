@@ -21,9 +21,10 @@ from specgen.runtime.sampling import (
     SamplingTensors,
     filtered_probs,
     reference_rejection_verify,
+    rejection_inputs,
     rejection_verify,
 )
-from specgen.runtime.semantics import greedy_prefix_verify
+from specgen.runtime.semantics import greedy_prefix_verify, spec_rejection_verify
 
 P_MIN = 1e-4  # the smallest chi-square p-value a check accepts
 
@@ -253,6 +254,64 @@ def test_temperature_zero_reproduces_greedy_prefix_verify(width):
     for dists in (None, torch.nn.functional.one_hot(drafts.long(), vocab).float()):
         acc, emitted = rejection_verify(drafts, ones, dists, target, seeds, pos)
         assert torch.equal(acc, want_acc) and torch.equal(emitted, want_next)
+
+
+def _family(draft_tokens, draft_probs, draft_dists, target, seeds, pos, temperature):
+    """The kernel family on the inputs ``rejection_inputs`` gives: ``(accepted, next_tokens)``."""
+    batch, width = target.shape[:2]
+    tokens, p_at, u = rejection_inputs(draft_tokens, draft_probs, draft_dists, target, seeds, pos)
+    assert tokens.dtype == torch.int32 and p_at.dtype == u.dtype == torch.float32
+    acc, nxt = torch.full((batch,), -777, dtype=torch.int32), torch.full((batch, width), -777, dtype=torch.int32)
+    spec_rejection_verify(draft_tokens.int(), tokens, draft_probs.float(), p_at, u, temperature, acc, nxt)
+    return acc, nxt
+
+
+@pytest.mark.parametrize("width", [2, 4, 7])
+@pytest.mark.parametrize("dists", [True, False])
+def test_the_kernel_family_on_rejection_inputs_is_rejection_verify(width, dists):
+    """A mixed batch (a quarter of the sequences greedy) through the split the generated family uses:
+    the vocabulary pass (``rejection_inputs``), then ``spec_rejection_verify``: token for token the rule."""
+    g = torch.Generator().manual_seed(100 * width + dists)
+    batch, vocab = 400, 16
+    logits = torch.randn(batch, width, vocab, generator=g) * 2
+    t = torch.rand(batch, generator=g) * 1.5 + 0.05
+    t[torch.rand(batch, generator=g) < 0.25] = 0
+    k = torch.randint(0, vocab, (batch,), generator=g, dtype=torch.int32)
+    top_p = 0.2 + 0.8 * torch.rand(batch, generator=g)
+    rows = lambda x: x.repeat_interleave(width)  # noqa: E731 - a sequence's parameters on each of its rows
+    target = filtered_probs(logits.reshape(-1, vocab), rows(t), rows(k), rows(top_p)).reshape(batch, width, vocab)
+    q = torch.softmax(torch.randn(batch, width - 1, vocab, generator=g) * 2, -1)
+    x = torch.multinomial(q.reshape(-1, vocab), 1, generator=g).reshape(batch, width - 1)
+    x = torch.where(torch.rand(x.shape, generator=g) < 0.4, torch.argmax(target[:, :-1], -1), x)
+    qx = torch.gather(q, 2, x[..., None])[..., 0]
+    if not dists:  # a greedy draft: one-hot at x with its q(x), mostly 1
+        q, qx = None, torch.where(torch.rand(qx.shape, generator=g) < 0.8, torch.ones_like(qx), qx)
+    x[::23, 0] = torch.tensor([-1, vocab])[torch.arange(x[::23].shape[0]) % 2]  # outside the vocabulary
+    seeds = torch.randint(-(2**63), 2**63 - 1, (batch,), generator=g)
+    pos = torch.randint(0, 2**40, (batch,), generator=g)
+    want_acc, want_next = rejection_verify(x, qx, q, target, seeds, pos)
+    acc, nxt = _family(x, qx, q, target, seeds, pos, t)
+    assert torch.equal(acc, want_acc) and torch.equal(nxt, want_next)
+    assert 0 < acc.float().mean() < width - 1 and (acc[t > 0] < width - 1).any()
+
+
+@pytest.mark.parametrize("width", [2, 5])
+def test_the_kernel_family_at_temperature_zero_is_greedy_prefix_verify(width):
+    g = torch.Generator().manual_seed(7 + width)
+    batch, vocab = 500, 6
+    logits = torch.randint(0, 3, (batch * width, vocab), generator=g).float()
+    zeros = torch.zeros(batch * width)
+    target = filtered_probs(logits, zeros, zeros.int(), zeros + 1).reshape(batch, width, vocab)
+    target_tokens = torch.argmax(logits, -1).reshape(batch, width).int()
+    drafts = target_tokens[:, :-1].clone()
+    wrong = torch.rand(drafts.shape, generator=g) < 0.3
+    drafts[wrong] = torch.randint(0, vocab, (int(wrong.sum()),), generator=g, dtype=torch.int32)
+    seeds, pos = torch.randint(0, 2**62, (batch,), generator=g), torch.randint(0, 2**31, (batch,), generator=g)
+    want_acc, want_next = torch.zeros(batch, dtype=torch.int32), torch.zeros(batch, width, dtype=torch.int32)
+    greedy_prefix_verify(drafts, target_tokens, want_acc, want_next)
+    ones = torch.ones(batch, width - 1)
+    acc, nxt = _family(drafts, ones, None, target, seeds, pos, torch.zeros(batch))
+    assert torch.equal(acc, want_acc) and torch.equal(nxt, want_next)
 
 
 # --- statistics -----------------------------------------------------------------------------------

@@ -75,6 +75,21 @@ def greedy_py(draft, target, W):
     return {"accepted": acc, "next_tokens": nxt}
 
 
+def rejection_py(draft, target, q, p, u, temperature, W):
+    """spec_rejection_verify: greedy rows compare tokens, sampled rows u * q < p (Python floats: float64)."""
+    acc, nxt = [], []
+    for b in range(len(draft)):
+        keep = (
+            (lambda i: draft[b][i] == target[b][i]) if temperature[b] <= 0 else (lambda i: u[b][i] * q[b][i] < p[b][i])
+        )
+        a = 0
+        while a < W - 1 and keep(a):
+            a += 1
+        acc.append(a)
+        nxt.append([draft[b][i] if i < a else target[b][i] if i == a else -1 for i in range(W)])
+    return {"accepted": acc, "next_tokens": nxt}
+
+
 def next_draft_py(acc, target, S, bt, sc, W, bs):
     out = {k: [] for k in ("next_last_token", "next_seq_lens", "draft_positions", "draft_slots", "hidden_rows")}
     for b in range(len(acc)):
@@ -152,7 +167,20 @@ def cases(draw):
         if dtype == torch.int64
         else draft
     )
+    # sampled verification's floats: probabilities and keyed uniforms, and any float32 (NaN, infinities,
+    # subnormals); a quarter of the target probabilities tie with u * q rounded to float32
+    prob = st.one_of(st.floats(0, 1, width=32), st.floats(width=32))
+    rows = lambda x: st.lists(st.lists(x, min_size=W - 1, max_size=W - 1), min_size=B, max_size=B)  # noqa: E731
+    q, p = draw(rows(prob)), draw(rows(prob))
+    u = draw(rows(st.one_of(st.integers(0, 2**24 - 1).map(lambda k: k * 2**-24), st.floats(width=32))))
+    ties = draw(rows(st.integers(0, 3)))
+    p = [[float(torch.tensor(x * y).float()) if k == 0 else z for x, y, z, k in zip(*r)] for r in zip(u, q, p, ties)]
+    temperature = draw(st.lists(st.one_of(st.just(0.0), st.floats(width=32)), min_size=B, max_size=B))
     return dict(
+        q=q,
+        p=p,
+        u=u,
+        temperature=temperature,
         B=B,
         W=W,
         BT=BT,
@@ -199,6 +227,11 @@ def test_references_match_kernels_md(c):
     )
     ins32 = dict(ins, draft_tokens=t(c["draft"]).reshape(c["B"], W - 1))
     _call("greedy_prefix_verify", ins32, greedy_py(c["draft"], c["target"], W))
+    f32 = lambda v: t(v, torch.float32).reshape(c["B"], -1)  # noqa: E731
+    sampled = dict(ins32, draft_probs=f32(c["q"]), target_draft_probs=f32(c["p"]), accept_uniforms=f32(c["u"]))
+    sampled["temperature"] = t(c["temperature"], torch.float32)
+    expect = rejection_py(c["draft"], c["target"], c["q"], c["p"], c["u"], c["temperature"], W)
+    _call("spec_rejection_verify", sampled, expect)
     _call(
         "prepare_next_draft", ins, next_draft_py(c["acc"], c["target"], c["S"], c["bt"], c["sc"], W, BS), block_size=BS
     )
