@@ -142,7 +142,11 @@ def _pipeline(text: str) -> str:
 
 def register(sub) -> None:
     p = sub.add_parser("plan", help="run the pass pipeline on one boundary and show before/after")
-    p.add_argument("--boundary", help="draft-to-verify | verify-to-draft | context-kv | draft-to-verify-linear")
+    p.add_argument(
+        "--boundary",
+        help="draft-to-verify | verify-to-draft | context-kv | draft-to-verify-linear | "
+        "verify-to-draft-sampled | context-kv-sampled (the tails of a batch that samples)",
+    )
     p.add_argument("--width", type=int, default=4, help="verify width W = draft depth + 1 (2..16)")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--block-size", type=int, default=128)

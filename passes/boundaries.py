@@ -15,92 +15,35 @@
 * ``context-kv`` (the xLLM pull request that captures DSpark's context-KV
   updates in ACL graphs): block drafts (DFlash/DSpark) write context K/V for
   the accepted rows; the host masks rejected rows before the copy.
+* ``verify-to-draft-sampled`` and ``context-kv-sampled``: the same two tails for
+  a batch that samples (``sampling=True``).  The sampling parameters and the
+  draft's probabilities of its tokens are copied in with the other sources; the
+  vocabulary pass after the target forward (``sample_rows``: filtered
+  softmax, each row's residual or bonus draw, ``p_j(x_j)``, the acceptance
+  uniforms; ``runtime.sampling.rejection_inputs``) is a device op of its own,
+  and acceptance is speculative rejection sampling (``spec_rejection_verify``)
+  instead of greedy matching.  The next draft's preparation is unchanged.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from ..specializations.capabilities import SpeculativeVerifyCapabilities as Capabilities
-from ..specializations.families import DEFAULT_NUM_SPLITS, LINEAR_STATE, MAX_WIDTH, MIN_WIDTH
-from ..specializations.plan import LINEAR_DRAFT_TO_VERIFY, PlanStep
-from .ir import HOST, BoundaryGraph, BoundaryGraphError, Op, OpKind, Placement, Value
+from ..specializations.families import LINEAR_STATE
+from ..specializations.plan import (
+    CONTEXT_KV,
+    LINEAR_DRAFT_TO_VERIFY,
+    SAMPLED_CONTEXT_KV,
+    SAMPLED_VERIFY_TO_DRAFT,
+    VERIFY_TO_DRAFT,
+    PlanStep,
+)
+from .acceptance import commit_on_host, verify_and_accept
+from .builder import HOST, GraphBuilder, K, P, boundary_params
+from .ir import BoundaryGraph, BoundaryGraphError
 from .ir import op_semantics as sem
-
-K, P = OpKind, Placement
-MAX_BATCH = 4096
-
-
-@dataclass
-class _Builder:
-    name: str
-    params: dict[str, Any]
-    ops: list[Op] = field(default_factory=list)
-    values: dict[str, Value] = field(default_factory=dict)
-
-    def val(self, name, placement, shape, dtype="int32", persistent=False, init=None):
-        self.values[name] = Value(
-            name, placement, tuple(shape), dtype, persistent, is_input=init is not None, init=init or "zeros"
-        )
-        return name
-
-    def op(self, name, kind, stream, reads=(), writes=(), fn: Callable | None = None, cost=None, **attrs):
-        self.ops.append(Op(name, kind, stream, tuple(reads), tuple(writes), fn, cost, attrs))
-
-    def host_input_with_copy(self, host, dev, shape, init, stream, dtype="int32"):
-        """A scheduler-side host value and the H2D that refreshes its stable device copy."""
-        if host not in self.values:
-            self.val(host, P.HOST, shape, dtype, init=init)
-        self.val(dev, P.DEVICE, shape, dtype, persistent=True)
-        self.op(f"h2d_{dev}", K.H2D, stream, [host], [dev])
-
-    def host_chain(self, name, family, fn, reads, outs, stream, shapes):
-        """host compute -> pinned staging -> H2D into the persistent device buffer."""
-        hosts = [self.val(f"{o}_host", P.PINNED, shapes[o]) for o in outs]
-        for o in outs:
-            self.val(o, P.DEVICE, shapes[o], persistent=True)
-        self.op(f"host_{name}", K.HOST_COMPUTE, HOST, reads, hosts, fn, family=family)
-        for o, h in zip(outs, hosts):
-            self.op(f"h2d_{o}", K.H2D, stream, [h], [o])
-
-    def build(self, start, end, outputs, token_sources) -> BoundaryGraph:
-        return BoundaryGraph(
-            self.name,
-            tuple(self.ops),
-            dict(self.values),
-            start,
-            end,
-            tuple(outputs),
-            dict(self.params),
-            tuple(token_sources),
-        )
-
-
-def check_params(width: int, batch: int, block_size: int, block_table_width: int) -> None:
-    if not MIN_WIDTH <= width <= MAX_WIDTH:
-        raise BoundaryGraphError(f"width {width} is outside {MIN_WIDTH}..{MAX_WIDTH}")
-    if not 1 <= batch <= MAX_BATCH:
-        raise BoundaryGraphError(f"batch {batch} is outside 1..{MAX_BATCH}")
-    if block_size < 1 or block_table_width < 1:
-        raise BoundaryGraphError("block size and block-table width must be positive")
-    if width > block_size * block_table_width:
-        raise BoundaryGraphError(f"width {width} exceeds the cache capacity of one sequence")
-
-
-def _params(width, batch, block_size, block_table_width, draft_dtype="int32"):
-    check_params(width, batch, block_size, block_table_width)
-    return dict(
-        width=width,
-        batch=batch,
-        block_size=block_size,
-        block_table_width=block_table_width,
-        draft_dtype=draft_dtype,
-        num_splits=DEFAULT_NUM_SPLITS,
-        graph_stream="target",
-        prepare_stream="prepare",
-    )
 
 
 def draft_to_verify(
@@ -114,8 +57,9 @@ def draft_to_verify(
     forward_us=2250.0,
 ) -> BoundaryGraph:
     W, B, BS, BT = width, batch, block_size, block_table_width
-    b = _Builder(
-        LINEAR_DRAFT_TO_VERIFY if caps.has_linear_state else "draft-to-verify", _params(W, B, BS, BT, draft_dtype)
+    b = GraphBuilder(
+        LINEAR_DRAFT_TO_VERIFY if caps.has_linear_state else "draft-to-verify",
+        boundary_params(W, B, BS, BT, draft_dtype),
     )
     NS = b.params["num_splits"]
     b.val("draft_hidden", P.DEVICE, (B,), "int64", persistent=True, init="token")
@@ -226,10 +170,13 @@ def verify_to_draft(
     caps: Capabilities = Capabilities(),
     forward_us=2250.0,
     draft_us=300.0,
+    sampling: bool = False,
 ) -> BoundaryGraph:
     W, B, BS, BT = width, batch, block_size, block_table_width
-    b = _Builder("verify-to-draft", _params(W, B, BS, BT, draft_dtype))
-    _verify_and_accept(b, W, B, BS, BT, forward_us)
+    b = GraphBuilder(
+        SAMPLED_VERIFY_TO_DRAFT if sampling else VERIFY_TO_DRAFT, boundary_params(W, B, BS, BT, draft_dtype)
+    )
+    token = verify_and_accept(b, W, B, BS, BT, forward_us, sampling)
     shapes = {
         "next_last_token": (B,),
         "next_seq_lens": (B,),
@@ -257,9 +204,9 @@ def verify_to_draft(
     b.op(
         "next_draft", K.DEVICE_KERNEL, "draft", reads, ["draft_out"], lambda *xs: sem.mix(*xs, rows=B, cols=2), draft_us
     )
-    _commit_on_host(b, W, B)
+    commit_on_host(b, W, B, sampling)
     return b.build(
-        "target_replay", "next_draft", [*reads, "draft_out", "accepted", "next_tokens", "committed"], ["target_tokens"]
+        "target_replay", "next_draft", [*reads, "draft_out", "accepted", "next_tokens", "committed"], [token]
     )
 
 
@@ -272,10 +219,11 @@ def context_kv(
     caps: Capabilities = Capabilities(),
     forward_us=2250.0,
     draft_us=300.0,
+    sampling: bool = False,
 ) -> BoundaryGraph:
     W, B, BS, BT = width, batch, block_size, block_table_width
-    b = _Builder("context-kv", _params(W, B, BS, BT, draft_dtype))
-    _verify_and_accept(b, W, B, BS, BT, forward_us)
+    b = GraphBuilder(SAMPLED_CONTEXT_KV if sampling else CONTEXT_KV, boundary_params(W, B, BS, BT, draft_dtype))
+    token = verify_and_accept(b, W, B, BS, BT, forward_us, sampling)
     fam = "context_kv_update"
     b.val("context_slots_all_host", P.PINNED, (B * W,))
     b.op(
@@ -309,70 +257,13 @@ def context_kv(
         lambda *xs: sem.mix(*xs, rows=B, cols=W),
         draft_us / 10,
     )
-    _commit_on_host(b, W, B)
+    commit_on_host(b, W, B, sampling)
     return b.build(
         "target_replay",
         "context_kv_write",
         ["context_slots", "draft_context_kv", "accepted", "next_tokens", "committed"],
-        ["target_tokens"],
+        [token],
     )
-
-
-def _verify_and_accept(b: _Builder, W, B, BS, BT, forward_us) -> None:
-    """Sources copied in earlier steps, the verification replay, and acceptance as small torch ops."""
-    b.host_input_with_copy("seq_lens_sched", "seq_lens", (B,), "seq_len", "prepare")
-    b.host_input_with_copy("block_table_sched", "block_table", (B, BT), "block_table", "prepare")
-    b.host_input_with_copy("scratch_slot_sched", "scratch_slot", (1,), "scratch_slot", "prepare")
-    b.host_input_with_copy("draft_tokens_sched", "draft_tokens", (B, W - 1), "token", "prepare")
-    b.op("sources_ready", K.EVENT_RECORD, "prepare", [], ["ev_sources"])
-    b.val("ev_sources", P.EVENT, ())
-    b.op("wait_sources", K.EVENT_WAIT, "target", ["ev_sources"], [])
-    b.val("target_tokens", P.DEVICE, (B, W), persistent=True)
-    b.op(
-        "target_replay",
-        K.GRAPH_REPLAY,
-        "target",
-        ["draft_tokens", "seq_lens", "block_table"],
-        ["target_tokens"],
-        lambda *xs: sem.mix(*xs, rows=B, cols=W),
-        forward_us,
-        graph_ops=("target_forward",),
-        graph_steps=(PlanStep.forward(),),
-    )
-    fam = "greedy_prefix_verify"
-    b.val("accept_mask", P.DEVICE, (B, W - 1))
-    b.val("accepted", P.DEVICE, (B,), persistent=True)
-    b.val("next_tokens", P.DEVICE, (B, W), persistent=True)
-    b.op(
-        "accept_match",
-        K.DEVICE_KERNEL,
-        "target",
-        ["draft_tokens", "target_tokens"],
-        ["accept_mask"],
-        sem.accept_match,
-        family=fam,
-    )
-    b.op("accept_len", K.DEVICE_KERNEL, "target", ["accept_mask"], ["accepted"], sem.accept_len, family=fam)
-    b.op(
-        "accept_select",
-        K.DEVICE_KERNEL,
-        "target",
-        ["accepted", "target_tokens"],
-        ["next_tokens"],
-        sem.accept_select,
-        family=fam,
-    )
-    b.val("accepted_host", P.PINNED, (B,), persistent=True)
-    b.val("target_tokens_host", P.PINNED, (B, W), persistent=True)
-    b.op("d2h_accepted", K.D2H, "target", ["accepted"], ["accepted_host"])
-    b.op("d2h_target_tokens", K.D2H, "target", ["target_tokens"], ["target_tokens_host"])
-    b.op("sync_accept", K.HOST_SYNC, HOST, ["accepted_host", "target_tokens_host"])
-
-
-def _commit_on_host(b: _Builder, W, B) -> None:
-    """The scheduler's own use of the result: a host-only consumer."""
-    b.val("committed", P.HOST, (B, W))
-    b.op("host_commit", K.HOST_COMPUTE, HOST, ["accepted_host", "target_tokens_host"], ["committed"], sem.accept_select)
 
 
 def draft_to_verify_linear(caps: Capabilities = Capabilities(), **kwargs) -> BoundaryGraph:
@@ -380,11 +271,23 @@ def draft_to_verify_linear(caps: Capabilities = Capabilities(), **kwargs) -> Bou
     return draft_to_verify(caps=dataclasses.replace(caps, has_linear_state=True), **kwargs)
 
 
+def verify_to_draft_sampled(**kwargs) -> BoundaryGraph:
+    """``verify-to-draft`` for a batch that samples (``sampling`` set)."""
+    return verify_to_draft(sampling=True, **kwargs)
+
+
+def context_kv_sampled(**kwargs) -> BoundaryGraph:
+    """``context-kv`` for a batch that samples (``sampling`` set)."""
+    return context_kv(sampling=True, **kwargs)
+
+
 BOUNDARIES: dict[str, Callable[..., BoundaryGraph]] = {
     "draft-to-verify": draft_to_verify,
     LINEAR_DRAFT_TO_VERIFY: draft_to_verify_linear,
-    "verify-to-draft": verify_to_draft,
-    "context-kv": context_kv,
+    VERIFY_TO_DRAFT: verify_to_draft,
+    CONTEXT_KV: context_kv,
+    SAMPLED_VERIFY_TO_DRAFT: verify_to_draft_sampled,
+    SAMPLED_CONTEXT_KV: context_kv_sampled,
 }
 
 

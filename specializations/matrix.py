@@ -5,8 +5,8 @@ widths 4/5/6 with block-table width 64 and block size 128 (``w4``,
 ``w4_bt64_bs128``, ``w4_bs128``), int32 and int64 draft tokens, plus the
 block-draft widths 8 and 16 (DSpark ``--depth 7``, DFlash ``--depth 15``) for
 the boundaries a block draft's graph runs (``draft-to-verify`` or, over a
-hybrid target, ``draft-to-verify-linear``, and ``context-kv``), int32 drafts
-only.  Widen it on
+hybrid target, ``draft-to-verify-linear``, and ``context-kv`` or, for a sampling
+batch, ``context-kv-sampled``), int32 drafts only.  Widen it on
 the command line (``--widths 2-16 --block-sizes 16,128``) or with a TOML file:
 
     widths = [4, 5, 6]
@@ -22,11 +22,11 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from .families import DEFAULT_NUM_SPLITS, DRAFT_DTYPES, MAX_WIDTH, MIN_WIDTH
-from .plan import CONTEXT_KV, DRAFT_TO_VERIFY, LINEAR_DRAFT_TO_VERIFY
+from .plan import CONTEXT_KV, DRAFT_TO_VERIFY, LINEAR_DRAFT_TO_VERIFY, SAMPLED_CONTEXT_KV
 from .variants import Layout
 
-# what a block draft's specgen graph runs (over a plain or a hybrid target)
-BLOCK_BOUNDARIES = (DRAFT_TO_VERIFY, CONTEXT_KV, LINEAR_DRAFT_TO_VERIFY)
+# what a block draft's specgen graph runs (over a plain or a hybrid target; greedy or sampling)
+BLOCK_BOUNDARIES = (DRAFT_TO_VERIFY, CONTEXT_KV, LINEAR_DRAFT_TO_VERIFY, SAMPLED_CONTEXT_KV)
 
 
 class MatrixError(ValueError):

@@ -16,9 +16,27 @@ from dataclasses import dataclass
 
 from .variants import Layout, VariantSpec
 
-# draft-to-verify-linear: draft-to-verify of a hybrid target, whose linear-attention state slots join the head
-BOUNDARY_NAMES = ("draft-to-verify", "verify-to-draft", "context-kv", "draft-to-verify-linear")
-DRAFT_TO_VERIFY, VERIFY_TO_DRAFT, CONTEXT_KV, LINEAR_DRAFT_TO_VERIFY = BOUNDARY_NAMES
+# draft-to-verify-linear: draft-to-verify of a hybrid target, whose linear-attention state slots join the head;
+# verify-to-draft-sampled, context-kv-sampled: the two tails for a batch that samples (spec_rejection_verify
+# in place of greedy_prefix_verify)
+BOUNDARY_NAMES = (
+    "draft-to-verify",
+    "verify-to-draft",
+    "context-kv",
+    "draft-to-verify-linear",
+    "verify-to-draft-sampled",
+    "context-kv-sampled",
+)
+(
+    DRAFT_TO_VERIFY,
+    VERIFY_TO_DRAFT,
+    CONTEXT_KV,
+    LINEAR_DRAFT_TO_VERIFY,
+    SAMPLED_VERIFY_TO_DRAFT,
+    SAMPLED_CONTEXT_KV,
+) = BOUNDARY_NAMES
+# a tail boundary -> its form for a sampling batch
+SAMPLED_TAILS = {VERIFY_TO_DRAFT: SAMPLED_VERIFY_TO_DRAFT, CONTEXT_KV: SAMPLED_CONTEXT_KV}
 TARGET_FORWARD = "target_forward"
 STEP_KINDS = ("kernel", "forward", "copy", "other")
 

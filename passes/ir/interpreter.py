@@ -41,6 +41,15 @@ def random_inputs(graph: BoundaryGraph, seed: int = 0) -> dict[str, torch.Tensor
             return torch.randint(0, VOCAB, shape, generator=gen).to(dtype)
         if v.init == "rand":
             return torch.randint(-50, 50, shape, generator=gen).to(dtype)
+        if v.init == "prob":  # a probability (the draft's q(x), top-p)
+            return torch.rand(shape, generator=gen).to(dtype)
+        if v.init == "temperature":  # a third of the rows greedy
+            t = torch.rand(shape, generator=gen) * 1.5
+            return torch.where(torch.rand(shape, generator=gen) < 1 / 3, torch.zeros_like(t), t).to(dtype)
+        if v.init == "top_k":
+            return torch.randint(0, VOCAB, shape, generator=gen).to(dtype)
+        if v.init == "seed":
+            return torch.randint(-(2**62), 2**62, shape, generator=gen).to(dtype)
         return torch.zeros(shape, dtype=dtype)
 
     return {k: draw(v) for k, v in graph.values.items() if v.is_input}

@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 
 from ...runtime import semantics
+from ...runtime.philox import philox_uniform
+from ...runtime.sampling import ACCEPT_STREAM
 from ...runtime.semantics import slot
 
 VOCAB = 1000
@@ -156,6 +158,48 @@ def hidden_rows(W):
         return (torch.stack([base + torch.clamp(a - 1, min=0), base + a], dim=1).to(_I32),)
 
     return fn
+
+
+# -- sampled verification ----------------------------------------------------------------
+def logits(B: int, W: int):
+    """A stand-in target forward of a sampling batch: float logits that every input influences."""
+
+    def fn(*xs):
+        (mixed,) = mix(*xs, rows=B, cols=W)
+        return (mixed.float() / VOCAB,)
+
+    return fn
+
+
+def sample_rows(target_logits, draft_tokens, draft_probs, temperature, top_k, top_p, seeds, seq_lens):
+    """A stand-in of the vocabulary pass (``runtime.sampling.rejection_inputs``): each row's token and
+    ``p_j(x_j)`` from the logits and the sampling parameters, and the real acceptance uniforms (stream 0
+    at the rows' positions ``seq_lens + j``)."""
+    B, W = target_logits.shape
+    (mixed,) = mix(target_logits * VOCAB, draft_tokens, draft_probs * VOCAB, temperature * VOCAB, top_k, rows=B, cols=W)
+    p_at = (mixed[:, :-1].double() / VOCAB * top_p.double()[:, None]).float()
+    j = torch.arange(W - 1, device=seq_lens.device)
+    u = philox_uniform(seeds.long()[:, None], seq_lens.long()[:, None] + j, ACCEPT_STREAM)
+    return mixed, p_at, u
+
+
+def accept_ratio(draft_tokens, target_tokens, draft_probs, target_draft_probs, accept_uniforms, temperature):
+    """Which drafts pass on their own: a greedy row's draft equals the target's token, a sampled row's has
+    ``u * q < p`` (float64)."""
+    W = target_tokens.shape[1]
+    match = draft_tokens.to(torch.int64) == target_tokens[:, : W - 1].to(torch.int64)
+    ratio = accept_uniforms.double() * draft_probs.double() < target_draft_probs.double()
+    return (torch.where((temperature <= 0)[:, None], match, ratio).to(_I32),)
+
+
+def sampled_select(accepted, draft_tokens, target_tokens):
+    """The committed tokens of a sampled step: the accepted drafts, the row's token at ``accepted``, then -1."""
+    W = target_tokens.shape[1]
+    j = torch.arange(W, device=target_tokens.device)[None, :]
+    a = accepted.to(torch.int64)[:, None]
+    drafts = torch.cat([draft_tokens.to(_I32), torch.full_like(draft_tokens[:, :1], -1, dtype=_I32)], dim=1)
+    row_token = torch.where(j == a, target_tokens.to(_I32), torch.full_like(target_tokens, -1, dtype=_I32))
+    return (torch.where(j < a, drafts, row_token),)
 
 
 # -- context K/V (block drafts) ---------------------------------------------------
