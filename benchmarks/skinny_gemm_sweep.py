@@ -5,7 +5,9 @@ most 16 rows (the hybrid's fused projections, its MTP head's, or a dense
 Qwen3's), every config of a small grid (tile width, K step, splits where the
 consumer sums partials, warps, stages) is timed at each row count: a CUDA
 graph of ``--launches`` back-to-back products, replayed ``--repeats`` times,
-the median per product.  cuBLAS (``F.linear``) and the current default
+the median per product.  The products cycle through copies of the weight
+that together exceed the L2 cache (``--cold-mb``), so every product streams
+its weight from memory as a forward's does.  cuBLAS (``F.linear``) and the current default
 (``skinny_gemm.config_for``) are timed beside them.  A config is kept only
 if its result matches ``x @ w.T``.  Writes JSON (every timing, the best config
 per shape, the table ``models/skinny_gemm.py`` takes) and prints the table.
@@ -67,16 +69,16 @@ def grid(partial: bool):
 
 
 def time_graph(fn, launches: int, repeats: int) -> float:
-    """Median microseconds per call of ``fn``, ``launches`` calls per graph replay."""
+    """Median microseconds per call of ``fn(i)``, ``launches`` calls (``i = 0 ..``) per graph replay."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        fn()
+        fn(0)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for _ in range(launches):
-            fn()
+        for i in range(launches):
+            fn(i)
     g.replay()
     torch.cuda.synchronize()
     times = []
@@ -98,6 +100,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", default="1,2,4,8,16")
     ap.add_argument("--launches", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--cold-mb", type=int, default=512, help="weight copies cycled through, in MB (0: one, L2-hot)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     from specgen.models.skinny_gemm import config_for, skinny_gemm
@@ -110,27 +113,29 @@ def main(argv=None) -> int:
         if f"{n},{k},{partial}" in table:  # the same weight shape under another name
             continue
         w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k**0.5
+        ws = [w] + [w.clone() for _ in range(max(0, -(-a.cold_mb * 10**6 // (n * k * 2)) - 1))]
         per_cfg: dict = {}
         for m in rows:
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
             want = x.float() @ w.float().T
             rec = {"shape": name, "n": n, "k": k, "m": m, "partial": partial, "mb": n * k * 2 / 1e6}
-            rec["cublas_us"] = time_graph(lambda: F.linear(x, w), a.launches, a.repeats)
+            rec["cublas_us"] = time_graph(lambda i: F.linear(x, ws[i % len(ws)]), a.launches, a.repeats)
             cur = config_for(n, k, partial)
             rec["default"] = list(cur)
-            rec["default_us"] = time_graph(lambda: skinny_gemm(x, w, partial), a.launches, a.repeats)
+            rec["default_us"] = time_graph(lambda i: skinny_gemm(x, ws[i % len(ws)], partial), a.launches, a.repeats)
             timings = {}
             for cfg in grid(partial):
                 got = skinny_gemm(x, w, partial, cfg)
                 got = got.sum(0) if got.dim() == 3 else got
                 if (got.float() - want).abs().max().item() > 5e-2 * want.abs().max().item():
                     continue
-                us = time_graph(lambda cfg=cfg: skinny_gemm(x, w, partial, cfg), a.launches, a.repeats)
+                us = time_graph(lambda i, c=cfg: skinny_gemm(x, ws[i % len(ws)], partial, c), a.launches, a.repeats)
                 timings[cfg] = us
                 per_cfg.setdefault(cfg, []).append(us)
             best = min(timings, key=timings.get)
             rec["best"], rec["best_us"] = list(best), timings[best]
             rec["best_tbps"] = n * k * 2 / (timings[best] * 1e-6) / 1e12
+            rec["weight_copies"] = len(ws)
             results.append(rec)
             print(
                 f"{name:20s} N={n:6d} K={k:5d} M={m:2d}: cublas {rec['cublas_us']:6.1f} us, default "
@@ -148,6 +153,7 @@ def main(argv=None) -> int:
         "torch": torch.__version__,
         "model": a.model,
         "rows": rows,
+        "cold_mb": a.cold_mb,
         "results": results,
         "table": table,
     }

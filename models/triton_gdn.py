@@ -40,6 +40,17 @@ def _pow2(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
 
 
+TARGET_PROGRAMS = 132  # one wave of an H200's SMs: a small batch splits its work finer than a large one
+
+
+def _channels_per_program(batch: int, channels: int) -> int:
+    """The conv's channel tile: 128, narrowed to 32 while the batch would fill less than two waves."""
+    bc = 128
+    while bc > 32 and batch * triton.cdiv(channels, bc) < 2 * TARGET_PROGRAMS:
+        bc //= 2
+    return bc
+
+
 def _slot_ok(slot, num_slots):
     return (slot >= 0) & (slot < num_slots)
 
@@ -127,7 +138,7 @@ def conv_slots(
     b, r = rows.shape
     k = weight.shape[-1]
     out = torch.empty(b, r, c, dtype=qkv.dtype, device=qkv.device)
-    bc = 128
+    bc = _channels_per_program(b, c)
     if qkv.stride(1) != 1:
         qkv = qkv.contiguous()
     _conv_slots_kernel[(triton.cdiv(c, bc), b)](
@@ -243,6 +254,8 @@ def delta_rule_slots(
     dv = pool.shape[-1]
     out = torch.zeros(n, hv, dv, dtype=torch.float32, device=mixed.device)
     bv = min(_pow2(dv), 32)
+    while bv > 8 and b * hv * triton.cdiv(dv, bv) < 2 * TARGET_PROGRAMS:  # a small batch: narrower tiles
+        bv //= 2
     _delta_rule_slots_kernel[(triton.cdiv(dv, bv), b * hv)](
         mixed.contiguous(),
         a_raw,
