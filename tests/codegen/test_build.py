@@ -25,7 +25,7 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("kernels")
     out = root / "specgen_kernels"
     summary = build(DEFAULT, ("c",), out, jobs=2, progress=None)
-    assert not summary.failed and summary.built == 52
+    assert not summary.failed and summary.built == 57
     sys.path.insert(0, str(root))
     try:
         yield out, importlib.import_module("specgen_kernels")
@@ -50,14 +50,17 @@ def test_manifest_lists_every_planned_variant(built):
             f"spec_verify_linear_state_update__w{w}",
             f"spec_verify_hybrid_head_update__w{w}_bt64_bs128",
             f"spec_verify_hybrid_head_update__w{w}_bt64_bs128_i64",
+            f"spec_rejection_verify__w{w}",
         } <= keys
     for v in manifest["variants"]:
         assert (out / v["artifact"]).exists() and (out / v["program"]).exists() and (out / v["source"]).exists()
         assert v["guards"] and v["boundaries"] and v["sha256"]
     by_key = {v["key"]: v for v in manifest["variants"]}
-    assert by_key["context_kv_update__w4_bt64_bs128"]["boundaries"] == ["context-kv"]
+    assert by_key["context_kv_update__w4_bt64_bs128"]["boundaries"] == ["context-kv", "context-kv-sampled"]
     assert "draft-to-verify" in by_key["spec_verify_metadata_update__w4_bt64_bs128"]["boundaries"]
     assert by_key["spec_verify_linear_state_update__w16"]["boundaries"] == ["draft-to-verify-linear"]
+    assert by_key["spec_rejection_verify__w4"]["boundaries"] == ["context-kv-sampled", "verify-to-draft-sampled"]
+    assert by_key["spec_rejection_verify__w16"]["boundaries"] == ["context-kv-sampled"]  # a block draft's width
     assert pkg.variants() == sorted(keys)
 
 
@@ -80,7 +83,7 @@ def test_rebuild_is_a_noop_and_manifest_is_byte_identical(built):
     out, _ = built
     first = (out / "manifest.json").read_bytes()
     summary = build(DEFAULT, ("c",), out, jobs=1, progress=None)
-    assert summary.built == 0 and summary.cached == 52
+    assert summary.built == 0 and summary.cached == 57
     assert (out / "manifest.json").read_bytes() == first
     assert b"time" not in first
 
@@ -117,6 +120,11 @@ def _inputs(family, W, BT, BS, B, dtype, draw):
         "accepted": acc,
         "scratch_slot": torch.tensor([4096 * BS], dtype=torch.int32),
         "state_slots": torch.randint(-1, B * W, (B, W), generator=g, dtype=torch.int32),
+        # sampled verification: probabilities, keyed uniforms and a third of the rows greedy
+        "draft_probs": torch.rand(B, W - 1, generator=g),
+        "target_draft_probs": torch.rand(B, W - 1, generator=g),
+        "accept_uniforms": torch.randint(0, 2**24, (B, W - 1), generator=g).float() * 2**-24,
+        "temperature": torch.where(torch.rand(B, generator=g) < 1 / 3, 0.0, torch.rand(B, generator=g) + 0.1),
     }
     tensors = []
     for a in FAMILIES[family].args:
@@ -150,7 +158,7 @@ def test_every_variant_matches_the_reference(built, data):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_every_default_variant_compiles_for_cuda(tmp_path):
     summary = build(DEFAULT, ("cuda",), tmp_path / "k", arch="sm_90", jobs=2, progress=None)
-    assert summary.built == 52 and not summary.failed
+    assert summary.built == 57 and not summary.failed
     manifest = json.loads((tmp_path / "k" / "manifest.json").read_text())
     for v in manifest["variants"]:
         data = (tmp_path / "k" / v["artifact"]).read_bytes()
