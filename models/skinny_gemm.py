@@ -38,9 +38,16 @@ class Config(NamedTuple):
     stages: int
 
 
-# (N, K, partial allowed) -> config, from benchmarks/skinny_gemm_sweep.py on the H200 (the best median of the
-# shape's row counts 1..16); see benchmarks/results/skinny_gemm/
-TUNED: dict[tuple[int, int, bool], Config] = {}
+# (N, K, partial allowed) -> config: the table of benchmarks/skinny_gemm_sweep.py on the H200 (the least time
+# summed over 1, 2, 4, 8 and 16 rows, weights streamed cold), benchmarks/results/skinny_gemm/sweep_qwen3.5-2b.json
+TUNED: dict[tuple[int, int, bool], Config] = {
+    (8224, 2048, False): Config(64, 128, 1, 4, 5),  # Qwen3.5-2B: a linear layer's fused in-projection
+    (2048, 2048, True): Config(64, 128, 8, 4, 3),  # out_proj / o_proj
+    (5120, 2048, False): Config(64, 128, 1, 4, 5),  # gated attention's q / gate / k / v
+    (12288, 2048, False): Config(32, 128, 1, 4, 4),  # gate-up
+    (2048, 6144, True): Config(64, 128, 8, 4, 3),  # down
+    (2048, 4096, False): Config(16, 256, 1, 4, 4),  # the MTP head's fc
+}
 
 
 @triton.jit

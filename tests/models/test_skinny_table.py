@@ -1,0 +1,43 @@
+"""The skinny GEMM's measured tiles: ``TUNED`` is the recorded H200 sweep's table, and every entry is a tile the
+kernel can run (the sweep kept only configs whose product matched ``x @ w.T``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+SWEEP = Path(__file__).parents[2] / "benchmarks" / "results" / "skinny_gemm" / "sweep_qwen3.5-2b.json"
+
+
+@pytest.fixture(scope="module")
+def skinny():
+    pytest.importorskip("triton")
+    from specgen.models import skinny_gemm
+
+    return skinny_gemm
+
+
+def test_tuned_is_the_recorded_sweep(skinny):
+    rec = json.loads(SWEEP.read_text())
+    want = {}
+    for key, cfg in rec["table"].items():
+        n, k, partial = key.split(",")
+        want[(int(n), int(k), partial == "True")] = skinny.Config(*cfg)
+    assert skinny.TUNED == want
+    assert rec["cold_mb"] > 50  # weights cycled past the H200's 50 MB L2, as a forward streams them
+
+
+def test_a_table_file_replaces_entries_and_float32_keeps_the_heuristic(skinny, tmp_path, monkeypatch):
+    table = tmp_path / "sweep.json"
+    table.write_text(json.dumps({"table": {"2048,6144,True": [16, 256, 2, 4, 2]}}))
+    assert skinny.config_for(2048, 6144, True) == skinny.TUNED[(2048, 6144, True)]
+    monkeypatch.setenv("SPECGEN_SKINNY_TABLE", str(table))
+    assert skinny.config_for(2048, 6144, True) == skinny.Config(16, 256, 2, 4, 2)
+    # an unmeasured shape, and the tests' float32, take the heuristic
+    assert skinny.config_for(96, 200, False) == skinny.heuristic(96, 200, False)
+    assert skinny.config_for(2048, 6144, True, dtype=torch.float32).stages == 2
+    # a product that may not take partials does not borrow the partial shape's split
+    assert skinny.config_for(2048, 2048, False) == skinny.heuristic(2048, 2048, False)
