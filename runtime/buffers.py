@@ -15,6 +15,10 @@ from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, shape_of
 I32 = torch.int32
 INPUTS = ("last_tokens", "draft_tokens", "seq_lens", "block_table", "scratch_slot", "state_slots")  # what a step reads
 LINEAR_INPUTS = ("accepted", "state_slots")  # what a hybrid target's step reads besides: the linear state's slots
+# a sampling step's per-row inputs besides the families' (``temperature`` is one of spec_rejection_verify's):
+# the request's top-k, top-p and seed, read by the vocabulary pass (``runtime/sampling.py``, ``sample_rows``)
+SAMPLING_EXTRA = {"top_k": torch.int32, "top_p": torch.float32, "seed": torch.int64}
+SAMPLING_INPUTS = ("temperature", *SAMPLING_EXTRA, "draft_probs")  # what a sampling step reads per row
 
 
 def buckets_for(max_batch: int) -> tuple[int, ...]:
@@ -44,7 +48,8 @@ def alloc_step_buffers(
     fill_padding: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Every buffer of one verify step for ``batch`` rows: the families' arguments in their dtypes, zeroed
-    (a zero ``temperature`` is a greedy row).
+    (a zero ``temperature`` is a greedy row), and a sampling step's ``top_k``, ``top_p`` and ``seed``
+    (``SAMPLING_EXTRA``); ``top_p`` and ``draft_probs`` start at 1 (greedy rows, one-hot drafts).
 
     ``scratch_slot`` holds the scratch block's first slot; with ``fill_padding``
     every block-table entry starts as the scratch block.  ``state_slots`` (a
@@ -56,6 +61,9 @@ def alloc_step_buffers(
             dtype = getattr(torch, a.dtype) if a.dtype != "draft" else I32
             names.setdefault(a.name, (shape_of(a, batch, width, block_table_width, num_splits), dtype))
     bufs = {n: torch.zeros(s, dtype=d, device=device) for n, (s, d) in names.items()}
+    bufs |= {n: torch.zeros(batch, dtype=d, device=device) for n, d in SAMPLING_EXTRA.items()}
+    bufs["top_p"].fill_(1.0)  # every row greedy: temperature 0, top-k 0 and top-p 1 keep every token
+    bufs["draft_probs"].fill_(1.0)  # a greedy draft's q(x): the one-hot case
     bufs["scratch_slot"].fill_(scratch_block * block_size)
     bufs["state_slots"].fill_(-1)
     if fill_padding:
@@ -69,6 +77,7 @@ def pad_rows(bufs: dict[str, torch.Tensor], batch: int, scratch_block: int) -> N
     bufs["accepted"][batch:].fill_(0)
     bufs["state_slots"][batch:].fill_(-1)
     bufs["draft_tokens"][batch:].fill_(0)
+    bufs["temperature"][batch:].fill_(0)  # a padding row verifies greedily
     bufs["seq_lens"][batch:].fill_(0)
     bufs["block_table"][batch:].fill_(scratch_block)
 

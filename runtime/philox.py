@@ -51,17 +51,21 @@ def philox4x32(counter: tuple[torch.Tensor, ...], key: tuple[torch.Tensor, torch
     return c0, c1, c2, c3
 
 
-def _words(x) -> tuple[torch.Tensor, torch.Tensor]:
-    """The low and high 32-bit words of an integer tensor read as 64-bit two's complement, int64."""
-    x = torch.as_tensor(x).long()
+def _words(x, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The low and high 32-bit words of an integer tensor (or a Python int, made on ``device`` by a fill, which a
+    graph capture records) read as 64-bit two's complement, int64."""
+    x = x.long() if isinstance(x, torch.Tensor) else torch.full((), int(x), dtype=torch.int64, device=device)
     return x & MASK32, (x >> 32) & MASK32
 
 
 def philox_bits(seed, position, stream) -> torch.Tensor:
-    """The first 32-bit Philox output word for each broadcast ``(seed, position, stream)``, int64 in ``[0, 2**32)``."""
-    s_lo, s_hi = _words(seed)
-    p_lo, p_hi = _words(position)
-    st, _ = _words(stream)
+    """The first 32-bit Philox output word for each broadcast ``(seed, position, stream)``, int64 in ``[0, 2**32)``.
+
+    Python ints join the device of the tensor arguments (the CPU when there are none)."""
+    device = next((x.device for x in (position, seed, stream) if isinstance(x, torch.Tensor)), torch.device("cpu"))
+    s_lo, s_hi = _words(seed, device)
+    p_lo, p_hi = _words(position, device)
+    st, _ = _words(stream, device)
     p_lo, p_hi, st, s_lo, s_hi = torch.broadcast_tensors(p_lo, p_hi, st, s_lo, s_hi)
     return philox4x32((p_lo, p_hi, st, torch.zeros_like(st)), (s_lo, s_hi))[0]
 

@@ -28,7 +28,9 @@ import torch
 from .philox import philox_uniform
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-ACCEPT_STREAM, TOKEN_STREAM = 0, 1
+# stream 2 keys a sampling draft's own draws (``draft_sample``): the token it drafts for position ``P``
+ACCEPT_STREAM, TOKEN_STREAM, DRAFT_STREAM = 0, 1, 2
+SAMPLE_ROWS = "sample_rows"  # the plans' name of the vocabulary pass (``sample_rows``)
 
 
 @dataclass(frozen=True)
@@ -244,6 +246,48 @@ def rejection_inputs(draft_tokens, draft_probs, draft_dists, target_probs, seeds
     u_token = philox_uniform(seed[:, None], pos[:, None] + j, TOKEN_STREAM)
     tokens = _draw(dist.reshape(batch * width, vocab), u_token.reshape(-1)).reshape(batch, width)
     return tokens.to(torch.int32), p_at.float(), u_accept.float()
+
+
+def row_params(bufs, width: int):
+    """A step's per-row ``(temperature, top_k, top_p)`` repeated for each of its ``W`` verify rows, ``[B * W]``."""
+    return tuple(bufs[n][:, None].expand(-1, width).reshape(-1) for n in ("temperature", "top_k", "top_p"))
+
+
+def target_probs_of(bufs, logits: torch.Tensor) -> torch.Tensor:
+    """``p_j``: the filtered target distributions ``[B, W, V]`` of a step's verify rows from their logits
+    (``logits[B * W, V]``, rows past them ignored) and the step buffers' sampling parameters."""
+    batch, width = bufs["target_tokens"].shape
+    rows = logits[: batch * width]
+    return filtered_probs(rows, *row_params(bufs, width)).view(batch, width, -1)
+
+
+def sample_rows(bufs, logits: torch.Tensor, draft_dists: torch.Tensor | None = None) -> None:
+    """The vocabulary pass of a sampling verify step over its step buffers (the plans' ``sample_rows``, between
+    the target forward and ``spec_rejection_verify``): ``rejection_inputs`` of the step's drafts, their
+    ``draft_probs`` and ``draft_dists`` (``[B, W-1, V]`` or None: one-hot drafts), the filtered target
+    distributions of ``logits`` and the rows' seeds at positions ``seq_lens``, written into ``target_tokens``,
+    ``target_draft_probs`` and ``accept_uniforms``.  Torch ops only, so a captured graph records it.
+    """
+    batch = bufs["target_tokens"].shape[0]
+    dists = None if draft_dists is None else draft_dists[:batch]
+    probs = target_probs_of(bufs, logits)
+    out = rejection_inputs(bufs["draft_tokens"], bufs["draft_probs"], dists, probs, bufs["seed"], bufs["seq_lens"])
+    for name, t in zip(("target_tokens", "target_draft_probs", "accept_uniforms"), out):
+        bufs[name].copy_(t)
+
+
+def draft_sample(logits: torch.Tensor, bufs, positions: torch.Tensor):
+    """A sampling draft's token for each row: ``(tokens[B] int64, q(x)[B] float32, q[B, V] float32)``.
+
+    ``q`` is the row's own filtered distribution of ``logits[B, V]`` under the step buffers' sampling parameters
+    (rows ``:B``); the token is its inverse-CDF draw with the uniform of stream 2 at the drafted token's
+    ``positions[b]``.  A greedy row (temperature 0) drafts the argmax of ``logits`` with ``q(x) = 1``.
+    """
+    batch = logits.shape[0]
+    params = (bufs[n][:batch] for n in ("temperature", "top_k", "top_p"))
+    q = filtered_probs(logits, *params)
+    x = _draw(q.double(), philox_uniform(bufs["seed"][:batch], positions, DRAFT_STREAM))
+    return x, q.gather(1, x[:, None])[:, 0], q
 
 
 def reference_rejection_verify(draft_tokens, draft_probs, draft_dists, target_probs, seeds, positions):

@@ -40,6 +40,8 @@ from ..specializations.plan import (
     CONTEXT_KV,
     DRAFT_TO_VERIFY,
     LINEAR_DRAFT_TO_VERIFY,
+    SAMPLED_CONTEXT_KV,
+    SAMPLED_VERIFY_TO_DRAFT,
     TARGET_FORWARD,
     VERIFY_TO_DRAFT,
     PlanError,
@@ -50,6 +52,7 @@ from ..specializations.variants import Layout, VariantSpec
 from . import semantics
 from .buffers import alloc_step_buffers
 from .library import KernelLibrary, VariantNotBuilt
+from .sampling import SAMPLE_ROWS
 
 __all__ = [
     "DEFAULT_SEQUENCE",
@@ -77,9 +80,13 @@ DEFAULT_SEQUENCE = (
 )
 KERNEL_SOURCES = ("built", "torch")
 # The families after the target forward, per tail boundary (the eager path's order, as the plans capture it).
+# A sampling batch's tails put the vocabulary pass ``sample_rows`` (the runtime's ``sampler``) and
+# ``spec_rejection_verify`` where the greedy tails have ``greedy_prefix_verify``.
 TAILS = {
     VERIFY_TO_DRAFT: DEFAULT_SEQUENCE[DEFAULT_SEQUENCE.index(TARGET_FORWARD) + 1 :],
     CONTEXT_KV: ("greedy_prefix_verify", "context_kv_update"),
+    SAMPLED_VERIFY_TO_DRAFT: (SAMPLE_ROWS, "spec_rejection_verify", "prepare_next_draft"),
+    SAMPLED_CONTEXT_KV: (SAMPLE_ROWS, "spec_rejection_verify", "context_kv_update"),
 }
 
 StepCall = Callable[[PlanStep, list], None]
@@ -139,7 +146,7 @@ def _plan_steps(
         after = second.after_forward()
     except PlanError:  # the tail plan has no target forward
         return None, f"a target forward in the {tail} plan at {layout.key}"
-    return [s for s in (*first.steps, *after) if s.kind in ("kernel", "forward")], None
+    return [s for s in (*first.steps, *after) if s.kind in ("kernel", "forward") or s.name == SAMPLE_ROWS], None
 
 
 def resolve_step_plan(
@@ -276,10 +283,8 @@ def eager_steps(
     steps at one layout (the eager path needs no build)."""
     layout = Layout(width, block_table_width, block_size)
     head = DEFAULT_SEQUENCE[: DEFAULT_SEQUENCE.index(TARGET_FORWARD)] + ((LINEAR_STATE,) if linear_state else ())
-    return [
-        PlanStep.forward() if f == TARGET_FORWARD else PlanStep.kernel(VariantSpec.of(f, layout))
-        for f in (*head, TARGET_FORWARD, *TAILS[tail])
-    ]
+    special = {TARGET_FORWARD: PlanStep.forward(), SAMPLE_ROWS: PlanStep("other", SAMPLE_ROWS)}
+    return [special.get(f) or PlanStep.kernel(VariantSpec.of(f, layout)) for f in (*head, TARGET_FORWARD, *TAILS[tail])]
 
 
 def semantics_call(block_size: int, num_splits: int) -> StepCall:
@@ -298,14 +303,20 @@ def run_steps(
     model_forward: Callable,
     call: StepCall,
     after_forward: Callable[[], None] | None = None,
+    sampler: Callable[[Mapping[str, torch.Tensor]], None] | None = None,
 ) -> None:
-    """Each step in order over ``bufs``: the forward writes ``target_tokens``, a kernel step goes to ``call``.
+    """Each step in order over ``bufs``: the forward writes ``target_tokens``, a kernel step goes to ``call``,
+    ``sample_rows`` (a sampling tail's vocabulary pass) to ``sampler(bufs)``.
 
     ``after_forward()`` runs right after the forward (the verify graph joins
     its device guard's side stream there).
     """
     for step in steps:
-        if step.kind == "forward":
+        if step.name == SAMPLE_ROWS:
+            if sampler is None:
+                raise ValueError("a sampling tail's sample_rows step needs the runtime's sampler")
+            sampler(bufs)
+        elif step.kind == "forward":
             out = model_forward(bufs)
             bufs["target_tokens"].copy_(out.reshape(bufs["target_tokens"].shape))
             if after_forward is not None:
@@ -329,13 +340,16 @@ def eager_step(
     tail: str = VERIFY_TO_DRAFT,
     accepted: torch.Tensor | None = None,
     state_slots: torch.Tensor | None = None,
+    sampling: Mapping[str, torch.Tensor] | None = None,
+    sampler: Callable[[Mapping[str, torch.Tensor]], None] | None = None,
 ) -> dict[str, torch.Tensor]:
     """One verify step on the families' torch semantics (eager) in fresh buffers; returns all of them.
 
     The layout is the caller's (``block_table``'s width, ``block_size``), so
     it needs no build.  A hybrid target passes ``state_slots`` and the previous
     step's ``accepted``: the step then reads the committed linear state from
-    the same slot the fast path would.
+    the same slot the fast path would.  A sampling tail passes the rows'
+    ``sampling`` inputs (``buffers.SAMPLING_INPUTS``, by name) and the ``sampler``.
     """
     batch, bt = int(seq_lens.shape[0]), int(block_table.shape[1])
     bufs = alloc_step_buffers(
@@ -351,7 +365,9 @@ def eager_step(
             raise ValueError("eager_step: state_slots needs the previous step's accepted counts")
         bufs["accepted"].copy_(accepted)
         bufs["state_slots"].copy_(state_slots)
+    for name, t in (sampling or {}).items():
+        bufs[name].copy_(t)
     if batch:
         steps = eager_steps(width, bt, block_size, tail, linear)
-        run_steps(bufs, steps, model_forward, semantics_call(block_size, num_splits))
+        run_steps(bufs, steps, model_forward, semantics_call(block_size, num_splits), sampler=sampler)
     return bufs

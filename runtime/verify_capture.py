@@ -1,14 +1,16 @@
 """How ``SpecVerifyRuntime`` turns a bucket's step into one captured graph: the prologue with the hoisted
-head work beside it, the device guard forked beside the steps, the epilogue (``runtime/verify_graph.py``
-describes the whole; this is the runtime's capture half)."""
+head work beside it, the device guard forked beside the steps, the epilogue, a sampling tail's ``sampler``; and
+the eager step that stands in for it (``runtime/verify_graph.py`` describes the whole; this is the runtime's
+capture half)."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Mapping
 
 import torch
 
-from .step_plan import run_steps
+from .step_plan import eager_step, run_steps
 
 __all__ = ["StepCapture"]
 
@@ -24,15 +26,58 @@ class StepCapture:
             if self.prologue is not None:  # the draft writes the inputs the guard and the head read
                 self._run_prologue(bufs)
             if guard is None:  # the device guard turned off (``device_guard=False``)
-                run_steps(bufs, self.sequence, self.model_forward, self._call_kernel)
+                run_steps(bufs, self.sequence, self.model_forward, self._call_kernel, sampler=self.sampler)
             else:
                 guard.fork(bufs, bucket)
-                run_steps(bufs, self.sequence, self.model_forward, self._call_kernel, after_forward=guard.join)
+                run_steps(
+                    bufs,
+                    self.sequence,
+                    self.model_forward,
+                    self._call_kernel,
+                    after_forward=guard.join,
+                    sampler=self.sampler,
+                )
                 guard.join()
             if self.epilogue is not None:
                 self.epilogue()
 
         return run
+
+    def _eager_bufs(
+        self, batch, last_tokens, draft_tokens, seq_lens, block_table, linear=None, sampling=None
+    ) -> dict[str, torch.Tensor]:
+        # the model's cache layout (caps.block_size, the table's width) is the truth on the eager path;
+        # a hybrid's eager step reads the committed linear state from the slot the fast path would
+        accepted, state_slots = linear if linear is not None else (None, None)
+        return eager_step(
+            self.model_forward,
+            self.width,
+            self.caps.block_size,
+            self.num_splits,
+            last_tokens,
+            draft_tokens,
+            seq_lens,
+            block_table,
+            scratch_block=self.scratch_block,
+            device=self.device,
+            tail=self.tail,
+            accepted=accepted,
+            state_slots=state_slots,
+            sampling=sampling,
+            sampler=self.sampler,
+        )
+
+    def _left_fast_path(self, reason: str) -> None:
+        """Count an eager step; the first one of a runtime built for the fast path is also a warning."""
+        self._fallback[reason] += 1
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"SpecVerifyRuntime(width={self.width}): a step left the fast path ({reason}); it ran on the "
+                f"families' torch semantics, and stats()['fallback'] counts every such step by reason",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     def _run_prologue(self, bufs: Mapping[str, torch.Tensor]) -> None:
         """The prologue's setup, then its run with the hoisted head work beside it (a side stream on a device)."""

@@ -70,13 +70,12 @@ default) needs every variant built.
 
 from __future__ import annotations
 
-import warnings
 from collections import Counter
 from typing import Callable, Mapping
 
 import torch
 
-from ..specializations.plan import VERIFY_TO_DRAFT, PlanStep
+from ..specializations.plan import SAMPLED_TAILS, VERIFY_TO_DRAFT, PlanStep
 from . import buffers as sb
 from . import fallback
 from .buffers import INPUTS, alloc_step_buffers, bucket_of, buckets_for
@@ -87,7 +86,7 @@ from .fallback import FALLBACK_REASONS, FastPathUnavailable, fallback_reason, un
 from .fallback import seq_len_bounds as bounds_of
 from .host_mirror import HOST_FIELDS, HostMirror, HostResult
 from .library import KernelLibrary
-from .step_plan import DEFAULT_SEQUENCE, KERNEL_SOURCES, eager_step, resolve_step_plan, semantics_call
+from .step_plan import DEFAULT_SEQUENCE, KERNEL_SOURCES, resolve_step_plan, semantics_call
 from .step_records import RESULT_FIELDS, Prologue, StepResult
 from .verify_capture import StepCapture
 
@@ -130,6 +129,7 @@ class SpecVerifyRuntime(StepCapture):
         prologue: Prologue | Callable[[], None] | None = None,
         tail: str = VERIFY_TO_DRAFT,
         epilogue: Callable[[], None] | None = None,
+        sampler: Callable[[Mapping[str, torch.Tensor]], None] | None = None,
         allow_eager: bool = False,
         device_guard: bool = True,  # False: no device-side checks (an A/B of their cost; host guards stay)
     ):
@@ -142,6 +142,9 @@ class SpecVerifyRuntime(StepCapture):
         self.library, self.model_forward, self.caps = library, model_forward, caps
         self.width, self.max_batch, self.backend = int(width), int(max_batch), backend
         self.kernels, self.tail, self.epilogue = kernels, tail, epilogue
+        self.sampler = sampler  # a sampling tail's vocabulary pass, ``sampler(bufs)`` (``sampling.sample_rows``)
+        if (tail in SAMPLED_TAILS.values()) != (sampler is not None):
+            raise ValueError(f"tail {tail!r} {'needs' if sampler is None else 'takes no'} sampler")
         self.prologue = Prologue(prologue) if prologue is not None and not isinstance(prologue, Prologue) else prologue
         self._api = DeviceAPI(backend) if backend != "cpu" else None
         self.device = torch.device(device if device is not None else backend)
@@ -222,8 +225,8 @@ class SpecVerifyRuntime(StepCapture):
     ) -> StepResult:
         """One verification of ``B`` sequences (see the module docstring); a hybrid target's step also takes
         the previous step's ``accepted[B]`` and ``state_slots[B, W]`` (``model_forward`` reads the slots)."""
-        if self.prologue is not None or self.epilogue is not None:
-            raise ValueError("step: a runtime with a prologue or an epilogue works in place (step_in_place)")
+        if self.prologue is not None or self.epilogue is not None or self.sampler is not None:
+            raise ValueError("step: a runtime with a prologue, an epilogue or a sampler works in place (step_in_place)")
         batch = int(seq_lens.shape[0])
         linear = sb.linear_inputs(self.caps.has_linear_state, batch, self.width, accepted, state_slots)
         sb.check_step_inputs(self.width, last_tokens, draft_tokens, seq_lens, block_table)
@@ -281,6 +284,7 @@ class SpecVerifyRuntime(StepCapture):
             if self.prologue is not None:  # the eager step below recomputes the head work itself
                 self.prologue()
             linear = (bufs["accepted"][:batch], bufs["state_slots"][:batch]) if self.caps.has_linear_state else None
+            sampling = {n: bufs[n][:batch] for n in sb.SAMPLING_INPUTS} if self.sampler is not None else None
             eager = self._eager_bufs(
                 batch,
                 bufs["last_tokens"][:batch],
@@ -288,6 +292,7 @@ class SpecVerifyRuntime(StepCapture):
                 bufs["seq_lens"][:batch],
                 bufs["block_table"][:batch],
                 linear,
+                sampling,
             )
             result = StepResult(**{n: eager[n] for n in RESULT_FIELDS}, fast_path=False, reason=reason)
             self._left_fast_path(reason)
@@ -342,28 +347,6 @@ class SpecVerifyRuntime(StepCapture):
             out = {n: bufs[n][:batch].clone() for n in RESULT_FIELDS}
         return StepResult(**out, fast_path=True, reason=None)
 
-    def _eager_bufs(
-        self, batch, last_tokens, draft_tokens, seq_lens, block_table, linear=None
-    ) -> dict[str, torch.Tensor]:
-        # the model's cache layout (caps.block_size, the table's width) is the truth on the eager path;
-        # a hybrid's eager step reads the committed linear state from the slot the fast path would
-        accepted, state_slots = linear if linear is not None else (None, None)
-        return eager_step(
-            self.model_forward,
-            self.width,
-            self.caps.block_size,
-            self.num_splits,
-            last_tokens,
-            draft_tokens,
-            seq_lens,
-            block_table,
-            scratch_block=self.scratch_block,
-            device=self.device,
-            tail=self.tail,
-            accepted=accepted,
-            state_slots=state_slots,
-        )
-
     def check_block_table(self, block_table: torch.Tensor, seq_lens: torch.Tensor | None = None) -> None:
         """Refuse a block table that maps the scratch block (padding rows write there): ``ValueError``.
 
@@ -373,18 +356,6 @@ class SpecVerifyRuntime(StepCapture):
         """
         bs = self.kv_layout[1] if self.kv_layout is not None else self.caps.block_size
         fallback.refuse_scratch_in_table(block_table, seq_lens, self.width, bs, self.scratch_block)
-
-    def _left_fast_path(self, reason: str) -> None:
-        """Count an eager step; the first one of a runtime built for the fast path is also a warning."""
-        self._fallback[reason] += 1
-        if not self._warned:
-            self._warned = True
-            warnings.warn(
-                f"SpecVerifyRuntime(width={self.width}): a step left the fast path ({reason}); it ran on the "
-                f"families' torch semantics, and stats()['fallback'] counts every such step by reason",
-                RuntimeWarning,
-                stacklevel=3,
-            )
 
     def host_result(self, steps_back: int = 0) -> HostResult | None:
         """The host copy of the latest (``steps_back=0``) or the previous (1) step's results.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specgen.runtime.buffers import alloc_step_buffers, bucket_of, buckets_for, load_inputs, pad_rows
+from specgen.runtime.buffers import SAMPLING_EXTRA, alloc_step_buffers, bucket_of, buckets_for, load_inputs, pad_rows
 from specgen.specializations.families import FAMILIES
 
 I32 = torch.int32
@@ -17,10 +17,12 @@ def test_buckets():
 
 def test_alloc_covers_every_family_argument():
     bufs = alloc_step_buffers(4, 3, 8, block_size=16, scratch_block=2, num_splits=5, fill_padding=True)
-    assert {a.name for f in FAMILIES.values() for a in f.args} == set(bufs)
-    floats = {"draft_probs", "target_draft_probs", "accept_uniforms", "temperature"}  # sampled verification's
-    assert all(t.dtype == (torch.float32 if n in floats else I32) for n, t in bufs.items())
+    assert {a.name for f in FAMILIES.values() for a in f.args} | set(SAMPLING_EXTRA) == set(bufs)
+    floats = {"draft_probs", "target_draft_probs", "accept_uniforms", "temperature", "top_p"}  # sampling's
+    dtype = {"seed": torch.int64}
+    assert all(t.dtype == dtype.get(n, torch.float32 if n in floats else I32) for n, t in bufs.items())
     assert bufs["temperature"].shape == (4,) and not bufs["temperature"].any()  # every row starts greedy
+    assert bufs["top_p"].eq(1).all() and not bufs["top_k"].any() and bufs["draft_probs"].eq(1).all()
     assert bufs["tokens"].shape == (12,) and bufs["block_table"].shape == (4, 8)
     assert bufs["scratch_slot"].tolist() == [32] and (bufs["block_table"] == 2).all()
     assert (alloc_step_buffers(2, 3, 8, block_size=16)["block_table"] == 0).all()
