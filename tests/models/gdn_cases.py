@@ -131,6 +131,12 @@ def cases(device: str, dtype: torch.dtype, shape: str) -> dict:
     write = [-1] * 14
     write[4], write[7 + 6] = 5, 11
     out["prefill_padded"] = run_case(ref, fast, cfg, dtype, device, 2, 7, [-1, -1], write, 3)
+    # a long prefill (past the one-tile conv's 16 rows), each prompt's last row writing the slot it read
+    write = [-1] * 40
+    write[19], write[39] = 2, 7
+    out["prefill_long_inplace"] = run_case(ref, fast, cfg, dtype, device, 2, 20, [2, 7], write, 7)
+    # two rows, fewer than the conv's window: the last row's window keeps old entries while it is written in place
+    out["short_inplace"] = run_case(ref, fast, cfg, dtype, device, 2, 2, [3, 8], [-1, 3, -1, 8], 8)
     # plain decoding: one row per sequence, the state written back into the slot it was read from
     out["decode_inplace"] = run_case(ref, fast, cfg, dtype, device, 4, 1, [0, 5, 11, 7], [0, 5, 11, 7], 4)
     # the largest batch the pool holds at W = 1: every slot read and written back in place

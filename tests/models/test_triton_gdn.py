@@ -39,7 +39,16 @@ def run_cases(device: str, dtype: str, shape: str, interpret: bool) -> dict:
 
 def check(cases: dict, dtype: str) -> None:
     out_tol, state_tol, conv_tol = TOL[dtype]
-    assert set(cases) == {"verify_w4", "verify_b1_w6", "prefill_padded", "decode_inplace", "largest_batch", "hostile"}
+    assert set(cases) == {
+        "verify_w4",
+        "verify_b1_w6",
+        "prefill_padded",
+        "prefill_long_inplace",
+        "short_inplace",
+        "decode_inplace",
+        "largest_batch",
+        "hostile",
+    }
     for name, c in cases.items():
         assert c["finite"] and c["untouched"], (name, c)
         assert c["err_out"] <= out_tol * max(1.0, c["scale_out"]), (name, c)
