@@ -50,6 +50,7 @@ from .modes.base import Commit, Mode
 from .profiling import StepProfiler
 from .proposers import Proposer, proposer_for
 from .results import RunResult, StepTiming
+from .sampling import EngineSampling, SamplingParams, sampling_rows
 
 __all__ = ["MODES", "EngineError", "RunResult", "SpecDecodeEngine", "StepTiming"]
 
@@ -84,7 +85,8 @@ class _Budget:
 
 
 class SpecDecodeEngine:
-    """Greedy speculative decoding of ``batch`` prompts at verify width ``width``; see the module docstring."""
+    """Speculative decoding of ``batch`` prompts at verify width ``width``, greedy or sampled (``sampling``,
+    ``engine/sampling.py``); see the module docstring."""
 
     scratch_block = SCRATCH_BLOCK
 
@@ -103,6 +105,7 @@ class SpecDecodeEngine:
         compile_backend: str = "inductor",
         rank_check=None,
         device_guard: bool = True,
+        sampling: SamplingParams | list[SamplingParams] | None = None,
     ):
         self.proposer = proposer_for(draft)
         runs = self.proposer.modes(MODES)
@@ -125,6 +128,8 @@ class SpecDecodeEngine:
         self.linear_state = has_linear_state(model)  # a hybrid target (engine/linear_state.py)
         self.state: LinearState | None = None
         self.proposer.bind(self)
+        rows = sampling_rows(sampling, self.batch)  # None: greedy verification, as without sampling
+        self.sampling = EngineSampling(self, rows) if rows is not None else None
         self.strategy: Mode = MODES[mode](self)
         self.observer = None  # before_step(engine, i) / after_step(engine, i); see the module docstring
 
@@ -134,6 +139,19 @@ class SpecDecodeEngine:
         for name in ("draft_graph", "bufs", "verify_hidden"):
             if hasattr(self, name):
                 setattr(self, name, None)
+        if self.sampling is not None:
+            self.sampling.logits = self.sampling.dists = None
+
+    def set_sampling(self, sampling: SamplingParams | list[SamplingParams]) -> None:
+        """New sampling parameters (one for every row, or one per row), from the next step on: written in place
+        into the buffers the graphs read, so nothing is recaptured.  The engine must sample (``sampling=``)."""
+        if self.sampling is None:
+            raise EngineError("this engine verifies greedily; build it with sampling=... to change its parameters")
+        rows = sampling_rows(sampling, self.batch)
+        if getattr(self, "bufs", None) is None:
+            self.sampling.params = rows
+        else:
+            self.sampling.write(rows)
 
     # ------------------------------------------------------------------ set-up
     @property
@@ -171,6 +189,8 @@ class SpecDecodeEngine:
         if self.linear_state:
             self.state = LinearState(self.model, B, self.width, dev)
             self.bufs["state_slots"].copy_(self.state.slots)
+        if self.sampling is not None:
+            self.sampling.setup()
         self.pool = torch.cuda.graph_pool_handle() if dev.type == "cuda" else None
 
     def _prefill(self, prompts: list[list[int]]) -> torch.Tensor:

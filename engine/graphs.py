@@ -9,7 +9,7 @@ import torch
 from ..runtime import semantics
 from ..runtime.device import DeviceAPI
 
-__all__ = ["CapturedGraph", "compiled_updates", "head_update", "verify_tail"]
+__all__ = ["CapturedGraph", "compiled_updates", "head_update", "sampled_verify_tail", "verify_tail"]
 
 
 class CapturedGraph:
@@ -34,6 +34,7 @@ def head_update(b: dict, block_size: int, linear_state: bool = False) -> None:
 
 
 TAIL_FAMILIES = ("greedy_prefix_verify", "prepare_next_draft")
+SAMPLED_TAIL_FAMILIES = ("spec_rejection_verify", "prepare_next_draft")  # after the vocabulary pass
 
 
 def tail_family(family: str, b: dict, block_size: int) -> None:
@@ -47,11 +48,18 @@ def verify_tail(b: dict, block_size: int) -> None:
         tail_family(family, b, block_size)
 
 
+def sampled_verify_tail(b: dict, block_size: int) -> None:
+    """Sampled acceptance (over the vocabulary pass's outputs) and next-draft preparation as plain torch."""
+    for family in SAMPLED_TAIL_FAMILIES:
+        tail_family(family, b, block_size)
+
+
 _COMPILED: dict[str, tuple] = {}
 
 
 def compiled_updates(backend: str) -> tuple:
-    """``head_update`` and ``verify_tail`` under ``torch.compile`` (one specialization per buffer shape)."""
+    """``head_update``, ``verify_tail`` and ``sampled_verify_tail`` under ``torch.compile`` (one specialization per
+    buffer shape)."""
     if backend not in _COMPILED:
         cfg = torch._dynamo.config
         name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
@@ -59,5 +67,5 @@ def compiled_updates(backend: str) -> tuple:
         # send later shapes to eager execution
         setattr(cfg, name, max(getattr(cfg, name), 256))
         opts = dict(backend=backend, fullgraph=True, dynamic=False)
-        _COMPILED[backend] = (torch.compile(head_update, **opts), torch.compile(verify_tail, **opts))
+        _COMPILED[backend] = tuple(torch.compile(f, **opts) for f in (head_update, verify_tail, sampled_verify_tail))
     return _COMPILED[backend]

@@ -129,3 +129,30 @@ def tiny_target():
     from specgen.models import Qwen3Model
 
     return Qwen3Model.create("tiny", seed=0)
+
+
+SAMPLING_LAYOUT = {"widths": (3, 4), "block_table_width": 8, "block_size": 16}
+SAMPLING_BOUNDARIES = ("draft-to-verify", "verify-to-draft-sampled", "context-kv-sampled")
+SAMPLING_FAMILIES = (
+    "spec_verify_head_update",
+    "spec_verify_token_update",
+    "spec_verify_metadata_update",
+    "spec_verify_attention_tiling_update",
+    "spec_rejection_verify",
+    "prepare_next_draft",
+    "context_kv_update",
+)
+
+
+@pytest.fixture(scope="session")
+def sampling_kernels(kernel_library):
+    """C kernels of the sampling plans (draft-to-verify, verify-to-draft-sampled, context-kv-sampled) at widths 3
+    and 4, bt8, bs16: the sampled-verification engine tests (MTP and the block drafts).
+
+    On a GPU machine without TileLang, SPECGEN_TEST_SAMPLING_KERNELS names a prebuilt folder
+    (specgen build --target c,cuda --widths 3,4 --block-table-widths 8 --block-sizes 16 --draft-dtypes int32
+    --boundary draft-to-verify,verify-to-draft-sampled,context-kv-sampled --families spec_verify_head_update,
+    spec_verify_token_update,spec_verify_metadata_update,spec_verify_attention_tiling_update,spec_rejection_verify,
+    prepare_next_draft,context_kv_update --out build/sampling_test_kernels).
+    """
+    return kernel_library("SPECGEN_TEST_SAMPLING_KERNELS", SAMPLING_LAYOUT, SAMPLING_BOUNDARIES, SAMPLING_FAMILIES)

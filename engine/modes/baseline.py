@@ -58,7 +58,18 @@ class BaselineMode(Mode):
             self.h_bufs = {n: t.pin_memory() for n, t in self.h_bufs.items()}
 
     def capture(self) -> None:
-        self.verify_graph = self.engine.graph(self.engine.forward_only)
+        e = self.engine
+        if e.sampling is None:
+            self.verify_graph = e.graph(e.forward_only)
+            return
+        # a sampling engine's target also gives its filtered distributions p_j (on the device), which the host reads
+        self.probs = torch.zeros(e.batch, e.width, e.model.config.vocab_size, device=e.device)
+
+        def forward_and_probs() -> None:
+            e.forward_only()
+            self.probs.copy_(e.sampling.target_probs(e.bufs))
+
+        self.verify_graph = e.graph(forward_and_probs)
 
     def verify(self, lo: int, hi: int, mark: Callable[[], None]) -> Commit:
         self._boundary_in()
@@ -80,12 +91,16 @@ class BaselineMode(Mode):
         bufs["draft_tokens"].copy_(h["draft_tokens"], non_blocking=True)
 
     def _boundary_out(self) -> Commit:
-        """Verify -> draft, host-serial: sync, then the draft's tail on the host (the proposer's) and its uploads."""
-        h, bufs = self.h_bufs, self.engine.bufs
+        """Verify -> draft, host-serial: sync, then the draft's tail on the host (the proposer's) and its uploads;
+        a sampling engine's host verifies by the rule (``EngineSampling.host_verify``) first."""
+        h, bufs, sampling = self.h_bufs, self.engine.bufs, self.engine.sampling
         h["target_tokens"].copy_(bufs["target_tokens"].cpu())  # synchronizes
-        self.engine.proposer.host_tail(h, bufs)
+        if sampling is not None:
+            with host_range("rejection_verify"):
+                sampling.host_verify(h, bufs, self.probs)
+        self.engine.proposer.host_tail(h, bufs, accept=sampling is None)
         self.h_last, self.h_seq = h["next_last_token"].clone(), h["next_seq_lens"].clone()
         return h["accepted"].clone(), h["next_tokens"].clone()
 
     def close(self) -> None:
-        self.verify_graph = self.h_bufs = None
+        self.verify_graph = self.h_bufs = self.probs = None

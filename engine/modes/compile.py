@@ -20,9 +20,11 @@ class CompileMode(Mode):
     cpu_skip_reason = "needs CUDA (torch.compile'd updates inside CUDA graphs); skipped on the CPU"
 
     def updates(self) -> tuple[Callable, Callable]:
-        """The draft-to-verify update and the draft's verify tail, each ``fn(bufs, block_size)``."""
-        backend = self.engine.compile_backend
-        return compiled_updates(backend)[0], self.engine.proposer.compiled_tail(backend)
+        """The draft-to-verify update and the draft's verify tail (sampled for a sampling engine), each
+        ``fn(bufs, block_size)``."""
+        e = self.engine
+        backend = e.compile_backend
+        return compiled_updates(backend)[0], e.proposer.compiled_tail(backend, sampled=e.sampling is not None)
 
     def capture(self) -> None:
         e = self.engine
@@ -32,6 +34,8 @@ class CompileMode(Mode):
         def verify():
             head(bufs, bs, linear)
             e.forward_only()
+            if e.sampling is not None:  # the vocabulary pass, plain torch in the graph; then the compiled tail
+                e.sampling.sampler(bufs)
             tail(bufs, bs)
 
         self.verify_graph = e.graph(verify)

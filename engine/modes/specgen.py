@@ -9,6 +9,7 @@ import torch
 from ...models.errors import EngineError
 from ...runtime.capabilities import capabilities_of
 from ...runtime.verify_graph import Prologue, SpecVerifyRuntime
+from ...specializations.plan import SAMPLED_TAILS
 from .base import Commit, Mode, register_mode
 
 __all__ = ["SpecgenMode"]
@@ -60,8 +61,9 @@ class SpecgenMode(Mode):
                 block_size=e.block_size,
                 scratch_block=e.scratch_block,
                 prologue=self.prologue(),
-                tail=e.proposer.tail,
+                tail=e.proposer.tail if e.sampling is None else SAMPLED_TAILS[e.proposer.tail],
                 epilogue=e.proposer.epilogue(),
+                sampler=None if e.sampling is None else e.sampling.sampler,
                 device_guard=e.device_guard,
             )
             self.runtime.check_block_table(e.block_table)

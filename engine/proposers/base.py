@@ -44,6 +44,7 @@ class Proposer:
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ("draft_tokens",)
     epilogue_names: ClassVar[tuple[str, ...]] = ()  # what ``epilogue`` runs, for the step graph's listing
+    samples: ClassVar[bool] = False  # whether a sampling engine's draft samples (else it is one-hot: q(x) = 1)
 
     def __init__(self, module: torch.nn.Module):
         self.module = module  # the draft network (MTP head, block draft)
@@ -102,11 +103,19 @@ class Proposer:
         """Device work after the tail, inside the captured verify graph (None: nothing)."""
         return None
 
-    def host_tail(self, h: dict, bufs: dict) -> None:
+    def host_tail(self, h: dict, bufs: dict, accept: bool = True) -> None:
         """``baseline``'s verify->draft work on the host buffers ``h`` (target tokens read back), uploaded to
-        ``bufs``; leaves ``accepted``, ``next_tokens``, ``next_last_token`` and ``next_seq_lens`` in ``h``."""
+        ``bufs``; leaves ``accepted``, ``next_tokens``, ``next_last_token`` and ``next_seq_lens`` in ``h``.
+        ``accept=False``: the host already verified (a sampling engine's rule), so the greedy acceptance is
+        skipped and ``h``'s ``accepted`` and ``next_tokens`` are kept."""
         raise NotImplementedError
 
-    def compiled_tail(self, backend: str) -> Callable[[dict, int], None]:
-        """``compile``'s verify tail as a ``torch.compile``'d ``fn(bufs, block_size)``."""
+    def compiled_tail(self, backend: str, sampled: bool = False) -> Callable[[dict, int], None]:
+        """``compile``'s verify tail as a ``torch.compile``'d ``fn(bufs, block_size)``; ``sampled``: with
+        ``spec_rejection_verify``'s semantics in place of ``greedy_prefix_verify``'s."""
         raise NotImplementedError
+
+    def keep_logits(self, logits: torch.Tensor) -> None:
+        """A sampling engine keeps the target's verify-row logits (its vocabulary pass reads them)."""
+        if self.engine.sampling is not None:
+            self.engine.sampling.keep_logits(logits)

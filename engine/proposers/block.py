@@ -21,6 +21,7 @@ not run here.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
@@ -34,12 +35,13 @@ from .base import Proposer
 __all__ = ["BlockProposer", "block_tail"]
 
 I32 = torch.int32
-_TAILS: dict[str, Callable] = {}
+_TAILS: dict[tuple[str, bool], Callable] = {}
 
 
-def block_tail(b: dict, block_size: int) -> None:
-    """Acceptance, context slots and the next block's inputs as plain torch over step buffers."""
-    semantics.run_semantics("greedy_prefix_verify", b, block_size=block_size)
+def block_tail(b: dict, block_size: int, acceptance: str = "greedy_prefix_verify") -> None:
+    """Acceptance (``acceptance``: ``greedy_prefix_verify``, or ``spec_rejection_verify`` after a sampling
+    step's vocabulary pass), context slots and the next block's inputs as plain torch over step buffers."""
+    semantics.run_semantics(acceptance, b, block_size=block_size)
     semantics.run_semantics("context_kv_update", b, block_size=block_size)
     b["next_last_token"].copy_(b["target_tokens"].gather(1, b["accepted"].long()[:, None]).squeeze(1))
     b["next_seq_lens"].copy_(b["seq_lens"] + b["accepted"] + 1)
@@ -114,6 +116,7 @@ class BlockProposer(Proposer):
             step_bufs=bufs,
         )
         e.verify_hidden[: taps.shape[0]].copy_(taps)
+        self.keep_logits(logits)
         return e.model.greedy_tokens(logits).to(I32).view(-1, e.width)
 
     def propose(self) -> None:
@@ -147,11 +150,12 @@ class BlockProposer(Proposer):
 
         return after_tail
 
-    def host_tail(self, h: dict, bufs: dict) -> None:
+    def host_tail(self, h: dict, bufs: dict, accept: bool = True) -> None:
         """Host-serial, as the DFlash pull request's eager path (docs/references.md): compact context rows built
         and uploaded by the host."""
         e = self.engine
-        semantics.run_semantics("greedy_prefix_verify", h, block_size=e.block_size)
+        if accept:
+            semantics.run_semantics("greedy_prefix_verify", h, block_size=e.block_size)
         acc, seq = h["accepted"].tolist(), h["seq_lens"].tolist()
         # the context rows, sequence by sequence, up to the first rejection; every other row writes nothing
         slots = torch.full((e.batch * e.width,), -1, dtype=I32)
@@ -168,10 +172,12 @@ class BlockProposer(Proposer):
         for n in self.DRAFT_INPUTS:
             bufs[n].copy_(h[n], non_blocking=True)
 
-    def compiled_tail(self, backend: str) -> Callable[[dict, int], None]:
-        if backend not in _TAILS:
-            _TAILS[backend] = torch.compile(block_tail, backend=backend, fullgraph=True, dynamic=False)
-        compiled = _TAILS[backend]
+    def compiled_tail(self, backend: str, sampled: bool = False) -> Callable[[dict, int], None]:
+        key = (backend, sampled)
+        if key not in _TAILS:
+            fn = functools.partial(block_tail, acceptance="spec_rejection_verify") if sampled else block_tail
+            _TAILS[key] = torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)
+        compiled = _TAILS[key]
 
         def tail(bufs: dict, block_size: int) -> None:
             compiled(bufs, block_size)

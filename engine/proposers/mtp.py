@@ -31,7 +31,8 @@ class MTPProposer(Proposer):
 
     tail = VERIFY_TO_DRAFT
     fusable = True
-    reads = (
+    samples = True  # a sampling engine's chain draws each draft from the head's filtered distribution
+    READS = (
         "tokens",
         "accepted",
         "next_last_token",
@@ -41,12 +42,23 @@ class MTPProposer(Proposer):
         "next_seq_lens",
         "block_table",
     )
+    SAMPLING_READS = ("temperature", "top_k", "top_p", "seed")
     # what baseline uploads after its host tail: everything the next draft reads that the tail computes
     DRAFT_INPUTS = ("accepted", "next_last_token", "next_seq_lens", "draft_positions", "draft_slots", "hidden_rows")
 
     def __init__(self, head: MTPHead):
         super().__init__(head)
         self.head = head
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        sampling = self.engine is not None and self.engine.sampling is not None
+        return self.READS + (self.SAMPLING_READS if sampling else ())
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        sampling = self.engine is not None and self.engine.sampling is not None
+        return ("draft_tokens", "draft_probs") if sampling else ("draft_tokens",)
 
     def rows(self, depth: int) -> int:
         return 2
@@ -101,6 +113,7 @@ class MTPProposer(Proposer):
             step_bufs=bufs,
         )
         e.verify_hidden[: hidden.shape[0]].copy_(self.head.from_target(hidden))
+        self.keep_logits(logits)
         return e.model.greedy_tokens(logits).to(I32).view(-1, e.width)
 
     def carry(self) -> None:
@@ -128,24 +141,29 @@ class MTPProposer(Proposer):
             torch.arange(B + 1, device=dev) * 2,
             2,
         )
-        d, h = logits.view(B, 2, -1)[:, 1].argmax(-1), h.view(B, 2, -1)[:, 1]
+        d, h = self._pick(logits.view(B, 2, -1)[:, 1], new_len + 1, 0), h.view(B, 2, -1)[:, 1]
         drafts, pos, qsl = [d], new_len, torch.arange(B + 1, device=dev)
-        for _ in range(W - 2):
+        for i in range(1, W - 1):
             pos = pos + 1
             h, logits = self.head(d, pos, slot(bt, pos[:, None], BS).reshape(-1), h, bt, pos + 1, qsl, 1)
-            d = logits.argmax(-1)
+            d = self._pick(logits, pos + 1, i)
             drafts.append(d)
         out = torch.stack(drafts, 1)
         if e.acceptance is not None:
             out = e.acceptance.apply(out, new_len, e.prompt_lens)
         b["draft_tokens"].copy_(out)
 
-    def host_tail(self, h: dict, bufs: dict) -> None:
-        for family in TAIL_FAMILIES:
+    def _pick(self, logits: torch.Tensor, positions: torch.Tensor, index: int) -> torch.Tensor:
+        """Draft ``index`` for the tokens at ``positions``: the argmax, or a sampling engine's draw."""
+        sampling = self.engine.sampling
+        return logits.argmax(-1) if sampling is None else sampling.draft(logits, positions, index)
+
+    def host_tail(self, h: dict, bufs: dict, accept: bool = True) -> None:
+        for family in TAIL_FAMILIES if accept else TAIL_FAMILIES[1:]:
             with host_range(family):
                 tail_family(family, h, self.engine.block_size)
         for n in self.DRAFT_INPUTS:
             bufs[n].copy_(h[n], non_blocking=True)
 
-    def compiled_tail(self, backend: str) -> Callable[[dict, int], None]:
-        return compiled_updates(backend)[1]
+    def compiled_tail(self, backend: str, sampled: bool = False) -> Callable[[dict, int], None]:
+        return compiled_updates(backend)[2 if sampled else 1]

@@ -1,0 +1,228 @@
+"""Sampled verification in the engine: every mode equals the host rule (baseline) for a fixed seed, for MTP and the
+block drafts; temperature 0 is the greedy path; a mixed batch gives each row what it gets alone; a change of a
+request's parameters takes effect at the next step, without recapture; on CUDA, in captured graphs, 0 host syncs."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from specgen.engine import SpecDecodeEngine, greedy_generate
+from specgen.engine.acceptance import AcceptanceMix
+from specgen.engine.draft_kinds import DRAFT_KINDS
+from specgen.models import Qwen3Model
+from specgen.models.errors import EngineError
+from specgen.runtime.sampling import SamplingParams
+
+BT, BS, NEW = 8, 16, 14
+ALL_MODES = ("baseline", "compile", "specgen", "inductor")
+# a mixed batch: nucleus, greedy, top-k, plain temperature (seeds of every sign and size)
+MIXED = (
+    SamplingParams(0.7, 0, 0.9, 5),
+    SamplingParams(0.0),
+    SamplingParams(1.0, 8, 1.0, -3),
+    SamplingParams(2.0, 0, 1.0, 2**62),
+)
+# (kind, width): MTP at two widths and both block drafts
+KINDS = [("mtp", 4), ("mtp", 3), ("dflash", 4), ("dspark", 4)]
+
+
+def _prompts(batch: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(512) for _ in range(rng.randint(1, 10))] for _ in range(batch)]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return Qwen3Model.create("tiny", seed=0)
+
+
+def _mix(model, prompts, p, width):
+    if p is None:
+        return None
+    oracle = torch.tensor(greedy_generate(model, prompts, NEW + 3 * width + 1), device=model.embed_tokens.weight.device)
+    return AcceptanceMix(p, oracle, model.config.vocab_size, seed=len(prompts))
+
+
+def _run(model, kind, draft, mode, width, prompts, kernels, sampling, mix=None, backend="eager", **kw):
+    eng = DRAFT_KINDS[kind].engine(
+        model,
+        draft,
+        mode=mode,
+        width=width,
+        batch=len(prompts),
+        block_size=BS,
+        block_table_width=BT,
+        library=kernels,
+        acceptance=mix,
+        compile_backend=backend,
+        sampling=sampling,
+    )
+    for name, value in kw.items():
+        setattr(eng, name, value)
+    res = eng.run(prompts, max_new_tokens=NEW)
+    if mode in ("specgen", "inductor"):
+        assert res.runtime_stats["fast_path"] > 0 and res.runtime_stats["fallback"] == {}, res.runtime_stats
+        assert any("spec_rejection_verify" in s for s in res.runtime_stats["graph"])
+    eng.close()
+    return res
+
+
+def _modes(kind: str) -> list[str]:
+    return [m for m in ALL_MODES if m in DRAFT_KINDS[kind].modes]
+
+
+@pytest.mark.parametrize("kind,width", KINDS)
+def test_fixed_seed_every_mode_equals_the_host_rule(target, sampling_kernels, kind, width):
+    """baseline runs the rule on the host (``rejection_verify`` over the target's filtered distributions read back);
+    compile, specgen and inductor run the vocabulary pass and spec_rejection_verify in their graphs: the same
+    tokens and acceptance, with the draft's own samples (MTP) and with drafts of known acceptance."""
+    prompts = _prompts(len(MIXED), seed=width)
+    draft = DRAFT_KINDS[kind].create(target, seed=1)
+    accepted = 0
+    for p in (None, 0.8):
+        mix = _mix(target, prompts, p, width)
+        runs = {
+            m: _run(target, kind, draft, m, width, prompts, sampling_kernels, list(MIXED), mix) for m in _modes(kind)
+        }
+        ref = runs["baseline"]
+        for mode, res in runs.items():
+            assert (res.outputs, res.accepted) == (ref.outputs, ref.accepted), (kind, width, p, mode)
+        assert ref.outputs[1] == greedy_generate(target, [prompts[1]], NEW)[0]  # the greedy row
+        accepted += ref.accepted
+    assert accepted > 0
+
+
+@pytest.mark.parametrize("kind,width", [("mtp", 4), ("dflash", 4)])
+def test_temperature_zero_is_the_greedy_path(target, sampling_kernels, kind, width):
+    """Every row at temperature 0 through the sampled tails: the greedy engine's tokens and acceptance exactly."""
+    prompts = _prompts(3, seed=7)
+    draft = DRAFT_KINDS[kind].create(target, seed=1)
+    mix = _mix(target, prompts, 0.7, width)
+    greedy = greedy_generate(target, prompts, NEW)
+    for mode in _modes(kind):
+        plain = _run(target, kind, draft, "baseline", width, prompts, sampling_kernels, None, mix)
+        sampled = _run(target, kind, draft, mode, width, prompts, sampling_kernels, SamplingParams(0.0, 5, 0.5, 9), mix)
+        assert sampled.outputs == plain.outputs == greedy, mode
+        assert sampled.accepted == plain.accepted > 0, mode
+
+
+@pytest.mark.parametrize("mode", ["baseline", "specgen"])
+@pytest.mark.parametrize("kind", ["mtp", "dspark"])
+def test_a_mixed_batch_gives_each_row_what_it_gets_alone(target, sampling_kernels, kind, mode):
+    prompts = _prompts(len(MIXED), seed=11)
+    draft = DRAFT_KINDS[kind].create(target, seed=1)
+    batch = _run(target, kind, draft, mode, 4, prompts, sampling_kernels, list(MIXED))
+    for prompt, params, out in zip(prompts, MIXED, batch.outputs):
+        alone = _run(target, kind, draft, mode, 4, [prompt], sampling_kernels, params)
+        assert alone.outputs == [out], (kind, mode, params)
+
+
+class _Switch:
+    """Observer: after step ``at`` every row becomes ``to`` (``set_sampling``, in place); ``lens`` holds the
+    outputs' lengths then (``seen``: the lengths after each commit)."""
+
+    def __init__(self, at: int, to, seen: list[int]):
+        self.at, self.to, self.seen, self.lens = at, to, seen, None
+
+    def before_step(self, engine, i):
+        pass
+
+    def after_step(self, engine, i):
+        if i == self.at:
+            names = ("temperature", "top_k", "top_p", "seed")
+            ptrs = [engine.bufs[n].data_ptr() for n in names]
+            engine.set_sampling(self.to)
+            assert [engine.bufs[n].data_ptr() for n in names] == ptrs
+            self.lens = list(self.seen)
+
+
+def _switching_run(model, draft, mode, prompts, kernels, start, at, to):
+    eng = SpecDecodeEngine(
+        model,
+        draft,
+        mode=mode,
+        width=4,
+        batch=len(prompts),
+        block_size=BS,
+        block_table_width=BT,
+        library=kernels,
+        compile_backend="eager",
+        sampling=start,
+    )
+    seen: list[int] = []
+    commit = eng._commit
+
+    def counting(res, c, timed, max_new_tokens):
+        commit(res, c, timed, max_new_tokens)
+        seen[:] = [len(o) for o in res.outputs]
+
+    eng._commit = counting
+    eng.observer = switch = _Switch(at, to, seen)
+    return eng.run(prompts, max_new_tokens=NEW).outputs, switch.lens
+
+
+def test_a_change_of_parameters_takes_effect_at_the_next_step(target, sampling_kernels):
+    """Sampled rows switched to greedy after step 2 continue as the target's greedy decoding of what they hold;
+    every mode switches at the same step (the parameters are read from the buffers the graphs capture)."""
+    prompts = _prompts(3, seed=5)
+    draft = DRAFT_KINDS["mtp"].create(target, seed=1)
+    start = [SamplingParams(1.0, 0, 1.0, 21 + b) for b in range(3)]
+    runs = {
+        m: _switching_run(target, draft, m, prompts, sampling_kernels, start, 2, SamplingParams(0.0)) for m in ALL_MODES
+    }
+    outputs, lens = runs["baseline"]
+    assert all(r == runs["baseline"] for r in runs.values())
+    for prompt, out, n in zip(prompts, outputs, lens):
+        assert out[n:] == greedy_generate(target, [prompt + out[:n]], len(out) - n)[0]
+    assert outputs != greedy_generate(target, prompts, NEW)  # the first steps sampled
+
+
+def test_sampling_arguments_are_checked(target, sampling_kernels):
+    draft = DRAFT_KINDS["mtp"].create(target, seed=1)
+    kw = dict(mode="baseline", width=4, batch=2, block_size=BS, block_table_width=BT)
+    with pytest.raises(EngineError, match="one SamplingParams or 2 of them"):
+        SpecDecodeEngine(target, draft, sampling=[SamplingParams(1.0)] * 3, **kw)
+    with pytest.raises(EngineError, match="verifies greedily"):
+        SpecDecodeEngine(target, draft, **kw).set_sampling(SamplingParams(1.0))
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingParams(-1.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind,width", KINDS)
+def test_cuda_graphs_equal_the_host_rule_with_no_host_sync(sampling_kernels, kind, width):
+    """On CUDA (float32, no TF32), in captured graphs with the prebuilt kernels: every mode equals baseline's host
+    rule for a fixed seed, the greedy row equals greedy decoding, and a specgen step syncs the host 0 times."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = Qwen3Model.create("tiny", seed=0, device="cuda")
+    prompts = _prompts(len(MIXED), seed=width)
+    draft = DRAFT_KINDS[kind].create(model, seed=1)
+    for p in (None, 0.8):
+        mix = _mix(model, prompts, p, width)
+        runs = {
+            m: _run(model, kind, draft, m, width, prompts, sampling_kernels, list(MIXED), mix, backend="inductor")
+            for m in _modes(kind)
+        }
+        for mode, res in runs.items():
+            assert (res.outputs, res.accepted) == (runs["baseline"].outputs, runs["baseline"].accepted), (mode, p)
+        assert runs["baseline"].outputs[1] == greedy_generate(model, [prompts[1]], NEW)[0]
+        for mode in ("baseline", "specgen"):
+            plain = _run(model, kind, draft, mode, width, prompts, sampling_kernels, SamplingParams(0.0), mix)
+            assert plain.outputs == greedy_generate(model, prompts, NEW), mode
+    eng = DRAFT_KINDS[kind].engine(
+        model,
+        draft,
+        mode="specgen",
+        width=width,
+        batch=len(prompts),
+        block_size=BS,
+        block_table_width=BT,
+        library=sampling_kernels,
+        sampling=list(MIXED),
+    )
+    res = eng.run(prompts, steps=6, warmup_steps=2, timing=True)
+    assert [t.host_syncs for t in res.timings] == [0] * 6
+    assert res.runtime_stats["fallback"] == {}
