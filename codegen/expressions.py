@@ -188,6 +188,24 @@ def _next_draft(v: Instance) -> dict:
     }
 
 
+@expressions("spec_batch_row_remap")
+def _row_remap(v: Instance) -> dict:
+    # the template's locals: the source row (-1: none), the moved length and the repair position (>= -1)
+    src, n, repair_pos = (sp.Symbol(name, integer=True) for name in ("src", "n", "repair_pos"))
+    full = sp.Eq(a, ix.W - 1)
+    repair = sp.Piecewise((slot_from_entry(_local("repair_entry"), repair_pos), full), (_idx("scratch_slot")[0], True))
+    return {
+        "row": v.expr(ix.row(b, j)),
+        "src_row": v.expr(ix.row(src, j)),
+        "repair_entry": v.expr(slot_entry(b, repair_pos, when=full)),
+        "draft_entry": v.expr(slot_entry(b, n)),
+        "repair_slot": v.expr(repair),
+        "draft_slot": v.expr(slot_from_entry(_local("draft_entry"), n)),
+        "repair_row": v.expr(ix.row(b, sp.Max(a - 1, 0))),
+        "draft_row": v.expr(ix.row(b, a)),
+    }
+
+
 @expressions("context_kv_update")
 def _context(v: Instance) -> dict:
     # a rejected row (j > a) reads no entry: -1, so its slot is -1 too

@@ -2,13 +2,15 @@
 
 The fused ops of each resulting plan name the kernel families it launches;
 a composite's members are wanted too, for engines that launch the steps one
-by one.  The output is typed: ``VariantSpec`` records and ``Plan`` records,
-which codegen builds and the manifest carries to the runtime.
+by one, and so are the boundary's ``COMPANIONS`` (families an engine launches
+between steps, such as the serving loop's row remap).  The output is typed:
+``VariantSpec`` records and ``Plan`` records, which codegen builds and the
+manifest carries to the runtime.
 """
 
 from __future__ import annotations
 
-from ..specializations.families import FAMILIES
+from ..specializations.families import COMPANIONS, FAMILIES
 from ..specializations.matrix import Matrix
 from ..specializations.plan import BOUNDARY_NAMES, Plan
 from ..specializations.variants import Layout, VariantSpec
@@ -48,10 +50,10 @@ def plan_variants(
         for layout in matrix.layouts(name):
             plan = plan_boundary(name, layout)
             plans.append(plan)
-            for v in plan.kernels:
-                for family in (v.family, *FAMILIES[v.family].members):
-                    spec = VariantSpec.of(family, layout, matrix.num_splits)
-                    wanted.setdefault(spec.key, spec)
-                    needed_by.setdefault(spec.key, set()).add(name)
+            launched = [f for v in plan.kernels for f in (v.family, *FAMILIES[v.family].members)]
+            for family in (*launched, *COMPANIONS.get(name, ())):  # and what engines launch beside the plan
+                spec = VariantSpec.of(family, layout, matrix.num_splits)
+                wanted.setdefault(spec.key, spec)
+                needed_by.setdefault(spec.key, set()).add(name)
     specs = [wanted[k] for k in sorted(wanted)]
     return specs, needed_by, plans

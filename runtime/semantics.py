@@ -202,6 +202,59 @@ def spec_verify_linear_state_update(accepted, state_slots, state_read_slot, stat
     state_write_slots.copy_(slots.reshape(-1))
 
 
+def spec_batch_row_remap(
+    src_rows,
+    src_tokens,
+    src_accepted,
+    src_next_last_token,
+    src_next_seq_lens,
+    block_table,
+    scratch_slot,
+    tokens,
+    accepted,
+    next_last_token,
+    next_seq_lens,
+    draft_positions,
+    draft_slots,
+    hidden_rows,
+    hidden_src,
+    *,
+    block_size: int,
+) -> None:
+    """Row ``b`` of a step takes the state of source row ``s = src_rows[b]`` (``docs/kernels.md``).
+
+    A source outside ``0..B-1`` is no source: zero tokens, counts and lengths, no-write slots.  The next
+    draft's positions, slots and hidden rows are recomputed from the moved ``accepted`` (clamped) and
+    ``next_seq_lens`` over the destination's own block-table row, as ``prepare_next_draft`` writes them;
+    ``hidden_src[b * W + j]`` is the verify row ``s * W + j`` whose hidden state row ``b * W + j`` takes, or -1.
+    """
+    batch, width = src_rows.shape[0], tokens.shape[0] // src_rows.shape[0]
+    s = src_rows.long()
+    has = (s >= 0) & (s < batch)
+    sc = torch.where(has, s, torch.zeros_like(s))
+
+    def take(src, fill=0):
+        return torch.where(has, src[sc].long(), torch.full_like(s, fill))
+
+    acc = accepted_read(take(src_accepted), width)
+    new_len = take(src_next_seq_lens)
+    j = torch.arange(width, device=s.device)
+    rows = sc[:, None] * width + j
+    tokens.copy_(torch.where(has[:, None], src_tokens.long()[rows], torch.zeros_like(rows)).reshape(-1))
+    accepted.copy_(acc)
+    next_last_token.copy_(take(src_next_last_token))
+    next_seq_lens.copy_(new_len.clamp(min=0))
+    draft_positions.copy_(torch.stack([new_len - 1, new_len], dim=1).clamp(min=0))
+    base = torch.arange(batch, device=s.device) * width
+    hidden_rows.copy_(torch.stack([base + (acc - 1).clamp(min=0), base + acc], dim=1))
+    repair = torch.where(
+        acc == width - 1, slot(block_table, new_len - 1, block_size), scratch_slot.to(I32).expand(batch)
+    )
+    slots = torch.stack([repair, slot(block_table, new_len, block_size)], dim=1)
+    draft_slots.copy_(torch.where(has[:, None], slots, torch.full_like(slots, -1)))  # no source: no write
+    hidden_src.copy_(torch.where(has[:, None], rows, torch.full_like(rows, -1)).reshape(-1))
+
+
 def composite_semantics(name: str) -> Callable[..., None]:
     """The semantics of the composite ``name``: its members' in order over the shared arguments (by name)."""
     fam = FAMILIES[name]
@@ -258,6 +311,7 @@ SEMANTICS: dict[str, Callable[..., None]] = {
         prepare_next_draft,
         context_kv_update,
         spec_verify_linear_state_update,
+        spec_batch_row_remap,
         spec_verify_head_update,
         spec_verify_hybrid_head_update,
     )

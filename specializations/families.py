@@ -134,6 +134,10 @@ TILING = "spec_verify_attention_tiling_update"
 # The acceptance families: greedy (drafts equal to the target's argmax) and sampled (speculative
 # rejection sampling); a boundary planned for a sampling batch launches the second in place of the first.
 GREEDY_VERIFY, REJECTION_VERIFY = "greedy_prefix_verify", "spec_rejection_verify"
+# The row remap of a serving loop (rows leaving and joining the batch between two steps).  It runs beside
+# the tails' plans, not inside them: ``COMPANIONS`` names the families a build makes wherever it makes a
+# boundary's plan, for engines that launch them between steps.
+ROW_REMAP = "spec_batch_row_remap"
 
 
 def _composite(name: str, members: tuple[str, ...], bases: dict[str, "Family"]) -> "Family":
@@ -273,6 +277,35 @@ FAMILIES: dict[str, Family] = {
                 ),
             ),
         ),
+        # Serving under churn: the continuing and joining rows' step state gathered into a step's rows, and the
+        # next draft's positions, slots and hidden rows recomputed from it (docs/kernels.md, spec_batch_row_remap).
+        Family(
+            ROW_REMAP,
+            ("W", "BT", "BS"),
+            (
+                _a("src_rows", "(B,)"),
+                _a("src_tokens", "(B * W,)"),
+                _a("src_accepted", "(B,)"),
+                _a("src_next_last_token", "(B,)"),
+                _a("src_next_seq_lens", "(B,)"),
+                _a("block_table", "(B, BT)"),
+                _a("scratch_slot", "(1,)"),
+                _a("tokens", "(B * W,)", out=True),
+                _a("accepted", "(B,)", out=True),
+                _a("next_last_token", "(B,)", out=True),
+                _a("next_seq_lens", "(B,)", out=True),
+                _a("draft_positions", "(B, 2)", out=True),
+                _a("draft_slots", "(B, 2)", out=True),
+                _a("hidden_rows", "(B, 2)", out=True),
+                _a("hidden_src", "(B * W,)", out=True),
+            ),
+            guards=(
+                GuardRule(
+                    "max_seq_len + 1 <= BT * BS",
+                    "S + 1 <= BT * BS: the next draft position S of every row has a block-table entry",
+                ),
+            ),
+        ),
         Family(
             "spec_verify_linear_state_update",
             ("W",),
@@ -299,6 +332,13 @@ COMPOSITES: dict[str, tuple[str, ...]] = {
     "spec_verify_head_update": HEAD_MEMBERS,
 }
 FAMILIES.update({name: _composite(name, members, FAMILIES) for name, members in COMPOSITES.items()})
+
+# Families built with a boundary's plan though no plan step launches them: the row remap moves what the tails
+# leave for the next draft (accepted, next_last_token, next_seq_lens, the verify tokens) between the rows of two
+# steps, at the tails' layouts.
+COMPANIONS: dict[str, tuple[str, ...]] = {
+    tail: (ROW_REMAP,) for tail in ("verify-to-draft", "context-kv", "verify-to-draft-sampled", "context-kv-sampled")
+}
 
 
 def register(family: Family) -> Family:

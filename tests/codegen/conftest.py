@@ -160,16 +160,31 @@ class KernelFuzz:
         owned = torch.arange(batch * w, dtype=torch.int64)
         state = self._fill(g, batch * w, [], [slot_edges, owned, owned, uniform]).reshape(batch, w)
         i32 = lambda x: x.to(torch.int32).contiguous()  # noqa: E731
-        return self._float_inputs(g, batch, w) | {
-            "state_slots": i32(state),
-            "seq_lens": i32(s),
-            "block_table": i32(table),
-            "accepted": i32(a),
-            "target_tokens": i32(target),
-            "draft_tokens": draft.to(getattr(torch, v[4])).contiguous(),
-            "last_tokens": i32(self._fill(g, batch, [], [token_edges, uniform])),
-            "scratch_slot": i32(self._fill(g, 1, [], [t(-1, 0, 7), uniform])),
+        floats = self._float_inputs(g, batch, w)
+        # the row remap's sources: rows of the batch (mostly), -1, the edges past it, anything in int32
+        row_edges = t(-1, -1, INT32_MIN, -2, 0, batch - 1, batch, batch + 1, INT32_MAX)
+        rows = torch.arange(batch, dtype=torch.int64)
+        remap = {
+            "src_rows": i32(self._fill(g, batch, [0], [row_edges, rows, rows, uniform])),
+            "src_tokens": i32(self._fill(g, batch * w, [], [token_edges, torch.arange(3), uniform])),
+            "src_accepted": i32(self._fill(g, batch, acc[::-1], [acc_edges, torch.arange(w), uniform])),
+            "src_next_last_token": i32(self._fill(g, batch, [], [token_edges, uniform])),
+            "src_next_seq_lens": i32(self._fill(g, batch, seq[::-1], [seq_edges, near, near, uniform])),
         }
+        return (
+            remap
+            | floats
+            | {
+                "state_slots": i32(state),
+                "seq_lens": i32(s),
+                "block_table": i32(table),
+                "accepted": i32(a),
+                "target_tokens": i32(target),
+                "draft_tokens": draft.to(getattr(torch, v[4])).contiguous(),
+                "last_tokens": i32(self._fill(g, batch, [], [token_edges, uniform])),
+                "scratch_slot": i32(self._fill(g, 1, [], [t(-1, 0, 7), uniform])),
+            }
+        )
 
     def _floats(self, g, n, pools):
         """``n`` float32 values, each drawn from one of ``pools`` (float32 tensors)."""
@@ -294,6 +309,10 @@ class KernelFuzz:
             assert bool(((rows >= base) & (rows < base + w)).all()), "hidden_rows outside the sequence's rows"
         if "accepted" in out:
             assert bool(((out["accepted"] >= 0) & (out["accepted"] < w)).all())
+        if "hidden_src" in out:  # the row remap: verify row j of a source row inside the batch, or none
+            src = out["hidden_src"].long().reshape(batch, w)
+            inside = (src >= 0) & (src < batch * w) & (src % w == torch.arange(w)[None, :])
+            assert bool(((src == -1) | inside).all()), "hidden_src: outside the batch's verify rows"
         if v[0] == "spec_rejection_verify":  # a greedy row is greedy_prefix_verify, whatever its floats
             from specgen.runtime.semantics import greedy_prefix_verify
 

@@ -25,7 +25,7 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("kernels")
     out = root / "specgen_kernels"
     summary = build(DEFAULT, ("c",), out, jobs=2, progress=None)
-    assert not summary.failed and summary.built == 57
+    assert not summary.failed and summary.built == 62
     sys.path.insert(0, str(root))
     try:
         yield out, importlib.import_module("specgen_kernels")
@@ -51,6 +51,7 @@ def test_manifest_lists_every_planned_variant(built):
             f"spec_verify_hybrid_head_update__w{w}_bt64_bs128",
             f"spec_verify_hybrid_head_update__w{w}_bt64_bs128_i64",
             f"spec_rejection_verify__w{w}",
+            f"spec_batch_row_remap__w{w}_bt64_bs128",
         } <= keys
     for v in manifest["variants"]:
         assert (out / v["artifact"]).exists() and (out / v["program"]).exists() and (out / v["source"]).exists()
@@ -61,6 +62,9 @@ def test_manifest_lists_every_planned_variant(built):
     assert by_key["spec_verify_linear_state_update__w16"]["boundaries"] == ["draft-to-verify-linear"]
     assert by_key["spec_rejection_verify__w4"]["boundaries"] == ["context-kv-sampled", "verify-to-draft-sampled"]
     assert by_key["spec_rejection_verify__w16"]["boundaries"] == ["context-kv-sampled"]  # a block draft's width
+    # the row remap is built beside the tails it moves the state of (a serving loop launches it between steps)
+    assert by_key["spec_batch_row_remap__w16_bt64_bs128"]["boundaries"] == ["context-kv", "context-kv-sampled"]
+    assert len(by_key["spec_batch_row_remap__w4_bt64_bs128"]["boundaries"]) == 4
     assert pkg.variants() == sorted(keys)
 
 
@@ -83,7 +87,7 @@ def test_rebuild_is_a_noop_and_manifest_is_byte_identical(built):
     out, _ = built
     first = (out / "manifest.json").read_bytes()
     summary = build(DEFAULT, ("c",), out, jobs=1, progress=None)
-    assert summary.built == 0 and summary.cached == 57
+    assert summary.built == 0 and summary.cached == 62
     assert (out / "manifest.json").read_bytes() == first
     assert b"time" not in first
 
@@ -120,6 +124,12 @@ def _inputs(family, W, BT, BS, B, dtype, draw):
         "accepted": acc,
         "scratch_slot": torch.tensor([4096 * BS], dtype=torch.int32),
         "state_slots": torch.randint(-1, B * W, (B, W), generator=g, dtype=torch.int32),
+        # the row remap: a permutation of the rows, a few with nothing to move (-1)
+        "src_rows": torch.where(torch.rand(B, generator=g) < 0.2, -1, torch.randperm(B, generator=g)).to(torch.int32),
+        "src_tokens": torch.randint(0, 100, (B * W,), generator=g, dtype=torch.int32),
+        "src_accepted": torch.randint(0, W, (B,), generator=g, dtype=torch.int32),
+        "src_next_last_token": torch.randint(0, 100, (B,), generator=g, dtype=torch.int32),
+        "src_next_seq_lens": seq.flip(0),
         # sampled verification: probabilities, keyed uniforms and a third of the rows greedy
         "draft_probs": torch.rand(B, W - 1, generator=g),
         "target_draft_probs": torch.rand(B, W - 1, generator=g),
@@ -158,7 +168,7 @@ def test_every_variant_matches_the_reference(built, data):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_every_default_variant_compiles_for_cuda(tmp_path):
     summary = build(DEFAULT, ("cuda",), tmp_path / "k", arch="sm_90", jobs=2, progress=None)
-    assert summary.built == 57 and not summary.failed
+    assert summary.built == 62 and not summary.failed
     manifest = json.loads((tmp_path / "k" / "manifest.json").read_text())
     for v in manifest["variants"]:
         data = (tmp_path / "k" / v["artifact"]).read_bytes()

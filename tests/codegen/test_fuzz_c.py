@@ -50,6 +50,10 @@ VARIANTS = [
     ("spec_verify_head_update", 16, 64, 128, "int32"),
     ("spec_verify_head_update", 16, 3, 5, "int32"),
     ("spec_verify_attention_tiling_update", 6, None, 5, "int32", 1),  # one split: kv_split_len saturates
+    ("spec_batch_row_remap", 2, 8, 16, "int32"),
+    ("spec_batch_row_remap", 4, 64, 128, "int32"),
+    ("spec_batch_row_remap", 6, 3, 5, "int32"),
+    ("spec_batch_row_remap", 16, 8, 16, "int32"),
     ("spec_verify_linear_state_update", 2, None, None, "int32"),
     ("spec_verify_linear_state_update", 5, None, None, "int32"),
     ("spec_verify_linear_state_update", 16, None, None, "int32"),
@@ -85,6 +89,7 @@ def built(c_kernels, one_torch_thread):
 @example(batch=2, seq=[0, 0], acc=[2**31 - 1], entries=[1], seed=0)  # hidden_rows far outside
 @example(batch=2, seq=[0, 0], acc=[-(2**31)], entries=[1], seed=0)  # the CPU kernel segfaulted
 @example(batch=1, seq=[2**31 - 1], acc=[3], entries=[1], seed=0)  # positions wrapped past int32
+@example(batch=1, seq=[-(2**31)], acc=[2**31 - 1], entries=[1], seed=0)  # a moved length whose n - 1 wraps
 def test_kernel_matches_semantics_everywhere(built, kernel_fuzz, variant, batch, seq, acc, entries, seed):
     ins = kernel_fuzz.inputs(variant, batch, seq, acc, entries, seed)
     got = kernel_fuzz.outputs(variant, batch)

@@ -188,6 +188,7 @@ def test_guards_hold_exactly_when_the_layout_fits(family, w, bt, bs, lo, hi, bat
         "spec_verify_metadata_update": hi + w <= bt * bs,
         "context_kv_update": hi + w <= bt * bs,
         "prepare_next_draft": hi + w + 1 <= bt * bs,
+        "spec_batch_row_remap": hi + 1 <= bt * bs,
     }
     # a composite needs what each of its members needs
     fits = all(need.get(f, True) for f in (FAMILIES[family].members or (family,)))

@@ -44,6 +44,7 @@ VARIANTS = (
     ]
     + [("spec_verify_head_update", w, bt, bs, d) for (w, bt, bs), d in zip(LAYOUTS, ["int32", "int64"] * 3)]
     + [("spec_verify_linear_state_update", w, None, None, "int32") for w in (2, 4, 5, 6, 16)]
+    + [("spec_batch_row_remap", w, bt, bs, "int32") for w, bt, bs in LAYOUTS]
     + [("spec_verify_hybrid_head_update", w, bt, bs, d) for (w, bt, bs), d in zip(LAYOUTS, ["int64", "int32"] * 3)]
 )
 
@@ -62,6 +63,8 @@ def _max_seq_len(v) -> int:
     """Largest S the variant's guards admit (the last valid position)."""
     family, w, bt, bs, _ = v
     cap = (bt or 64) * (bs or 128)
+    if family == "spec_batch_row_remap":  # the moved lengths: the next step's S
+        return cap - 1
     return cap - w - 1 if family == "prepare_next_draft" else cap - w
 
 
@@ -98,6 +101,14 @@ def _inputs(v, batch, seed):
         "state_slots": torch.where(
             rnd(0, 8, batch, w) == 0, -1, torch.arange(batch * w, dtype=torch.int32).view(batch, w)
         ).to(torch.int32),
+        # the row remap: a permutation of the rows, a few joining from nowhere (-1), moved lengths in the domain
+        "src_rows": torch.where(rnd(0, 6, batch) == 0, -1, torch.randperm(batch, generator=g).to(torch.int32)),
+        "src_tokens": rnd(0, 1000, batch * w),
+        "src_accepted": rnd(0, w, batch),
+        "src_next_last_token": rnd(0, 1000, batch),
+        "src_next_seq_lens": torch.where(kind < 2, edge, torch.where(kind == 2, torch.full_like(seq, top), seq)).flip(
+            0
+        ),
     }
 
 

@@ -113,6 +113,34 @@ def context_py(acc, S, bt, W, bs):
     }
 
 
+def row_remap_py(src_rows, tokens, acc, last, n_in, bt, sc, W, bs):
+    """spec_batch_row_remap, row by row: the source row's state, prepare_next_draft's slots over row b's table."""
+    B = len(src_rows)
+    out = {k: [] for k in ("tokens", "accepted", "next_last_token", "next_seq_lens", "draft_positions")}
+    out |= {"draft_slots": [], "hidden_rows": [], "hidden_src": []}
+    for b in range(B):
+        s = src_rows[b]
+        if not 0 <= s < B:
+            out["tokens"] += [0] * W
+            out["hidden_src"] += [-1] * W
+            for k, v in (("accepted", 0), ("next_last_token", 0), ("next_seq_lens", 0)):
+                out[k].append(v)
+            out["draft_positions"].append([0, 0])
+            out["draft_slots"].append([-1, -1])
+            out["hidden_rows"].append([b * W, b * W])
+            continue
+        a, n = read_a(acc[s], W), n_in[s]
+        out["tokens"] += tokens[s * W : (s + 1) * W]
+        out["hidden_src"] += [s * W + j for j in range(W)]
+        out["accepted"].append(a)
+        out["next_last_token"].append(last[s])
+        out["next_seq_lens"].append(max(n, 0))
+        out["draft_positions"].append([max(n - 1, 0), max(n, 0)])
+        out["draft_slots"].append([slot_py(bt, b, n - 1, bs) if a == W - 1 else sc, slot_py(bt, b, n, bs)])
+        out["hidden_rows"].append([b * W + max(a - 1, 0), b * W + a])
+    return out
+
+
 INT32 = st.integers(INT32_MIN, INT32_MAX)
 
 
@@ -236,6 +264,48 @@ def test_references_match_kernels_md(c):
         "prepare_next_draft", ins, next_draft_py(c["acc"], c["target"], c["S"], c["bt"], c["sc"], W, BS), block_size=BS
     )
     _call("context_kv_update", ins, context_py(c["acc"], c["S"], c["bt"], W, BS), block_size=BS)
+    # the row remap: rows of the batch, none (-1) and past it; the moved lengths are the drawn lengths
+    B = c["B"]
+    src_rows = [(b * 7 + 3) % (B + 2) - 1 for b in range(B)]
+    tokens = [x for row in c["target"] for x in row]
+    remap = dict(ins, src_rows=t(src_rows), src_tokens=t(tokens), src_accepted=t(c["acc"]))
+    remap |= {"src_next_last_token": t(c["last"]), "src_next_seq_lens": t(c["S"])}
+    expect = row_remap_py(src_rows, tokens, c["acc"], c["last"], c["S"], c["bt"], c["sc"], W, BS)
+    _call("spec_batch_row_remap", remap, expect, block_size=BS)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 40), st.sampled_from([2, 4, 6]), st.integers(0, 2**31 - 1))
+def test_row_remap_moves_what_prepare_next_draft_left(B, W, seed):
+    """Remapping the rows a step left equals the step over the remapped rows: prepare_next_draft's outputs
+    for a permutation of the sequences (tables grown since), and nothing read past a row that has no source."""
+    BT, BS = 8, 16
+    g = torch.Generator().manual_seed(seed)
+    S = torch.randint(0, BT * BS - W - 1, (B,), generator=g, dtype=I32)
+    table = torch.randint(1, 500, (B, BT), generator=g, dtype=I32)
+    acc = torch.randint(0, W, (B,), generator=g, dtype=I32)
+    target = torch.randint(0, 50, (B, W), generator=g, dtype=I32)
+    sc = torch.tensor([7], dtype=I32)
+    names = ("next_last_token", "next_seq_lens", "draft_positions", "draft_slots", "hidden_rows")
+    before = {n: torch.zeros((B, 2) if n.startswith(("draft", "hidden")) else (B,), dtype=I32) for n in names}
+    reference.prepare_next_draft(acc, target, S, table, sc, *before.values(), block_size=BS)
+    perm = torch.randperm(B, generator=g)
+    src = torch.where(torch.rand(B, generator=g) < 0.25, -1, perm).to(I32)  # a quarter join from nowhere
+    has = src >= 0
+    outs = {n: torch.full_like(v, -777) for n, v in before.items()}
+    tokens, accepted, hidden_src = (torch.full((n,), -777, dtype=I32) for n in (B * W, B, B * W))
+    moved = (src, target.reshape(-1), acc, before["next_last_token"], before["next_seq_lens"])
+    reference.spec_batch_row_remap(*moved, table[perm], sc, tokens, accepted, *outs.values(), hidden_src, block_size=BS)
+    want = {n: torch.zeros_like(v) for n, v in before.items()}
+    p = perm.long()
+    reference.prepare_next_draft(acc[p], target[p], S[p], table[p], sc, *want.values(), block_size=BS)
+    for n in names:
+        assert torch.equal(outs[n][has], want[n][has]), n
+    assert torch.equal(accepted[has], acc[p][has]) and not accepted[~has].any()
+    assert torch.equal(tokens.view(B, W)[has], target[p][has])
+    rows = (p[:, None] * W + torch.arange(W)).to(I32)
+    assert torch.equal(hidden_src.view(B, W)[has], rows[has]) and bool((hidden_src.view(B, W)[~has] == -1).all())
+    assert bool((outs["draft_slots"][~has] == -1).all())
 
 
 def test_slot_is_minus_one_outside_the_table():
