@@ -5,9 +5,7 @@ gives the semantics, which the CPU keeps as the exact reference):
 
 * ``conv_slots``: the depthwise causal conv1d + SiLU over each sequence's
   rows, its window read from ``state_read[b]``'s slot and the window after
-  each row ``n`` written to ``state_write[n]``'s slot (a decode step's or a
-  verification's few rows all in one tile, tap by tap; a prompt's rows one
-  after another);
+  each row ``n`` written to ``state_write[n]``'s slot;
 * ``delta_rule_slots``: L2-normalised q / k, ``g = -exp(A_log) *
   softplus(a + dt_bias)``, ``beta = sigmoid(b)`` and the gated delta rule per
   value head, the float32 state read from one slot and the state after each
@@ -122,81 +120,6 @@ def _conv_slots_kernel(
         i += 1
 
 
-@triton.jit
-def _conv_tile_kernel(
-    qkv,  # [N, C] the in-projection's output, flat rows
-    weight,  # [C, K] depthwise taps
-    pool,  # [S + 1, C, K - 1] conv windows (the layer's)
-    rows,  # [B, R] flat row of each sequence row
-    state_read,  # [B]
-    state_write,  # [N]
-    out,  # [B, R, C] silu(conv), contiguous
-    num_slots,
-    N,
-    R,
-    C,
-    stride_n,  # qkv's row stride
-    K: tl.constexpr,
-    RP: tl.constexpr,  # next power of two >= R: every row of the sequence in one tile
-    BC: tl.constexpr,
-):
-    """``_conv_slots_kernel`` for at most ``RP`` rows: all rows at once, tap by tap.
-
-    Tap ``j`` of row ``i`` reads stream position ``i + j`` (the window's ``K - 1``
-    entries, then the rows), which is also entry ``j - 1`` of the window after
-    row ``i``: each tap's values are loaded once, for every row together (no
-    chain of dependent loads), and the windows are stored from them.  Tap ``j``
-    reads window entries ``>= j`` and stores entry ``j - 1`` after its loads,
-    so a row may write the slot its sequence reads.
-    """
-    b = tl.program_id(1)
-    offs_c = tl.program_id(0) * BC + tl.arange(0, BC)
-    mask_c = offs_c < C
-    i = tl.arange(0, RP)
-    i_ok = i < R
-    slot = tl.load(state_read + b)
-    live = (slot >= 0) & (slot < num_slots)
-    base = pool + tl.where(live, slot, 0).to(tl.int64) * C * (K - 1)
-    n_i = tl.load(rows + b * R + i, mask=i_ok, other=-1)
-    n_i_ok = i_ok & (n_i >= 0) & (n_i < N)
-    w_slot = tl.load(state_write + tl.where(n_i_ok, n_i, 0), mask=n_i_ok, other=-1)
-    w_live = n_i_ok & (w_slot >= 0) & (w_slot < num_slots)
-    w_base = tl.where(w_live, w_slot, 0).to(tl.int64) * C * (K - 1)
-    acc = tl.zeros([RP, BC], dtype=tl.float32)
-    for j in tl.static_range(K):
-        t = i + j
-        in_win = t < K - 1
-        r = t - (K - 1)
-        r_ok = i_ok & (r >= 0) & (r < R)
-        n = tl.load(rows + b * R + tl.where(r_ok, r, 0), mask=r_ok, other=0)
-        n_ok = r_ok & (n >= 0) & (n < N)
-        x = tl.load(
-            qkv + tl.where(n_ok, n, 0).to(tl.int64)[:, None] * stride_n + offs_c[None, :],
-            mask=n_ok[:, None] & mask_c[None, :],
-            other=0.0,
-        ).to(tl.float32)
-        win = tl.load(
-            base + offs_c[None, :] * (K - 1) + tl.where(in_win, t, 0)[:, None],
-            mask=live & (i_ok & in_win)[:, None] & mask_c[None, :],
-            other=0.0,
-        ).to(tl.float32)
-        val = tl.where(in_win[:, None], win, x)
-        w_j = tl.load(weight + offs_c * K + j, mask=mask_c, other=0.0).to(tl.float32)
-        acc += w_j[None, :] * val
-        if j >= 1:
-            tl.store(
-                pool + w_base[:, None] + offs_c[None, :] * (K - 1) + (j - 1),
-                val.to(pool.dtype.element_ty),
-                mask=w_live[:, None] & mask_c[None, :],
-            )
-    y = acc / (1.0 + tl.exp(-acc))
-    dst = out + (b * R + i).to(tl.int64)[:, None] * C + offs_c[None, :]
-    tl.store(dst, y.to(out.dtype.element_ty), mask=i_ok[:, None] & mask_c[None, :])
-
-
-TILE_ROWS = 16  # sequences of at most this many rows (decode, verification) take the one-tile conv
-
-
 def conv_slots(
     qkv: torch.Tensor,
     weight: torch.Tensor,
@@ -218,12 +141,7 @@ def conv_slots(
     bc = _channels_per_program(b, c)
     if qkv.stride(1) != 1:
         qkv = qkv.contiguous()
-    if b == 0 or r == 0:
-        return out
-    tile = r <= TILE_ROWS
-    kernel = _conv_tile_kernel if tile else _conv_slots_kernel
-    shape = dict(RP=_pow2(r)) if tile else dict(KP=_pow2(k - 1))
-    kernel[(triton.cdiv(c, bc), b)](
+    _conv_slots_kernel[(triton.cdiv(c, bc), b)](
         qkv,
         weight.reshape(c, k).contiguous(),
         pool,
@@ -237,8 +155,8 @@ def conv_slots(
         c,
         qkv.stride(0),
         K=k,
+        KP=_pow2(k - 1),
         BC=bc,
-        **shape,
     )
     return out
 
@@ -309,88 +227,6 @@ def _delta_rule_slots_kernel(
         i += 1
 
 
-@triton.jit
-def _delta_rule_tile_kernel(
-    mixed,
-    a_raw,
-    b_raw,
-    a_log,
-    dt_bias,
-    pool,
-    rows,
-    state_read,
-    state_write,
-    out,
-    num_slots,
-    N,
-    R,
-    scale,
-    stride_ab,
-    HV: tl.constexpr,
-    GROUP: tl.constexpr,
-    DK: tl.constexpr,
-    DV: tl.constexpr,
-    BK: tl.constexpr,
-    BV: tl.constexpr,
-    RP: tl.constexpr,  # next power of two >= R: every row's inputs loaded at once
-):
-    """``_delta_rule_slots_kernel`` for at most ``RP`` rows: every row's q, k, v, gate and beta loaded and
-    normalised up front (no chain of dependent loads per row), then the recurrence row by row.  A row past
-    ``R`` decays by 1 and writes with beta 0: the state passes it unchanged, and it stores nothing."""
-    bh = tl.program_id(1)
-    b, hv = bh // HV, bh % HV
-    hk = hv // GROUP
-    C: tl.constexpr = 2 * (HV // GROUP) * DK + HV * DV
-    QK: tl.constexpr = (HV // GROUP) * DK
-    offs_k = tl.arange(0, BK)
-    offs_v = tl.program_id(0) * BV + tl.arange(0, BV)
-    mask_k, mask_v = offs_k < DK, offs_v < DV
-    mask_h = mask_k[:, None] & mask_v[None, :]
-    tile = offs_k[:, None] * DV + offs_v[None, :]
-    i = tl.arange(0, RP)
-    i_ok = i < R
-    n = tl.load(rows + b * R + i, mask=i_ok, other=-1)
-    n_ok = i_ok & (n >= 0) & (n < N)
-    n_safe = tl.where(n_ok, n, 0).to(tl.int64)
-    src = mixed + (b * R + i).to(tl.int64)[:, None] * C
-    q = tl.load(src + hk * DK + offs_k[None, :], mask=i_ok[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
-    k = tl.load(src + QK + hk * DK + offs_k[None, :], mask=i_ok[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
-    v = tl.load(src + 2 * QK + hv * DV + offs_v[None, :], mask=i_ok[:, None] & mask_v[None, :], other=0.0).to(
-        tl.float32
-    )
-    q = q / tl.sqrt(tl.sum(q * q, 1) + 1e-6)[:, None] * scale
-    k = k / tl.sqrt(tl.sum(k * k, 1) + 1e-6)[:, None]
-    a = tl.load(a_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32) + tl.load(dt_bias + hv).to(
-        tl.float32
-    )
-    softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))
-    gate = tl.where(i_ok, tl.exp(-tl.exp(tl.load(a_log + hv).to(tl.float32)) * softplus), 1.0)
-    beta = 1.0 / (1.0 + tl.exp(-tl.load(b_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32)))
-    beta = tl.where(i_ok, beta, 0.0)
-    w_slot = tl.load(state_write + n_safe, mask=n_ok, other=-1)
-    w_live = n_ok & (w_slot >= 0) & (w_slot < num_slots)
-    w_base = tl.where(w_live, w_slot, 0).to(tl.int64) * HV * DK * DV + (hv * DK * DV).to(tl.int64)
-    slot = tl.load(state_read + b)
-    live = (slot >= 0) & (slot < num_slots)
-    head = (hv * DK * DV).to(tl.int64)
-    h = tl.load(pool + tl.where(live, slot, 0).to(tl.int64) * HV * DK * DV + head + tile, mask=live & mask_h, other=0.0)
-    for ii in tl.static_range(RP):
-        sel = i == ii
-        q_i = tl.sum(tl.where(sel[:, None], q, 0.0), 0)
-        k_i = tl.sum(tl.where(sel[:, None], k, 0.0), 0)
-        v_i = tl.sum(tl.where(sel[:, None], v, 0.0), 0)
-        h = h * tl.sum(tl.where(sel, gate, 0.0), 0)
-        kv_mem = tl.sum(h * k_i[:, None], axis=0)
-        h = h + k_i[:, None] * ((v_i - kv_mem) * tl.sum(tl.where(sel, beta, 0.0), 0))[None, :]
-        o = tl.sum(h * q_i[:, None], axis=0)
-        ok_i = tl.sum(tl.where(sel & n_ok, 1, 0), 0) > 0
-        row_i = tl.sum(tl.where(sel, n_safe, 0), 0)
-        tl.store(out + (row_i * HV + hv) * DV + offs_v, o, mask=ok_i & mask_v)
-        live_i = tl.sum(tl.where(sel & w_live, 1, 0), 0) > 0
-        base_i = tl.sum(tl.where(sel, w_base, 0), 0)
-        tl.store(pool + base_i + tile, h, mask=live_i & mask_h)
-
-
 def delta_rule_slots(
     mixed: torch.Tensor,
     a_raw: torch.Tensor,
@@ -420,11 +256,7 @@ def delta_rule_slots(
     bv = min(_pow2(dv), 32)
     while bv > 8 and b * hv * triton.cdiv(dv, bv) < 2 * TARGET_PROGRAMS:  # a small batch: narrower tiles
         bv //= 2
-    if b == 0 or r == 0:
-        return out
-    tile = r <= TILE_ROWS
-    kernel = _delta_rule_tile_kernel if tile else _delta_rule_slots_kernel
-    kernel[(triton.cdiv(dv, bv), b * hv)](
+    _delta_rule_slots_kernel[(triton.cdiv(dv, bv), b * hv)](
         mixed.contiguous(),
         a_raw,
         b_raw,
@@ -447,7 +279,6 @@ def delta_rule_slots(
         BK=_pow2(key_dim),
         BV=bv,
         num_warps=4,
-        **(dict(RP=_pow2(r)) if tile else {}),
     )
     return out
 
