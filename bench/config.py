@@ -18,9 +18,27 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..specializations.families import MAX_WIDTH
 from . import support
-from .support import CPU_PRESETS, MODEL_PRESETS, BenchError, check_model, fitting_model_config, model_config
+from .config_checks import (
+    BLOCKS_MESSAGE,
+    COUNTS_MESSAGE,
+    _at_least,
+    _choices,
+    _device,
+    _draft,
+    _modes,
+    _positions,
+    _ranks,
+    _sampling_check,
+    _temperature,
+    _top_k,
+    _top_p,
+    _tp_message,
+    _values,
+    _weights,
+    _widths,
+)
+from .support import CPU_PRESETS, MODEL_PRESETS, BenchError, check_model, fitting_model_config
 
 if TYPE_CHECKING:
     import torch
@@ -70,103 +88,6 @@ def setting(default, help: str, **option) -> Any:
     return field(default=default, metadata={"option": Option(help, **option)})
 
 
-def _at_least(lo: int, message: str) -> Check:
-    return lambda v: message if v < lo else None
-
-
-def _values(values) -> str | None:
-    if not values:
-        return "--depth and --batch need at least one value each"
-    if any(v < 1 for v in values):
-        return "--depth and --batch values must be at least 1"
-    return None
-
-
-def _modes(modes) -> str | None:
-    from ..engine.modes import MODES
-
-    unknown = [m for m in modes or () if m not in MODES]
-    return f"unknown mode '{unknown[0]}' (known: {', '.join(MODES)})" if unknown else None
-
-
-def _draft(draft: str) -> str | None:
-    from ..engine.draft_kinds import DRAFT_KINDS
-
-    return None if draft in DRAFT_KINDS else f"unknown --draft '{draft}' (known: {', '.join(DRAFT_KINDS)})"
-
-
-def _device(name) -> str | None:
-    from .support import check_device
-
-    try:
-        check_device(name)
-    except BenchError as e:
-        return str(e)
-    return None
-
-
-def _widths(depths, s: "BenchSettings") -> str | None:
-    """The widest verify block against the KV layout, then against the kernel families' widths."""
-    widest = max(depths) + 1
-    if s.block_table_width and widest > s.block_table_width * s.block_size:
-        return (
-            f"--depth {widest - 1}: a block of {widest} rows is wider than the KV layout allows "
-            f"(--block-table-width {s.block_table_width} x --block-size {s.block_size})"
-        )
-    if widest > MAX_WIDTH:
-        return (
-            f"--depth {widest - 1}: verify width {widest} is beyond the kernel families' widths "
-            f"(at most {MAX_WIDTH}, --depth {MAX_WIDTH - 1}); no build has variants for it"
-        )
-    return None
-
-
-def _weights(weights, s: "BenchSettings") -> str | None:
-    from ..engine.draft_kinds import DRAFT_KINDS
-
-    ok = weights is None or DRAFT_KINDS[s.draft].loads_weights
-    return None if ok else "--draft-weights loads a DFlash or DSpark draft; use it with --draft dflash or dspark"
-
-
-def _positions(bt: int, s: "BenchSettings") -> str | None:
-    need = s.positions_needed
-    if bt and bt * s.block_size < need:
-        return (
-            f"--block-table-width {bt} x --block-size {s.block_size} = {bt * s.block_size} "
-            f"positions; {s.steps} steps at depth {max(s.depths)} with --prompt-len {s.prompt_len} need "
-            f"{need} (--block-table-width 0: just enough)"
-        )
-    return None
-
-
-def _ranks(tp: int, s: "BenchSettings") -> str | None:
-    """Before any rank is launched: an MTP draft, and a model whose shards divide evenly."""
-    from ..engine.draft_kinds import DRAFT_KINDS
-
-    if tp > 1 and not DRAFT_KINDS[s.draft].supports_tp:
-        return f"--tp {tp} runs MTP drafts; --draft {s.draft} runs on one device (--tp 1)"
-    if tp > 1:
-        try:
-            why = support.tp_problem(model_config(s.model), tp)
-        except BenchError as e:
-            return str(e)
-        if why is not None:
-            return f"--tp {tp}: {s.model}'s {why}"
-    return None
-
-
-def _tp_message(s: "BenchSettings") -> str:
-    return f"--tp must be at least 1, --draft-tp 1 or --tp ({s.tp}), --check-ranks at least 0"
-
-
-def _choices(values: tuple[str, ...], option: str) -> Check:
-    return lambda v: None if v in values else f"unknown {option} '{v}' (known: {', '.join(values)})"
-
-
-BLOCKS_MESSAGE = "--block-size must be at least 1 and --block-table-width at least 0 (0: just enough)"
-COUNTS_MESSAGE = "--prompt-len and --bare-repeats must be at least 1"
-
-
 @dataclass(frozen=True)
 class BenchSettings:
     """What one ``specgen bench`` is asked to run, as given (``resolve`` validates it into a ``BenchConfig``).
@@ -213,7 +134,19 @@ class BenchSettings:
         text=FLOAT,
         check=lambda p: None if p is None or 0.0 <= p <= 1.0 else f"--acceptance must lie in [0, 1], got {p}",
     )
-    check: bool = setting(False, "also compare every mode with plain greedy decoding", text=SWITCH)
+    temperature: float = setting(
+        0.0,
+        "sampled verification at this temperature (speculative rejection sampling; 0: greedy verification)",
+        text=FLOAT,
+        check=_temperature,
+    )
+    top_k: int = setting(0, "sampling keeps the k most probable tokens (0: every token)", text=INT, check=_top_k)
+    top_p: float = setting(
+        1.0, "sampling keeps the most probable tokens of mass p (1: every token)", text=FLOAT, check=_top_p
+    )
+    check: bool = setting(
+        False, "also compare every mode with plain greedy decoding", text=SWITCH, relation=_sampling_check
+    )
     block_size: int = setting(16, "KV cache positions per block", text=INT, check=_at_least(1, BLOCKS_MESSAGE))
     block_table_width: int = setting(
         32, "blocks per sequence (0: just enough)", text=INT, check=_at_least(0, BLOCKS_MESSAGE), relation=_positions
@@ -228,7 +161,9 @@ class BenchSettings:
         check=_choices(DTYPES, "--dtype"),
     )
     device: str | None = setting(None, "cpu or cuda (default: cuda when available)", check=_device)
-    seed: int = setting(0, "seed of the random weights, the prompts and the acceptance draws", text=INT)
+    seed: int = setting(
+        0, "seed of the random weights, the prompts, the acceptance draws and sampling (row b: seed + b)", text=INT
+    )
     bare_repeats: int = setting(
         30, "draft + bare verify replays timed for the boundary figures", text=INT, check=_at_least(1, COUNTS_MESSAGE)
     )
@@ -311,6 +246,7 @@ class BenchSettings:
             steps=self.steps,
             warmup=self.warmup,
             acceptance=self.acceptance,
+            sampling=(self.temperature, self.top_k, self.top_p) if self.temperature > 0 else None,
             check=self.check,
             block_size=self.block_size,
             block_table_width=self.block_table_width or -(-self.positions_needed // self.block_size),
@@ -367,6 +303,15 @@ class BenchConfig:
     check_ranks: int = 0  # compare the ranks' step state every N steps (0: off)
     profile_steps: int = 0  # steps profiled per run after every timed run (the CPU: host-serial runs; 0: none)
     device_guard: bool = True  # False: the runtime modes' verify graphs run without the device guard
+    sampling: tuple[float, int, float] | None = None  # (temperature, top_k, top_p); None: greedy verification
+
+    def sampling_params(self, batch: int):
+        """Each row's ``SamplingParams`` (row ``b`` seeded ``seed + b``), or None for greedy verification."""
+        if self.sampling is None:
+            return None
+        from ..runtime.sampling import SamplingParams
+
+        return [SamplingParams(*self.sampling, seed=self.seed + b) for b in range(batch)]
 
     @property
     def model_label(self) -> str:
@@ -397,4 +342,4 @@ class BenchConfig:
         """The plans the draft kind's specgen mode runs over this target (what the kernel build must hold)."""
         from ..engine.draft_kinds import DRAFT_KINDS
 
-        return support.kernel_boundaries(DRAFT_KINDS[self.draft].boundaries, self.model)
+        return support.kernel_boundaries(DRAFT_KINDS[self.draft].boundaries, self.model, self.sampling is not None)

@@ -287,6 +287,7 @@ class _Sweep:
             acceptance=mix,
             rank_check=rank_check,
             device_guard=c.device_guard,
+            sampling=c.sampling_params(batch),
         )
 
     def _warm_up(self, prompts, oracle, width: int, batch: int) -> None:
@@ -326,7 +327,7 @@ class _Sweep:
             self.host_clock.measure(eng)  # before any profiler has run in this process (bench/host_clock.py)
         eng.close()
         row = {"draft": c.draft, **summary(res, self._bare)}
-        if oracle is not None:
+        if oracle is not None and c.sampling is None:  # a sampled run follows its own drafts' draws
             row["equals_target_reference"] = all(o == g[: len(o)] for o, g in zip(res.outputs, oracle.tolist()))
         if greedy is not None:
             row["equals_greedy"] = all(o == g[: len(o)] for o, g in zip(res.outputs, greedy))
@@ -367,6 +368,7 @@ class _Sweep:
             "profile_steps": c.profile_steps,
             "device_guard": c.device_guard,  # False: --no-device-guard (the runtime modes without the device guard)
             "acceptance_p": c.acceptance,
+            "sampling": dict(zip(("temperature", "top_k", "top_p"), c.sampling)) if c.sampling else None,
             "aborted": self.aborted,
             "skipped_modes": dict(c.skipped),
             "runs": self.runs,

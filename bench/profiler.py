@@ -196,6 +196,7 @@ class KernelPass:
             acceptance=mix,
             rank_check=s.rank_check,
             device_guard=c.device_guard,
+            sampling=c.sampling_params(batch),
         )
         try:
             with quiet_profiler():

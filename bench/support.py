@@ -157,11 +157,14 @@ def tp_problem(config, size: int) -> str | None:
     return tp.shard_problem(config, size)
 
 
-def kernel_boundaries(boundaries: tuple[str, ...], config) -> tuple[str, ...]:
+def kernel_boundaries(boundaries: tuple[str, ...], config, sampling: bool = False) -> tuple[str, ...]:
     """A draft kind's plans (``DraftKind.boundaries``) for the target of ``config``: a hybrid target's
-    draft-to-verify head is ``draft-to-verify-linear`` (its linear state's slots join the head)."""
-    from ..specializations.plan import DRAFT_TO_VERIFY, LINEAR_DRAFT_TO_VERIFY
+    draft-to-verify head is ``draft-to-verify-linear`` (its linear state's slots join the head); a sampling
+    run's tail is the sampled one (``verify-to-draft-sampled``, ``context-kv-sampled``)."""
+    from ..specializations.plan import DRAFT_TO_VERIFY, LINEAR_DRAFT_TO_VERIFY, SAMPLED_TAILS
 
+    if sampling:
+        boundaries = tuple(SAMPLED_TAILS.get(b, b) for b in boundaries)
     if not hybrid(config):
         return boundaries
     return tuple(LINEAR_DRAFT_TO_VERIFY if b == DRAFT_TO_VERIFY else b for b in boundaries)

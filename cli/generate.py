@@ -9,6 +9,8 @@
 ``--prompt TEXT`` goes through the folder's ``tokenizer.json`` (the ``tokenizers``
 package); with a tokenizer the outputs are printed as text too.  ``--json`` prints
 one object instead (``outputs``, ``texts``, ``acceptance``, ``tokens_per_s``, ``runtime_stats``, ...).
+``--temperature T`` (with ``--top-k``, ``--top-p``) samples: sampled verification, each
+prompt's randoms keyed by ``--seed`` + its index, so a run is reproduced exactly.
 Modes that run built kernels (``specgen``) take a build folder with ``--kernels``
 (default ``build/bench_kernels``) and, as ``specgen bench`` does, build the layout
 they need into it when it is missing.
@@ -27,7 +29,7 @@ BLOCK_SIZE = 16
 
 
 def register(sub) -> None:
-    p = sub.add_parser("generate", help="greedy speculative decoding of given prompts with a model")
+    p = sub.add_parser("generate", help="speculative decoding of given prompts with a model, greedy or sampled")
     p.add_argument("--model", default="tiny", metavar="PRESET|DIR", help="a model preset or a Hugging Face folder")
     prompt = {"action": "append", "dest": "prompts", "default": []}
     p.add_argument(
@@ -54,7 +56,17 @@ def register(sub) -> None:
     )
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="the model's dtype")
-    p.add_argument("--seed", type=int, default=0, help="seed of random weights (presets, a random draft)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sample at this temperature (0: greedy, the default)")
+    p.add_argument("--top-k", type=int, default=0, metavar="K", help="sample from the K most probable tokens (0: all)")
+    p.add_argument(
+        "--top-p", type=float, default=1.0, metavar="P", help="sample from the top tokens of mass P (1: all)"
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of random weights (presets, a random draft) and of sampling (prompt i: seed + i)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -96,6 +108,19 @@ def _prompts(args, tokenizer) -> list[list[int]]:
             raise UsageError(f"--prompt {text!r}: the tokenizer gives no tokens")
         prompts.append(ids)
     return prompts
+
+
+def _sampling(args, batch: int):
+    """One ``SamplingParams`` per prompt (prompt ``i`` seeded ``--seed + i``), None at temperature 0 (greedy)."""
+    from ..bench.config_checks import _temperature, _top_k, _top_p
+    from ..runtime.sampling import SamplingParams
+
+    why = _temperature(args.temperature) or _top_k(args.top_k) or _top_p(args.top_p)
+    if why:
+        raise UsageError(why)
+    if args.temperature == 0:
+        return None
+    return [SamplingParams(args.temperature, args.top_k, args.top_p, args.seed + i) for i in range(batch)]
 
 
 def _setup(args):
@@ -147,7 +172,7 @@ def _kernels(args, width: int, positions: int, device, model_config) -> tuple:
         widths=(width,),
         block_table_width=just_enough,
         block_size=BLOCK_SIZE,
-        boundaries=kernel_boundaries(DRAFT_KINDS[args.draft].boundaries, model_config),
+        boundaries=kernel_boundaries(DRAFT_KINDS[args.draft].boundaries, model_config, args.temperature > 0),
     )
     if (folder / "manifest.json").is_file():
         lib = bench._library(folder)
@@ -175,6 +200,7 @@ def run(args) -> int:
         raise UsageError(why)
     tokenizer = _tokenizer(args, needed=any(kind == "text" for kind, _ in args.prompts))
     prompts = _prompts(args, tokenizer)
+    sampling = _sampling(args, len(prompts))
     model, draft, device = _setup(args)
     vocab = model.config.vocab_size
     bad = [t for p in prompts for t in p if not 0 <= t < vocab]
@@ -202,6 +228,7 @@ def run(args) -> int:
             block_size=block_size,
             block_table_width=block_table_width,
             library=library,
+            sampling=sampling,
         )
         t = time.perf_counter()
         res = engine.run(prompts, max_new_tokens=n)
@@ -216,6 +243,9 @@ def run(args) -> int:
         "mode": args.mode,
         "draft": args.draft,
         "depth": args.depth,
+        "sampling": None
+        if sampling is None
+        else {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed},
         "prompts": prompts,
         "outputs": outputs,
         "texts": [tokenizer.decode(o) for o in outputs] if tokenizer is not None else None,
@@ -237,5 +267,6 @@ def run(args) -> int:
     print(
         f"acceptance {res.acceptance:.2f}, {tokens} tokens in {wall:.2f} s ({rate} tokens/s), "
         f"mode {args.mode}, {args.draft} draft, depth {args.depth}"
+        + (f", sampled at temperature {args.temperature}" if sampling is not None else "")
     )
     return 0

@@ -43,6 +43,16 @@ BAD = [
     ("warmup", {"warmup": 0}, "--warmup must be at least 1 (the first step of every run captures its graphs)"),
     ("modes", {"modes": ("baseline", "turbo")}, "unknown mode 'turbo' (known: baseline"),
     ("acceptance", {"acceptance": 1.5}, "--acceptance must lie in [0, 1], got 1.5"),
+    ("temperature", {"temperature": -0.5}, "--temperature must be a finite number >= 0 (0: greedy verification)"),
+    ("temperature", {"temperature": float("inf")}, "--temperature must be a finite number >= 0"),
+    ("top_k", {"top_k": -1}, "--top-k must be at least 0 (0: every token), got -1"),
+    ("top_p", {"top_p": 0.0}, "--top-p must lie in (0, 1] (1: every token), got 0.0"),
+    ("top_p", {"top_p": 1.5}, "--top-p must lie in (0, 1] (1: every token), got 1.5"),
+    (
+        "check",
+        {"check": True, "temperature": 0.7},
+        "--check compares with plain greedy decoding; it needs --temperature 0",
+    ),
     ("block_size", {"block_size": 0}, BLOCKS_MESSAGE),
     ("block_table_width", {"block_table_width": -1}, BLOCKS_MESSAGE),
     ("block_table_width", {"block_table_width": 2}, "--block-table-width 2 x --block-size 16 = 32 positions"),
@@ -89,6 +99,9 @@ def test_the_option_names_and_metavars_of_the_command_line():
         "--warmup",
         "--modes",
         "--acceptance",
+        "--temperature",
+        "--top-k",
+        "--top-p",
         "--check",
         "--out",
         "--kernels",
@@ -120,6 +133,21 @@ def test_the_command_line_text_is_read_into_typed_settings():
     s = _settings(args)
     assert s.depths == (2, 3, 4) and s.batches == (1, 8) and s.modes == ("baseline", "specgen")
     assert s.acceptance == 0.5 and s.check is True
+
+
+def test_sampling_options_reach_the_config():
+    """``--temperature`` (with ``--top-k``, ``--top-p``) samples, each row seeded ``--seed`` + its index; at
+    temperature 0 the run is greedy (no sampling) and its plans are the greedy tails."""
+    from specgen.cli.bench import _settings
+    from specgen.runtime.sampling import SamplingParams
+
+    greedy = _settings(build_parser().parse_args(["bench", "--device", "cpu"])).resolve()
+    assert greedy.sampling is None and greedy.sampling_params(2) is None
+    assert greedy.boundaries == ("draft-to-verify", "verify-to-draft")
+    argv = ["bench", "--device", "cpu", "--temperature", "0.7", "--top-k", "8", "--top-p", "0.9", "--seed", "4"]
+    c = _settings(build_parser().parse_args(argv)).resolve()
+    assert c.sampling == (0.7, 8, 0.9) and c.boundaries == ("draft-to-verify", "verify-to-draft-sampled")
+    assert c.sampling_params(2) == [SamplingParams(0.7, 8, 0.9, 4), SamplingParams(0.7, 8, 0.9, 5)]
 
 
 def test_no_device_guard_reaches_the_config():

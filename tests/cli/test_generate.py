@@ -141,3 +141,19 @@ def test_generate_without_a_prompt_or_with_an_unknown_config_field(tmp_path, cap
     assert main(["generate", "--model", str(folder), "--prompt-ids", "1,2,3", "--max-new-tokens", "10"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--max-new-tokens 10 pass the model's max_position_embeddings 12" in err
+
+
+def test_generate_samples_reproducibly_in_every_mode(tmp_path, capsys, sampling_kernels):
+    """``--temperature`` / ``--top-k`` / ``--top-p`` / ``--seed``: baseline (the host rule) and specgen give the same
+    tokens; the same seed repeats them, another seed changes them; temperature 0 is greedy decoding."""
+    argv = ("--model", "tiny", "--temperature", "0.9", "--top-k", "50", "--top-p", "0.95", "--seed", "7")
+    base = _generate(capsys, *argv)
+    assert base["sampling"] == {"temperature": 0.9, "top_k": 50, "top_p": 0.95, "seed": 7}
+    assert _generate(capsys, *argv)["outputs"] == base["outputs"]
+    spec = _generate(capsys, *argv, "--mode", "specgen", "--kernels", str(sampling_kernels.root))
+    assert spec["outputs"] == base["outputs"] and spec["runtime_stats"]["fallback"] == {}
+    assert _generate(capsys, *argv[:-1], "8")["outputs"] != base["outputs"]
+    greedy = _generate(capsys, "--model", "tiny", "--temperature", "0", "--top-k", "5")
+    assert greedy["sampling"] is None and greedy["outputs"] == greedy_generate(
+        Qwen3Model.create("tiny", seed=0), PROMPTS, 9
+    )
