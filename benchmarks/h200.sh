@@ -17,14 +17,20 @@
 #   specgen build --target cuda --widths 2-16 --block-table-widths 64 --block-sizes 128 --draft-dtypes int32 \
 #       --families spec_verify_head_update,spec_verify_token_update,spec_verify_metadata_update,\
 #       spec_verify_attention_tiling_update --out build/head_kernels
+#   specgen build --target c,cuda --widths 3,4 --block-table-widths 8 --block-sizes 16 --draft-dtypes int32 \
+#       --boundary draft-to-verify,verify-to-draft-sampled,context-kv-sampled \
+#       --families spec_verify_head_update,spec_verify_token_update,spec_verify_metadata_update,\
+#       spec_verify_attention_tiling_update,spec_rejection_verify,prepare_next_draft,context_kv_update \
+#       --out build/sampling_test_kernels
 # Stages: tests (every GPU test), engine-tests (tests/models, tests/engine, tests/bench: the reference application),
 # sanitize (the CUDA fuzz of every family under compute-sanitizer memcheck, racecheck, initcheck),
 # block-bench (DFlash depth 15 and DSpark depth 7 drafts, three modes),
 # fuzz-heads (the CUDA fuzz of the head families at W = 2..16, build/head_kernels), heads (benchmarks/head_updates.py), bench / bench-8b (`specgen bench`, four modes, Qwen3-0.6B / Qwen3-8B
 # shapes, context 1024, the default build's bt64 bs128 layout; cli/bench.py over bench/harness.py),
-# (DEPTHS, e.g. 3,4,5, MODES and STEPS choose the sweep), host-profile (cProfile of the host's step loop), bench-mtp (the MTP head's own acceptance), forward (benchmarks/forward_speed.py: the bare verify
+# (DEPTHS, e.g. 3,4,5, MODES and STEPS choose the sweep; bench-sampling: the same at --temperature 0.7 --top-p 0.9), host-profile (cProfile of the host's step loop), bench-mtp (the MTP head's own acceptance), forward (benchmarks/forward_speed.py: the bare verify
 # forward and the draft step, torch and Triton forwards, kernels per layer).
-# Usage: benchmarks/h200.sh OUT_DIR [tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b] [host-profile]
+# Usage: benchmarks/h200.sh OUT_DIR [tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
+#        [bench-sampling] [host-profile]
 #        [bench-mtp] [block-bench]
 set -u
 out=$1; shift
@@ -40,6 +46,7 @@ export SPECGEN_TEST_CUDA_DEFAULT_KERNELS=build/specgen_kernels
 export SPECGEN_TEST_ENGINE_KERNELS=build/engine_test_kernels
 export SPECGEN_TEST_BLOCK_KERNELS=build/block_test_kernels
 export SPECGEN_TEST_HYBRID_KERNELS=build/hybrid_test_kernels
+export SPECGEN_TEST_SAMPLING_KERNELS=build/sampling_test_kernels
 export SPECGEN_TEST_CUDA_FUZZ_KERNELS=build/specgen_kernels:build/kbuild-cuda-edge
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
 for stage in "$@"; do
@@ -68,12 +75,13 @@ for stage in "$@"; do
       python3 benchmarks/forward_speed.py --model qwen3-0.6b --batch 1,8,32 --kernels ${FORWARD_KERNELS:-torch,triton} \
         --out "$out/forward_qwen3-0.6b.json" \
         2>&1 | grep '^{' ;;
-    bench|bench-8b)
+    bench|bench-8b|bench-sampling)
       model=qwen3-0.6b; steps=${STEPS:-96}; [ $stage = bench-8b ] && { model=qwen3-8b; steps=${STEPS:-48}; }
-      specgen bench --model $model --depth ${DEPTHS:-3} --batch 1,8,32 --steps $steps --profile-steps 8 --warmup 10 \
+      name=bench; sampling=""; [ $stage = bench-sampling ] && { name=bench_sampling; sampling="--temperature 0.7 --top-p 0.9"; }
+      specgen bench --model $model $sampling --depth ${DEPTHS:-3} --batch 1,8,32 --steps $steps --profile-steps 8 --warmup 10 \
         --modes ${MODES:-baseline,compile,inductor,specgen} --acceptance 0.7 --prompt-len 1024 --block-size 128 \
-        --block-table-width 64 --kernels build/specgen_kernels --out "$out/bench_$model" > "$out/bench_$model.log" 2>&1
-      echo "bench $model: exit $?"; grep -v "^frame #" "$out/bench_$model.log" | grep -v "^bench: \[" | tail -24 ;;
+        --block-table-width 64 --kernels build/specgen_kernels --out "$out/${name}_$model" > "$out/${name}_$model.log" 2>&1
+      echo "$name $model: exit $?"; grep -v "^frame #" "$out/${name}_$model.log" | grep -v "^bench: \[" | tail -24 ;;
     host-profile)  # where the host's time per step goes: specgen, depth 3, B = 1, under cProfile
       python3 -m cProfile -o "$out/host.prof" -m specgen bench --model qwen3-0.6b --depth 3 --batch 1 --steps 300 \
         --warmup 10 --profile-steps 0 --modes ${MODES:-specgen} --acceptance 0.7 --prompt-len 1024 --block-size 128 \
