@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..specializations.families import MAX_WIDTH
 from . import support
 from .config import DTYPES, FLOAT, INT, NAMES, _choices, _device, _draft, _modes, first_problem, setting
+from .config_checks import _temperature, _top_k, _top_p
 from .support import CPU_PRESETS, MODEL_PRESETS, BenchError, check_model, fitting_model_config
 
 if TYPE_CHECKING:  # torch (and the engine) load where used: the parser reads these fields without them
@@ -132,6 +133,15 @@ def _stop_ids(ids) -> str | None:
     return f"--stop-id {bad[0]}: a token id is at least 0" if bad else None
 
 
+def _served_greedily(temperature: float, s) -> str | None:
+    if temperature > 0:
+        return (
+            f"--temperature {temperature}: the serving loop verifies greedily so far (sampled verification runs in "
+            "specgen bench and specgen generate); use --temperature 0"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class ServeSettings:
     """What one ``specgen serve-bench`` is asked to run, as given; the fields' order is ``--help``'s."""
@@ -216,6 +226,17 @@ class ServeSettings:
         "drafts agree with the target with probability p (default: the draft's own drafts)",
         text=FLOAT,
         check=lambda p: None if p is None or 0.0 <= p <= 1.0 else f"--acceptance must lie in [0, 1], got {p}",
+    )
+    temperature: float = setting(
+        0.0,
+        "sampled verification at this temperature (0: greedy; the serving loop verifies greedily so far)",
+        text=FLOAT,
+        check=_temperature,
+        relation=_served_greedily,
+    )
+    top_k: int = setting(0, "sampling keeps the k most probable tokens (0: every token)", text=INT, check=_top_k)
+    top_p: float = setting(
+        1.0, "sampling keeps the most probable tokens of mass p (1: every token)", text=FLOAT, check=_top_p
     )
     seed: int = setting(0, "seed of the weights, the workload and the acceptance draws", text=INT)
     device: str | None = setting(None, "cpu or cuda (default: cuda when available)", check=_device)
