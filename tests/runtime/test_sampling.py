@@ -352,3 +352,40 @@ def test_first_emitted_token_follows_the_target_and_acceptance_matches_theory(se
     rate = float((acc >= 1).double().mean())
     stderr = math.sqrt(max(theory * (1 - theory), 1e-12) / N)
     assert abs(rate - theory) <= 4 * stderr + 1e-9, (rate, theory)
+
+
+V16 = 16
+SETTINGS16 = {"t0.7": (0.7, 0, 1.0), "t1.0": (1.0, 0, 1.0), "top_p0.9": (1.0, 0, 0.9), "top_k8": (1.0, 8, 1.0)}
+
+
+@pytest.mark.parametrize("draft", ["good", "bad"])
+@pytest.mark.parametrize("setting", list(SETTINGS16))
+def test_the_graph_path_is_lossless_at_every_position(setting, draft):
+    """What the engines' graphs run (the vocabulary pass ``rejection_inputs``, then the family
+    ``spec_rejection_verify``) with drafts sampled from ``q`` over two draft positions, V = 16, 10^5 rows
+    per setting: the tokens emitted at index 0 and, given a first accepted draft, at index 1 each follow
+    the target's filtered distribution (chi-square p-value > 1e-4; nothing filtered out is emitted), and
+    the first draft's acceptance rate is ``sum_x min(p(x), q(x))`` within 4 standard errors."""
+    temperature, top_k, top_p = SETTINGS16[setting]
+    g = torch.Generator().manual_seed(77 + len(setting) + 10 * len(draft))
+    logits = torch.randn(2, V16, generator=g) * 1.5  # a different target at each position
+    t, k, pp = torch.tensor([temperature] * 2), torch.tensor([top_k] * 2), torch.tensor([top_p] * 2)
+    p = filtered_probs(logits, t, k, pp)  # [2, V]
+    sign = 1.0 if draft == "good" else -1.0  # good: close to the target; bad: its reversed preference
+    q = torch.softmax(sign * logits / temperature + 0.3 * torch.randn(2, V16, generator=g), 1)
+    x = torch.stack([torch.multinomial(q[j], N, replacement=True, generator=g) for j in range(2)], 1)
+    bonus = filtered_probs(torch.randn(1, V16, generator=g), t[:1], k[:1], pp[:1])
+    target = torch.cat([p, bonus]).expand(N, 3, V16)
+    seeds = torch.arange(N) * 104729 + 17 * len(setting) + len(draft)
+    pos = torch.randint(0, 2**40, (N,), generator=g)
+    dists = q.expand(N, 2, V16)
+    acc, nxt = _family(x, q.gather(1, x.T).T, dists, target, seeds, pos, torch.full((N,), temperature))
+    for j, rows in ((0, torch.ones(N, dtype=torch.bool)), (1, acc >= 1)):
+        counts = torch.bincount(nxt[rows, j].long(), minlength=V16)
+        kept = p[j] > 0
+        assert counts[~kept].sum() == 0
+        pvalue = chi2_pvalue(counts[kept], rows.sum() * p[j][kept].double())
+        assert pvalue > P_MIN, (setting, draft, j, counts.tolist())
+    theory = float(torch.minimum(p[0], q[0]).double().sum())
+    rate = float((acc >= 1).double().mean())
+    assert abs(rate - theory) <= 4 * math.sqrt(theory * (1 - theory) / N) + 1e-9, (rate, theory)
