@@ -22,7 +22,8 @@ LEGEND = (
     "columns: req/s = finished requests per second; tok/s = output tokens per second; TTFT = arrival to first "
     "token, TPOT = time per output token after the first, ITL = gap between tokens (ms, p50/p90/p99 over "
     "requests, ITL over tokens); accept = accepted drafts over drafts; fast = share of steps on the fast path; "
-    "fallbacks = steps off it by reason; wall = the run's wall time"
+    "fallbacks = steps off it by reason; moved = steps whose rows changed, by the remap kernel or in torch and "
+    "why; wall = the run's wall time"
 )
 COLUMNS = (
     ("load", "load"),
@@ -36,6 +37,7 @@ COLUMNS = (
     ("acceptance", "accept"),
     ("fast_path_share", "fast"),
     ("fallbacks", "fallbacks"),
+    ("moved", "moved"),
     ("preemptions", "preempt"),
     ("host_syncs_per_step", "syncs/step"),
     ("wall_s", "wall s"),
@@ -60,6 +62,14 @@ def _num(v, fmt: str) -> str:
     return "" if v is None else format(v, fmt)
 
 
+def _moved(t: dict | None) -> str:
+    """Row transitions: ``kernel:n`` by the remap family, ``<why>:n`` in torch; ``-`` for none."""
+    if not t or not t.get("steps"):
+        return "-"
+    parts = [f"kernel:{t['kernel']}"] if t.get("kernel") else []
+    return ",".join(parts + [f"{k}:{n}" for k, n in sorted(t.get("torch", {}).items())])
+
+
 def row(run: dict) -> dict[str, str]:
     """One finished run's figures as the table prints them."""
     m = run["metrics"]
@@ -75,6 +85,7 @@ def row(run: dict) -> dict[str, str]:
         "acceptance": _num(m["acceptance"], ".2f"),
         "fast_path_share": _num(m["fast_path_share"], ".2f"),
         "fallbacks": ",".join(f"{k}:{n}" for k, n in sorted(m["fallbacks"].items())) or "-",
+        "moved": _moved(m.get("transitions")),
         "preemptions": str(m["preemptions"]),
         "host_syncs_per_step": _num(m["host_syncs_per_step"], ".2f"),
         "wall_s": _num(run.get("wall_s"), ".1f"),

@@ -109,7 +109,7 @@ def hybrid_kernels(kernel_library):
 
 
 BLOCK_LAYOUT = {"widths": (4, 8, 16), "block_table_width": 8, "block_size": 16}
-BLOCK_FAMILIES = ("spec_verify_head_update", "greedy_prefix_verify", "context_kv_update")
+BLOCK_FAMILIES = ("spec_verify_head_update", "greedy_prefix_verify", "context_kv_update", "spec_batch_row_remap")
 
 
 @pytest.fixture(scope="session")
@@ -119,7 +119,7 @@ def block_kernels(kernel_library):
     On a GPU machine without TileLang, SPECGEN_TEST_BLOCK_KERNELS names a prebuilt folder
     (specgen build --target c,cuda --boundary draft-to-verify,context-kv --widths 4,8,16
     --block-table-widths 8 --block-sizes 16 --draft-dtypes int32
-    --families spec_verify_head_update,greedy_prefix_verify,context_kv_update --out ...).
+    --families spec_verify_head_update,greedy_prefix_verify,context_kv_update,spec_batch_row_remap --out ...).
     """
     return kernel_library("SPECGEN_TEST_BLOCK_KERNELS", BLOCK_LAYOUT, ("draft-to-verify", "context-kv"), BLOCK_FAMILIES)
 

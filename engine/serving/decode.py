@@ -15,8 +15,9 @@ from ...models.errors import EngineError
 from ...runtime.buffers import alloc_step_buffers, bucket_of
 from ..clock import count_host_syncs
 from ..engine import SpecDecodeEngine
+from ..proposers import BlockProposer
 from .results import StepRecord
-from .rows import RowAcceptance
+from .rows import RowAcceptance, upload
 from .scheduler import SchedulerOutput
 
 __all__ = ["decode_step", "step_bufs"]
@@ -38,18 +39,20 @@ def step_bufs(loop, n: int) -> tuple[dict, dict | None, int]:
     return loop._dev[n], loop._host[n], n
 
 
-def place_rows(loop, ids: list[int], tables: dict) -> tuple[dict, dict | None, int, int, int]:
-    """This step's buffers, with every row's state in the step's order (``BatchRows.place``)."""
+def place_rows(loop, ids: list[int], tables: dict, bounds: tuple[int, int]):
+    """This step's buffers, with every row's state in the step's order (``BatchRows.place``): the buffers,
+    the host copies, the rows launched, the remaps, the rows joined and why the remap ran in torch."""
     dst, hdst, launched = step_bufs(loop, len(ids))
-    table = torch.stack([loop._table_row(tables[rid]) for rid in ids])
+    table = torch.tensor([loop.table_row(tables[rid]) for rid in ids], dtype=I32)
     running = {r.id for r in loop.scheduler.running if not r.in_prefill}
-    remaps, joined = loop.rows.place(ids, table, dst, hdst, launched, loop.engine.verify_hidden, running)
+    hidden = None if isinstance(loop.engine.proposer, BlockProposer) else loop.engine.verify_hidden
+    placed = loop.rows.place(ids, table, dst, hdst, launched, hidden, running, bounds)
     if loop.hybrid:  # the requests' own slots, whichever row they hold; padding rows write no state
         slots = loop.state.row_slots(ids, launched)
-        dst["state_slots"][:launched].copy_(slots)
+        dst["state_slots"][:launched].copy_(upload(slots, loop.device))
         if hdst is not None:
             hdst["state_slots"][:launched].copy_(slots)
-    return dst, hdst, launched, remaps, joined
+    return dst, hdst, launched, *placed
 
 
 def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list[int]], StepRecord]:
@@ -57,27 +60,27 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
     e, W = loop.engine, loop.width
     ids = list(out.verify)
     n = len(ids)
-    bufs, host, launched, remaps, joined = place_rows(loop, ids, out.tables)
-    e.bufs, e.batch = bufs, launched
-    e.prompt_lens = torch.tensor(
-        [len(loop.requests[r].prompt) for r in ids] + [0] * (launched - n), dtype=torch.long, device=loop.device
-    )
-    if loop.acceptance is not None:
-        e.acceptance = RowAcceptance(loop.acceptance, ids + [0] * (launched - n))
     # KV already written: all but the newest token; a step not read yet added 1..W more
     known = [loop.requests[r].length - 1 for r in ids]
     lo = min(k + (r in unread) for k, r in zip(known, ids))
     hi = max(k + W * (r in unread) for k, r in zip(known, ids))
-    if loop.device.type == "cpu":  # reading the rows' lengths costs nothing here: the bounds must hold them
-        seq = bufs["seq_lens"][:n]
-        if not lo <= int(seq.min()) <= int(seq.max()) <= hi:
-            raise EngineError(f"the host's length bounds {(lo, hi)} miss the rows' {seq.tolist()}")
+    # the host's part of the step, the row remap included, is counted: it must not synchronize either
     with count_host_syncs(loop.device.type == "cuda") as syncs:
+        bufs, host, launched, remaps, joined, remap_reason = place_rows(loop, ids, out.tables, (lo, hi))
+        e.bufs, e.batch = bufs, launched
+        lens = torch.tensor([len(loop.requests[r].prompt) for r in ids] + [0] * (launched - n), dtype=torch.long)
+        e.prompt_lens = upload(lens, loop.device)
+        if loop.acceptance is not None:
+            e.acceptance = RowAcceptance(loop.acceptance, ids + [0] * (launched - n))
+        if loop.device.type == "cpu":  # reading the rows' lengths costs nothing here: the bounds must hold them
+            seq = bufs["seq_lens"][:n]
+            if not lo <= int(seq.min()) <= int(seq.max()) <= hi:
+                raise EngineError(f"the host's length bounds {(lo, hi)} miss the rows' {seq.tolist()}")
         if loop.mode == "specgen":
             if not e.strategy.fuses_draft:  # a block draft keeps its own graph, before the step
                 e._draft()
             res = e.strategy.runtime.step_in_place(n, (lo, hi))
-            accepted, next_tokens = res.accepted[:n].tolist(), res.next_tokens[:n].tolist()
+            commit = res.accepted[:n], res.next_tokens[:n]  # read back below, outside the count
             fast, reason, bucket = bool(res.fast_path), res.reason, launched
         else:
             s = e.strategy
@@ -87,8 +90,9 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
             acc, nxt = s.verify(lo, hi, mark=lambda: None)
             host["h_last"].copy_(s.h_last)
             host["h_seq"].copy_(s.h_seq)
-            accepted, next_tokens = acc[:n].tolist(), nxt[:n].tolist()
+            commit = acc[:n], nxt[:n]
             fast, reason, bucket = True, None, None
+    accepted, next_tokens = commit[0].tolist(), commit[1].tolist()  # the read-back
     tokens = {rid: next_tokens[i][: accepted[i] + 1] for i, rid in enumerate(ids)}
     record = StepRecord(
         t=0.0,
@@ -101,5 +105,7 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
         bucket=bucket,
         remaps=remaps,
         joined=joined,
+        remap_path=None if not (remaps or joined) else ("torch" if remap_reason else "kernel"),
+        remap_reason=remap_reason,
     )
     return tokens, record

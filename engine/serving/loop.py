@@ -23,9 +23,11 @@ Each iteration:
    over exactly the running requests past their prefill (a block draft's own forward
    first, in ``specgen`` too: it is not the runtime's prologue).  Its per-row state (the
    step buffers the draft and the head read, the verify rows' hidden states, the
-   baseline's host copies) is first moved to the step's row order by ``remap_rows``:
-   rows that stay are gathered, rows that join are written from their prefill (or,
-   for one that sat a step out, from its parked row); ``decode.py``;
+   baseline's host copies) is first moved to the step's row order on the device by the
+   kernel family ``spec_batch_row_remap`` (``remap.py``; the built variant in ``specgen``,
+   its torch semantics otherwise): rows that stay are gathered from the last step's rows,
+   rows that join from what their prefill left in a held slot on the device (or, for one
+   that sat a step out, from the slot it was parked in); ``decode.py``;
 4. ``Scheduler.update`` with the committed tokens, cut at a stop token or the budget
    (``Request.append``), then ``Scheduler.complete`` for the steps known finished:
    the blocks of a finished or preempted request go back to the pool only then
@@ -59,12 +61,15 @@ What each ``StepRecord`` holds: ``batch`` (rows of the step, padding rows of a
 bucket not counted), ``fast_path`` and ``reason`` (the runtime's ``StepResult`` in
 ``specgen``; ``True`` / ``None`` in ``baseline``, which has no fallback),
 ``host_syncs`` (synchronizations reported by ``torch.cuda``'s sync debug mode over
-the step's launch on a CUDA device, the read-back excluded as in the engine; 0 on
+the step's host part on a CUDA device, the row remap and the launch, the read-back
+excluded as in the engine; 0 on
 the CPU, where nothing is measured), ``tokens`` (emitted after the cut at a stop
 token or the budget), ``proposed`` / ``accepted`` (drafts of the step's rows),
-``bucket`` (the runtime's batch bucket; ``specgen`` only), ``remaps`` (calls of
-``remap_rows`` before the step: 0 when every row kept its index) and ``joined``
-(rows written from a prefill or a parked row).
+``bucket`` (the runtime's batch bucket; ``specgen`` only), ``remaps`` (1 when rows that
+stay moved before the step: 0 when every row kept its index and buffers), ``joined``
+(rows written from a prefill or a parked row), ``remap_path`` (``kernel``: the built remap
+family moved the rows; ``torch``: its semantics; ``None``: nothing moved) and
+``remap_reason`` (why ``torch``: ``mode``, ``not_built``, ``guard_failed``).
 """
 
 from __future__ import annotations
@@ -74,13 +79,15 @@ import time
 import torch
 
 from ...models.errors import EngineError
+from ...specializations.families import ROW_REMAP
 from ..acceptance import AcceptanceMix
 from ..engine import SpecDecodeEngine
 from ..linear_state import has_linear_state
-from ..proposers import proposer_for
+from ..proposers import BlockProposer, proposer_for
 from .block_pool import BlockPool
 from .decode import decode_step
 from .prefill import prefill_chunk
+from .remap import RowStage
 from .requests import Request
 from .results import RequestRecord, ServeRun
 from .rows import BatchRows, row_layout
@@ -168,6 +175,8 @@ class ServingLoop:
         e.prompt_lens = torch.zeros(self.max_batch, dtype=torch.long, device=self.device)
         e.batch = self.max_batch
         e.verify_hidden = e.proposer.alloc_hidden()
+        if not isinstance(e.proposer, BlockProposer):  # rows max_batch * W ..: the row stage's held slots
+            e.verify_hidden = torch.cat([e.verify_hidden, torch.zeros_like(e.verify_hidden)])
         e.pool = None
         e.bufs = e.strategy.buffers()  # specgen: builds the runtime, the largest bucket's buffers
         e.observer = None
@@ -225,7 +234,9 @@ class ServingLoop:
 
         add(closed.start() if closed is not None else sorted(load, key=lambda r: r.arrival))
         scratch = SpecDecodeEngine.scratch_block
-        self.rows = BatchRows(self.layout, W, self.block_size, scratch, self.scratch_slot)
+        stage = RowStage(self.max_batch, W, self.block_table_width, self.block_size, scratch, self.device)
+        kernel, why = self._remap_kernel()
+        self.rows = BatchRows(self.layout, W, self.block_size, scratch, self.scratch_slot, stage, kernel, why)
         self.completed, idle, last_read = -1, 0, -1
         pending: list = []  # steps launched whose tokens the host has not read: (out, tokens, record)
 
@@ -319,6 +330,21 @@ class ServingLoop:
         if self.hybrid:  # step ``step`` is the last that could write the request's slots
             self.state.release(rid, step)
 
+    def _remap_kernel(self):
+        """The built ``spec_batch_row_remap`` of the loop's layout (``specgen``), or None and why the row remap
+        runs its torch semantics (``mode``: not ``specgen``; ``not_built``: the folder lacks the variant)."""
+        lib = self.engine.library
+        if self.mode != "specgen" or lib is None:
+            return None, "mode"
+        BT, BS = self.block_table_width, self.block_size
+        target = {"cpu": "c", "cuda": "cuda"}.get(self.device.type)
+        if target is None or not lib.has(ROW_REMAP, self.width, BT, BS, target=target):
+            return None, "not_built"
+        return lib.get(ROW_REMAP, self.width, BT, BS, target=target), None
+
+    def table_row(self, table: tuple[int, ...]) -> list[int]:
+        """A block table padded to the table width with the scratch block (host values)."""
+        return list(table) + [SpecDecodeEngine.scratch_block] * (self.block_table_width - len(table))
+
     def _table_row(self, table: tuple[int, ...]) -> torch.Tensor:
-        row = list(table) + [SpecDecodeEngine.scratch_block] * (self.block_table_width - len(table))
-        return torch.tensor(row, dtype=I32, device=self.device)
+        return torch.tensor(self.table_row(table), dtype=I32, device=self.device)

@@ -10,8 +10,10 @@ depends on the draft:
   target's tapped layers (``BlockDraft.write_context``).
 
 The last chunk gives the request's next token and what its first decode step starts
-from (``Joined``: the last prefix token, the bonus token, the hidden state the MTP
-head reads, the length).
+from, written on the device into a held slot of the row stage (``BatchRows.join``: the
+last prefix token, the bonus token as the forward produced it, the hidden state the MTP
+head reads, the length); the host reads the token for the scheduler afterwards, and the
+first step's row is gathered from the slot by the row remap, not from that read.
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ def prefill_chunk(loop, req: Request, chunk: PrefillChunk, bt: torch.Tensor) -> 
             loop.head(dt, q, slot(bt, q[None], BS).reshape(-1), hidden[:m], bt, kv, torch.tensor([0, m], device=dev), m)
     if not chunk.last:
         return None
-    bonus = int(model.greedy_tokens(logits[n - 1 : n])[0])
-    loop.rows.joined[req.id] = Joined(prefix[P - 1], bonus, None if block else hidden[n - 1].clone(), P)
+    token = model.greedy_tokens(logits[n - 1 : n]).to(torch.int32)
+    # the first step's state from the prefill on the device (the bonus as the forward left it), before the
+    # host reads the token for the scheduler
+    joined = Joined(prefix[P - 1], 0, None if block else hidden[n - 1], P)
+    loop.rows.join(req.id, joined, token, None if block else loop.engine.verify_hidden)
+    bonus = int(token[0])
+    loop.rows.joined[req.id].bonus = bonus  # baseline's host copies take it from here
     return bonus

@@ -77,6 +77,8 @@ class StepRecord:
     bucket: int | None = None  # the captured bucket it ran in
     remaps: int = 0  # row remaps (gathers of the per-row state) before the step: 0 when every row kept its index
     joined: int = 0  # rows written fresh before the step (after a prefill, or after sitting a step out)
+    remap_path: str | None = None  # how the rows moved: "kernel" (the built family), "torch", None (nothing moved)
+    remap_reason: str | None = None  # why the rows moved in torch: "mode", "not_built", "guard_failed"
 
 
 @dataclass(slots=True)
@@ -104,6 +106,11 @@ class ServeRun:
             if not s.fast_path:
                 fallbacks[s.reason or "unknown"] = fallbacks.get(s.reason or "unknown", 0) + 1
         proposed = sum(s.proposed for s in self.steps)
+        moves = [s for s in self.steps if s.remap_path is not None]
+        slow: dict[str, int] = {}
+        for s in moves:
+            if s.remap_path != "kernel":
+                slow[s.remap_reason or "unknown"] = slow.get(s.remap_reason or "unknown", 0) + 1
         return {
             "requests": len(self.requests),
             "finished": len(done),
@@ -115,8 +122,15 @@ class ServeRun:
             "itl_s": percentiles([x for r in self.requests for x in r.itls()]),
             "acceptance": sum(s.accepted for s in self.steps) / proposed if proposed else None,
             "decode_steps": len(self.steps),
+            "fast_path_steps": sum(s.fast_path for s in self.steps),
             "fast_path_share": sum(s.fast_path for s in self.steps) / len(self.steps) if self.steps else None,
             "fallbacks": fallbacks,
+            # steps whose rows changed (left, joined or moved): remapped by the kernel family, or in torch and why
+            "transitions": {
+                "steps": len(moves),
+                "kernel": sum(s.remap_path == "kernel" for s in moves),
+                "torch": slow,
+            },
             "host_syncs_per_step": sum(s.host_syncs for s in self.steps) / len(self.steps) if self.steps else None,
             "preemptions": self.preemptions,
         }

@@ -3,11 +3,12 @@
 A decode step's state lives in rows of the step buffers (the drafts' inputs, the last tokens,
 the lengths, the block tables), in the verify rows' hidden states that the MTP head reads,
 and, for ``baseline``, in the host's copies of them.  When requests leave or join the batch,
-``remap_rows`` moves the rows that stay to the new order (one gather and one ``index_copy``
-per buffer on the CPU; on a device a kernel of its own would do it inside the captured
-step), ``join_row`` writes a row from a request's prefill, and a running request that sits a
-step out (its blocks are still in flight) is parked (``take_row``) and put back
-(``put_row``).  ``BatchRows`` keeps the bookkeeping between steps.
+the kernel family ``spec_batch_row_remap`` moves every row of the next step from its source
+on the device (``remap.py``: the rows that stay from the last step's rows, a joining row from
+what its prefill left there, a running request that sat a step out, its blocks still in flight,
+from where it was held); ``baseline``'s host copies move by ``remap_rows`` (one gather and one
+``index_copy`` per buffer; ``take_row`` / ``put_row`` for a parked row).  ``BatchRows`` keeps the
+bookkeeping between steps.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ...runtime.buffers import alloc_step_buffers
-from ...runtime.semantics import slot
 from ..acceptance import AcceptanceMix
+from .remap import RowStage
 
-__all__ = ["BatchRows", "Joined", "RowAcceptance", "join_row", "pad_rows", "remap_rows", "row_layout"]
+__all__ = ["BatchRows", "Joined", "RowAcceptance", "pad_rows", "remap_rows", "row_layout", "upload"]
 
 I32 = torch.int32
 HOST_ROWS = {"h_last": 1, "h_seq": 1}  # the baseline's host copies of the last tokens and lengths
@@ -104,49 +105,23 @@ class Joined:
 
 @dataclass
 class Parked:
-    """The row state of a running request that sat a step out (its blocks were still in flight)."""
+    """A running request that sat a step out (its blocks were still in flight): its last row and ``baseline``'s
+    host copies of it (its device state waits in a held slot of the stage)."""
 
     row: int
-    dev: dict
     host: dict | None
-    hidden: torch.Tensor
 
 
 class RowAcceptance:
     """An ``AcceptanceMix`` bound per request id, looked up for the rows of one step."""
 
     def __init__(self, mix: AcceptanceMix, ids: list[int]):
-        idx = torch.tensor(ids, dtype=torch.long, device=mix.oracle.device)
+        idx = upload(torch.tensor(ids, dtype=torch.long), mix.oracle.device)
         self.p, self.seed = mix.p, mix.seed
         self.oracle, self.hit, self.other = mix.oracle[idx], mix.hit[idx], mix.other[idx]
 
     _pick = AcceptanceMix._pick
     apply = AcceptanceMix.apply
-
-
-def join_row(
-    bufs: dict, host: dict | None, hidden: torch.Tensor, i: int, j: Joined, block_size: int, scratch_slot: int
-):
-    """Row ``i`` starts from its prefill: the draft's repair row is the last prefix token at ``P - 1`` (its KV
-    is written: the scratch slot), the new row the bonus token at ``P`` with the hidden state of ``P - 1``.
-    Reads row ``i``'s block table, so the table is written first."""
-    W = bufs["tokens"].shape[0] // bufs["accepted"].shape[0]
-    base = i * W
-    bufs["tokens"][base] = j.last_token
-    bufs["accepted"][i] = 0
-    bufs["next_last_token"][i] = j.bonus
-    bufs["next_seq_lens"][i] = j.length
-    bufs["draft_positions"][i, 0], bufs["draft_positions"][i, 1] = j.length - 1, j.length
-    pos = torch.tensor([[j.length]], device=bufs["block_table"].device)
-    bufs["draft_slots"][i, 0] = scratch_slot
-    bufs["draft_slots"][i, 1] = slot(bufs["block_table"][i : i + 1], pos, block_size)[0, 0]
-    bufs["hidden_rows"][i] = base
-    if j.hidden is not None:  # a block draft reads no hidden state across steps
-        hidden[base].copy_(j.hidden)
-    if host is not None:
-        host["accepted"][i] = 0
-        host["h_last"][i] = j.bonus
-        host["h_seq"][i] = j.length
 
 
 def pad_rows(bufs: dict, n: int, scratch_block: int, scratch_slot: int) -> None:
@@ -163,12 +138,22 @@ def pad_rows(bufs: dict, n: int, scratch_block: int, scratch_slot: int) -> None:
     bufs["hidden_rows"][n:].copy_(own[:, None].expand(-1, bufs["hidden_rows"].shape[1]))
 
 
+def upload(t: torch.Tensor, device) -> torch.Tensor:
+    """A host tensor on ``device`` without a host synchronization (pinned, non-blocking on a GPU)."""
+    if device.type == "cpu":
+        return t
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 @dataclass
 class BatchRows:
     """Which request each row of the last decode step held, and the state of requests between rows.
 
     ``joined``: requests whose prefill finished (their first step starts from it); ``parked``:
-    running requests that sat a step out.
+    running requests that sat a step out.  Both hold a slot of ``stage`` (``remap.py``) with their
+    device state; ``joined`` / ``parked`` keep the host values ``baseline``'s host copies need.
+    ``kernel``: the built ``spec_batch_row_remap`` the device remap runs (``None``: its torch
+    semantics, for the reason ``why_torch``).
     """
 
     layout: dict
@@ -176,15 +161,42 @@ class BatchRows:
     block_size: int
     scratch_block: int
     scratch_slot: int
+    stage: RowStage
+    kernel: object = None
+    why_torch: str = "mode"
     ids: list = field(default_factory=list)  # request ids of the last decode step's rows
     bufs: tuple | None = None  # the (device, host) buffers those rows live in
     joined: dict = field(default_factory=dict)
     parked: dict = field(default_factory=dict)
+    slots: dict = field(default_factory=dict)  # request id -> its held slot in ``stage``
 
     def drop(self, rid: int) -> None:
         """``rid`` finished or was preempted: whatever it left between rows is gone."""
         self.joined.pop(rid, None)
         self.parked.pop(rid, None)
+        if rid in self.slots:
+            self.stage.release(self.slots.pop(rid))
+
+    def join(self, rid: int, j: Joined, bonus: torch.Tensor, hidden: torch.Tensor | None) -> None:
+        """Request ``rid``'s prefill ended: its first step's state goes to a held slot on the device (``bonus``
+        the prefill's token as a device value; ``hidden`` the MTP's verify hidden states, None for a block draft)."""
+        self.drop(rid)
+        k = self.slots[rid] = self.stage.hold()
+        row = self.stage.row_of_slot(k)
+        self.stage.join(row, j.last_token, bonus, j.length)
+        if j.hidden is not None and hidden is not None:
+            hidden[row * self.width].copy_(j.hidden)
+        self.joined[rid] = Joined(j.last_token, j.bonus, None, j.length)
+
+    def _park(self, rid: int, i: int, src: dict, hsrc: dict | None, hidden: torch.Tensor | None) -> None:
+        """Running request ``rid`` sits this step out: row ``i`` of the last step goes to a held slot."""
+        W, hlayout = self.width, {**self.layout, **HOST_ROWS}
+        k = self.slots[rid] = self.stage.hold()
+        row = self.stage.row_of_slot(k)
+        self.stage.park(src, i, row)
+        if hidden is not None:
+            hidden[row * W : (row + 1) * W].copy_(hidden[i * W : (i + 1) * W])
+        self.parked[rid] = Parked(i, take_row(hsrc, hlayout, i) if hsrc is not None else None)
 
     def place(
         self,
@@ -193,55 +205,62 @@ class BatchRows:
         dst: dict,
         hdst: dict | None,
         launched: int,
-        hidden: torch.Tensor,
+        hidden: torch.Tensor | None,
         running: set[int],
-    ) -> tuple[int, int]:
-        """Put the state of request ``ids[i]`` into row ``i`` of ``dst`` (``hdst``, ``hidden``), tables from
-        ``table``; rows ``len(ids):launched`` become padding.  Returns (remaps, rows joined)."""
+        bounds: tuple[int, int],
+    ) -> tuple[int, int, str | None]:
+        """Put the state of request ``ids[i]`` into row ``i`` of ``dst`` (``hdst``, ``hidden``: the MTP's verify
+        hidden states, None for a block draft), tables from ``table`` (a host tensor); rows
+        ``len(ids):launched`` become padding.  ``bounds``: the rows' next lengths (the remap's guards).
+        Returns (remaps, rows joined, why the device remap ran the torch semantics: None if it ran the kernel
+        or nothing moved)."""
         W, n = self.width, len(ids)
         hlayout = {**self.layout, **HOST_ROWS}
         prev = {rid: i for i, rid in enumerate(self.ids)}
         if self.bufs is not None:  # park the running requests that sit this step out (blocks in flight)
             src, hsrc = self.bufs
             for rid, i in prev.items():
-                if rid not in ids and rid in running and rid not in self.joined:
-                    host = take_row(hsrc, hlayout, i) if hsrc is not None else None
-                    self.parked[rid] = Parked(
-                        i, take_row(src, self.layout, i), host, hidden[i * W : (i + 1) * W].clone()
-                    )
-        src_rows = [prev[r] if r in prev and r not in self.joined and r not in self.parked else -1 for r in ids]
-        remaps = 0
-        if any(r >= 0 for r in src_rows):
-            src, hsrc = self.bufs
-            if src is not dst or any(r >= 0 and r != i for i, r in enumerate(src_rows)):
-                remap_rows(dst, src, self.layout, src_rows, W)
-                remap_rows({"h": hidden}, {"h": hidden}, {"h": W}, src_rows, W)
-                if hdst is not None:
-                    remap_rows(hdst, hsrc, hlayout, src_rows, W)
-                remaps = 1
-        joining = []
-        for i, rid in enumerate(ids):
-            if src_rows[i] >= 0:
-                continue
-            if rid in self.joined:
-                joining.append((i, self.joined.pop(rid)))
-            elif rid in self.parked:
-                p = self.parked.pop(rid)
-                put_row(dst, self.layout, i, p.dev, p.row, W)
-                hidden[i * W : (i + 1) * W].copy_(p.hidden)
-                if hdst is not None:
+                if rid not in ids and rid in running and rid not in self.slots:
+                    self._park(rid, i, src, hsrc, hidden)
+        src_rows = [prev[r] if r in prev and r not in self.slots else -1 for r in ids]
+        fresh = [i for i, r in enumerate(src_rows) if r < 0]
+        for i in fresh:
+            if ids[i] not in self.slots:
+                raise AssertionError(f"request {ids[i]} decodes without a prefill or a row")
+        moved = any(r >= 0 and r != i for i, r in enumerate(src_rows))
+        carried = any(r >= 0 for r in src_rows) and (moved or self.bufs[0] is not dst)
+        remaps, reason = int(carried), None
+        table_dev = upload(table, dst["block_table"].device)
+        if carried or fresh:  # the device remap: every row of the step from its staging row
+            if any(r >= 0 for r in src_rows):
+                self.stage.take_step(self.bufs[0], len(self.ids))
+            rows = [r if r >= 0 else self.stage.row_of_slot(self.slots[ids[i]]) for i, r in enumerate(src_rows)]
+            reason = self.stage.remap(rows, table_dev, self.kernel, bounds)
+            if reason == "mode" and self.kernel is None:
+                reason = self.why_torch
+            self.stage.write(dst, hidden, n)
+        if hdst is not None:  # baseline's host copies: the same moves in torch
+            if carried:
+                remap_rows(hdst, self.bufs[1], hlayout, src_rows, W)
+            for i in fresh:
+                rid = ids[i]
+                if rid in self.joined:
+                    j = self.joined[rid]
+                    hdst["accepted"][i], hdst["h_last"][i], hdst["h_seq"][i] = 0, j.bonus, j.length
+                else:
+                    p = self.parked[rid]
                     put_row(hdst, hlayout, i, p.host, p.row, W)
-            else:
-                raise AssertionError(f"request {rid} decodes without a prefill or a row")
-        dst["block_table"][:n].copy_(table)  # the tables as grown for this step (a parked row's is older)
-        if hdst is not None:
-            hdst["block_table"].copy_(table.cpu())
-        for i, j in joining:  # reads the row's table
-            join_row(dst, hdst, hidden, i, j, self.block_size, self.scratch_slot)
+            hdst["block_table"][:n].copy_(table)
+        for i in fresh:
+            rid = ids[i]
+            self.joined.pop(rid, None)
+            self.parked.pop(rid, None)
+            self.stage.release(self.slots.pop(rid))
+        dst["block_table"][:n].copy_(table_dev)  # the tables as grown for this step
         # what the draft's carry writes; the runtime checks the table against it before the step
         dst["seq_lens"][:n].copy_(dst["next_seq_lens"][:n])
         dst["last_tokens"][:n].copy_(dst["next_last_token"][:n])
         if launched > n:
             pad_rows(dst, n, self.scratch_block, self.scratch_slot)
         self.ids, self.bufs = list(ids), (dst, hdst)
-        return remaps, sum(r < 0 for r in src_rows)
+        return remaps, len(fresh), reason

@@ -251,8 +251,8 @@ def _hand_run(mode: str, rate, load: str) -> dict:
     ]
     run.steps += [
         StepRecord(0.1, 1, True, 0, 1, 3, 3),
-        StepRecord(0.2, 2, False, 2, 2, 6, 0, reason="bucket"),
-        StepRecord(0.4, 2, False, 1, 2, 6, 3, reason="guard"),
+        StepRecord(0.2, 2, False, 2, 2, 6, 0, reason="bucket", joined=1, remap_path="kernel"),
+        StepRecord(0.4, 2, False, 1, 2, 6, 3, reason="guard", remaps=1, remap_path="torch", remap_reason="not_built"),
         StepRecord(0.9, 1, True, 0, 1, 3, 0),
     ]
     return {"load": load, "wall_s": 2.25, **run.to_json()}
@@ -272,12 +272,14 @@ def test_a_row_reads_the_runs_figures_in_milliseconds():
         "acceptance": "0.33",  # 6 of 18
         "fast_path_share": "0.50",
         "fallbacks": "bucket:1,guard:1",
+        "moved": "kernel:1,not_built:1",  # the rows of two steps changed: by the remap kernel, in torch and why
         "preemptions": "2",
         "host_syncs_per_step": "0.75",
         "wall_s": "2.2",
     }
     empty = serve_report.row({"load": "inf", "mode": "baseline", **ServeRun("baseline", "mtp", 3).to_json()})
     assert empty["ttft_ms"] == "" and empty["request_throughput"] == "" and empty["fallbacks"] == "-"
+    assert empty["moved"] == "-"
 
 
 def test_the_pictures_pick_their_loads_and_without_matplotlib_one_line_says_so(tmp_path, capsys, monkeypatch):

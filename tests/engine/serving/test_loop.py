@@ -153,7 +153,7 @@ def serve(tiny, lib, mode, reqs, *, depth=3, check=False, **kw):
     return loop, loop.run(reqs), checks
 
 
-def assert_exact(model, loop, run, reqs):
+def assert_exact(model, loop, run, reqs, why: str | None = None):
     assert sorted(loop.requests) == sorted(r.id for r in reqs)  # none lost, none duplicated
     assert [r.id for r in run.requests] == sorted(r.id for r in reqs)
     for r in reqs:
@@ -168,22 +168,41 @@ def assert_exact(model, loop, run, reqs):
     assert all(1 <= s.batch <= loop.max_batch and s.proposed == s.batch * loop.depth for s in steps)
     assert all(s.host_syncs == 0 for s in steps)  # the CPU: nothing measured
     assert [s.t for s in steps] == sorted(s.t for s in steps)
+    assert_remapped(loop, run, why)
+
+
+def assert_remapped(loop, run, why: str | None = None):
+    """Every step whose rows changed moved them on the device: ``specgen`` by the built remap family (its c
+    variant here), ``baseline`` by the family's torch semantics; ``why``: the reason a specgen run gave."""
+    moves = [s for s in run.steps if s.remaps or s.joined]
+    assert all((s.remap_path is None) == (not (s.remaps or s.joined)) for s in run.steps)
+    t = run.metrics()["transitions"]
+    assert t["steps"] == len(moves) > 0
+    if run.mode == "specgen" and why is None:
+        assert loop.rows.kernel is not None and "target=c" in repr(loop.rows.kernel)
+        assert t["kernel"] == len(moves) and t["torch"] == {} and all(s.remap_reason is None for s in moves)
+    else:
+        assert t["kernel"] == 0 and t["torch"] == {why or "mode": len(moves)}
 
 
 @pytest.mark.parametrize("mode", ["baseline", "specgen"])
 @pytest.mark.parametrize("lag", [0, 1])
 def test_outputs_are_greedy(tiny, engine_kernels, stops, mode, lag):
-    """Random arrivals and lengths, stop tokens the model emits, a 9-block pool: preemptions happen."""
+    """Random arrivals and lengths, stop tokens the model emits, a 9-block pool: preemptions happen; 100
+    requests over up to 6 rows, so the batch changes bucket (1, 2, 4, 6) as well as rows within one."""
     model, _ = tiny
-    reqs = workload(model, stops, 40, seed=11 + lag)
-    loop, run, checks = serve(tiny, engine_kernels, mode, reqs, check=True, complete_lag=lag)
+    reqs = workload(model, stops, 100, seed=11 + lag, rate=60.0)
+    loop, run, checks = serve(tiny, engine_kernels, mode, reqs, check=True, complete_lag=lag, max_batch=6)
     assert_exact(model, loop, run, reqs)
     assert run.preemptions > 0 and checks.iterations > 0
     assert {r.finish for r in run.requests} == {"stop", "length"}
     assert sum(s.remaps for s in run.steps) > 0 and sum(s.joined for s in run.steps) >= len(reqs)
+    m = run.metrics()
     if mode == "specgen":
         assert all(s.fast_path and s.reason is None and s.bucket >= s.batch for s in run.steps)
-    m = run.metrics()
+        assert m["fast_path_steps"] == m["decode_steps"] and m["fallbacks"] == {}
+        buckets = [s.bucket for s in run.steps]
+        assert len(set(buckets)) == 4 and any(a != b for a, b in zip(buckets, buckets[1:]))
     assert m["finished"] == len(reqs) and m["preemptions"] == run.preemptions
 
 
@@ -287,6 +306,40 @@ def test_remap_rows():
     same = {n: t.clone() for n, t in src.items()}
     remap_rows(same, same, layout, [1, 0], W)  # in place: a swap
     assert same["accepted"][:2].tolist() == [1, 0] and same["hidden_rows"][0].tolist() == [0, 1]
+
+
+class ForgetHostBonus(Checks):
+    """Before every step the host's copy of each joining request's prefill token is overwritten: a first step
+    primed on the device from the prefill never reads it."""
+
+    def before_step(self, loop, out):
+        super().before_step(loop, out)
+        for j in loop.rows.joined.values():
+            j.bonus = -12345
+        self.forgot = getattr(self, "forgot", 0) + len(loop.rows.joined)
+
+
+@pytest.mark.parametrize("read_lag", [0, 1])
+def test_first_step_is_primed_on_the_device(tiny, engine_kernels, stops, read_lag):
+    """``specgen``: a joining request's first step takes the bonus token, the last prefix token, the length and
+    the hidden state from where its prefill left them on the device (the row remap's held slot), not from the
+    host's read of the prefill's token."""
+    model, _ = tiny
+    reqs = workload(model, stops, 30, seed=71 + read_lag, rate=80.0)
+    loop, run, checks = serve(tiny, engine_kernels, "specgen", reqs, check=ForgetHostBonus, read_lag=read_lag)
+    assert_exact(model, loop, run, reqs)
+    assert checks.forgot >= len(reqs) and sum(s.joined for s in run.steps) >= len(reqs)
+
+
+def test_remap_without_the_built_variant(tiny, engine_kernels, stops, monkeypatch):
+    """A kernel folder without ``spec_batch_row_remap`` (built before it existed): ``specgen`` moves the rows by
+    the family's torch semantics and says why in every such step, outputs unchanged."""
+    model, _ = tiny
+    monkeypatch.setattr(ServingLoop, "_remap_kernel", lambda self: (None, "not_built"))
+    reqs = workload(model, stops, 20, seed=81)
+    loop, run, _ = serve(tiny, engine_kernels, "specgen", reqs, check=True)
+    assert_exact(model, loop, run, reqs, why="not_built")
+    assert run.metrics()["fast_path_steps"] == len(run.steps)  # the verify step itself stays on the fast path
 
 
 def test_refusals(tiny):

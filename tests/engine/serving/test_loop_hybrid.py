@@ -157,8 +157,12 @@ def test_hybrid_outputs_are_greedy_and_states_committed(hybrid, hybrid_kernels, 
     assert {rec.finish for rec in run.requests} == {"stop", "length"}
     assert run.metrics()["acceptance"] > 0.3  # accepted drafts: committed slots other than 0 are read
     assert sum(s.remaps for s in run.steps) > 0
-    if mode == "specgen":
+    transitions = run.metrics()["transitions"]
+    if mode == "specgen":  # the rows moved by the built remap family (c), the state slots by the host's rows
         assert all(s.fast_path and s.reason is None for s in run.steps)
+        assert transitions["kernel"] == transitions["steps"] > 0 and transitions["torch"] == {}
+    else:
+        assert transitions["torch"] == {"mode": transitions["steps"]}
     assert loop.state.groups.free_count + loop.state.groups.pending_count == loop.state.groups.capacity
 
 

@@ -42,8 +42,30 @@ def _run() -> ServeRun:
     ]
     run.steps += [
         StepRecord(t=0.5, batch=1, fast_path=True, host_syncs=0, tokens=1, proposed=3, accepted=0),
-        StepRecord(t=1.5, batch=2, fast_path=True, host_syncs=0, tokens=3, proposed=6, accepted=3),
-        StepRecord(t=2.5, batch=2, fast_path=False, host_syncs=2, tokens=2, proposed=6, accepted=1, reason="guard"),
+        StepRecord(
+            t=1.5,
+            batch=2,
+            fast_path=True,
+            host_syncs=0,
+            tokens=3,
+            proposed=6,
+            accepted=3,
+            joined=1,
+            remap_path="kernel",
+        ),
+        StepRecord(
+            t=2.5,
+            batch=2,
+            fast_path=False,
+            host_syncs=2,
+            tokens=2,
+            proposed=6,
+            accepted=1,
+            reason="guard",
+            remaps=1,
+            remap_path="torch",
+            remap_reason="guard_failed",
+        ),
         StepRecord(t=3.0, batch=1, fast_path=False, host_syncs=1, tokens=1, proposed=3, accepted=2, reason="guard"),
         StepRecord(t=4.0, batch=1, fast_path=False, host_syncs=1, tokens=1, proposed=3, accepted=0),
     ]
@@ -61,8 +83,10 @@ def test_metrics_of_a_hand_built_run():
     assert m["itl_s"] == pytest.approx({"p50": 0.5, "p90": 1.0, "p99": 1.0})
     assert m["acceptance"] == pytest.approx(6 / 21)
     assert m["decode_steps"] == 5
-    assert m["fast_path_share"] == pytest.approx(2 / 5)
+    assert m["fast_path_share"] == pytest.approx(2 / 5) and m["fast_path_steps"] == 2
     assert m["fallbacks"] == {"guard": 2, "unknown": 1}  # a fallback without a reason is "unknown"
+    # two steps changed rows: one remapped by the kernel family, one in torch (and why)
+    assert m["transitions"] == {"steps": 2, "kernel": 1, "torch": {"guard_failed": 1}}
     assert m["host_syncs_per_step"] == pytest.approx(4 / 5)
     assert m["preemptions"] == 1
 
