@@ -16,6 +16,8 @@ temperature 0 is greedy, so one batch mixes greedy and sampled rows.  Without it
   token's ``q(x)`` into ``draft_probs`` and its whole filtered distribution into
   ``dists`` (the residual needs it); a draft that does not (block drafts, or drafts
   replaced by an ``AcceptanceMix``) is the one-hot case, ``draft_probs`` 1.
+* The token after each prompt (the prefill's) is sampled too (``first_tokens``), keyed below the verify
+  steps' keys; greedy rows take the argmax as before.
 * ``host_verify`` is ``baseline``'s host implementation of the rule
   (``runtime.sampling.rejection_verify`` on host tensors).
 """
@@ -31,6 +33,7 @@ from ..runtime.sampling import (
     SamplingParams,
     SamplingTensors,
     draft_sample,
+    first_tokens,
     rejection_verify,
     sample_rows,
     target_probs_of,
@@ -98,9 +101,14 @@ class EngineSampling:
             return logits.argmax(-1)
         b = self.engine.bufs
         x, qx, q = draft_sample(logits, b, positions)
-        b["draft_probs"][:, index].copy_(qx)
-        self.dists[:, index].copy_(q)
+        b["draft_probs"][: x.shape[0], index].copy_(qx)
+        self.dists[: x.shape[0], index].copy_(q)
         return x
+
+    def first_tokens(self, logits: torch.Tensor) -> torch.Tensor:
+        """The token after each prompt from the prefill's last rows' ``logits[B, V]``, sampled like every other
+        token (``runtime.sampling.first_tokens``: the argmax on a greedy row)."""
+        return first_tokens(logits, self.engine.bufs, self.engine.prompt_lens)
 
     def target_probs(self, bufs) -> torch.Tensor:
         """``p_j`` of the verify rows (``baseline`` computes them on the device, then reads them)."""

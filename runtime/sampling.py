@@ -276,18 +276,31 @@ def sample_rows(bufs, logits: torch.Tensor, draft_dists: torch.Tensor | None = N
         bufs[name].copy_(t)
 
 
+def sample_tokens(logits: torch.Tensor, bufs, positions: torch.Tensor, stream: int):
+    """One token per row drawn from the row's filtered distribution of ``logits[B, V]`` under the step buffers'
+    sampling parameters (rows ``:B``), with the uniform of ``stream`` at ``positions[b]``: ``(tokens[B] int64,
+    q[B, V] float32)``.  A greedy row (temperature 0) gives the argmax of ``logits`` (lowest index on ties)."""
+    batch = logits.shape[0]
+    q = filtered_probs(logits, *(bufs[n][:batch] for n in ("temperature", "top_k", "top_p")))
+    return _draw(q.double(), philox_uniform(bufs["seed"][:batch], positions, stream)), q
+
+
 def draft_sample(logits: torch.Tensor, bufs, positions: torch.Tensor):
     """A sampling draft's token for each row: ``(tokens[B] int64, q(x)[B] float32, q[B, V] float32)``.
 
-    ``q`` is the row's own filtered distribution of ``logits[B, V]`` under the step buffers' sampling parameters
-    (rows ``:B``); the token is its inverse-CDF draw with the uniform of stream 2 at the drafted token's
-    ``positions[b]``.  A greedy row (temperature 0) drafts the argmax of ``logits`` with ``q(x) = 1``.
+    ``q`` is the row's own filtered distribution of ``logits[B, V]`` (``sample_tokens``); the token is its draw
+    with the uniform of stream 2 at the drafted token's ``positions[b]``.  A greedy row (temperature 0) drafts
+    the argmax of ``logits`` with ``q(x) = 1``.
     """
-    batch = logits.shape[0]
-    params = (bufs[n][:batch] for n in ("temperature", "top_k", "top_p"))
-    q = filtered_probs(logits, *params)
-    x = _draw(q.double(), philox_uniform(bufs["seed"][:batch], positions, DRAFT_STREAM))
+    x, q = sample_tokens(logits, bufs, positions, DRAFT_STREAM)
     return x, q.gather(1, x[:, None])[:, 0], q
+
+
+def first_tokens(logits: torch.Tensor, bufs, prompt_lens: torch.Tensor) -> torch.Tensor:
+    """The token after each prompt (position ``P``) from the prefill's last row ``logits[B, V]``: a draw with the
+    uniform of stream 1 at ``P - 1`` (the key the rule gives a token predicted by the row at ``P - 1``; the
+    verify steps' keys start at ``P``), the argmax on a greedy row."""
+    return sample_tokens(logits, bufs, prompt_lens.long() - 1, TOKEN_STREAM)[0]
 
 
 def reference_rejection_verify(draft_tokens, draft_probs, draft_dists, target_probs, seeds, positions):

@@ -115,6 +115,12 @@ class Proposer:
         ``spec_rejection_verify``'s semantics in place of ``greedy_prefix_verify``'s."""
         raise NotImplementedError
 
+    def first_tokens(self, logits: torch.Tensor) -> torch.Tensor:
+        """The token after each prompt from the prefill's last rows: the target's greedy token, or a sampling
+        engine's draw (``EngineSampling.first_tokens``)."""
+        e = self.engine
+        return e.model.greedy_tokens(logits) if e.sampling is None else e.sampling.first_tokens(logits)
+
     def keep_logits(self, logits: torch.Tensor) -> None:
         """A sampling engine keeps the target's verify-row logits (its vocabulary pass reads them)."""
         if self.engine.sampling is not None:

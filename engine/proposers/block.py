@@ -93,7 +93,7 @@ class BlockProposer(Proposer):
             taps=self.draft.tap_layers,
             prefill_lens=e.prompt_lens,
         )
-        bonus = e.model.greedy_tokens(logits[torch.arange(B, device=dev) * r + e.prompt_lens - 1])
+        bonus = self.first_tokens(logits[torch.arange(B, device=dev) * r + e.prompt_lens - 1])
         self.draft.write_context(taps, pos.reshape(-1), slots.reshape(-1))  # padding rows write nothing
         b = e.bufs
         b["accepted"].zero_()

@@ -77,7 +77,7 @@ class MTPProposer(Proposer):
             toks.reshape(-1), pos.reshape(-1), slots.reshape(-1), bt, e.prompt_lens, qsl, r, prefill_lens=e.prompt_lens
         )
         last = torch.arange(B, device=dev) * r + e.prompt_lens - 1
-        bonus = e.model.greedy_tokens(logits[last])
+        bonus = self.first_tokens(logits[last])
         hidden = self.head.from_target(hidden)  # what the head reads of the target's hidden state
         if r > 1:  # draft prefill: token at p = 1 .. P-1 with the target hidden of p - 1
             dtoks = torch.tensor([p[1:] + [0] * (r - len(p) + 1) for p in prompts], device=dev)

@@ -226,3 +226,20 @@ def test_cuda_graphs_equal_the_host_rule_with_no_host_sync(sampling_kernels, kin
     res = eng.run(prompts, steps=6, warmup_steps=2, timing=True)
     assert [t.host_syncs for t in res.timings] == [0] * 6
     assert res.runtime_stats["fallback"] == {}
+
+
+@pytest.mark.parametrize("kind,width", [("mtp", 4), ("dflash", 4), ("dspark", 3)])
+def test_every_mode_equals_a_plain_host_loop(target, sampling_kernels, kind, width):
+    """With drafts of known acceptance (one-hot, q(x) = 1), every mode emits the tokens of a plain host loop of
+    the rule (``oracles.sampled_reference``: one verify forward per step, ``reference_rejection_verify``'s per-row
+    loops, the same keyed uniforms), over the mixed batch."""
+    from oracles.sampled_reference import sampled_speculative_generate
+
+    prompts = _prompts(len(MIXED), seed=20 + width)
+    draft = DRAFT_KINDS[kind].create(target, seed=1)
+    mix = _mix(target, prompts, 0.8, width)
+    want = sampled_speculative_generate(target, mix, prompts, list(MIXED), NEW, width)
+    for mode in _modes(kind):
+        res = _run(target, kind, draft, mode, width, prompts, sampling_kernels, list(MIXED), mix)
+        assert res.outputs == want, (kind, mode)
+    assert want[1] == greedy_generate(target, [prompts[1]], NEW)[0]
