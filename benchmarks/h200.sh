@@ -8,7 +8,8 @@
 #       --boundary draft-to-verify,verify-to-draft --out build/bench_kernels
 #   specgen build --target c,cuda --boundary draft-to-verify,context-kv --widths 4,8,16 --block-table-widths 8 \
 #       --block-sizes 16 --draft-dtypes int32 \
-#       --families spec_verify_head_update,greedy_prefix_verify,context_kv_update --out build/block_test_kernels
+#       --families spec_verify_head_update,greedy_prefix_verify,context_kv_update,spec_batch_row_remap \
+#       --out build/block_test_kernels
 #   specgen build --target cuda --boundary draft-to-verify,context-kv --widths 8,16 --block-table-widths 80 \
 #       --block-sizes 16 --draft-dtypes int32 --out build/block_bench_kernels
 #   specgen build --target cuda --widths 6 --block-table-widths 3 --block-sizes 5 --out build/kbuild-cuda-edge
@@ -22,6 +23,10 @@
 #       --families spec_verify_head_update,spec_verify_token_update,spec_verify_metadata_update,\
 #       spec_verify_attention_tiling_update,spec_rejection_verify,prepare_next_draft,context_kv_update \
 #       --out build/sampling_test_kernels
+# The serving loop's row remap (spec_batch_row_remap) is built beside the tails' plans (verify-to-draft, context-kv):
+# specgen_kernels, engine_test_kernels, block_test_kernels, hybrid_test_kernels and kbuild-cuda-edge hold it only
+# when built after it was added (commit 64e76d6); tests/engine/serving/test_loop_cuda.py and the CUDA fuzz need it
+# (SPECGEN_SERVE_SOAK_REQUESTS, default 2000, sizes that file's soak).
 # Stages: tests (every GPU test), engine-tests (tests/models, tests/engine, tests/bench: the reference application),
 # sanitize (the CUDA fuzz of every family under compute-sanitizer memcheck, racecheck, initcheck),
 # block-bench (DFlash depth 15 and DSpark depth 7 drafts, three modes),

@@ -183,6 +183,14 @@ class ServingLoop:
         if self.hybrid:  # a group of W slots per running request, and those released while steps are in flight
             groups = 1 + self.max_batch * (self.complete_lag + self.read_lag + 2)
             e.state = self.state = StateSlots(self.model, groups, self.width, self.device)
+        if self.mode == "specgen" and self.device.type != "cpu":
+            # every bucket's graph now, over padding rows (linear-state slots -1): a step that changes bucket
+            # replays, never captures; the draft (the graph's prologue) reads the engine's buffers and batch
+            rt = e.strategy.runtime
+            for bucket in rt.buckets:
+                e.bufs, e.batch = rt.buffers(bucket), bucket
+                rt.capture(bucket)
+            e.bufs, e.batch = rt.buffers(self.max_batch), self.max_batch
         self._dev: dict[int, dict] = {}
         self._host: dict[int, dict] = {}
         if self.mode == "baseline":
