@@ -132,9 +132,11 @@ def tiny_target():
 
 
 SAMPLING_LAYOUT = {"widths": (3, 4), "block_table_width": 8, "block_size": 16}
-SAMPLING_BOUNDARIES = ("draft-to-verify", "verify-to-draft-sampled", "context-kv-sampled")
+SAMPLING_BOUNDARIES = ("draft-to-verify", "draft-to-verify-linear", "verify-to-draft-sampled", "context-kv-sampled")
 SAMPLING_FAMILIES = (
     "spec_verify_head_update",
+    "spec_verify_hybrid_head_update",
+    "spec_verify_linear_state_update",
     "spec_verify_token_update",
     "spec_verify_metadata_update",
     "spec_verify_attention_tiling_update",
@@ -146,12 +148,14 @@ SAMPLING_FAMILIES = (
 
 @pytest.fixture(scope="session")
 def sampling_kernels(kernel_library):
-    """C kernels of the sampling plans (draft-to-verify, verify-to-draft-sampled, context-kv-sampled) at widths 3
-    and 4, bt8, bs16: the sampled-verification engine tests (MTP and the block drafts).
+    """C kernels of the sampling plans (draft-to-verify and its hybrid form draft-to-verify-linear,
+    verify-to-draft-sampled, context-kv-sampled) at widths 3 and 4, bt8, bs16: the sampled-verification engine
+    tests (MTP and the block drafts, over the dense and the hybrid target).
 
     On a GPU machine without TileLang, SPECGEN_TEST_SAMPLING_KERNELS names a prebuilt folder
     (specgen build --target c,cuda --widths 3,4 --block-table-widths 8 --block-sizes 16 --draft-dtypes int32
-    --boundary draft-to-verify,verify-to-draft-sampled,context-kv-sampled --families spec_verify_head_update,
+    --boundary draft-to-verify,draft-to-verify-linear,verify-to-draft-sampled,context-kv-sampled
+    --families spec_verify_head_update,spec_verify_hybrid_head_update,spec_verify_linear_state_update,
     spec_verify_token_update,spec_verify_metadata_update,spec_verify_attention_tiling_update,spec_rejection_verify,
     prepare_next_draft,context_kv_update --out build/sampling_test_kernels).
     """

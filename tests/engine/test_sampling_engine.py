@@ -243,3 +243,21 @@ def test_every_mode_equals_a_plain_host_loop(target, sampling_kernels, kind, wid
         res = _run(target, kind, draft, mode, width, prompts, sampling_kernels, list(MIXED), mix)
         assert res.outputs == want, (kind, mode)
     assert want[1] == greedy_generate(target, [prompts[1]], NEW)[0]
+
+
+@pytest.mark.parametrize("kind", ["mtp", "dflash"])
+def test_the_hybrid_target_samples_equally_in_baseline_and_specgen(sampling_kernels, kind):
+    """Over the hybrid target (qwen3.5-tiny: linear-attention state kept per accepted row), the sampled tails
+    give baseline's host rule, and its greedy row is the hybrid's greedy decoding."""
+    from oracles.hybrid_reference import hybrid_greedy
+
+    from specgen.models import Qwen35Model
+
+    model = Qwen35Model.create("qwen3.5-tiny", seed=0)
+    prompts = _prompts(3, seed=9)
+    draft = DRAFT_KINDS[kind].create(model, seed=1)
+    runs = {
+        m: _run(model, kind, draft, m, 4, prompts, sampling_kernels, list(MIXED[:3])) for m in ("baseline", "specgen")
+    }
+    assert (runs["specgen"].outputs, runs["specgen"].accepted) == (runs["baseline"].outputs, runs["baseline"].accepted)
+    assert runs["baseline"].outputs[1] == hybrid_greedy(model, [prompts[1]], NEW)[0]
