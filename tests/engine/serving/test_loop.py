@@ -342,6 +342,35 @@ def test_remap_without_the_built_variant(tiny, engine_kernels, stops, monkeypatc
     assert run.metrics()["fast_path_steps"] == len(run.steps)  # the verify step itself stays on the fast path
 
 
+def test_row_stage_runs_the_kernel_inside_its_guard(engine_kernels):
+    """``RowStage.remap``: the built variant inside its guard, the torch semantics (and the reason) past it or
+    without one; the rows it writes are the same either way."""
+    from specgen.engine.serving.remap import OUTPUTS, RowStage
+
+    W, max_batch = 4, 3
+    kernel = engine_kernels.get("spec_batch_row_remap", W, BT, BS, target="c")
+    stage = RowStage(max_batch, W, BT, BS, 0, torch.device("cpu"))
+    g = torch.Generator().manual_seed(0)
+    for name, hi in (("tokens", 50), ("accepted", W), ("next_last_token", 50), ("next_seq_lens", BT * BS - 1)):
+        stage.src(name).copy_(torch.randint(0, hi, stage.src(name).shape, generator=g, dtype=torch.int32))
+    table = torch.randint(1, 40, (4, BT), generator=g, dtype=torch.int32)
+    rows = [2, 0, stage.row_of_slot(1), 1]  # a swap, a held slot, a row that stays
+    written = []
+    for k, bounds, why in (
+        (kernel, (1, BT * BS - 1), None),
+        (kernel, (1, BT * BS), "guard_failed"),
+        (None, (1, 2), "mode"),
+    ):
+        stage.bufs["tokens"].fill_(-7)
+        assert stage.remap(rows, table, k, bounds) == why
+        written.append({n: stage.bufs[n].clone() for n in (*OUTPUTS, "hidden_src")})
+    for other in written[1:]:
+        assert all(torch.equal(written[0][n], other[n]) for n in other)
+    assert written[0]["tokens"][:W].tolist() == stage.src("tokens")[2 * W : 3 * W].tolist()
+    assert written[0]["hidden_src"][2 * W : 3 * W].tolist() == [stage.row_of_slot(1) * W + j for j in range(W)]
+    assert written[0]["draft_slots"][4:].eq(-1).all()  # rows past the step's: no source, no write
+
+
 def test_refusals(tiny):
     model, head = tiny
     kw = dict(depth=3, max_batch=2, num_blocks=8)
