@@ -261,3 +261,32 @@ def test_the_hybrid_target_samples_equally_in_baseline_and_specgen(sampling_kern
     }
     assert (runs["specgen"].outputs, runs["specgen"].accepted) == (runs["baseline"].outputs, runs["baseline"].accepted)
     assert runs["baseline"].outputs[1] == hybrid_greedy(model, [prompts[1]], NEW)[0]
+
+
+@pytest.mark.gpu
+def test_cuda_hybrid_target_samples_equally_in_baseline_and_specgen(sampling_kernels):
+    """The hybrid target's Triton forward in CUDA graphs (float32, no TF32): specgen equals baseline's host rule
+    with 0 host syncs per step."""
+    from specgen.models import Qwen35Model
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = Qwen35Model.create("qwen3.5-tiny", seed=0, device="cuda")
+    prompts = _prompts(3, seed=9)
+    draft = DRAFT_KINDS["mtp"].create(model, seed=1)
+    runs = {
+        m: _run(model, "mtp", draft, m, 4, prompts, sampling_kernels, list(MIXED[:3])) for m in ("baseline", "specgen")
+    }
+    assert (runs["specgen"].outputs, runs["specgen"].accepted) == (runs["baseline"].outputs, runs["baseline"].accepted)
+    eng = SpecDecodeEngine(
+        model,
+        draft,
+        mode="specgen",
+        width=4,
+        batch=3,
+        block_size=BS,
+        block_table_width=BT,
+        library=sampling_kernels,
+        sampling=list(MIXED[:3]),
+    )
+    res = eng.run(prompts, steps=6, warmup_steps=2, timing=True)
+    assert [t.host_syncs for t in res.timings] == [0] * 6
