@@ -244,6 +244,10 @@ class ServingLoop:
         scratch = SpecDecodeEngine.scratch_block
         stage = RowStage(self.max_batch, W, self.block_table_width, self.block_size, scratch, self.device)
         kernel, why = self._remap_kernel()
+        if kernel is not None and self.device.type == "cuda":  # a transition: one replay per pair of buckets
+            rt, block = self.engine.strategy.runtime, isinstance(self.engine.proposer, BlockProposer)
+            hidden = None if block else self.engine.verify_hidden
+            stage.capture({b: rt.buffers(b) for b in rt.buckets}, hidden, kernel, self.device)
         self.rows = BatchRows(self.layout, W, self.block_size, scratch, self.scratch_slot, stage, kernel, why)
         self.completed, idle, last_read = -1, 0, -1
         pending: list = []  # steps launched whose tokens the host has not read: (out, tokens, record)

@@ -15,6 +15,9 @@ The family writes the step's rows into the staging outputs, which are copied int
 hidden states the MTP head reads move by ``hidden_src`` (a gather of ``verify_hidden``, whose rows
 ``max_batch * W ..`` are the held slots').  Nothing is read back: the sources, the row indices and the
 tables are device tensors or host values written into them, so a remap costs no host synchronization.
+On a GPU the whole move (the last step's rows in, the kernel, the bucket's rows out) is captured at
+set-up as one graph per pair of buckets (``capture``): a transition uploads ``src_rows`` and the
+tables from pinned memory and replays one graph.
 
 ``specgen`` runs the built variant of the loop's layout (``c`` on the CPU, ``cuda`` on a GPU) when
 the library has it and its guards hold for the step's length bounds; otherwise, and in the other
@@ -23,11 +26,14 @@ modes, the family's torch semantics, with the reason (``not_built``, ``guard_fai
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ...runtime.buffers import alloc_step_buffers
 from ...runtime.semantics import run_semantics
 from ...specializations.families import FAMILIES, ROW_REMAP
+from ..graphs import CapturedGraph
 
 __all__ = ["MOVED", "RowStage"]
 
@@ -55,6 +61,7 @@ class RowStage:
         self.bufs["src_rows"].fill_(-1)
         self.args = [self.bufs[a.name] for a in FAMILIES[ROW_REMAP].args]
         self.free = list(range(self.max_batch))  # held slots
+        self.graphs: dict[tuple[int, int], CapturedGraph] = {}  # (last bucket, this bucket) -> captured ``move``
 
     def src(self, name: str) -> torch.Tensor:
         return self.bufs[f"src_{name}"]
@@ -92,9 +99,13 @@ class RowStage:
         self.src("next_last_token")[row : row + 1].copy_(bonus.reshape(1))
         self.src("next_seq_lens")[row] = int(length)
 
-    def remap(self, src_rows: list[int], table: torch.Tensor, kernel, bounds: tuple[int, int]) -> str | None:
-        """Run the family for step rows ``0 .. len(src_rows) - 1`` (the rest: no source); ``kernel`` the built
-        variant or None.  Returns why it ran the torch semantics (None: the kernel ran)."""
+    def remap(
+        self, src_rows: list[int], table: torch.Tensor, kernel, bounds: tuple[int, int], step: tuple
+    ) -> str | None:
+        """Move the rows of a step: ``src_rows[i]`` (a staging row) into row ``i`` of the step's bucket (rows past
+        them: no source).  ``kernel``: the built variant or None; ``step``: ``(prev, prev_rows, dst, rows, hidden)``
+        for ``move``.  Returns why it ran the torch semantics (None: the kernel ran, in the transition's graph
+        where one was captured)."""
         n, b = len(src_rows), self.bufs
         rows = torch.full((self.rows,), -1, dtype=I32)
         rows[:n] = torch.tensor(src_rows, dtype=I32)
@@ -106,11 +117,33 @@ class RowStage:
             min_seq_len=bounds[0], max_seq_len=bounds[1], batch=self.rows
         ):
             reason = "guard_failed"
-        if reason is None:
+        prev, dst = step[0], step[2]
+        graph = self.graphs.get((id(prev), id(dst))) if reason is None else None
+        if graph is not None:
+            graph()
+        else:
+            self.move(*step, kernel if reason is None else None)
+        return reason
+
+    def move(self, prev: dict | None, prev_rows: int, dst: dict, rows: int, hidden, kernel) -> None:
+        """A transition's device work: the last step's ``prev_rows`` rows into the staging rows, the family (the
+        built ``kernel``, or its torch semantics for None), the bucket's ``rows`` rows and hidden states out."""
+        if prev is not None:
+            self.take_step(prev, prev_rows)
+        if kernel is not None:
             kernel(*self.args)
         else:
-            run_semantics(ROW_REMAP, b, block_size=self.block_size)
-        return reason
+            run_semantics(ROW_REMAP, self.bufs, block_size=self.block_size)
+        self.write(dst, hidden, rows)
+
+    def capture(self, buckets: dict[int, dict], hidden, kernel, device) -> None:
+        """On a GPU, at set-up: ``move`` with the built kernel as one captured graph per (last step's bucket, this
+        step's bucket), so a transition is two uploads and one replay.  (The warm-ups write empty rows into the
+        buckets, which every step pads or overwrites.)"""
+        for prev_rows, prev in buckets.items():
+            for rows, dst in buckets.items():
+                fn = functools.partial(self.move, prev, prev_rows, dst, rows, hidden, kernel)
+                self.graphs[(id(prev), id(dst))] = CapturedGraph(fn, device)
 
     def write(self, dst: dict, hidden: torch.Tensor | None, n: int) -> None:
         """The remapped rows ``:n`` into a bucket's buffers, and the verify rows' hidden states they take."""

@@ -232,13 +232,12 @@ class BatchRows:
         remaps, reason = int(carried), None
         table_dev = upload(table, dst["block_table"].device)
         if carried or fresh:  # the device remap: every row of the step from its staging row
-            if any(r >= 0 for r in src_rows):
-                self.stage.take_step(self.bufs[0], len(self.ids))
+            prev = self.bufs[0] if self.bufs is not None else None
+            step = (prev, prev["accepted"].shape[0] if prev is not None else 0, dst, launched, hidden)
             rows = [r if r >= 0 else self.stage.row_of_slot(self.slots[ids[i]]) for i, r in enumerate(src_rows)]
-            reason = self.stage.remap(rows, table_dev, self.kernel, bounds)
+            reason = self.stage.remap(rows, table_dev, self.kernel, bounds, step)
             if reason == "mode" and self.kernel is None:
                 reason = self.why_torch
-            self.stage.write(dst, hidden, n)
         if hdst is not None:  # baseline's host copies: the same moves in torch
             if carried:
                 remap_rows(hdst, self.bufs[1], hlayout, src_rows, W)

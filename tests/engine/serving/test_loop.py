@@ -346,6 +346,7 @@ def test_row_stage_runs_the_kernel_inside_its_guard(engine_kernels):
     """``RowStage.remap``: the built variant inside its guard, the torch semantics (and the reason) past it or
     without one; the rows it writes are the same either way."""
     from specgen.engine.serving.remap import OUTPUTS, RowStage
+    from specgen.runtime.buffers import alloc_step_buffers
 
     W, max_batch = 4, 3
     kernel = engine_kernels.get("spec_batch_row_remap", W, BT, BS, target="c")
@@ -362,13 +363,22 @@ def test_row_stage_runs_the_kernel_inside_its_guard(engine_kernels):
         (None, (1, 2), "mode"),
     ):
         stage.bufs["tokens"].fill_(-7)
-        assert stage.remap(rows, table, k, bounds) == why
+        dst = alloc_step_buffers(4, W, BT, block_size=BS)
+        assert stage.remap(rows, table, k, bounds, (None, 0, dst, 4, None)) == why
         written.append({n: stage.bufs[n].clone() for n in (*OUTPUTS, "hidden_src")})
+        assert all(torch.equal(dst[n].view(-1), stage.bufs[n].view(-1)[: dst[n].numel()]) for n in OUTPUTS)
     for other in written[1:]:
         assert all(torch.equal(written[0][n], other[n]) for n in other)
     assert written[0]["tokens"][:W].tolist() == stage.src("tokens")[2 * W : 3 * W].tolist()
     assert written[0]["hidden_src"][2 * W : 3 * W].tolist() == [stage.row_of_slot(1) * W + j for j in range(W)]
     assert written[0]["draft_slots"][4:].eq(-1).all()  # rows past the step's: no source, no write
+    # a transition's move as one "graph" per pair of buckets (captured on a GPU, run as it is on the CPU)
+    dst = alloc_step_buffers(4, W, BT, block_size=BS)
+    stage.capture({4: dst}, None, kernel, torch.device("cpu"))
+    ran = []
+    stage.graphs[(id(dst), id(dst))].fn = lambda: ran.append(stage.move(dst, 4, dst, 4, None, kernel))
+    assert stage.remap(rows, table, kernel, (1, 2), (dst, 4, dst, 4, None)) is None and ran == [None]
+    assert stage.remap(rows, table, kernel, (1, BT * BS), (dst, 4, dst, 4, None)) == "guard_failed" and len(ran) == 1
 
 
 def test_refusals(tiny):
