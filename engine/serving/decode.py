@@ -9,6 +9,8 @@ tokens it has not read yet (``unread``: up to ``W`` tokens more per such request
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ...models.errors import EngineError
@@ -17,7 +19,7 @@ from ..clock import count_host_syncs
 from ..engine import SpecDecodeEngine
 from ..proposers import BlockProposer
 from .results import StepRecord
-from .rows import RowAcceptance, upload
+from .rows import upload
 from .scheduler import SchedulerOutput
 
 __all__ = ["decode_step", "step_bufs"]
@@ -68,10 +70,7 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
     with count_host_syncs(loop.device.type == "cuda") as syncs:
         bufs, host, launched, remaps, joined, remap_reason = place_rows(loop, ids, out.tables, (lo, hi))
         e.bufs, e.batch = bufs, launched
-        lens = torch.tensor([len(loop.requests[r].prompt) for r in ids] + [0] * (launched - n), dtype=torch.long)
-        e.prompt_lens = upload(lens, loop.device)
-        if loop.acceptance is not None:
-            e.acceptance = RowAcceptance(loop.acceptance, ids + [0] * (launched - n))
+        loop.bind_rows(ids, launched)
         if loop.device.type == "cpu":  # reading the rows' lengths costs nothing here: the bounds must hold them
             seq = bufs["seq_lens"][:n]
             if not lo <= int(seq.min()) <= int(seq.max()) <= hi:
@@ -86,6 +85,8 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
             s = e.strategy
             s.h_bufs = {k: v for k, v in host.items() if not k.startswith("h_")}
             s.h_last, s.h_seq = host["h_last"].clone(), host["h_seq"].clone()
+            if loop.device.type == "cuda":  # a graph over these buffers (the set-up one holds the largest's)
+                s.verify_graph = functools.partial(loop.baseline_forward, launched)
             e._draft()
             acc, nxt = s.verify(lo, hi, mark=lambda: None)
             host["h_last"].copy_(s.h_last)

@@ -90,7 +90,7 @@ from .prefill import prefill_chunk
 from .remap import RowStage
 from .requests import Request
 from .results import RequestRecord, ServeRun
-from .rows import BatchRows, row_layout
+from .rows import BatchRows, RowAcceptance, row_layout, upload
 from .scheduler import PrefillChunk, Scheduler
 from .state_slots import StateSlots
 from .workload import ClosedLoop
@@ -183,16 +183,20 @@ class ServingLoop:
         if self.hybrid:  # a group of W slots per running request, and those released while steps are in flight
             groups = 1 + self.max_batch * (self.complete_lag + self.read_lag + 2)
             e.state = self.state = StateSlots(self.model, groups, self.width, self.device)
+        self._dev: dict[int, dict] = {}
+        self._host: dict[int, dict] = {}
+        self._verify_graphs: dict[int, object] = {}  # baseline on a GPU: rows -> its verify forward's graph
+        self._prompt_lens: dict[int, torch.Tensor] = {}  # rows -> the draft's prompt lengths (bind_rows)
+        self._accept: dict[int, RowAcceptance] = {}  # rows -> the draft's AcceptanceMix rows (bind_rows)
         if self.mode == "specgen" and self.device.type != "cpu":
             # every bucket's graph now, over padding rows (linear-state slots -1): a step that changes bucket
             # replays, never captures; the draft (the graph's prologue) reads the engine's buffers and batch
             rt = e.strategy.runtime
             for bucket in rt.buckets:
                 e.bufs, e.batch = rt.buffers(bucket), bucket
+                self.bind_rows([], bucket)  # the bucket's own prompt lengths and acceptance rows, kept
                 rt.capture(bucket)
             e.bufs, e.batch = rt.buffers(self.max_batch), self.max_batch
-        self._dev: dict[int, dict] = {}
-        self._host: dict[int, dict] = {}
         if self.mode == "baseline":
             e.strategy.verify_graph = e.graph(e.forward_only)
             e.strategy.h_last = e.strategy.h_seq = None
@@ -341,6 +345,38 @@ class ServingLoop:
     def _release(self, rid: int, step: int) -> None:
         if self.hybrid:  # step ``step`` is the last that could write the request's slots
             self.state.release(rid, step)
+
+    def bind_rows(self, ids: list[int], rows: int) -> None:
+        """What the draft reads besides the step buffers for requests ``ids`` in ``rows`` rows (the rest
+        padding): the prompt lengths and the ``AcceptanceMix`` rows, written in place into tensors kept per row
+        count, since a captured draft keeps reading the ones it was captured with."""
+        e = self.engine
+        lens = self._prompt_lens.get(rows)
+        if lens is None:
+            lens = self._prompt_lens[rows] = torch.zeros(rows, dtype=torch.long, device=self.device)
+        prompts = [len(self.requests[r].prompt) for r in ids] + [0] * (rows - len(ids))
+        lens.copy_(upload(torch.tensor(prompts, dtype=torch.long), self.device))
+        e.prompt_lens = lens
+        if self.acceptance is not None:
+            padded = ids + [0] * (rows - len(ids))
+            mix = self._accept.get(rows)
+            if mix is None:
+                mix = self._accept[rows] = RowAcceptance(self.acceptance, padded)
+            else:
+                mix.fill(padded)
+            e.acceptance = mix
+
+    def baseline_forward(self, rows: int) -> None:
+        """``baseline``'s verify forward over the step buffers of ``rows`` rows on a GPU: a graph per row count,
+        captured on its first step once the step's inputs are in (the warm-ups write the KV that step writes;
+        a hybrid's linear state is restored after them), replayed after."""
+        graph = self._verify_graphs.get(rows)
+        if graph is None:
+            saved = self.state.snapshot() if self.hybrid else None
+            graph = self._verify_graphs[rows] = self.engine.graph(self.engine.forward_only)
+            if saved is not None:
+                self.state.restore(saved)
+        graph()
 
     def _remap_kernel(self):
         """The built ``spec_batch_row_remap`` of the loop's layout (``specgen``), or None and why the row remap

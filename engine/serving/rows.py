@@ -117,8 +117,15 @@ class RowAcceptance:
 
     def __init__(self, mix: AcceptanceMix, ids: list[int]):
         idx = upload(torch.tensor(ids, dtype=torch.long), mix.oracle.device)
-        self.p, self.seed = mix.p, mix.seed
+        self.mix, self.p, self.seed = mix, mix.p, mix.seed
         self.oracle, self.hit, self.other = mix.oracle[idx], mix.hit[idx], mix.other[idx]
+
+    def fill(self, ids: list[int]) -> None:
+        """The rows of requests ``ids`` (as many as at construction), in place: a captured draft keeps reading
+        these tensors."""
+        idx = upload(torch.tensor(ids, dtype=torch.long), self.mix.oracle.device)
+        for name in ("oracle", "hit", "other"):
+            torch.index_select(getattr(self.mix, name), 0, idx, out=getattr(self, name))
 
     _pick = AcceptanceMix._pick
     apply = AcceptanceMix.apply

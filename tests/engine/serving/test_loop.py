@@ -212,10 +212,31 @@ def test_acceptance_mix(tiny, engine_kernels, stops, mode):
     model, _ = tiny
     reqs = workload(model, stops, 30, seed=5)
     mix = oracle_mix(model, reqs, 0.8, 6)
-    loop, run, _ = serve(tiny, engine_kernels, mode, reqs, depth=5, acceptance=mix, num_blocks=12, max_batch=6)
+    loop, run, checks = serve(
+        tiny, engine_kernels, mode, reqs, depth=5, acceptance=mix, num_blocks=12, max_batch=6, check=KeptInputs
+    )
     assert_exact(model, loop, run, reqs)
     assert run.metrics()["acceptance"] > 0.5
     assert max(s.tokens for s in run.steps) > max(s.batch for s in run.steps)
+    assert len(checks.kept) > 1  # several row counts, each with its own tensors throughout
+
+
+class KeptInputs(Checks):
+    """What the draft reads besides the step buffers (the prompt lengths, the AcceptanceMix rows) stays the
+    same tensors per row count from step to step, refilled in place: a captured draft reads those it saw."""
+
+    def after_step(self, loop, out):
+        super().after_step(loop, out)
+        if not out.verify:
+            return
+        e = loop.engine
+        rows = e.prompt_lens.shape[0]
+        seen = (e.prompt_lens.data_ptr(), e.acceptance.oracle.data_ptr(), e.acceptance.hit.data_ptr())
+        self.kept = getattr(self, "kept", {})
+        assert self.kept.setdefault(rows, seen) == seen, rows
+        ids = list(out.verify)
+        assert e.prompt_lens[: len(ids)].tolist() == [len(loop.requests[r].prompt) for r in ids]
+        assert torch.equal(e.acceptance.oracle[: len(ids)], loop.acceptance.oracle[ids])
 
 
 @pytest.mark.parametrize("mode", ["baseline", "specgen"])
