@@ -150,7 +150,7 @@ def test_cuda_serving_soak(cuda_tiny, engine_kernels):
     run = loop.run(ClosedLoop(wl, in_flight=8))
     m = run.metrics()
     assert m["finished"] == n and m["fast_path_steps"] == m["decode_steps"] and m["host_syncs_per_step"] == 0
-    assert m["transitions"]["kernel"] == m["transitions"]["steps"] > n // 2
+    assert m["transitions"]["kernel"] == m["transitions"]["steps"] >= n // 10
     late = mem.samples[len(mem.samples) // 2 :]
     assert max(late) - min(late) <= 1 << 20, late  # flat: nothing grows with the requests served
     for req in list(loop.requests.values())[::10]:
