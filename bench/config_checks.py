@@ -1,19 +1,17 @@
 """The checks of ``specgen bench``'s settings (``bench/config.py``): each value alone, and against the others.
 
-Each returns what is wrong (the ``BenchError``'s one-line message) or None.
+Each returns what is wrong (the ``BenchError``'s one-line message) or None; a relation's ``s`` is the
+``BenchSettings`` (not imported here: ``bench/config.py`` imports this module).
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from ..specializations.families import MAX_WIDTH
 from . import support
 from .support import BenchError, model_config
-
-if TYPE_CHECKING:
-    from .config import BenchSettings
 
 Check = Callable[[Any], "str | None"]  # a value -> what is wrong with it (the BenchError's message), or None
 
@@ -53,7 +51,7 @@ def _device(name) -> str | None:
     return None
 
 
-def _widths(depths, s: "BenchSettings") -> str | None:
+def _widths(depths, s: Any) -> str | None:
     """The widest verify block against the KV layout, then against the kernel families' widths."""
     widest = max(depths) + 1
     if s.block_table_width and widest > s.block_table_width * s.block_size:
@@ -69,14 +67,14 @@ def _widths(depths, s: "BenchSettings") -> str | None:
     return None
 
 
-def _weights(weights, s: "BenchSettings") -> str | None:
+def _weights(weights, s: Any) -> str | None:
     from ..engine.draft_kinds import DRAFT_KINDS
 
     ok = weights is None or DRAFT_KINDS[s.draft].loads_weights
     return None if ok else "--draft-weights loads a DFlash or DSpark draft; use it with --draft dflash or dspark"
 
 
-def _positions(bt: int, s: "BenchSettings") -> str | None:
+def _positions(bt: int, s: Any) -> str | None:
     need = s.positions_needed
     if bt and bt * s.block_size < need:
         return (
@@ -87,7 +85,7 @@ def _positions(bt: int, s: "BenchSettings") -> str | None:
     return None
 
 
-def _ranks(tp: int, s: "BenchSettings") -> str | None:
+def _ranks(tp: int, s: Any) -> str | None:
     """Before any rank is launched: an MTP draft, and a model whose shards divide evenly."""
     from ..engine.draft_kinds import DRAFT_KINDS
 
@@ -103,7 +101,7 @@ def _ranks(tp: int, s: "BenchSettings") -> str | None:
     return None
 
 
-def _tp_message(s: "BenchSettings") -> str:
+def _tp_message(s: Any) -> str:
     return f"--tp must be at least 1, --draft-tp 1 or --tp ({s.tp}), --check-ranks at least 0"
 
 
@@ -128,7 +126,7 @@ def _top_p(p: float) -> str | None:
     return None if 0 < p <= 1 else f"--top-p must lie in (0, 1] (1: every token), got {p}"
 
 
-def _sampling_check(check: bool, s: "BenchSettings") -> str | None:
+def _sampling_check(check: bool, s: Any) -> str | None:
     if check and s.temperature > 0:
         return "--check compares with plain greedy decoding; it needs --temperature 0 (every mode is compared anyway)"
     return None
