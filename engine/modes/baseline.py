@@ -96,7 +96,7 @@ class BaselineMode(Mode):
         h, bufs, sampling = self.h_bufs, self.engine.bufs, self.engine.sampling
         h["target_tokens"].copy_(bufs["target_tokens"].cpu())  # synchronizes
         if sampling is not None:
-            with host_range("rejection_verify"):
+            with host_range("spec_rejection_verify"):  # the family the host stands in for
                 sampling.host_verify(h, bufs, self.probs)
         self.engine.proposer.host_tail(h, bufs, accept=sampling is None)
         self.h_last, self.h_seq = h["next_last_token"].clone(), h["next_seq_lens"].clone()
