@@ -125,21 +125,25 @@ class _Switch:
     outputs' lengths then (``seen``: the lengths after each commit)."""
 
     def __init__(self, at: int, to, seen: list[int]):
-        self.at, self.to, self.seen, self.lens = at, to, seen, None
+        self.at, self.to, self.seen, self.lens, self.graphs = at, to, seen, None, None
 
     def before_step(self, engine, i):
         pass
 
     def after_step(self, engine, i):
+        graphs = getattr(getattr(engine.strategy, "runtime", None), "_graphs", None)
         if i == self.at:
             names = ("temperature", "top_k", "top_p", "seed")
             ptrs = [engine.bufs[n].data_ptr() for n in names]
             engine.set_sampling(self.to)
             assert [engine.bufs[n].data_ptr() for n in names] == ptrs
             self.lens = list(self.seen)
+            self.graphs = None if graphs is None else dict(graphs._graphs)
+        elif i > self.at and graphs is not None and self.graphs is not None:
+            assert graphs._graphs == self.graphs  # the same captured graphs: nothing recaptured
 
 
-def _switching_run(model, draft, mode, prompts, kernels, start, at, to):
+def _switching_run(model, draft, mode, prompts, kernels, start, at, to, backend="eager"):
     eng = SpecDecodeEngine(
         model,
         draft,
@@ -149,7 +153,7 @@ def _switching_run(model, draft, mode, prompts, kernels, start, at, to):
         block_size=BS,
         block_table_width=BT,
         library=kernels,
-        compile_backend="eager",
+        compile_backend=backend,
         sampling=start,
     )
     seen: list[int] = []
@@ -290,3 +294,21 @@ def test_cuda_hybrid_target_samples_equally_in_baseline_and_specgen(sampling_ker
     )
     res = eng.run(prompts, steps=6, warmup_steps=2, timing=True)
     assert [t.host_syncs for t in res.timings] == [0] * 6
+
+
+@pytest.mark.gpu
+def test_cuda_a_change_of_parameters_takes_effect_without_recapture(sampling_kernels):
+    """On CUDA, rows switched to greedy after step 2: specgen (captured graphs, tokens read a step late) switches at
+    the same step as baseline, replaying the graphs it captured before the switch; baseline's rows continue as the
+    target's greedy decoding of what they hold."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = Qwen3Model.create("tiny", seed=0, device="cuda")
+    prompts = _prompts(3, seed=5)
+    draft = DRAFT_KINDS["mtp"].create(model, seed=1)
+    start = [SamplingParams(1.0, 0, 1.0, 21 + b) for b in range(3)]
+    to = SamplingParams(0.0)
+    outputs, lens = _switching_run(model, draft, "baseline", prompts, sampling_kernels, start, 2, to)
+    spec, _ = _switching_run(model, draft, "specgen", prompts, sampling_kernels, start, 2, to, backend="inductor")
+    assert spec == outputs
+    for prompt, out, n in zip(prompts, outputs, lens):
+        assert out[n:] == greedy_generate(model, [prompt + out[:n]], len(out) - n)[0]
