@@ -20,6 +20,8 @@ from ..engine import SpecDecodeEngine
 from ..proposers import BlockProposer
 from .results import StepRecord
 from .rows import upload
+from .sampling import forward_body
+from .sampling import write_rows as write_sampling
 from .scheduler import SchedulerOutput
 
 __all__ = ["decode_step", "step_bufs"]
@@ -49,6 +51,7 @@ def place_rows(loop, ids: list[int], tables: dict, bounds: tuple[int, int]):
     running = {r.id for r in loop.scheduler.running if not r.in_prefill}
     hidden = None if isinstance(loop.engine.proposer, BlockProposer) else loop.engine.verify_hidden
     placed = loop.rows.place(ids, table, dst, hdst, launched, hidden, running, bounds)
+    write_sampling(loop, ids, dst, launched)  # the rows' requests' sampling parameters (a sampling loop)
     if loop.hybrid:  # the requests' own slots, whichever row they hold; padding rows write no state
         slots = loop.state.row_slots(ids, launched)
         dst["state_slots"][:launched].copy_(upload(slots, loop.device))
@@ -87,6 +90,9 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
             s.h_last, s.h_seq = host["h_last"].clone(), host["h_seq"].clone()
             if loop.device.type == "cuda":  # a graph over these buffers (the set-up one holds the largest's)
                 s.verify_graph = functools.partial(loop.baseline_forward, launched)
+            elif e.sampling is not None:  # the forward also leaves the rows' target distributions (strategy.probs)
+                s.verify_graph = forward_body(loop, launched)
+            forward_body(loop, launched)  # a sampling engine: strategy.probs is this row count's
             e._draft()
             acc, nxt = s.verify(lo, hi, mark=lambda: None)
             host["h_last"].copy_(s.h_last)

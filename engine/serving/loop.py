@@ -35,6 +35,9 @@ Each iteration:
    ``complete_lag`` holds completion back that many more steps (what a device with
    steps in flight does), so the lagged release is exercised.
 
+``sampling=True``: requests carry their own ``SamplingParams`` (``sampling.py``), greedy and sampled ones
+in one batch, each giving what a lone sampling engine gives for its prompt.
+
 ``read_lag=1`` reads each step's tokens one step late, as the engine's lockstep loop
 does: step ``k + 1`` is scheduled and launched from the row state step ``k`` left in the
 buffers before step ``k``'s tokens reach the scheduler (4. runs for step ``k`` after 3.
@@ -62,8 +65,7 @@ bucket not counted), ``fast_path`` and ``reason`` (the runtime's ``StepResult`` 
 ``specgen``; ``True`` / ``None`` in ``baseline``, which has no fallback),
 ``host_syncs`` (synchronizations reported by ``torch.cuda``'s sync debug mode over
 the step's host part on a CUDA device, the row remap and the launch, the read-back
-excluded as in the engine; 0 on
-the CPU, where nothing is measured), ``tokens`` (emitted after the cut at a stop
+excluded as in the engine; 0 on the CPU, where nothing is measured), ``tokens`` (emitted after the cut at a stop
 token or the budget), ``proposed`` / ``accepted`` (drafts of the step's rows),
 ``bucket`` (the runtime's batch bucket; ``specgen`` only), ``remaps`` (1 when rows that
 stay moved before the step: 0 when every row kept its index and buffers), ``joined``
@@ -79,7 +81,6 @@ import time
 import torch
 
 from ...models.errors import EngineError
-from ...specializations.families import ROW_REMAP
 from ..acceptance import AcceptanceMix
 from ..engine import SpecDecodeEngine
 from ..linear_state import has_linear_state
@@ -87,10 +88,12 @@ from ..proposers import BlockProposer, proposer_for
 from .block_pool import BlockPool
 from .decode import decode_step
 from .prefill import prefill_chunk
-from .remap import RowStage
+from .remap import RowStage, remap_kernel
 from .requests import Request
 from .results import RequestRecord, ServeRun
 from .rows import BatchRows, RowAcceptance, row_layout, upload
+from .sampling import SamplingParams, check_request, forward_body
+from .sampling import setup as sampling_setup
 from .scheduler import PrefillChunk, Scheduler
 from .state_slots import StateSlots
 from .workload import ClosedLoop
@@ -113,7 +116,8 @@ class ServingLoop:
     sequence's table holds ``block_table_width`` of them; ``max_prefill_tokens``: the
     prefill budget per iteration.  ``acceptance``: an ``AcceptanceMix`` whose oracle row
     ``i`` is request ``i``'s greedy output.  ``complete_lag``: steps a completion is held back;
-    ``read_lag``: 0 (tokens read after each step) or 1 (one step late; module docstring).
+    ``read_lag``: 0 (tokens read after each step) or 1 (one step late; module docstring).  ``sampling``: a
+    sampling engine, whose rows take their requests' ``SamplingParams`` (``sampling.py``).
     """
 
     def __init__(
@@ -132,6 +136,7 @@ class ServingLoop:
         acceptance: AcceptanceMix | None = None,
         complete_lag: int = 0,
         read_lag: int = 0,
+        sampling: bool = False,
     ):
         proposer = proposer_for(draft)
         if mode not in SERVING_MODES:
@@ -158,6 +163,7 @@ class ServingLoop:
             block_size=self.block_size,
             block_table_width=self.block_table_width,
             library=kernels,
+            sampling=SamplingParams() if sampling else None,
         )
         self.device = self.engine.device
         self.draft_name = getattr(getattr(proposer, "draft", None), "kind", "mtp")
@@ -179,6 +185,7 @@ class ServingLoop:
             e.verify_hidden = torch.cat([e.verify_hidden, torch.zeros_like(e.verify_hidden)])
         e.pool = None
         e.bufs = e.strategy.buffers()  # specgen: builds the runtime, the largest bucket's buffers
+        sampling_setup(self)  # a sampling engine's logits and draft distributions, before any capture
         e.observer = None
         if self.hybrid:  # a group of W slots per running request, and those released while steps are in flight
             groups = 1 + self.max_batch * (self.complete_lag + self.read_lag + 2)
@@ -240,6 +247,7 @@ class ServingLoop:
                 reach = len(r.prompt) + r.max_new_tokens + W * (1 + self.read_lag)
                 if reach > cap:
                     raise EngineError(f"request {r.id} may reach {reach} positions; a block table holds {cap}")
+                check_request(self, r)
                 sched.add(r)
                 self.requests[r.id] = r
                 records[r.id] = RequestRecord(r.id, arrival=r.arrival, prompt_len=len(r.prompt))
@@ -247,7 +255,7 @@ class ServingLoop:
         add(closed.start() if closed is not None else sorted(load, key=lambda r: r.arrival))
         scratch = SpecDecodeEngine.scratch_block
         stage = RowStage(self.max_batch, W, self.block_table_width, self.block_size, scratch, self.device)
-        kernel, why = self._remap_kernel()
+        kernel, why = remap_kernel(self)
         if kernel is not None and self.device.type == "cuda":  # a transition: one replay per pair of buckets
             rt, block = self.engine.strategy.runtime, isinstance(self.engine.proposer, BlockProposer)
             hidden = None if block else self.engine.verify_hidden
@@ -301,7 +309,7 @@ class ServingLoop:
             times: dict[int, float] = {}
             for chunk in out.prefill:
                 tok = self._prefill(self.requests[chunk.id], chunk, out.tables[chunk.id])
-                if chunk.last:
+                if tok is not None:
                     produced[chunk.id], times[chunk.id] = [tok], clock()
             sched.take_prefill(out, produced)
             for rid in produced:
@@ -373,22 +381,10 @@ class ServingLoop:
         graph = self._verify_graphs.get(rows)
         if graph is None:
             saved = self.state.snapshot() if self.hybrid else None
-            graph = self._verify_graphs[rows] = self.engine.graph(self.engine.forward_only)
+            graph = self._verify_graphs[rows] = self.engine.graph(forward_body(self, rows))
             if saved is not None:
                 self.state.restore(saved)
         graph()
-
-    def _remap_kernel(self):
-        """The built ``spec_batch_row_remap`` of the loop's layout (``specgen``), or None and why the row remap
-        runs its torch semantics (``mode``: not ``specgen``; ``not_built``: the folder lacks the variant)."""
-        lib = self.engine.library
-        if self.mode != "specgen" or lib is None:
-            return None, "mode"
-        BT, BS = self.block_table_width, self.block_size
-        target = {"cpu": "c", "cuda": "cuda"}.get(self.device.type)
-        if target is None or not lib.has(ROW_REMAP, self.width, BT, BS, target=target):
-            return None, "not_built"
-        return lib.get(ROW_REMAP, self.width, BT, BS, target=target), None
 
     def table_row(self, table: tuple[int, ...]) -> list[int]:
         """A block table padded to the table width with the scratch block (host values)."""

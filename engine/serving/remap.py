@@ -35,7 +35,7 @@ from ...runtime.semantics import run_semantics
 from ...specializations.families import FAMILIES, ROW_REMAP
 from ..graphs import CapturedGraph
 
-__all__ = ["MOVED", "RowStage"]
+__all__ = ["MOVED", "RowStage", "remap_kernel"]
 
 I32 = torch.int32
 # what a row carries to the next step: the family's sources (src_<name>) and outputs of the same name
@@ -154,3 +154,16 @@ class RowStage:
         if hidden is not None:
             taken = hidden.index_select(0, b["hidden_src"][: n * W].long().clamp(min=0))
             hidden[: n * W].copy_(taken)
+
+
+def remap_kernel(loop):
+    """The built ``spec_batch_row_remap`` of ``loop``'s layout (``specgen``), or None and why the row remap
+    runs its torch semantics (``mode``: not ``specgen``; ``not_built``: the folder lacks the variant)."""
+    lib = loop.engine.library
+    if loop.mode != "specgen" or lib is None:
+        return None, "mode"
+    W, BT, BS = loop.width, loop.block_table_width, loop.block_size
+    target = {"cpu": "c", "cuda": "cuda"}.get(loop.device.type)
+    if target is None or not lib.has(ROW_REMAP, W, BT, BS, target=target):
+        return None, "not_built"
+    return lib.get(ROW_REMAP, W, BT, BS, target=target), None

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from ...runtime.sampling import SamplingParams
+
 __all__ = ["FinishReason", "Request", "RequestState"]
 
 
@@ -38,6 +40,8 @@ class Request:
     ``num_computed`` counts the tokens of ``prefix`` whose KV is written and
     ``prefill_len`` how many its prefill covers (``len(prefix)`` at admission);
     a preempted request starts again from 0 and recomputes ``prompt + output``.
+    ``sampling``: its ``SamplingParams`` (``None`` or temperature 0: greedy); its random keys are its
+    seed and the positions, whichever row it holds.
     """
 
     id: int
@@ -51,6 +55,7 @@ class Request:
     num_computed: int = 0
     prefill_len: int = 0
     preemptions: int = 0
+    sampling: SamplingParams | None = None
 
     def __post_init__(self):
         self.prompt = tuple(int(t) for t in self.prompt)
@@ -59,6 +64,26 @@ class Request:
             raise ValueError(f"request {self.id}: an empty prompt")
         if self.max_new_tokens < 1:
             raise ValueError(f"request {self.id}: max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.sampling is not None and not isinstance(self.sampling, SamplingParams):
+            raise ValueError(f"request {self.id}: sampling must be a SamplingParams or None")
+
+    @property
+    def params(self) -> SamplingParams:
+        """Its sampling parameters (greedy ones when it has none)."""
+        return self.sampling if self.sampling is not None else SamplingParams()
+
+    @property
+    def sampled(self) -> bool:
+        """Whether it samples (temperature > 0)."""
+        return self.sampling is not None and not self.sampling.greedy
+
+    @property
+    def resume_len(self) -> int:
+        """What an admission prefills: the whole prefix, or, for a sampled request readmitted with output, all
+        but its last token, which becomes the first step's input: a recompute draws no token again (a draw
+        at a step boundary other than the original's would differ), so its tokens are those of a run
+        without preemption."""
+        return self.length - 1 if self.sampled and self.output else self.length
 
     @property
     def prefix(self) -> tuple[int, ...]:

@@ -130,7 +130,9 @@ class Scheduler:
                 i += 1
                 continue
             ahead = self.width * (1 + (req.id in unread))  # a step not yet read may have added up to width tokens
-            positions = req.num_computed + n if req.in_prefill else req.length + ahead
+            # a chunk before the last also writes the MTP head's row at its next position (prefill.py)
+            more = int(n < req.prefill_len - req.num_computed)
+            positions = req.num_computed + n + more if req.in_prefill else req.length + ahead
             if not self._make_room(req, positions, preempted):
                 i += req.state is RequestState.RUNNING  # stalled: it waits for blocks still in flight
                 continue
@@ -145,13 +147,14 @@ class Scheduler:
             req = self.waiting[0]
             if req.arrival > now or req.id in preempted:
                 break
-            n = min(req.length, budget)
-            if not self.pool.can_grow(req.id, n):
+            n = min(req.resume_len, budget)
+            positions = n + int(n < req.resume_len)
+            if not self.pool.can_grow(req.id, positions):
                 break
             self.waiting.popleft()
-            req.state, req.num_computed, req.prefill_len = RequestState.RUNNING, 0, req.length
+            req.state, req.num_computed, req.prefill_len = RequestState.RUNNING, 0, req.resume_len
             self.running.append(req)
-            self._run(req, n)
+            self._run(req, positions)
             prefill.append(self._chunk(req, n))
             budget -= n
         tables = {rid: self.pool.table(rid) for rid in [c.id for c in prefill] + verify}
@@ -174,7 +177,7 @@ class Scheduler:
         self._prefilled = out.step
         for chunk in out.prefill:
             req, toks = self.requests[chunk.id], list(produced.get(chunk.id, ()))
-            if len(toks) != int(chunk.last):
+            if len(toks) != int(chunk.last and req.prefill_len == req.length):  # else a resumed sampled one
                 raise ValueError(f"a {'last' if chunk.last else 'middle'} prefill chunk produced {len(toks)} tokens")
             req.num_computed += len(chunk.tokens)
             self._take(req, toks, out.step)

@@ -13,10 +13,12 @@ then one more each time one finishes, until the workload's requests run out.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass, field
 
+from ...runtime.sampling import SamplingParams
 from .requests import Request
 
 __all__ = ["ClosedLoop", "LengthDist", "Workload"]
@@ -78,6 +80,8 @@ class Workload:
     ``stop_token`` is every request's stop token (``None``: none); ``stop_prob``
     makes it frequent in the prompts (each prompt token is it with that
     probability), so a model that echoes its context stops early and often.
+    ``sampling`` is given to a share ``sampled_share`` of the requests (drawn from the seed), each
+    with its own seed ``sampling.seed + id``; the others decode greedily (``sampling`` None).
     """
 
     num_requests: int
@@ -88,12 +92,16 @@ class Workload:
     stop_token: int | None = None
     stop_prob: float = 0.0
     seed: int = 0
+    sampling: SamplingParams | None = None
+    sampled_share: float = 1.0
 
     def __post_init__(self):
         if self.rate is not None and self.rate <= 0:
             raise ValueError(f"a Poisson rate must be > 0 requests/s, got {self.rate}")
         if self.stop_token is not None and not 0 <= self.stop_token < self.vocab:
             raise ValueError(f"stop token {self.stop_token} outside the vocabulary of {self.vocab}")
+        if not 0 <= self.sampled_share <= 1:
+            raise ValueError(f"sampled_share is a share of the requests in [0, 1], got {self.sampled_share}")
 
     def _token(self, rng: random.Random) -> int:
         if self.stop_token is not None and rng.random() < self.stop_prob:
@@ -102,14 +110,17 @@ class Workload:
 
     def requests(self) -> list[Request]:
         """Every request, in arrival order (ids ``0..num_requests-1``)."""
-        rng, arrival_rng = random.Random(self.seed), random.Random(self.seed + 1)
+        rng, arrival_rng, share_rng = (random.Random(self.seed + k) for k in range(3))
         stops = frozenset() if self.stop_token is None else frozenset({self.stop_token})
         out, now = [], 0.0
         for i in range(self.num_requests):
             if self.rate is not None and i > 0:
                 now += arrival_rng.expovariate(self.rate)
             prompt = tuple(self._token(rng) for _ in range(self.prompt_len.sample(rng)))
-            out.append(Request(i, prompt, self.output_len.sample(rng), stops, arrival=now))
+            req = Request(i, prompt, self.output_len.sample(rng), stops, arrival=now)
+            if self.sampling is not None and share_rng.random() < self.sampled_share:
+                req.sampling = dataclasses.replace(self.sampling, seed=self.sampling.seed + i)
+            out.append(req)
         return out
 
 

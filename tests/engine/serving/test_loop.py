@@ -17,6 +17,7 @@ from oracles.serving import cut_at_stop
 
 from specgen.engine import AcceptanceMix, greedy_generate
 from specgen.engine.serving import ClosedLoop, LengthDist, Workload
+from specgen.engine.serving import loop as loop_module
 from specgen.engine.serving.loop import ServingLoop
 from specgen.engine.serving.rows import remap_rows, row_layout
 from specgen.models import Qwen3Model
@@ -356,7 +357,7 @@ def test_remap_without_the_built_variant(tiny, engine_kernels, stops, monkeypatc
     """A kernel folder without ``spec_batch_row_remap`` (built before it existed): ``specgen`` moves the rows by
     the family's torch semantics and says why in every such step, outputs unchanged."""
     model, _ = tiny
-    monkeypatch.setattr(ServingLoop, "_remap_kernel", lambda self: (None, "not_built"))
+    monkeypatch.setattr(loop_module, "remap_kernel", lambda loop: (None, "not_built"))
     reqs = workload(model, stops, 20, seed=81)
     loop, run, _ = serve(tiny, engine_kernels, "specgen", reqs, check=True)
     assert_exact(model, loop, run, reqs, why="not_built")
@@ -441,7 +442,7 @@ def test_read_lag(tiny, engine_kernels, stops, mode, complete_lag):
     Outputs stay greedy (a request that finished at step k ran in step k + 1: those tokens are dropped, its
     blocks held until step k + 1 completed), with preemptions and joins while a step is unread."""
     model, _ = tiny
-    reqs = workload(model, stops, 30, seed=61 + complete_lag, rate=80.0)
+    reqs = workload(model, stops, 30, seed=61 + 2 * complete_lag, rate=80.0)
     mix = oracle_mix(model, reqs, 0.7, 4)
     loop, run, checks = serve(
         tiny,

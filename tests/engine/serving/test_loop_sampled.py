@@ -1,0 +1,180 @@
+"""Sampled requests in the serving loop (float32, CPU): greedy and sampled requests in one batch, with arrivals,
+finishes, stop tokens and preemptions; every request's tokens equal what a lone sampling engine gives for its
+prompt under its parameters and seed (the random keys are the request's seed and the positions, not its row),
+and a preempted sampled request's tokens equal those of a run without preemption."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import pytest
+import torch
+from oracles.serving import cut_at_stop
+
+from specgen.engine import SpecDecodeEngine, greedy_generate
+from specgen.engine.serving import LengthDist, Workload
+from specgen.engine.serving.loop import ServingLoop
+from specgen.models.errors import EngineError
+from specgen.runtime.sampling import SamplingParams
+
+BT, BS = 8, 16
+DEPTH = 3  # verify width 4: a width of the sampling kernels (tests/conftest.py)
+
+
+@pytest.fixture(scope="module")
+def stops(tiny):
+    """Two token ids the tiny model's greedy decoding emits often: frequent stop tokens."""
+    model, _ = tiny
+    gen = torch.Generator().manual_seed(7)
+    prompts = [torch.randint(0, model.config.vocab_size, (6,), generator=gen).tolist() for _ in range(12)]
+    counts = collections.Counter(t for out in greedy_generate(model, prompts, 24) for t in out)
+    return frozenset(t for t, _ in counts.most_common(2))
+
+
+def sampled_workload(model, stops, n: int, seed: int, rate: float | None = 60.0):
+    """``n`` requests with random arrivals and lengths, about half sampled (nucleus, and top-k on every third),
+    the rest greedy."""
+    reqs = Workload(
+        num_requests=n,
+        rate=rate,
+        prompt_len=LengthDist.uniform(1, 24),
+        output_len=LengthDist.uniform(1, 28),
+        vocab=model.config.vocab_size,
+        seed=seed,
+    ).requests()
+    for r in reqs:
+        r.stop_ids = stops
+    mixed = Workload(num_requests=n, sampling=SamplingParams(0.9, 0, 0.9, 100 * seed), sampled_share=0.5, seed=seed)
+    for r, m in zip(reqs, mixed.requests()):
+        r.sampling = m.sampling
+        if r.sampling is not None and r.id % 3 == 0:
+            r.sampling = dataclasses.replace(r.sampling, temperature=1.3, top_k=8, top_p=1.0)
+    return reqs
+
+
+def lone(tiny, reqs) -> dict[int, list[int]]:
+    """Each request's tokens from a sampling engine (baseline: the host rule) with its parameters; the rows of
+    one engine run are independent of each other (random keys: the row's seed and the positions)."""
+    model, head = tiny
+    engine = SpecDecodeEngine(
+        model,
+        head,
+        mode="baseline",
+        width=DEPTH + 1,
+        batch=len(reqs),
+        block_size=BS,
+        block_table_width=BT,
+        sampling=[r.params for r in reqs],
+    )
+    res = engine.run([list(r.prompt) for r in reqs], max_new_tokens=max(r.max_new_tokens for r in reqs))
+    engine.close()
+    return {r.id: cut_at_stop(out[: r.max_new_tokens], r.stop_ids) for r, out in zip(reqs, res.outputs)}
+
+
+def serve(tiny, lib, mode, reqs, observer=None, **kw):
+    model, head = tiny
+    loop = ServingLoop(
+        model,
+        head,
+        mode=mode,
+        depth=DEPTH,
+        max_batch=kw.pop("max_batch", 4),
+        num_blocks=kw.pop("num_blocks", 10),
+        block_size=BS,
+        block_table_width=BT,
+        max_prefill_tokens=16,
+        kernels=lib if mode == "specgen" else None,
+        sampling=True,
+        **kw,
+    )
+    loop.observer = observer
+    return loop, loop.run([dataclasses.replace(r, output=[]) for r in reqs])
+
+
+@pytest.fixture(scope="module")
+def mixed(tiny, stops):
+    reqs = sampled_workload(tiny[0], stops, 24, seed=5)
+    assert 0 < sum(r.sampled for r in reqs) < len(reqs)
+    return reqs, lone(tiny, reqs)
+
+
+@pytest.mark.parametrize("mode", ["baseline", "specgen"])
+@pytest.mark.parametrize("read_lag", [0, 1])
+def test_mixed_batch_equals_each_request_alone(tiny, sampling_kernels, mixed, mode, read_lag):
+    """Churn over a 10-block pool: arrivals, stops, preemptions of sampled requests, rows moved and buckets
+    changed; each request's tokens are its lone engine's."""
+    reqs, want = mixed
+    loop, run = serve(tiny, sampling_kernels, mode, reqs, read_lag=read_lag)
+    for r in reqs:
+        assert loop.requests[r.id].output == want[r.id], f"request {r.id} ({r.sampling})"
+    assert run.preemptions > 0 and any(r.sampled and r.preemptions for r in loop.requests.values())
+    assert sum(s.remaps for s in run.steps) > 0 and sum(s.joined for s in run.steps) >= len(reqs)
+    # specgen: the built remap where the kernel folder has it (None), else its torch semantics
+    why = {None, "not_built"} if mode == "specgen" else {"mode"}
+    assert {s.remap_reason for s in run.steps if s.remaps or s.joined} <= why
+    if mode == "specgen":
+        assert all(s.fast_path for s in run.steps)
+
+
+class Resumed:
+    """A loop observer: counts the sampled requests readmitted with output (their prefill stops before the last
+    token)."""
+
+    def __init__(self):
+        self.n = 0
+
+    def before_step(self, loop, out):
+        for chunk in out.prefill:
+            req = loop.requests[chunk.id]
+            self.n += chunk.last and req.sampled and req.prefill_len == req.length - 1 and len(req.output) > 0
+
+    def after_step(self, loop, out):
+        pass
+
+
+def test_a_preempted_sampled_request_gives_the_tokens_of_a_run_without_preemption(tiny, stops):
+    """The same requests over a pool that preempts and one that never does: the same tokens, request for
+    request; a readmitted sampled request prefills its prefix but its last token and draws nothing again."""
+    reqs = sampled_workload(tiny[0], stops, 16, seed=10, rate=None)  # all at once: the schedule is fixed
+    small_loop, small = serve(tiny, None, "baseline", reqs, num_blocks=9, observer=Resumed())
+    big_loop, big = serve(tiny, None, "baseline", reqs, num_blocks=40)
+    assert big.preemptions == 0 and small.preemptions > 0 and small_loop.observer.n > 0
+    for rid, r in small_loop.requests.items():
+        assert r.output == big_loop.requests[rid].output, f"request {rid}"
+
+
+def test_requests_carry_their_parameters(tiny):
+    """The workload gives a seeded share its own parameters (seed per request); a greedy loop refuses sampled
+    requests; the rows' parameters are each step's requests' (padding rows greedy)."""
+    base = SamplingParams(0.5, 4, 0.8, 7)
+    w = Workload(num_requests=40, prompt_len=LengthDist.fixed(3), sampling=base, sampled_share=0.25, seed=1)
+    reqs = w.requests()
+    assert [r.sampling for r in reqs] == [r.sampling for r in w.requests()]  # seeded
+    sampled = [r for r in reqs if r.sampling is not None]
+    assert 0 < len(sampled) < len(reqs) and all(r.sampling == dataclasses.replace(base, seed=7 + r.id) for r in sampled)
+    assert all(r.sampling is None for r in Workload(num_requests=5, sampling=base, sampled_share=0.0).requests())
+    with pytest.raises(ValueError, match="sampled_share"):
+        Workload(num_requests=1, sampled_share=1.5)
+    model, head = tiny
+    greedy_loop = ServingLoop(model, head, mode="baseline", depth=DEPTH, max_batch=2, num_blocks=8, block_size=BS)
+    with pytest.raises(EngineError, match="sampling=True"):
+        greedy_loop.run(reqs[:4] if sampled[0].id < 4 else [sampled[0]])
+
+    class Rows:
+        def before_step(self, loop, out):
+            pass
+
+        def after_step(self, loop, out):
+            if out.verify:
+                bufs = loop.engine.bufs
+                ids = list(out.verify)
+                seeds = bufs["seed"].tolist()
+                assert seeds[: len(ids)] == [loop.requests[r].params.seed for r in ids]
+                assert bufs["temperature"][len(ids) :].eq(0).all()
+                self.seen = True
+
+    loop = ServingLoop(model, head, mode="baseline", depth=DEPTH, max_batch=3, num_blocks=12, sampling=True)
+    loop.observer = rows = Rows()
+    loop.run([dataclasses.replace(r, prompt=(1, 2, 3), output=[]) for r in reqs[:8]])
+    assert rows.seen and all(r.finished for r in loop.requests.values())
