@@ -67,6 +67,7 @@ def serve(loop_class: type, model, draft, library, config: ServeConfig, mode: st
         read_lag=config.read_lag,
         kernels=library,
         acceptance=acceptance_for(model, config, load),
+        sampling=config.temperature > 0,
     )
     return loop.run(load)
 
@@ -115,6 +116,7 @@ def warmup_load(config: ServeConfig) -> list[Request]:
         output_len=config.output_len,
         vocab=config.model.vocab_size,
         seed=config.seed + 1,
+        **sampling_for(config),
     )
     return (_WithStops(workload, frozenset(config.stop_ids)) if config.stop_ids else workload).requests()
 
@@ -145,11 +147,23 @@ def workload_for(config: ServeConfig, load: Load):
         output_len=config.output_len,
         vocab=config.model.vocab_size,
         seed=config.seed,
+        **sampling_for(config),
     )
     source = _WithStops(workload, frozenset(config.stop_ids)) if config.stop_ids else workload
     if load.in_flight is not None:
         return ClosedLoop(source, in_flight=load.in_flight)
     return source.requests()
+
+
+def sampling_for(config: ServeConfig) -> dict:
+    """The workload's sampling settings: ``--temperature``, ``--top-k``, ``--top-p`` for ``--sampled-share`` of
+    the requests, request ``i`` seeded ``--seed + i`` (none at temperature 0: every request greedy)."""
+    if config.temperature <= 0:
+        return {}
+    from ..runtime.sampling import SamplingParams
+
+    params = SamplingParams(config.temperature, config.top_k, config.top_p, config.seed)
+    return {"sampling": params, "sampled_share": config.sampled_share}
 
 
 def _error_text(e: BaseException) -> str:

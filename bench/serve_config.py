@@ -133,15 +133,6 @@ def _stop_ids(ids) -> str | None:
     return f"--stop-id {bad[0]}: a token id is at least 0" if bad else None
 
 
-def _served_greedily(temperature: float, s) -> str | None:
-    if temperature > 0:
-        return (
-            f"--temperature {temperature}: the serving loop verifies greedily so far (sampled verification runs in "
-            "specgen bench and specgen generate); use --temperature 0"
-        )
-    return None
-
-
 @dataclass(frozen=True)
 class ServeSettings:
     """What one ``specgen serve-bench`` is asked to run, as given; the fields' order is ``--help``'s."""
@@ -229,16 +220,23 @@ class ServeSettings:
     )
     temperature: float = setting(
         0.0,
-        "sampled verification at this temperature (0: greedy; the serving loop verifies greedily so far)",
+        "requests sample at this temperature, verified by rejection sampling (0: greedy)",
         text=FLOAT,
         check=_temperature,
-        relation=_served_greedily,
     )
     top_k: int = setting(0, "sampling keeps the k most probable tokens (0: every token)", text=INT, check=_top_k)
     top_p: float = setting(
         1.0, "sampling keeps the most probable tokens of mass p (1: every token)", text=FLOAT, check=_top_p
     )
-    seed: int = setting(0, "seed of the weights, the workload and the acceptance draws", text=INT)
+    sampled_share: float = setting(
+        1.0,
+        "share of the requests that sample when --temperature > 0 (seeded; the others greedy)",
+        text=FLOAT,
+        check=lambda p: None if 0.0 <= p <= 1.0 else f"--sampled-share must lie in [0, 1], got {p}",
+    )
+    seed: int = setting(
+        0, "seed of the weights, the workload and the acceptance draws; request i samples with seed + i", text=INT
+    )
     device: str | None = setting(None, "cpu or cuda (default: cuda when available)", check=_device)
     dtype: str = setting(
         "auto",

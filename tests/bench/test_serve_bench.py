@@ -109,7 +109,7 @@ def test_length_distributions_and_rates_read_as_written():
         (["--draft", "eagle"], "unknown --draft 'eagle'"),
         (["--acceptance", "1.5"], "--acceptance must lie in [0, 1]"),
         (["--temperature", "-1"], "--temperature must be a finite number >= 0"),
-        (["--temperature", "0.7"], "--temperature 0.7: the serving loop verifies greedily so far"),
+        (["--sampled-share", "2"], "--sampled-share must lie in [0, 1]"),
         (["--top-k", "-1"], "--top-k must be at least 0"),
         (["--top-p", "0"], "--top-p must lie in (0, 1]"),
         (["--device", "tpu"], "--device tpu: use cpu or cuda"),
@@ -167,6 +167,20 @@ def test_the_workload_is_seeded_and_carries_the_stop_ids_and_the_load():
     assert [r.prompt for r in first] == [r.prompt for r in a[:2]]  # the same seeded requests
     with pytest.raises(BenchError, match="--stop-id 600"):
         ServeSettings(device="cpu", stop_ids=(600,)).resolve()
+
+
+def test_sampling_settings_go_to_a_seeded_share_of_the_requests():
+    """--temperature/--top-k/--top-p for --sampled-share of the requests, request i seeded --seed + i; none at 0."""
+    c = ServeSettings(device="cpu", num_requests=40, temperature=0.8, top_k=5, top_p=0.9, sampled_share=0.5, seed=3)
+    c = c.resolve()
+    a, b = workload_for(c, c.loads[0]), workload_for(c, c.loads[0])
+    assert [r.sampling for r in a] == [r.sampling for r in b]
+    sampled = [r for r in a if r.sampling is not None]
+    assert 0 < len(sampled) < len(a)
+    assert all((r.sampling.temperature, r.sampling.top_k, r.sampling.top_p) == (0.8, 5, 0.9) for r in sampled)
+    assert all(r.sampling.seed == 3 + r.id for r in sampled)
+    greedy = ServeSettings(device="cpu", num_requests=5, top_k=5).resolve()
+    assert all(r.sampling is None for r in workload_for(greedy, greedy.loads[0]))
 
 
 # --- the sweep and its output ---------------------------------------------------------------------------------

@@ -37,3 +37,20 @@ def test_serve_bench_runs_the_serving_loop_on_the_cpu(engine_kernels, tmp_path, 
     ]
     assert {"timeline.png", "latency_vs_rate.png"} <= {p.name for p in tmp_path.iterdir()}
     assert "inf  baseline" in out and "inf   specgen" in out
+
+
+@pytest.mark.slow
+def test_serve_bench_serves_sampled_requests(sampling_kernels, tmp_path, capsys):
+    """--temperature with --sampled-share: half the requests sample (each with its own seed), the rest greedy; in
+    both modes each request gives the same tokens, so the same lengths."""
+    argv = ["serve-bench", "--model", "tiny", "--device", "cpu", "--depth", "3", "--num-requests", "4",
+            "--prompt-len", "uniform:2-9", "--output-len", "uniform:3-6", "--rates", "inf", "--max-batch", "3",
+            "--temperature", "0.8", "--top-p", "0.9", "--sampled-share", "0.5", "--seed", "4",
+            "--block-size", "16", "--block-table-width", "8",
+            "--kernels", str(sampling_kernels.root), "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0
+    data = json.loads((tmp_path / "serve_bench.json").read_text())
+    assert [r["mode"] for r in data["runs"]] == ["baseline", "specgen"]
+    assert all(r["metrics"]["finished"] == 4 for r in data["runs"])
+    lens = [[q["output_len"] for q in r["requests"]] for r in data["runs"]]
+    assert lens[0] == lens[1]
