@@ -13,6 +13,7 @@ import torch
 from oracles.serving import cut_at_stop
 
 from specgen.engine import SpecDecodeEngine, greedy_generate
+from specgen.engine.draft_kinds import DRAFT_KINDS
 from specgen.engine.serving import LengthDist, Workload
 from specgen.engine.serving.loop import ServingLoop
 from specgen.models.errors import EngineError
@@ -178,3 +179,23 @@ def test_requests_carry_their_parameters(tiny):
     loop.observer = rows = Rows()
     loop.run([dataclasses.replace(r, prompt=(1, 2, 3), output=[]) for r in reqs[:8]])
     assert rows.seen and all(r.finished for r in loop.requests.values())
+
+
+@pytest.mark.parametrize("kind", ["dflash", "dspark"])
+@pytest.mark.parametrize("mode", ["baseline", "specgen"])
+def test_block_drafts_serve_sampled_requests(tiny, sampling_kernels, stops, kind, mode):
+    """A block draft (one-hot drafts: its context K/V written by every prefill chunk) in a mixed batch with
+    preemptions: each request equals its lone sampling engine."""
+    model, _ = tiny
+    draft = DRAFT_KINDS[kind].create(model, seed=1)
+    reqs = sampled_workload(model, stops, 12, seed=5, rate=None)
+    engine = DRAFT_KINDS[kind].engine(
+        model, draft, mode="baseline", width=DEPTH + 1, batch=len(reqs), block_size=BS, block_table_width=BT,
+        sampling=[r.params for r in reqs],
+    )  # fmt: skip
+    res = engine.run([list(r.prompt) for r in reqs], max_new_tokens=max(r.max_new_tokens for r in reqs))
+    engine.close()
+    loop, run = serve((model, draft), sampling_kernels, mode, reqs)
+    assert run.preemptions > 0
+    for r, out in zip(reqs, res.outputs):
+        assert loop.requests[r.id].output == cut_at_stop(out[: r.max_new_tokens], r.stop_ids), f"request {r.id}"
