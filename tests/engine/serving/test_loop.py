@@ -9,11 +9,9 @@ request.
 
 from __future__ import annotations
 
-import collections
-
 import pytest
 import torch
-from oracles.serving import cut_at_stop
+from oracles.serving import churn_requests, cut_at_stop, frequent_tokens
 
 from specgen.engine import AcceptanceMix, greedy_generate
 from specgen.engine.serving import ClosedLoop, LengthDist, Workload
@@ -31,24 +29,11 @@ BT, BS = 8, 16  # the engine_kernels layout (tests/conftest.py)
 def stops(tiny):
     """Two token ids the tiny model's greedy decoding emits often: frequent stop tokens."""
     model, _ = tiny
-    gen = torch.Generator().manual_seed(7)
-    prompts = [torch.randint(0, model.config.vocab_size, (6,), generator=gen).tolist() for _ in range(12)]
-    counts = collections.Counter(t for out in greedy_generate(model, prompts, 24) for t in out)
-    return frozenset(t for t, _ in counts.most_common(2))
+    return frequent_tokens(model)
 
 
 def workload(model, stops, n: int, seed: int, rate: float | None = 40.0):
-    reqs = Workload(
-        num_requests=n,
-        rate=rate,
-        prompt_len=LengthDist.uniform(1, 24),
-        output_len=LengthDist.uniform(1, 28),
-        vocab=model.config.vocab_size,
-        seed=seed,
-    ).requests()
-    for r in reqs:
-        r.stop_ids = stops
-    return reqs
+    return churn_requests(model, stops, n, seed, rate)
 
 
 _greedy_cache: dict = {}

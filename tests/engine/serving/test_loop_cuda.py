@@ -17,12 +17,11 @@ remap family (built beside the verify-to-draft plan)::
 
 from __future__ import annotations
 
-import collections
 import os
 
 import pytest
 import torch
-from oracles.serving import cut_at_stop
+from oracles.serving import churn_requests, cut_at_stop, frequent_tokens
 
 from specgen.engine import AcceptanceMix, greedy_generate
 from specgen.engine.serving import ClosedLoop, LengthDist, Workload
@@ -44,24 +43,11 @@ def cuda_tiny():
 @pytest.fixture(scope="module")
 def cuda_stops(cuda_tiny):
     model, _ = cuda_tiny
-    gen = torch.Generator().manual_seed(7)
-    prompts = [torch.randint(0, model.config.vocab_size, (6,), generator=gen).tolist() for _ in range(12)]
-    counts = collections.Counter(t for out in greedy_generate(model, prompts, 24) for t in out)
-    return frozenset(t for t, _ in counts.most_common(2))
+    return frequent_tokens(model)
 
 
 def _requests(model, stops, n: int, seed: int, rate: float | None = 80.0):
-    reqs = Workload(
-        num_requests=n,
-        rate=rate,
-        prompt_len=LengthDist.uniform(1, 24),
-        output_len=LengthDist.uniform(1, 28),
-        vocab=model.config.vocab_size,
-        seed=seed,
-    ).requests()
-    for r in reqs:
-        r.stop_ids = stops
-    return reqs
+    return churn_requests(model, stops, n, seed, rate)
 
 
 _greedy: dict = {}

@@ -5,14 +5,12 @@ and a preempted sampled request's tokens equal those of a run without preemption
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 
 import pytest
-import torch
-from oracles.serving import cut_at_stop
+from oracles.serving import churn_requests, cut_at_stop, frequent_tokens
 
-from specgen.engine import SpecDecodeEngine, greedy_generate
+from specgen.engine import SpecDecodeEngine
 from specgen.engine.draft_kinds import DRAFT_KINDS
 from specgen.engine.serving import LengthDist, Workload
 from specgen.engine.serving.loop import ServingLoop
@@ -27,25 +25,13 @@ DEPTH = 3  # verify width 4: a width of the sampling kernels (tests/conftest.py)
 def stops(tiny):
     """Two token ids the tiny model's greedy decoding emits often: frequent stop tokens."""
     model, _ = tiny
-    gen = torch.Generator().manual_seed(7)
-    prompts = [torch.randint(0, model.config.vocab_size, (6,), generator=gen).tolist() for _ in range(12)]
-    counts = collections.Counter(t for out in greedy_generate(model, prompts, 24) for t in out)
-    return frozenset(t for t, _ in counts.most_common(2))
+    return frequent_tokens(model)
 
 
 def sampled_workload(model, stops, n: int, seed: int, rate: float | None = 60.0):
     """``n`` requests with random arrivals and lengths, about half sampled (nucleus, and top-k on every third),
     the rest greedy."""
-    reqs = Workload(
-        num_requests=n,
-        rate=rate,
-        prompt_len=LengthDist.uniform(1, 24),
-        output_len=LengthDist.uniform(1, 28),
-        vocab=model.config.vocab_size,
-        seed=seed,
-    ).requests()
-    for r in reqs:
-        r.stop_ids = stops
+    reqs = churn_requests(model, stops, n, seed, rate)
     mixed = Workload(num_requests=n, sampling=SamplingParams(0.9, 0, 0.9, 100 * seed), sampled_share=0.5, seed=seed)
     for r, m in zip(reqs, mixed.requests()):
         r.sampling = m.sampling
