@@ -147,7 +147,11 @@ class ServeSettings:
     draft: str = setting("mtp", "draft kind: mtp (default), dflash or dspark", check=_draft)
     depth: int = setting(3, "drafts per step (verify width = depth + 1)", text=INT, relation=_depth)
     modes: tuple[str, ...] | None = setting(
-        None, "boundary modes, comma-separated (default: every one that runs on the device)", text=NAMES, check=_modes
+        None,
+        "boundary modes, comma-separated (default: every one that runs on the device; the serving loop runs all "
+        "four, compile and inductor on CUDA only)",
+        text=NAMES,
+        check=_modes,
     )
     rates: str | None = setting(
         None,

@@ -26,10 +26,13 @@ class CompileMode(Mode):
         backend = e.compile_backend
         return compiled_updates(backend)[0], e.proposer.compiled_tail(backend, sampled=e.sampling is not None)
 
-    def capture(self) -> None:
+    def verify_body(self, bufs: dict) -> Callable[[], None]:
+        """The verify graph's body over the step buffers ``bufs`` (the engine's ``bufs`` while it is captured or
+        run): the compiled head update, the target forward, a sampling engine's vocabulary pass, the compiled
+        tail.  The engine captures it over its buffers; the serving loop over each row count's."""
         e = self.engine
         head, tail = self.updates()
-        bufs, bs, linear = e.bufs, e.block_size, e.state is not None
+        bs, linear = e.block_size, e.state is not None
 
         def verify():
             head(bufs, bs, linear)
@@ -38,13 +41,20 @@ class CompileMode(Mode):
                 e.sampling.sampler(bufs)
             tail(bufs, bs)
 
-        self.verify_graph = e.graph(verify)
+        return verify
+
+    def capture(self) -> None:
+        self.verify_graph = self.engine.graph(self.verify_body(self.engine.bufs))
 
     def verify(self, lo: int, hi: int, mark: Callable[[], None]) -> Commit:
         self.verify_graph()
         mark()
-        # one read-back that synchronizes, as gpt-fast's; next_tokens is -1 past the bonus
-        next_tokens = self.engine.bufs["next_tokens"].cpu()
+        # one read-back that synchronizes, as gpt-fast's
+        return self.commit(self.engine.bufs["next_tokens"].cpu())
+
+    @staticmethod
+    def commit(next_tokens):
+        """``(accepted, next_tokens)`` from the tail's ``next_tokens[B, W]``, which is -1 past the bonus."""
         return (next_tokens >= 0).sum(1) - 1, next_tokens
 
     def close(self) -> None:

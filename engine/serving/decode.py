@@ -2,8 +2,9 @@
 
 ``decode_step`` runs the engine's speculative step (draft, verify, acceptance through the
 loop's mode) over the requests a ``SchedulerOutput`` verifies, in the step buffers of that
-many rows (``specgen``: the runtime's bucket), after ``BatchRows.place`` moved every row's
-state to the step's order.  The host's bounds of the rows' lengths allow for a step whose
+many rows (``specgen``, ``inductor``: the runtime's bucket; ``compile``: its verify graph of that
+many rows, ``ServingLoop.compile_verify``), after ``BatchRows.place`` moved every row's state to the
+step's order.  The host's bounds of the rows' lengths allow for a step whose
 tokens it has not read yet (``unread``: up to ``W`` tokens more per such request).
 """
 
@@ -31,16 +32,17 @@ I32 = torch.int32
 
 def step_bufs(loop, n: int) -> tuple[dict, dict | None, int]:
     """The device buffers a step of ``n`` rows runs in, the baseline's host copies, and the rows launched."""
-    if loop.mode == "specgen":
+    if loop.runtime_mode:
         rt = loop.engine.strategy.runtime
         return rt.buffers(n), None, bucket_of(rt.buckets, n)
     if n not in loop._dev:
         kw = dict(block_size=loop.block_size, scratch_block=SpecDecodeEngine.scratch_block)
         loop._dev[n] = alloc_step_buffers(n, loop.width, loop.block_table_width, device=loop.device, **kw)
-        host = alloc_step_buffers(n, loop.width, loop.block_table_width, **kw)
-        host["h_last"], host["h_seq"] = torch.zeros(n, dtype=I32), torch.zeros(n, dtype=I32)
-        loop._host[n] = host
-    return loop._dev[n], loop._host[n], n
+        if loop.mode == "baseline":  # compile keeps its state on the device, as specgen
+            host = alloc_step_buffers(n, loop.width, loop.block_table_width, **kw)
+            host["h_last"], host["h_seq"] = torch.zeros(n, dtype=I32), torch.zeros(n, dtype=I32)
+            loop._host[n] = host
+    return loop._dev[n], loop._host.get(n), n
 
 
 def place_rows(loop, ids: list[int], tables: dict, bounds: tuple[int, int]):
@@ -78,12 +80,16 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
             seq = bufs["seq_lens"][:n]
             if not lo <= int(seq.min()) <= int(seq.max()) <= hi:
                 raise EngineError(f"the host's length bounds {(lo, hi)} miss the rows' {seq.tolist()}")
-        if loop.mode == "specgen":
+        if loop.runtime_mode:
             if not e.strategy.fuses_draft:  # a block draft keeps its own graph, before the step
                 e._draft()
             res = e.strategy.runtime.step_in_place(n, (lo, hi))
             commit = res.accepted[:n], res.next_tokens[:n]  # read back below, outside the count
             fast, reason, bucket = bool(res.fast_path), res.reason, launched
+        elif loop.mode == "compile":  # the draft, then the row count's verify graph; read back below
+            e._draft()
+            commit = loop.compile_verify(launched, n)
+            fast, reason, bucket = True, None, None
         else:
             s = e.strategy
             s.h_bufs = {k: v for k, v in host.items() if not k.startswith("h_")}

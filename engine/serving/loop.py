@@ -35,6 +35,17 @@ Each iteration:
    ``complete_lag`` holds completion back that many more steps (what a device with
    steps in flight does), so the lagged release is exercised.
 
+The modes: ``baseline`` (the host-serial boundary over plain step buffers per row count and their
+host copies; on a GPU its verify forward is a graph per row count), ``compile`` (plain step buffers
+per row count, the state on the device; its verify graph, ``CompileMode.verify_body``: the compiled
+head update, the forward, a sampling engine's vocabulary pass, the compiled tail, captured per row
+count on its first step; each step runs the draft, replays it and reads ``next_tokens`` back),
+``specgen`` and ``inductor`` (``SpecVerifyRuntime``'s buckets, every bucket's graph captured at
+set-up; ``inductor`` runs the families as compiled torch, so its rows move by the remap's torch
+semantics).  On the CPU nothing is captured: ``compile``'s verify body and ``inductor``'s runtime
+run the same functions eagerly, compiled by ``compile_backend`` (``"eager"`` in the tests: exact
+and without a compiler; ``"inductor"``, the default, needs a C++ compiler there).
+
 ``sampling=True``: requests carry their own ``SamplingParams`` (``sampling.py``), greedy and sampled ones
 in one batch, each giving what a lone sampling engine gives for its prompt.
 
@@ -62,12 +73,12 @@ time); a prefill's token when its last chunk's forward returns.
 
 What each ``StepRecord`` holds: ``batch`` (rows of the step, padding rows of a
 bucket not counted), ``fast_path`` and ``reason`` (the runtime's ``StepResult`` in
-``specgen``; ``True`` / ``None`` in ``baseline``, which has no fallback),
+``specgen`` and ``inductor``; ``True`` / ``None`` in ``baseline`` and ``compile``, which have no fallback),
 ``host_syncs`` (synchronizations reported by ``torch.cuda``'s sync debug mode over
 the step's host part on a CUDA device, the row remap and the launch, the read-back
 excluded as in the engine; 0 on the CPU, where nothing is measured), ``tokens`` (emitted after the cut at a stop
 token or the budget), ``proposed`` / ``accepted`` (drafts of the step's rows),
-``bucket`` (the runtime's batch bucket; ``specgen`` only), ``remaps`` (1 when rows that
+``bucket`` (the runtime's batch bucket; ``specgen`` and ``inductor`` only), ``remaps`` (1 when rows that
 stay moved before the step: 0 when every row kept its index and buffers), ``joined``
 (rows written from a prefill or a parked row), ``remap_path`` (``kernel``: the built remap
 family moved the rows; ``torch``: its semantics; ``None``: nothing moved) and
@@ -101,7 +112,8 @@ from .workload import ClosedLoop
 __all__ = ["SERVING_MODES", "ServingLoop"]
 
 I32 = torch.int32
-SERVING_MODES = ("baseline", "specgen")  # the modes whose per-step state the loop remaps
+SERVING_MODES = ("baseline", "compile", "specgen", "inductor")  # the modes whose per-step state the loop remaps
+RUNTIME_MODES = ("specgen", "inductor")  # the modes whose steps run SpecVerifyRuntime's buckets
 
 
 class ServingLoop:
@@ -109,7 +121,9 @@ class ServingLoop:
 
     ``model``: a ``Qwen3Model`` or a hybrid ``Qwen35Model`` (its linear-state slots belong to the
     requests: ``state_slots.py``); ``draft``: an MTP head or a DFlash / DSpark block draft; ``mode``:
-    ``baseline`` or ``specgen`` (``kernels``: the built folder's library, for ``specgen``);
+    ``baseline``, ``compile``, ``specgen`` or ``inductor`` (``kernels``: the built folder's library, for
+    ``specgen``, and for ``inductor`` its manifest; ``compile_backend``: the ``torch.compile`` backend of
+    ``compile`` and ``inductor``, ``"eager"`` for an exact, uncompiled run on the CPU);
     ``depth``: drafts per step (verify width
     ``depth + 1``); ``max_batch``: rows of a decode step and running requests; the KV pool
     is ``num_blocks`` blocks of ``block_size`` (block 0 is the scratch block) and a
@@ -137,6 +151,7 @@ class ServingLoop:
         complete_lag: int = 0,
         read_lag: int = 0,
         sampling: bool = False,
+        compile_backend: str = "inductor",
     ):
         proposer = proposer_for(draft)
         if mode not in SERVING_MODES:
@@ -150,6 +165,7 @@ class ServingLoop:
         if max_prefill_tokens < 1 or max_batch < 1 or depth < 1:
             raise EngineError("depth, max_batch and max_prefill_tokens must be >= 1")
         self.model, self.head, self.mode = model, proposer.module, mode
+        self.runtime_mode = mode in RUNTIME_MODES  # steps in SpecVerifyRuntime's buckets (decode.py)
         self.depth, self.width, self.max_batch = int(depth), int(depth) + 1, int(max_batch)
         self.num_blocks, self.block_size = int(num_blocks), int(block_size)
         self.block_table_width, self.max_prefill_tokens = int(block_table_width), int(max_prefill_tokens)
@@ -164,6 +180,7 @@ class ServingLoop:
             block_table_width=self.block_table_width,
             library=kernels,
             sampling=SamplingParams() if sampling else None,
+            compile_backend=compile_backend,
         )
         self.device = self.engine.device
         self.draft_name = getattr(getattr(proposer, "draft", None), "kind", "mtp")
@@ -192,10 +209,10 @@ class ServingLoop:
             e.state = self.state = StateSlots(self.model, groups, self.width, self.device)
         self._dev: dict[int, dict] = {}
         self._host: dict[int, dict] = {}
-        self._verify_graphs: dict[int, object] = {}  # baseline on a GPU: rows -> its verify forward's graph
+        self._verify_graphs: dict[int, object] = {}  # baseline on a GPU, compile: rows -> its verify graph
         self._prompt_lens: dict[int, torch.Tensor] = {}  # rows -> the draft's prompt lengths (bind_rows)
         self._accept: dict[int, RowAcceptance] = {}  # rows -> the draft's AcceptanceMix rows (bind_rows)
-        if self.mode == "specgen" and self.device.type != "cpu":
+        if self.runtime_mode and self.device.type != "cpu":
             # every bucket's graph now, over padding rows (linear-state slots -1): a step that changes bucket
             # replays, never captures; the draft (the graph's prologue) reads the engine's buffers and batch
             rt = e.strategy.runtime
@@ -341,7 +358,7 @@ class ServingLoop:
         run.requests = [records[rid] for rid in sorted(records)]
         run.preemptions = sched.num_preemptions
         run.elapsed_s = clock()
-        if self.mode == "specgen":
+        if self.runtime_mode:
             run.settings["runtime_stats"] = self.engine.strategy.stats()
         return run
 
@@ -385,6 +402,20 @@ class ServingLoop:
             if saved is not None:
                 self.state.restore(saved)
         graph()
+
+    def compile_verify(self, rows: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``compile``'s verify over the step buffers of ``rows`` rows (``CompileMode.verify_body``): a graph per
+        row count, captured on its first step once the step's inputs are in, like ``baseline_forward``'s (the
+        warm-ups rewrite the buffers, the verify hidden states and a hybrid's linear state: all restored after
+        them; the KV they write is what the step writes), replayed after; eager on the CPU.  Returns the first
+        ``n`` rows' (accepted, next_tokens) on the device, as ``CompileMode.verify`` reads them."""
+        e = self.engine
+        graph = self._verify_graphs.get(rows)
+        if graph is None:
+            with e.state_kept():
+                graph = self._verify_graphs[rows] = e.graph(e.strategy.verify_body(e.bufs))
+        graph()
+        return e.strategy.commit(e.bufs["next_tokens"][:n])
 
     def table_row(self, table: tuple[int, ...]) -> list[int]:
         """A block table padded to the table width with the scratch block (host values)."""

@@ -131,7 +131,8 @@ def serve(tiny, lib, mode, reqs, *, depth=3, check=False, **kw):
         block_size=BS,
         block_table_width=BT,
         max_prefill_tokens=kw.pop("max_prefill_tokens", 16),
-        kernels=lib if mode == "specgen" else None,
+        kernels=lib if mode in ("specgen", "inductor") else None,
+        compile_backend="eager",  # compile / inductor on the CPU: the same functions, uncompiled
         **kw,
     )
     checks = (check if isinstance(check, type) else Checks)(loop) if check else None
@@ -391,12 +392,40 @@ def test_row_stage_runs_the_kernel_inside_its_guard(engine_kernels):
 def test_refusals(tiny):
     model, head = tiny
     kw = dict(depth=3, max_batch=2, num_blocks=8)
-    with pytest.raises(EngineError, match="runs modes baseline, specgen"):
-        ServingLoop(model, head, mode="compile", **kw)
+    with pytest.raises(EngineError, match="runs modes baseline, compile, specgen, inductor, not 'fast'"):
+        ServingLoop(model, head, mode="fast", **kw)
     with pytest.raises(EngineError, match="bind the AcceptanceMix"):
         ServingLoop(model, head, mode="baseline", acceptance=AcceptanceMix(0.5), **kw)
     with pytest.raises(EngineError, match="read_lag is 0"):
         ServingLoop(model, head, mode="baseline", read_lag=2, **kw)
+
+
+@pytest.mark.parametrize("mode, read_lag", [("compile", 0), ("compile", 1), ("inductor", 1)])
+def test_compiled_modes(tiny, engine_kernels, stops, mode, read_lag):
+    """``compile`` and ``inductor`` on the CPU, their verify bodies run eagerly (``compile_backend="eager"``): under
+    churn (preemptions, joins, rows that move, the lagged release, p = 0.7) every request's output equals its
+    greedy decoding alone and the baseline loop's output for it; the rows move by the remap's torch semantics
+    (``mode``); ``compile`` keeps no host copies and one verify body per row count, ``inductor`` runs the
+    runtime's buckets on the fast path."""
+    model, _ = tiny
+    runs = {}
+    for m in ("baseline", mode):
+        reqs = workload(model, stops, 40, seed=71 + read_lag, rate=80.0)
+        mix = oracle_mix(model, reqs, 0.7, 4)
+        kw = dict(check=True, complete_lag=1, read_lag=read_lag, acceptance=mix, max_batch=6, num_blocks=9)
+        loop, run, checks = serve(tiny, engine_kernels, m, reqs, **kw)
+        assert_exact(model, loop, run, reqs)
+        assert run.preemptions > 0 and checks.iterations > 0 and sum(s.remaps for s in run.steps) > 0
+        runs[m] = loop, run
+    (base, _), (loop, run) = runs["baseline"], runs[mode]
+    assert {r: q.output for r, q in loop.requests.items()} == {r: q.output for r, q in base.requests.items()}
+    assert run.metrics()["acceptance"] > 0
+    if mode == "compile":
+        assert loop._host == {} and sorted(loop._verify_graphs) == sorted(loop._dev)
+        assert len(loop._dev) > 1 and all(s.bucket is None and s.fast_path for s in run.steps)
+    else:
+        assert all(s.fast_path and s.reason is None and s.bucket >= s.batch for s in run.steps)
+        assert "runtime_stats" in run.settings
 
 
 class LagChecks(Checks):

@@ -1,6 +1,7 @@
 """The serving loop on the GPU: the tiny target in float32 (TF32 off) with CUDA graphs, under churn.
 
-Every request's output equals plain greedy decoding of its prompt alone, cut at its stop token or budget;
+Every request's output equals plain greedy decoding of its prompt alone, cut at its stop token or budget, in
+every mode (``compile`` and ``inductor`` also equal to ``baseline``'s);
 ``specgen`` moves the rows by the ``cuda`` variant of ``spec_batch_row_remap`` and no ``specgen`` decode step
 synchronizes the host (the row remap, the uploads and the launch counted by torch.cuda's sync debug mode; the
 read-back of the step's tokens excluded); every bucket's graph is captured before the first step.  A soak
@@ -71,7 +72,7 @@ def _loop(model, head, lib, mode, **kw) -> ServingLoop:
         block_size=BS,
         block_table_width=BT,
         max_prefill_tokens=16,
-        kernels=lib if mode == "specgen" else None,
+        kernels=lib if mode in ("specgen", "inductor") else None,
         **kw,
     )
 
@@ -104,6 +105,39 @@ def test_cuda_churn_is_exact_and_specgen_never_syncs(cuda_tiny, cuda_stops, engi
             assert len(set(buckets)) > 1  # the batch changed bucket and stayed on the captured graphs
         else:
             assert t["torch"] == {"mode": t["steps"]}
+
+
+@pytest.mark.parametrize("mode, read_lag", [("compile", 0), ("compile", 1), ("inductor", 0), ("inductor", 1)])
+def test_cuda_compiled_modes_equal_baseline(cuda_tiny, cuda_stops, engine_kernels, mode, read_lag):
+    """``compile`` (its verify graph captured per row count on the row count's first step) and ``inductor``
+    (the runtime's buckets, each captured at set-up, the families as Inductor-compiled torch) under the same
+    churn as above: every request's output equals the baseline loop's and greedy decoding's, the rows move by
+    the remap's torch semantics."""
+    model, head = cuda_tiny
+    g = None
+    outputs = {}
+    for m in ("baseline", mode):
+        reqs = _requests(model, cuda_stops, 60, seed=131 + read_lag)  # fresh: a run appends to its requests
+        if g is None:
+            g = max(r.max_new_tokens for r in reqs) + 2 * 4 + 1  # W = 4, one step unread
+            oracle = [greedy_generate(model, [list(r.prompt)], g)[0] for r in reqs]
+            rows = [cut_at_stop(o[: r.max_new_tokens], r.stop_ids) for o, r in zip(oracle, reqs)]
+            mix = AcceptanceMix(0.7, torch.tensor(oracle, device="cuda"), vocab_size=model.config.vocab_size, seed=3)
+        loop = _loop(model, head, engine_kernels, m, acceptance=mix, complete_lag=1, read_lag=read_lag)
+        run = loop.run(reqs)
+        outputs[m] = {r.id: loop.requests[r.id].output for r in reqs}
+        for r, want in zip(reqs, rows):
+            assert outputs[m][r.id] == want, f"{m}: request {r.id}"
+        metrics = run.metrics()
+        assert metrics["finished"] == len(reqs) and run.preemptions > 0
+        t = metrics["transitions"]
+        assert t["steps"] > 0 and t["torch"] == {"mode": t["steps"]}
+    assert outputs[mode] == outputs["baseline"]
+    if mode == "compile":
+        assert loop._host == {} and sorted(loop._verify_graphs) == sorted(loop._dev) and len(loop._dev) > 1
+    else:
+        assert all(s.fast_path and s.reason is None for s in run.steps), metrics["fallbacks"]
+        assert len({s.bucket for s in run.steps}) > 1  # the batch changed bucket and stayed on the captured graphs
 
 
 def test_cuda_serving_soak(cuda_tiny, engine_kernels):
