@@ -366,6 +366,21 @@ class SpecVerifyRuntime(StepCapture):
             raise ValueError("steps_back must be 0 (latest step) or 1 (the one before)")
         return self._mirror.result(steps_back) if self._mirror is not None else None
 
+    def result_ticket(self) -> int:
+        """A ticket for the latest step's host copy (the copies made so far), for ``host_result_of``; 0 when
+        the runtime keeps no host copies (the CPU, where ``step_in_place``'s result is final)."""
+        return self._mirror.copies if self._mirror is not None else 0
+
+    def host_result_of(self, ticket: int) -> HostResult:
+        """The host copy of the step whose ``result_ticket()`` was ``ticket``: that step or the one after it
+        must be the latest (a copy stays readable until two later ones are made); waits on its event only."""
+        if self._mirror is None:
+            raise ValueError("this runtime keeps no host copies (the CPU): read the step's result directly")
+        back = self._mirror.copies - ticket
+        if back not in (0, 1):
+            raise ValueError(f"the host copy of step ticket {ticket} is gone: {back} steps were copied after it")
+        return self._mirror.result(back)
+
     def stats(self) -> dict:
         """Steps on the fast path, eager steps by reason, and the device guard's failed conditions by name."""
         return {"fast_path": self._fast, "fallback": dict(self._fallback), "device_guard": dict(self._guard_trips)}

@@ -11,6 +11,7 @@ tokens it has not read yet (``unread``: up to ``W`` tokens more per such request
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import torch
 
@@ -62,8 +63,10 @@ def place_rows(loop, ids: list[int], tables: dict, bounds: tuple[int, int]):
     return dst, hdst, launched, *placed
 
 
-def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list[int]], StepRecord]:
-    """One speculative step over ``out.verify``: draft, verify, acceptance; the tokens per request."""
+def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list[int]] | Callable, StepRecord]:
+    """One speculative step over ``out.verify``: draft, verify, acceptance; the tokens per request, or (specgen
+    on a device with ``read_lag=1``) a function that reads them from the step's pinned host copy once the
+    next step is launched: the host never waits for the step it just launched."""
     e, W = loop.engine, loop.width
     ids = list(out.verify)
     n = len(ids)
@@ -83,8 +86,12 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
         if loop.runtime_mode:
             if not e.strategy.fuses_draft:  # a block draft keeps its own graph, before the step
                 e._draft()
-            res = e.strategy.runtime.step_in_place(n, (lo, hi))
-            commit = res.accepted[:n], res.next_tokens[:n]  # read back below, outside the count
+            rt = e.strategy.runtime
+            res = rt.step_in_place(n, (lo, hi))
+            if loop.read_lag and loop.device.type == "cuda":  # read from the step's pinned host copy, later
+                commit = functools.partial(_host_copy, rt, rt.result_ticket(), n)
+            else:
+                commit = res.accepted[:n], res.next_tokens[:n]  # read back below, outside the count
             fast, reason, bucket = bool(res.fast_path), res.reason, launched
         elif loop.mode == "compile":  # the draft, then the row count's verify graph; read back below
             e._draft()
@@ -105,15 +112,13 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
             host["h_seq"].copy_(s.h_seq)
             commit = acc[:n], nxt[:n]
             fast, reason, bucket = True, None, None
-    accepted, next_tokens = commit[0].tolist(), commit[1].tolist()  # the read-back
-    tokens = {rid: next_tokens[i][: accepted[i] + 1] for i, rid in enumerate(ids)}
     record = StepRecord(
         t=0.0,
         batch=n,
         fast_path=fast,
         host_syncs=syncs.n,
         proposed=n * (W - 1),
-        accepted=sum(accepted),
+        accepted=0,
         reason=reason,
         bucket=bucket,
         remaps=remaps,
@@ -121,4 +126,20 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
         remap_path=None if not (remaps or joined) else ("torch" if remap_reason else "kernel"),
         remap_reason=remap_reason,
     )
-    return tokens, record
+    reader = functools.partial(_read_back, ids, commit, record)
+    return (reader if callable(commit) else reader()), record
+
+
+def _host_copy(rt, ticket: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A lagged step's accepted counts and tokens from its pinned host copy (waits on its copy event only)."""
+    host = rt.host_result_of(ticket)
+    return host.accepted[:n], host.next_tokens[:n]
+
+
+def _read_back(ids: list[int], commit, record: StepRecord) -> dict[int, list[int]]:
+    """The read-back: each request's committed tokens (its accepted drafts and the bonus); the record's
+    accepted count.  ``commit``: the step's (accepted, next_tokens), or a function giving them later."""
+    acc, nxt = commit() if callable(commit) else commit
+    accepted, next_tokens = acc.tolist(), nxt.tolist()
+    record.accepted = sum(accepted)
+    return {rid: next_tokens[i][: accepted[i] + 1] for i, rid in enumerate(ids)}

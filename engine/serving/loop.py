@@ -297,6 +297,8 @@ class ServingLoop:
         def read(finished: list) -> int:
             """The host reads the oldest step in flight: the scheduler takes its tokens."""
             out, tokens, record = pending.pop(0)
+            if callable(tokens):  # a lagged step's read-back, from its host copy
+                tokens = tokens()
             done = {rid for rid in tokens if self.requests[rid].finished}  # finished before: dropped
             sched.update(out, tokens)
             t = clock()
