@@ -34,8 +34,9 @@
 # shapes, context 1024, the default build's bt64 bs128 layout; cli/bench.py over bench/harness.py),
 # (DEPTHS, e.g. 3,4,5, MODES and STEPS choose the sweep; bench-sampling: the same at --temperature 0.7 --top-p 0.9), host-profile (cProfile of the host's step loop), bench-mtp (the MTP head's own acceptance), forward (benchmarks/forward_speed.py: the bare verify
 # forward and the draft step, torch and Triton forwards, kernels per layer).
+# serve-bench (specgen serve-bench: Qwen3-0.6B shapes, MTP depth 3, rates 8/s, 48/s and all at once, a closed loop of 32).
 # Usage: benchmarks/h200.sh OUT_DIR [tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
-#        [bench-sampling] [host-profile]
+#        [bench-sampling] [serve-bench] [host-profile]
 #        [bench-mtp] [block-bench]
 set -u
 out=$1; shift
@@ -87,6 +88,13 @@ for stage in "$@"; do
         --modes ${MODES:-baseline,compile,inductor,specgen} --acceptance 0.7 --prompt-len 1024 --block-size 128 \
         --block-table-width 64 --kernels build/specgen_kernels --out "$out/${name}_$model" > "$out/${name}_$model.log" 2>&1
       echo "$name $model: exit $?"; grep -v "^frame #" "$out/${name}_$model.log" | grep -v "^bench: \[" | tail -24 ;;
+    serve-bench)  # the serving workload: three request rates and a closed loop of 32, each mode (RATES, REQUESTS, MODES)
+      specgen serve-bench --model qwen3-0.6b --draft mtp --depth 3 --modes ${MODES:-baseline,compile,inductor,specgen} \
+        --rates ${RATES:-8,48,inf} --closed-loop 32 --num-requests ${REQUESTS:-128} --prompt-len lognormal:256,0.8,32-1024 \
+        --output-len lognormal:128,0.6,16-384 --max-batch 32 --block-size 128 --block-table-width 64 \
+        --max-prefill-tokens 2048 --acceptance 0.7 --seed 0 --kernels build/specgen_kernels --progress-every 20 \
+        --out "$out/serving" > "$out/serve_bench.log" 2>&1
+      echo "serve-bench: exit $?"; grep -v "^frame #" "$out/serve_bench.log" | grep -v "started\|finished" | tail -16 ;;
     host-profile)  # where the host's time per step goes: specgen, depth 3, B = 1, under cProfile
       python3 -m cProfile -o "$out/host.prof" -m specgen bench --model qwen3-0.6b --depth 3 --batch 1 --steps 300 \
         --warmup 10 --profile-steps 0 --modes ${MODES:-specgen} --acceptance 0.7 --prompt-len 1024 --block-size 128 \
