@@ -108,9 +108,11 @@ def loop_runner(config: ServeConfig, library=None) -> Runner:
 
 
 def warmup_load(config: ServeConfig) -> list[Request]:
-    """The untimed run before a mode's first timed one: a full batch of the workload's lengths, all at once."""
+    """The untimed run before a mode's first timed one: two full batches of the workload's lengths, all at once,
+    so the batch runs full, then shrinks row by row as the second wave finishes: the graphs, compiled functions and
+    JIT-compiled kernels of most row counts and prompt lengths are built before anything is timed."""
     workload = Workload(
-        num_requests=min(config.max_batch, config.num_requests),
+        num_requests=min(2 * config.max_batch, config.num_requests),
         rate=None,
         prompt_len=config.prompt_len,
         output_len=config.output_len,
