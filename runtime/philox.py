@@ -30,12 +30,13 @@ PHILOX_W0, PHILOX_W1 = 0x9E3779B9, 0xBB67AE85
 ROUNDS = 10
 
 
-def _mulhilo(m: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(hi, lo)`` 32-bit words of ``m * x`` for a constant ``m < 2**32`` and int64 ``x`` in ``[0, 2**32)``."""
-    low = m * (x & 0xFFFF)  # < 2**48
-    high = m * (x >> 16)  # < 2**48
-    t = low + ((high & 0xFFFF) << 16)  # < 2**49
-    return ((high >> 16) + (t >> 32)) & MASK32, t & MASK32
+def _mulhilo(m, x, low: bool = True):
+    """``(hi, lo)`` 32-bit words of ``m * x`` for ``m < 2**32`` (an int or an int64 tensor) and ``x`` in ``[0, 2**32)``
+    (an int64 tensor or a Python int); ``lo`` is None when ``low`` is false."""
+    by_low = m * (x & 0xFFFF)  # m times the low 16 bits of x, < 2**48
+    by_high = m * (x >> 16)  # m times the high 16 bits of x, < 2**48
+    t = by_low + ((by_high & 0xFFFF) << 16)  # < 2**49; m * x == (by_high >> 16) * 2**32 + t
+    return (by_high >> 16) + (t >> 32), (t & MASK32 if low else None)  # hi needs no mask: m * x < 2**64
 
 
 def philox4x32(counter: tuple[torch.Tensor, ...], key: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -58,16 +59,45 @@ def _words(x, device) -> tuple[torch.Tensor, torch.Tensor]:
     return x & MASK32, (x >> 32) & MASK32
 
 
+def _lanes_of(x, device) -> torch.Tensor:
+    """An integer tensor as int64, or a Python int as a 0-d int64 tensor made on ``device`` by a fill (which a graph
+    capture records)."""
+    return x.long() if isinstance(x, torch.Tensor) else torch.full((), int(x), dtype=torch.int64, device=device)
+
+
 def philox_bits(seed, position, stream) -> torch.Tensor:
     """The first 32-bit Philox output word for each broadcast ``(seed, position, stream)``, int64 in ``[0, 2**32)``.
 
-    Python ints join the device of the tensor arguments (the CPU when there are none)."""
+    Python ints join the device of the tensor arguments (the CPU when there are none).
+
+    ``philox4x32`` over ``_words`` of the arguments, bit for bit, in about half the tensor ops (each op is a kernel
+    launch on a device): the two words each round multiplies, ``(c0, c2)``, and the keys ``(k0, k1)`` are the two
+    lanes of one ``[2, ...]`` tensor, a Python-int stream is mixed in the first round on the host, the whole key
+    schedule is built by a few ops up front, and the last round computes only the output word it returns.
+    """
     device = next((x.device for x in (position, seed, stream) if isinstance(x, torch.Tensor)), torch.device("cpu"))
-    s_lo, s_hi = _words(seed, device)
-    p_lo, p_hi = _words(position, device)
-    st, _ = _words(stream, device)
-    p_lo, p_hi, st, s_lo, s_hi = torch.broadcast_tensors(p_lo, p_hi, st, s_lo, s_hi)
-    return philox4x32((p_lo, p_hi, st, torch.zeros_like(st)), (s_lo, s_hi))[0]
+    seed, position = _lanes_of(seed, device), _lanes_of(position, device)
+    st = stream.long() & MASK32 if isinstance(stream, torch.Tensor) else int(stream) & MASK32
+    shape = torch.broadcast_shapes(seed.shape, position.shape, st.shape if isinstance(st, torch.Tensor) else ())
+    seed, position = seed.expand(shape), position.expand(shape)
+    lane = torch.arange(2, device=device).view(2, *[1] * len(shape))
+    key = (seed >> (lane * 32)) & MASK32  # [k0, k1]
+    c0, c1 = position & MASK32, (position >> 32) & MASK32
+    # round 0 on (c0, c1, c2, c3) = (position words, stream, 0)
+    hi0, lo0 = _mulhilo(PHILOX_M0, c0)
+    hi1, lo1 = _mulhilo(PHILOX_M1, st)
+    x = torch.stack([(hi1 ^ c1).expand(shape), hi0]) ^ key  # (c0, c2) after round 0
+    lo1 = lo1.expand(shape) if isinstance(lo1, torch.Tensor) else torch.full_like(lo0, lo1)
+    y = torch.stack([lo0, lo1])  # (c3, c1) after round 0: the words (c1, c3) in reverse lane order
+    mult = PHILOX_M0 + lane * (PHILOX_M1 - PHILOX_M0)
+    bump = (PHILOX_W0 + lane * (PHILOX_W1 - PHILOX_W0))[..., None] * torch.arange(ROUNDS, device=device)
+    keys = (key[..., None] + bump) & MASK32  # keys[..., r]: round r's (k0, k1)
+    for r in range(1, ROUNDS - 1):
+        # c0, c2 = hi(c2) ^ c1 ^ k0, hi(c0) ^ c3 ^ k1 and c1, c3 = lo(c2), lo(c0)
+        hi, lo = _mulhilo(mult, x)
+        x, y = (hi ^ y).flip(0) ^ keys[..., r], lo
+    hi1, _ = _mulhilo(PHILOX_M1, x[1], low=False)
+    return hi1 ^ y[1] ^ keys[0, ..., ROUNDS - 1]
 
 
 def philox_uniform(seed, position, stream) -> torch.Tensor:

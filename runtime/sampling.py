@@ -127,14 +127,20 @@ def filtered_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch
     scaled = x / torch.where(greedy, torch.ones_like(t), t)[:, None]
     k = top_k.to(x.device).long()
     k = torch.where((k <= 0) | (k >= v), torch.full_like(k, v), k)
-    kth = torch.gather(torch.sort(scaled, dim=1, descending=True).values, 1, (k - 1)[:, None])
+    # one sort: softmax is monotone, so the scaled logits' descending order is the probabilities' too
+    sorted_scaled, order = torch.sort(scaled, dim=1, descending=True)
+    kth = torch.gather(sorted_scaled, 1, (k - 1)[:, None])
     scaled = scaled.masked_fill(scaled < kth, float("-inf"))
     probs = torch.softmax(scaled, dim=1)
-    desc = torch.sort(probs, dim=1, descending=True).values
+    desc = torch.gather(probs, 1, order)  # the probabilities in descending order
     mass = torch.cat([torch.zeros_like(desc[:, :1]), torch.cumsum(desc, dim=1)], dim=1)  # mass[i]: top i tokens
-    above = torch.searchsorted(-desc, -probs, right=False)  # how many tokens are strictly more probable
+    # above[i]: how many tokens are strictly more probable than sorted token i, the first index of its tie group
+    i = torch.arange(v, device=x.device).expand(n, v)
+    first = torch.cat([torch.ones_like(desc[:, :1], dtype=torch.bool), desc[:, 1:] != desc[:, :-1]], dim=1)
+    above = torch.cummax(torch.where(first, i, torch.zeros_like(i)), dim=1).values
     p = top_p.to(x.device, torch.float32)[:, None]
-    keep = (torch.gather(mass, 1, above) < p) | (p >= 1)
+    keep_sorted = (torch.gather(mass, 1, above) < p) | (p >= 1)
+    keep = torch.empty_like(keep_sorted).scatter_(1, order, keep_sorted)
     probs = torch.where(keep, probs, torch.zeros_like(probs))
     probs = probs / probs.sum(dim=1, keepdim=True)
     onehot = torch.zeros_like(probs).scatter_(1, torch.argmax(x, dim=1, keepdim=True), 1.0)
@@ -233,7 +239,6 @@ def rejection_inputs(draft_tokens, draft_probs, draft_dists, target_probs, seeds
     pos = positions.to(dev).long()
     seed = seeds.to(dev).long()
     j = torch.arange(width, device=dev)
-    u_accept = philox_uniform(seed[:, None], pos[:, None] + j[:-1], ACCEPT_STREAM)
     if draft_dists is None:  # a greedy draft: q_j is q_j(x_j) at x_j and 0 elsewhere
         q_at = torch.where(valid, draft_probs.to(dev).double(), torch.zeros_like(p_at, dtype=torch.float64))
         q = torch.zeros_like(p[:, :-1]).scatter_(2, xs[..., None], q_at[..., None])
@@ -243,7 +248,9 @@ def rejection_inputs(draft_tokens, draft_probs, draft_dists, target_probs, seeds
     empty = ~(residual > 0).any(dim=2)
     residual = torch.where(empty[..., None], p[:, :-1], residual)
     dist = torch.cat([residual, p[:, -1:]], dim=1)
-    u_token = philox_uniform(seed[:, None], pos[:, None] + j, TOKEN_STREAM)
+    # both streams in one call (stream s at index s): ``[B, 2, W]``
+    u = philox_uniform(seed[:, None, None], pos[:, None, None] + j, torch.arange(2, device=dev)[:, None])
+    u_accept, u_token = u[:, ACCEPT_STREAM, :-1], u[:, TOKEN_STREAM]
     tokens = _draw(dist.reshape(batch * width, vocab), u_token.reshape(-1)).reshape(batch, width)
     return tokens.to(torch.int32), p_at.float(), u_accept.float()
 

@@ -14,8 +14,10 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from specgen.runtime.philox import philox4x32, philox_bits, philox_uniform
+from specgen.runtime.philox import _words, philox4x32, philox_bits, philox_uniform
 from specgen.runtime.sampling import (
     SamplingParams,
     SamplingTensors,
@@ -114,6 +116,38 @@ def test_neighbouring_counters_are_independent():
     assert philox_bits(1, 2, 3).dtype == torch.int64
 
 
+def _reference_philox_bits(seed, position, stream):
+    """``philox_bits`` as first written: ``philox4x32`` on the broadcast words, one op per word and step."""
+    device = next((x.device for x in (position, seed, stream) if isinstance(x, torch.Tensor)), torch.device("cpu"))
+    s_lo, s_hi = _words(seed, device)
+    p_lo, p_hi = _words(position, device)
+    st_, _ = _words(stream, device)
+    p_lo, p_hi, st_, s_lo, s_hi = torch.broadcast_tensors(p_lo, p_hi, st_, s_lo, s_hi)
+    return philox4x32((p_lo, p_hi, st_, torch.zeros_like(st_)), (s_lo, s_hi))[0]
+
+
+def test_philox_bits_equal_the_plain_rounds_bit_for_bit():
+    g = torch.Generator().manual_seed(7)
+    i64 = torch.iinfo(torch.int64)
+    edges = [0, 1, -1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, i64.max, i64.min]
+    seeds = torch.cat([torch.tensor(edges), torch.randint(i64.min, i64.max, (500,), generator=g)])
+    positions = torch.cat(
+        [
+            torch.tensor(edges),
+            torch.randint(0, 2**31 + 1, (60,), generator=g),
+            torch.randint(i64.min, i64.max, (60,), generator=g),
+        ]
+    )
+    streams = torch.tensor([0, 1, 2, 3, -1, 2**32 + 2])
+    for stream in (0, 1, 2, 7, 2**32 + 1, streams[:, None, None], streams[:2, None, None].int()):
+        want = _reference_philox_bits(seeds[:, None], positions, stream)
+        got = philox_bits(seeds[:, None], positions, stream)
+        assert got.dtype == torch.int64 and got.shape == want.shape and torch.equal(got, want), stream
+    for seed, pos, stream in ((0, 0, 0), (-1, 2**31, 1), (i64.max, 5, torch.tensor(2)), (torch.tensor([3, 4]), 9, 1)):
+        want, got = _reference_philox_bits(seed, pos, stream), philox_bits(seed, pos, stream)
+        assert got.shape == want.shape and torch.equal(got, want)
+
+
 # --- parameters -----------------------------------------------------------------------------------
 
 
@@ -189,6 +223,84 @@ def test_filtered_probs_follow_the_definitions():
     for row in range(n):
         want = _brute_filter(logits[row].tolist(), float(t[row]), int(k[row]), float(p[row]))
         assert got[row].tolist() == pytest.approx(want, abs=1e-5), row
+
+
+def _reference_filtered_probs(logits, temperature, top_k, top_p):
+    """``filtered_probs`` as first written: a sort for top-k, another of the probabilities and a search for top-p."""
+    n, v = logits.shape
+    x = logits.float()
+    t = temperature.to(x.device, torch.float32)
+    greedy = t <= 0
+    scaled = x / torch.where(greedy, torch.ones_like(t), t)[:, None]
+    k = top_k.to(x.device).long()
+    k = torch.where((k <= 0) | (k >= v), torch.full_like(k, v), k)
+    kth = torch.gather(torch.sort(scaled, dim=1, descending=True).values, 1, (k - 1)[:, None])
+    scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=1)
+    desc = torch.sort(probs, dim=1, descending=True).values
+    mass = torch.cat([torch.zeros_like(desc[:, :1]), torch.cumsum(desc, dim=1)], dim=1)
+    above = torch.searchsorted(-desc, -probs, right=False)
+    p = top_p.to(x.device, torch.float32)[:, None]
+    keep = (torch.gather(mass, 1, above) < p) | (p >= 1)
+    probs = torch.where(keep, probs, torch.zeros_like(probs))
+    probs = probs / probs.sum(dim=1, keepdim=True)
+    onehot = torch.zeros_like(probs).scatter_(1, torch.argmax(x, dim=1, keepdim=True), 1.0)
+    return torch.where(greedy[:, None], onehot, probs)
+
+
+def _assert_bits_equal(got, want):
+    assert got.dtype == want.dtype == torch.float32 and got.shape == want.shape
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))  # -0.0 and NaN payloads included
+
+
+@st.composite
+def _filter_cases(draw):
+    n, v = draw(st.integers(1, 6)), draw(st.integers(1, 12))
+    span = draw(st.sampled_from([0, 1, 2, 5, 40]))  # span 0: every logit of a row tied
+    scale = draw(st.sampled_from([1.0, 0.5, 1e-3, 30.0]))
+    rows = [[draw(st.integers(-span, span)) * scale for _ in range(v)] for _ in range(n)]
+    for row in rows:  # some -inf logits, never a whole row
+        for i in draw(st.lists(st.integers(0, v - 1), max_size=v - 1, unique=True)):
+            row[i] = float("-inf")
+    dtype = draw(st.sampled_from([torch.float32, torch.bfloat16]))
+    temps = st.sampled_from([0.0, 0.7, 1.0, 0.5, 1.7, 1e-3, 3.0])
+    ks = st.one_of(st.sampled_from([0, 1, 2, v - 1, v, v + 1, 2**31 - 1]), st.integers(0, v + 2))
+    ps = st.one_of(st.sampled_from([1.0, 0.9, 0.5, 1e-7, 0.999999]), st.floats(1e-6, 1.0))
+    t = torch.tensor([draw(temps) for _ in range(n)])
+    k = torch.tensor([max(draw(ks), 0) for _ in range(n)], dtype=torch.int32)
+    p = torch.tensor([draw(ps) for _ in range(n)])
+    return torch.tensor(rows).to(dtype), t, k, p
+
+
+@settings(max_examples=400, deadline=None)
+@given(_filter_cases())
+def test_filtered_probs_equal_the_two_sort_version_bit_for_bit(case):
+    _assert_bits_equal(filtered_probs(*case), _reference_filtered_probs(*case))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_filtered_probs_equal_the_two_sort_version_on_a_full_vocabulary(dtype):
+    g = torch.Generator().manual_seed(3)
+    n, v = 8, 151936
+    logits = (torch.randn(n, v, generator=g) * 3 * 8).round() / 8  # many exact ties
+    logits[1] = logits[1].clamp(max=2.0)  # a large tie group at the top
+    logits[2, ::3] = float("-inf")
+    t = torch.tensor([0.7, 0.7, 1.0, 0.0, 0.7, 0.3, 2.0, 0.7])
+    k = torch.tensor([0, 50, 1, 20, v, v + 5, 1000, 2], dtype=torch.int32)
+    p = torch.tensor([0.9, 0.9, 1.0, 0.9, 1e-7, 0.5, 0.99, 1.0])
+    args = (logits.to(dtype), t, k, p)
+    _assert_bits_equal(filtered_probs(*args), _reference_filtered_probs(*args))
+
+
+def test_rejection_inputs_uniforms_are_the_per_stream_keys():
+    g = torch.Generator().manual_seed(5)
+    batch, width, vocab = 3, 4, 16
+    target = torch.softmax(torch.randn(batch, width, vocab, generator=g), dim=-1)
+    drafts = torch.randint(0, vocab, (batch, width - 1), generator=g)
+    seeds, pos = torch.tensor([0, -1, 2**63 - 1]), torch.tensor([0, 2**31, 17])
+    _, _, u = rejection_inputs(drafts, torch.full((batch, width - 1), 0.5), None, target, seeds, pos)
+    j = torch.arange(width - 1)
+    assert torch.equal(u, philox_uniform(seeds[:, None], pos[:, None] + j, 0))
 
 
 def test_greedy_rows_are_the_argmax_one_hot_lowest_index_on_ties():
