@@ -278,8 +278,22 @@ def test_filtered_probs_equal_the_two_sort_version_bit_for_bit(case):
     _assert_bits_equal(filtered_probs(*case), _reference_filtered_probs(*case))
 
 
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=[
+                pytest.mark.gpu,
+                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on the lent H200)"),
+            ],
+        ),
+    ],
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_filtered_probs_equal_the_two_sort_version_on_a_full_vocabulary(dtype):
+def test_filtered_probs_equal_the_two_sort_version_on_a_full_vocabulary(dtype, device):
+    """One sort equals two on the device too: it relies on the device's softmax being monotone (exp)."""
     g = torch.Generator().manual_seed(3)
     n, v = 8, 151936
     logits = (torch.randn(n, v, generator=g) * 3 * 8).round() / 8  # many exact ties
@@ -288,7 +302,7 @@ def test_filtered_probs_equal_the_two_sort_version_on_a_full_vocabulary(dtype):
     t = torch.tensor([0.7, 0.7, 1.0, 0.0, 0.7, 0.3, 2.0, 0.7])
     k = torch.tensor([0, 50, 1, 20, v, v + 5, 1000, 2], dtype=torch.int32)
     p = torch.tensor([0.9, 0.9, 1.0, 0.9, 1e-7, 0.5, 0.99, 1.0])
-    args = (logits.to(dtype), t, k, p)
+    args = (logits.to(dtype).to(device), t.to(device), k.to(device), p.to(device))
     _assert_bits_equal(filtered_probs(*args), _reference_filtered_probs(*args))
 
 
