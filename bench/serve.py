@@ -52,8 +52,9 @@ def serving_loop() -> type:
     return ServingLoop
 
 
-def serve(loop_class: type, model, draft, library, config: ServeConfig, mode: str, load) -> ServeRun:
-    """One serving run: ``ServingLoop(...)`` over ``model`` and ``draft`` in ``mode``, run on ``load``."""
+def serve(loop_class: type, model, draft, library, config: ServeConfig, mode: str, load, observer=None) -> ServeRun:
+    """One serving run: ``ServingLoop(...)`` over ``model`` and ``draft`` in ``mode``, run on ``load`` (``observer``:
+    the loop's, e.g. a ``TransitionProfiler``)."""
     loop = loop_class(
         model=model,
         draft=draft,
@@ -69,6 +70,7 @@ def serve(loop_class: type, model, draft, library, config: ServeConfig, mode: st
         acceptance=acceptance_for(model, config, load),
         sampling=config.temperature > 0,
     )
+    loop.observer = observer
     return loop.run(load)
 
 
@@ -104,6 +106,17 @@ def loop_runner(config: ServeConfig, library=None) -> Runner:
             warmed.add(mode)
         return serve(loop_class, model, draft, library, config, mode, load)
 
+    def profile(mode: str, load) -> dict | None:
+        """An extra, untimed run of ``load`` with ``--profile-transitions`` decode steps under the profiler (from
+        the 8th): the device idle before each, by transition kind (``serve_transitions.py``)."""
+        from .serve_transitions import TransitionProfiler
+
+        prof = TransitionProfiler(start=8, count=config.profile_transitions)
+        extra = serve(loop_class, model, draft, library, config, mode, load, observer=prof)
+        prof.stop(model.embed_tokens.weight.device)
+        return prof.result(extra)
+
+    run.profile = profile
     return run
 
 
@@ -216,6 +229,12 @@ def run_sweep(
             if run.rate is None and run.in_flight is None:  # what was asked, where the loop did not say
                 run.rate, run.in_flight = load.rate, load.in_flight
             runs.append({"load": load.label, "wall_s": round(wall, 3), **run.to_json()})
+            profile = getattr(runner, "profile", None)
+            if config.profile_transitions and profile is not None and load is config.loads[0]:
+                progress(f"{what}: a profiled run of {config.profile_transitions} decode steps")
+                idle = profile(mode, workload_for(config, load))
+                if idle is not None:
+                    runs[-1]["transition_idle"] = {"run": "an extra untimed run of this load", **idle}
             m = runs[-1]["metrics"]
             tps = m["output_tokens_per_s"]
             progress(

@@ -203,6 +203,13 @@ class ServeSettings:
         check=_at_least(0, "--block-table-width", " (0: just enough)"),
         relation=_layout,
     )
+    profile_transitions: int = setting(
+        0,
+        "profile this many decode steps of one extra run of the first load per mode (a kernel trace): the "
+        "device idle at batch transitions, in serve_bench.json and transition_idle.png (0: none)",
+        text=INT,
+        check=_at_least(0, "--profile-transitions"),
+    )
     max_prefill_tokens: int = setting(
         256,
         "prompt tokens prefilled per step, over every chunk of the step",

@@ -102,9 +102,22 @@ def table(result: dict) -> str:
         widths = [max(len(x) for x in col) for col in zip(head, *cells)]
         line = lambda vals: "  ".join(v.rjust(w) for v, w in zip(vals, widths))  # noqa: E731
         out += [line(head), line(["-" * w for w in widths]), *map(line, cells), LEGEND]
+    out += [transition_line(r) for r in ok_runs(result) if r.get("transition_idle")]
     out += [f"{m}: {why}" for m, why in (result.get("skipped_modes") or {}).items()]
     out += failures(result)
     return "\n".join(out)
+
+
+def transition_line(run: dict) -> str:
+    """One run's device idle before its profiled decode steps, by transition kind: median us (count), and a
+    transition's median less the steady steps' median."""
+    summary = run["transition_idle"].get("summary") or {}
+    parts = []
+    for kind, s in summary.items():
+        added = "" if s.get("added_us") is None else f", {s['added_us']:+.1f}"
+        parts.append(f"{kind} {s['p50_us']:.1f} us (n={s['n']}{added})")
+    what = "; ".join(parts) or "no device records (the kernel trace needs CUDA)"
+    return f"device idle before a step ({run['mode']} at {run['load']}, profiled run): {what}"
 
 
 def _loads(runs: list[dict]) -> list[str]:
@@ -222,7 +235,12 @@ def write(result: dict, out: Path) -> list[Path]:
     paths = [out / RESULT_FILE]
     _write_atomic(paths[0], json.dumps(result, indent=1) + "\n")
     missing = False
-    for name, draw in (("latency_vs_rate.png", plot_latency), ("timeline.png", plot_timeline)):
+    from .serve_transitions import plot_transition_idle
+
+    pictures = [("latency_vs_rate.png", plot_latency), ("timeline.png", plot_timeline)]
+    if any(r.get("transition_idle") for r in ok_runs(result)):
+        pictures.append(("transition_idle.png", plot_transition_idle))
+    for name, draw in pictures:
         png = out / name
         try:
             drawn = draw(result, png)

@@ -33,6 +33,7 @@ __all__ = [
     "activities",
     "chrome_trace",
     "host_range",
+    "phase_range",
 ]
 
 PHASE_PREFIX = "specgen::"
@@ -42,6 +43,13 @@ HOST_RANGE_PREFIX = "specgen::host."  # not a decode phase: kernel_timeline's ph
 def phase_name(phase: str, step: int) -> str:
     """The ``record_function`` name that marks ``phase`` of decode step ``step``."""
     return f"{PHASE_PREFIX}{phase}#{step}"
+
+
+def phase_range(phase: str, step: int):
+    """A ``record_function`` mark of ``phase`` of step ``step`` (``phase_name``), only while a profiler runs."""
+    if not getattr(torch.autograd.profiler, "_is_profiler_enabled", True):
+        return contextlib.nullcontext()
+    return torch.profiler.record_function(phase_name(phase, step))
 
 
 def host_range(family: str):

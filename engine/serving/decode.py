@@ -125,6 +125,7 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
         joined=joined,
         remap_path=None if not (remaps or joined) else ("torch" if remap_reason else "kernel"),
         remap_reason=remap_reason,
+        step=out.step,
     )
     reader = functools.partial(_read_back, ids, commit, record)
     return (reader if callable(commit) else reader()), record

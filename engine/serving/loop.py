@@ -95,6 +95,7 @@ from ...models.errors import EngineError
 from ..acceptance import AcceptanceMix
 from ..engine import SpecDecodeEngine
 from ..linear_state import has_linear_state
+from ..profiling import phase_range
 from ..proposers import BlockProposer, proposer_for
 from .block_pool import BlockPool
 from .decode import decode_step
@@ -327,13 +328,18 @@ class ServingLoop:
             finished: list[int] = []
             times: dict[int, float] = {}
             for chunk in out.prefill:
-                tok = self._prefill(self.requests[chunk.id], chunk, out.tables[chunk.id])
+                with phase_range("prefill", out.step):
+                    tok = self._prefill(self.requests[chunk.id], chunk, out.tables[chunk.id])
                 if tok is not None:
                     produced[chunk.id], times[chunk.id] = [tok], clock()
             sched.take_prefill(out, produced)
             for rid in produced:
                 emit(rid, times[rid], finished)
-            step = decode_step(self, out, sched.unread) if out.verify else (None, None)
+            if out.verify:  # the step's host part, marked for a kernel trace (bench/serve_transitions.py)
+                with phase_range("serve", out.step):
+                    step = decode_step(self, out, sched.unread)
+            else:
+                step = (None, None)
             pending.append((out, *step) if step[0] is not None else (out, {}, None))
             ran = bool(out.prefill or out.verify)
             lag = self.read_lag if ran else 0  # nothing launched: the host waits for every step in flight

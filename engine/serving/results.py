@@ -79,6 +79,7 @@ class StepRecord:
     joined: int = 0  # rows written fresh before the step (after a prefill, or after sitting a step out)
     remap_path: str | None = None  # how the rows moved: "kernel" (the built family), "torch", None (nothing moved)
     remap_reason: str | None = None  # why the rows moved in torch: "mode", "not_built", "guard_failed"
+    step: int = -1  # the scheduler's step number (the ``specgen::serve#<step>`` range that launched it)
 
 
 @dataclass(slots=True)
@@ -95,6 +96,7 @@ class ServeRun:
     preemptions: int = 0
     elapsed_s: float = 0.0
     settings: dict = field(default_factory=dict)
+    transition_idle: dict | None = None  # the device idle at batch transitions (bench/serve_transitions.py)
 
     def metrics(self) -> dict:
         """Throughput, latency percentiles, acceptance, fast-path share and fallbacks by reason."""
@@ -146,4 +148,5 @@ class ServeRun:
             "metrics": self.metrics(),
             "requests": [asdict(r) for r in self.requests],
             "steps": [asdict(s) for s in self.steps],
+            **({"transition_idle": self.transition_idle} if self.transition_idle is not None else {}),
         }

@@ -1,0 +1,221 @@
+"""Device idle at the serving loop's batch transitions, from a kernel trace.
+
+The serving loop marks each decode step's host part (the row remap, the draft, the
+step's launch) with ``record_function`` ranges named ``specgen::serve#<step>`` and each
+prefill chunk with ``specgen::prefill#<step>``.  ``TransitionProfiler`` (a loop
+observer) runs ``torch.profiler`` over ``count`` decode steps of one run, starting at
+decode step ``start``; ``transition_idle`` then attributes every kernel, memcpy and
+memset to the range whose launch call made it (CUPTI's correlation ids, as
+``kernel_timeline`` does for the decode phases) and measures, between consecutive
+profiled decode steps ``a`` and ``b``, the **device idle**: the time from the end of
+``a``'s last device record to the start of ``b``'s first one that no device record of
+any range (a prefill between them, the remap before ``b``) covers.
+
+Each gap is classified by what changed before step ``b`` (``StepRecord`` of ``b`` against
+the decode step before it):
+
+* ``bucket``: the step ran in another captured bucket (``specgen``);
+* ``join``: rows were written fresh (a request's first step after its prefill, or one
+  back from sitting a step out);
+* ``leave``: fewer rows than the step before, none joined;
+* ``reorder``: the same rows moved to other indices;
+* ``steady``: nothing changed.
+
+A transition's cost is its idle against the steady gaps' (the issue's figure: each
+transition adds at most 10 us of device idle).  ``plot_transition_idle`` draws the idle
+per kind and mode (``transition_idle.png``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+import tempfile
+from pathlib import Path
+
+from .kernel_timeline import LAUNCH_CATS, _phases, device_records, load_trace
+
+__all__ = ["KINDS", "TransitionProfiler", "kind_of", "plot_transition_idle", "summarize_idle", "transition_idle"]
+
+KINDS = ("steady", "join", "leave", "reorder", "bucket")
+SERVE_PHASE, PREFILL_PHASE = "serve", "prefill"
+
+
+def kind_of(step, before) -> str:
+    """The transition into ``step`` (a ``StepRecord``) from ``before`` (the decode step before it)."""
+    if step.bucket is not None and before.bucket is not None and step.bucket != before.bucket:
+        return "bucket"
+    if step.joined:
+        return "join"
+    if step.batch < before.batch:
+        return "leave"
+    if step.remaps:
+        return "reorder"
+    return "steady"
+
+
+def _by_range(events: list[dict]) -> dict[tuple[str, int], list]:
+    """Device records per ``(phase, step)`` range, by the correlation id of their launch call."""
+    phases = [p for p in _phases(events) if p[2] in (SERVE_PHASE, PREFILL_PHASE)]
+    starts = [p[0] for p in phases]
+    owner: dict[int, tuple[str, int]] = {}
+    for e in events:
+        if e.get("cat") not in LAUNCH_CATS:
+            continue
+        corr = (e.get("args") or {}).get("correlation")
+        if corr is None:
+            continue
+        ts = float(e["ts"])
+        i = bisect.bisect_right(starts, ts) - 1
+        while i >= 0:  # the innermost enclosing range: the latest-starting one that still contains ts
+            lo, hi, phase, step = phases[i]
+            if lo <= ts <= hi:
+                owner[corr] = (phase, step)
+                break
+            i -= 1
+    out: dict[tuple[str, int], list] = {}
+    for r in device_records(events):
+        key = owner.get(r.correlation)
+        if key is not None:
+            out.setdefault(key, []).append(r)
+    return out
+
+
+def _uncovered(lo: float, hi: float, spans: list[tuple[float, float]]) -> float:
+    """The length of ``[lo, hi]`` that no span covers."""
+    idle, at = 0.0, lo
+    for s, e in sorted(spans):
+        if e <= at or s >= hi:
+            continue
+        if s > at:
+            idle += s - at
+        at = max(at, e)
+        if at >= hi:
+            break
+    return idle + max(0.0, hi - at)
+
+
+def transition_idle(events, steps: list) -> list[dict]:
+    """Per pair of consecutive profiled decode steps: ``{"step", "kind", "idle_us", "batch", "prev_batch"}``.
+
+    ``events``: the profiled window's trace (a path or the events); ``steps``: the run's ``StepRecord``s
+    (their ``step`` numbers name the ranges).  Steps without device records (none profiled) are skipped.
+    """
+    ev = load_trace(events) if not isinstance(events, list) else events
+    ranges = _by_range(ev)
+    spans = [(r.start, r.end) for recs in ranges.values() for r in recs]
+    records = {s.step: s for s in steps}
+    decode = sorted(k for (phase, k) in ranges if phase == SERVE_PHASE and k in records)
+    out = []
+    for a, b in zip(decode, decode[1:]):
+        end_a = max(r.end for r in ranges[(SERVE_PHASE, a)])
+        start_b = min(r.start for r in ranges[(SERVE_PHASE, b)])
+        ra, rb = records[a], records[b]
+        out.append(
+            {
+                "step": b,
+                "kind": kind_of(rb, ra),
+                "idle_us": round(_uncovered(end_a, start_b, spans), 3) if start_b > end_a else 0.0,
+                "batch": rb.batch,
+                "prev_batch": ra.batch,
+            }
+        )
+    return out
+
+
+def summarize_idle(gaps: list[dict]) -> dict:
+    """Per kind: how many, and the median, p90 and largest idle (us); ``added_us``: a kind's median less the
+    steady gaps' median (None without steady gaps)."""
+    out: dict[str, dict] = {}
+    for kind in KINDS:
+        xs = sorted(g["idle_us"] for g in gaps if g["kind"] == kind)
+        if xs:
+            p90 = xs[min(len(xs) - 1, int(round(0.9 * (len(xs) - 1))))]
+            out[kind] = {"n": len(xs), "p50_us": statistics.median(xs), "p90_us": p90, "max_us": xs[-1]}
+    base = out.get("steady", {}).get("p50_us")
+    for kind, s in out.items():
+        s["added_us"] = None if base is None or kind == "steady" else round(s["p50_us"] - base, 3)
+    return out
+
+
+class TransitionProfiler:
+    """A ``ServingLoop`` observer: ``torch.profiler`` over ``count`` decode steps from decode step ``start``
+    (counted among the steps that decode); ``result(run)`` gives the gaps and their summary."""
+
+    def __init__(self, start: int = 8, count: int = 200):
+        if start < 0 or count < 2:
+            raise ValueError("profile at least two decode steps, from a step >= 0")
+        self.start, self.count = int(start), int(count)
+        self._decoded, self._prof, self._events, self._done = 0, None, None, False
+
+    def before_step(self, loop, out) -> None:
+        if out.verify and self._prof is None and not self._done and self._decoded >= self.start:
+            import torch
+
+            from ..engine.profiling import activities
+
+            self._prof = torch.profiler.profile(activities=activities(loop.device))
+            self._prof.__enter__()
+            self._first = self._decoded
+
+    def after_step(self, loop, out) -> None:
+        if out.verify:
+            self._decoded += 1
+        if self._prof is not None and (self._decoded - self._first >= self.count or loop.scheduler.done):
+            self.stop(loop.device)
+
+    def stop(self, device) -> None:
+        """End the profiled window (waits for the device, so the last step's records are in)."""
+        if self._prof is None:
+            return
+        import torch
+
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        self._prof.__exit__(None, None, None)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "trace.json"
+            self._prof.export_chrome_trace(str(path))
+            self._events = load_trace(path)
+        self._prof, self._done = None, True
+
+    def result(self, run) -> dict | None:
+        """``{"gaps": [...], "summary": {...}}`` for ``run``'s steps; None when nothing was profiled."""
+        if self._events is None:
+            return None
+        gaps = transition_idle(self._events, run.steps)
+        return {"profiled_from_step": self.start, "gaps": gaps, "summary": summarize_idle(gaps)}
+
+
+def plot_transition_idle(result: dict, path: Path) -> Path | None:
+    """``transition_idle.png``: the device idle before each profiled decode step, by transition kind, a
+    column of points per mode (one run per mode: the first load that was profiled); None without matplotlib
+    or profiles."""
+    from .serve_report import _pyplot, ok_runs
+
+    runs = {}
+    for run in ok_runs(result):
+        t = run.get("transition_idle")
+        if t and t.get("gaps") and run["mode"] not in runs:
+            runs[run["mode"]] = (run["load"], t["gaps"])
+    plt = _pyplot()
+    if plt is None or not runs:
+        return None
+    fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.8), sharey=True, squeeze=False)
+    for ax, (mode, (load, gaps)) in zip(axes[0], runs.items()):
+        kinds = [k for k in KINDS if any(g["kind"] == k for g in gaps)]
+        for i, kind in enumerate(kinds):
+            ys = [g["idle_us"] for g in gaps if g["kind"] == kind]
+            xs = [i + 0.25 * ((j * 0.618) % 1.0 - 0.5) for j in range(len(ys))]
+            ax.scatter(xs, ys, s=8, alpha=0.6)
+            ax.hlines(statistics.median(ys), i - 0.3, i + 0.3, color="black")
+        ax.axhline(10.0, color="red", linestyle="--", linewidth=0.8)
+        ax.set_xticks(range(len(kinds)), [f"{k}\n({sum(g['kind'] == k for g in gaps)})" for k in kinds])
+        ax.set_title(f"{mode} at {load}")
+        ax.set_yscale("symlog", linthresh=10.0)
+    axes[0][0].set_ylabel("device idle before the step (us)")
+    fig.suptitle("device idle at batch transitions (black: median; red: 10 us)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,86 @@
+"""The device idle at the serving loop's batch transitions (bench/serve_transitions.py), on synthetic traces."""
+
+from __future__ import annotations
+
+import pytest
+
+from specgen.bench.serve_transitions import TransitionProfiler, kind_of, summarize_idle, transition_idle
+from specgen.engine.serving.results import StepRecord
+
+
+def _range(name: str, ts: float, dur: float) -> dict:
+    return {"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": dur}
+
+
+def _launch(ts: float, corr: int) -> dict:
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaGraphLaunch",
+        "ts": ts,
+        "dur": 2,
+        "args": {"correlation": corr},
+    }
+
+
+def _kernel(ts: float, dur: float, corr: int, name: str = "k") -> dict:
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": {"correlation": corr, "stream": 7}}
+
+
+def _step(step: int, batch: int, **kw) -> StepRecord:
+    return StepRecord(t=0.0, batch=batch, fast_path=True, host_syncs=0, step=step, **kw)
+
+
+def test_idle_is_the_uncovered_gap_between_consecutive_steps():
+    events = [
+        _range("specgen::serve#3", 0, 100),
+        _launch(10, 1),
+        _kernel(200, 50, 1),  # step 3 ends on the device at 250
+        _range("specgen::prefill#4", 110, 10),
+        _launch(112, 3),
+        _kernel(252, 4, 3),  # a prefill kernel inside the gap: busy, not idle
+        _range("specgen::serve#4", 120, 60),
+        _launch(130, 2),
+        _kernel(260, 40, 2),  # step 4 starts at 260: a 10 us gap, 4 us of it covered
+        _range("specgen::serve#5", 190, 20),
+        _launch(195, 4),
+        _kernel(300, 30, 4),  # back to back with step 4: no idle
+        _kernel(305, 1, 99),  # a record no range launched: ignored
+    ]
+    steps = [_step(3, 2), _step(4, 3, joined=1, remaps=1), _step(5, 2)]
+    gaps = transition_idle(events, steps)
+    assert [(g["step"], g["kind"], g["idle_us"]) for g in gaps] == [(4, "join", 6.0), (5, "leave", 0.0)]
+    assert gaps[0]["prev_batch"] == 2 and gaps[0]["batch"] == 3
+
+
+def test_a_step_without_device_records_is_skipped():
+    events = [_range("specgen::serve#1", 0, 10), _launch(1, 1), _kernel(20, 5, 1), _range("specgen::serve#2", 12, 5)]
+    assert transition_idle(events, [_step(1, 1), _step(2, 1)]) == []
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "kind"),
+    [
+        (_step(1, 4, bucket=4), _step(2, 3, bucket=4), "leave"),
+        (_step(1, 4, bucket=4), _step(2, 5, bucket=8, joined=1), "bucket"),
+        (_step(1, 4), _step(2, 4, joined=1, remaps=1), "join"),
+        (_step(1, 4), _step(2, 4, remaps=1), "reorder"),
+        (_step(1, 4), _step(2, 4), "steady"),
+    ],
+)
+def test_kinds(before, after, kind):
+    assert kind_of(after, before) == kind
+
+
+def test_summary_gives_each_kind_against_the_steady_median():
+    gaps = [{"kind": "steady", "idle_us": x} for x in (1.0, 2.0, 3.0)]
+    gaps += [{"kind": "join", "idle_us": x} for x in (10.0, 14.0)]
+    s = summarize_idle(gaps)
+    assert s["steady"]["p50_us"] == 2.0 and s["steady"]["added_us"] is None and s["steady"]["n"] == 3
+    assert s["join"]["p50_us"] == 12.0 and s["join"]["added_us"] == 10.0 and s["join"]["max_us"] == 14.0
+    assert "leave" not in s
+
+
+def test_profiler_window_arguments_are_checked():
+    with pytest.raises(ValueError, match="two decode steps"):
+        TransitionProfiler(start=0, count=1)
