@@ -198,11 +198,13 @@ def run_sweep(
     runner: Runner,
     progress: Callable[[str], None] = log,
     every: float = 30.0,
+    on_run: Callable[[dict], None] | None = None,
 ) -> dict:
     """Every (load, mode) through ``runner``; a run that raises is kept as an ``error`` entry.
 
     ``progress`` gets a line when each run starts and finishes (with its wall
-    time) and, while one runs, one every ``every`` seconds.
+    time) and, while one runs, one every ``every`` seconds.  ``on_run`` gets the
+    result so far (``"partial": True``) after each finished run.
     """
     runs: list[dict] = []
     total, i = len(config.loads) * len(config.modes), 0
@@ -241,6 +243,12 @@ def run_sweep(
                 f"{what}: finished in {wall:.1f}s ({m['finished']}/{m['requests']} requests"
                 + (f", {tps:.1f} output tokens/s)" if tps is not None else ")")
             )
+            if on_run is not None:  # the runs so far, e.g. written, so a sweep cut short keeps them
+                on_run(_result(config, runs, partial=True))
+    return _result(config, runs)
+
+
+def _result(config: ServeConfig, runs: list[dict], partial: bool = False) -> dict:
     return {
         "command": config.command,
         "model": config.model_label,
@@ -249,5 +257,6 @@ def run_sweep(
         "environment": _environment(config),
         "settings": config.to_json(),
         "skipped_modes": dict(config.skipped),
+        **({"partial": True} if partial else {}),
         "runs": runs,
     }

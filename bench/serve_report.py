@@ -15,7 +15,18 @@ from pathlib import Path
 
 from .support import log
 
-__all__ = ["LEGEND", "RESULT_FILE", "failures", "ok_runs", "plot_latency", "plot_timeline", "row", "table", "write"]
+__all__ = [
+    "LEGEND",
+    "RESULT_FILE",
+    "failures",
+    "ok_runs",
+    "plot_latency",
+    "plot_timeline",
+    "row",
+    "table",
+    "write",
+    "write_partial",
+]
 
 RESULT_FILE = "serve_bench.json"
 LEGEND = (
@@ -226,6 +237,16 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def write_partial(result: dict, out: Path) -> Path | None:
+    """``serve_bench.json`` with the runs finished so far (``"partial": true``), while a sweep goes on; None
+    until one finished (an earlier run's file is left as it was)."""
+    if not ok_runs(result):
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    _write_atomic(out / RESULT_FILE, json.dumps(result, indent=1) + "\n")
+    return out / RESULT_FILE
 
 
 def write(result: dict, out: Path) -> list[Path]:

@@ -67,7 +67,9 @@ def run(args, runner=None) -> int:
             serving_loop()  # before building kernels or a model: a one-line error where there is no loop
             library = _library(args, config)
             runner = loop_runner(config, library)
-        result = run_sweep(config, runner, every=args.progress_every)
+        result = run_sweep(
+            config, runner, every=args.progress_every, on_run=lambda r: serve_report.write_partial(r, out)
+        )
     except BenchError as e:
         raise UsageError(str(e)) from None
     print(serve_report.table(result))

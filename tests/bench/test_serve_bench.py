@@ -331,3 +331,21 @@ def main_with_runner(argv, runner) -> int:
     except UsageError as e:
         print(f"specgen: error: {e}", file=sys.stderr)
         return 2
+
+
+def test_finished_runs_are_on_disk_while_the_sweep_goes_on(tmp_path, capsys):
+    """After each finished run serve_bench.json holds the runs so far ("partial"), so a sweep that is killed keeps
+    them; the last write is the whole result without the mark."""
+    seen = []
+
+    def runner(mode, load):
+        if mode == "specgen":  # the baseline run finished before: it is already written
+            seen.append(json.loads((tmp_path / "serve_bench.json").read_text()))
+        return inner(mode, load)
+
+    inner = fake_runner([])
+    argv = [*SMALL, "--modes", "baseline,specgen", "--rates", "1", "--out", str(tmp_path)]
+    assert cli_serve.run(_args(*argv), runner=runner) == 0
+    assert seen and seen[0]["partial"] is True and [r["mode"] for r in seen[0]["runs"]] == ["baseline"]
+    final = json.loads((tmp_path / "serve_bench.json").read_text())
+    assert "partial" not in final and [r["mode"] for r in final["runs"]] == ["baseline", "specgen"]
