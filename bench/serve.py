@@ -52,9 +52,11 @@ def serving_loop() -> type:
     return ServingLoop
 
 
-def serve(loop_class: type, model, draft, library, config: ServeConfig, mode: str, load, observer=None) -> ServeRun:
+def serve(
+    loop_class: type, model, draft, library, config: ServeConfig, mode: str, load, observer=None, oracles=None
+) -> ServeRun:
     """One serving run: ``ServingLoop(...)`` over ``model`` and ``draft`` in ``mode``, run on ``load`` (``observer``:
-    the loop's, e.g. a ``TransitionProfiler``)."""
+    the loop's, e.g. a ``TransitionProfiler``; ``oracles``: ``acceptance_for``'s cache)."""
     loop = loop_class(
         model=model,
         draft=draft,
@@ -67,16 +69,18 @@ def serve(loop_class: type, model, draft, library, config: ServeConfig, mode: st
         max_prefill_tokens=config.max_prefill_tokens,
         read_lag=config.read_lag,
         kernels=library,
-        acceptance=acceptance_for(model, config, load),
+        acceptance=acceptance_for(model, config, load, oracles),
         sampling=config.temperature > 0,
     )
     loop.observer = observer
     return loop.run(load)
 
 
-def acceptance_for(model, config: ServeConfig, load):
+def acceptance_for(model, config: ServeConfig, load, oracles: dict | None = None):
     """``--acceptance p`` as the loop takes it: an ``AcceptanceMix`` whose oracle row ``i`` is request ``i``'s
-    greedy output (None: the draft's own drafts)."""
+    greedy output (None: the draft's own drafts).  ``oracles`` keeps the greedy outputs by the requests' prompts
+    and budgets: the loads of a sweep share their requests (only the arrivals differ), so one greedy decode
+    serves every load and mode."""
     if config.acceptance is None:
         return None
     import torch
@@ -86,8 +90,13 @@ def acceptance_for(model, config: ServeConfig, load):
 
     reqs = sorted(load.workload.requests() if isinstance(load, ClosedLoop) else load, key=lambda r: r.id)
     longest = max(r.max_new_tokens for r in reqs) + config.depth + 1
-    outs = greedy_generate(model, [list(r.prompt) for r in reqs], longest, block_size=config.block_size)
-    oracle = torch.tensor(outs, dtype=torch.long, device=model.embed_tokens.weight.device)
+    key = (longest, tuple(r.prompt for r in reqs))
+    oracle = None if oracles is None else oracles.get(key)
+    if oracle is None:
+        outs = greedy_generate(model, [list(r.prompt) for r in reqs], longest, block_size=config.block_size)
+        oracle = torch.tensor(outs, dtype=torch.long, device=model.embed_tokens.weight.device)
+        if oracles is not None:
+            oracles[key] = oracle
     return AcceptanceMix(config.acceptance, oracle, config.model.vocab_size, seed=config.seed)
 
 
@@ -99,12 +108,13 @@ def loop_runner(config: ServeConfig, library=None) -> Runner:
     model = create_target(config.model, config.model_path, config.seed, config.dtype, config.device)
     draft = DRAFT_KINDS[config.draft].create(model, seed=config.seed + 1)
     warmed: set[str] = set()
+    oracles: dict = {}  # the greedy outputs of the workload's requests, shared by every load and mode
 
     def run(mode: str, load) -> ServeRun:
         if mode not in warmed:  # an untimed first run pays the one-time costs: imports, kernel loads, captures
-            serve(loop_class, model, draft, library, config, mode, warmup_load(config))
+            serve(loop_class, model, draft, library, config, mode, warmup_load(config), oracles=oracles)
             warmed.add(mode)
-        return serve(loop_class, model, draft, library, config, mode, load)
+        return serve(loop_class, model, draft, library, config, mode, load, oracles=oracles)
 
     def profile(mode: str, load) -> dict | None:
         """An extra, untimed run of ``load`` with ``--profile-transitions`` decode steps under the profiler (from
@@ -112,7 +122,7 @@ def loop_runner(config: ServeConfig, library=None) -> Runner:
         from .serve_transitions import TransitionProfiler
 
         prof = TransitionProfiler(start=8, count=config.profile_transitions)
-        extra = serve(loop_class, model, draft, library, config, mode, load, observer=prof)
+        extra = serve(loop_class, model, draft, library, config, mode, load, observer=prof, oracles=oracles)
         prof.stop(model.embed_tokens.weight.device)
         return prof.result(extra)
 

@@ -349,3 +349,33 @@ def test_finished_runs_are_on_disk_while_the_sweep_goes_on(tmp_path, capsys):
     assert seen and seen[0]["partial"] is True and [r["mode"] for r in seen[0]["runs"]] == ["baseline"]
     final = json.loads((tmp_path / "serve_bench.json").read_text())
     assert "partial" not in final and [r["mode"] for r in final["runs"]] == ["baseline", "specgen"]
+
+
+def test_one_greedy_decode_gives_the_acceptance_oracle_of_every_load(monkeypatch):
+    """The loads of a sweep share their requests (only the arrivals differ): the oracle is decoded once, for the
+    list and for the closed loop alike, and again only for other requests."""
+    import specgen.engine.decode as decode
+    from specgen.bench.serve import acceptance_for
+
+    calls = []
+
+    def greedy(model, prompts, n, block_size=16):
+        calls.append(len(prompts))
+        return [[p[0]] * n for p in prompts]
+
+    monkeypatch.setattr(decode, "greedy_generate", greedy)
+
+    class Model:  # acceptance_for reads the device of the embedding only
+        class embed_tokens:
+            import torch
+
+            weight = torch.zeros(1)
+
+    c = ServeSettings(device="cpu", num_requests=3, rates="4,inf", closed_loop=2, acceptance=0.5).resolve()
+    cache: dict = {}
+    mixes = [acceptance_for(Model, c, workload_for(c, load), cache) for load in c.loads]
+    assert calls == [3] and len(cache) == 1
+    assert all(m.oracle is mixes[0].oracle for m in mixes)
+    other = ServeSettings(device="cpu", num_requests=3, rates="4", acceptance=0.5, seed=9).resolve()
+    acceptance_for(Model, other, workload_for(other, other.loads[0]), cache)
+    assert calls == [3, 3]
