@@ -57,7 +57,7 @@ export SPECGEN_TEST_CUDA_FUZZ_KERNELS=build/specgen_kernels:build/kbuild-cuda-ed
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
 for stage in "$@"; do
   case $stage in
-    tests) python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/ 2>&1 | tee "$out/gpu_tests.txt" | tail -40 ;;
+    tests) SPECGEN_FAILURES_TO="$out/gpu_failures.txt" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/ 2>&1 | tee "$out/gpu_tests.txt" | tail -40 ;;
     engine-tests) python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/models tests/engine tests/bench 2>&1 \
              | tee "$out/gpu_engine_tests.txt" | tail -20 ;;
     sanitize)

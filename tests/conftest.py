@@ -15,6 +15,15 @@ def _verifier_on(monkeypatch):
     monkeypatch.setenv("SPECGEN_VERIFY", "1")
 
 
+def pytest_runtest_logreport(report):
+    """With SPECGEN_FAILURES_TO=PATH, each failure's traceback is appended to PATH as it happens: a run that is
+    killed at a time limit (a lent GPU's) still says what failed."""
+    path = os.environ.get("SPECGEN_FAILURES_TO")
+    if path and report.failed:
+        with open(path, "a") as f:
+            f.write(f"FAILED {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

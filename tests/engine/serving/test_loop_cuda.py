@@ -80,21 +80,24 @@ def _loop(model, head, lib, mode, **kw) -> ServingLoop:
 @pytest.mark.parametrize("read_lag", [0, 1])
 def test_cuda_churn_is_exact_and_specgen_never_syncs(cuda_tiny, cuda_stops, engine_kernels, read_lag):
     model, head = cuda_tiny
-    reqs = _requests(model, cuda_stops, 80, seed=101 + read_lag)
+    # every request at once: the batch saturates whatever the GPU's speed, so the preemptions and bucket changes
+    # asserted below happen on any machine (Poisson arrivals at a rate make them depend on how fast steps run)
+    reqs = _requests(model, cuda_stops, 80, seed=101 + read_lag, rate=None)
     g = max(r.max_new_tokens for r in reqs) + 2 * 4 + 1  # W = 4, one step unread
     oracle = [greedy_generate(model, [list(r.prompt)], g)[0] for r in reqs]
     rows = [cut_at_stop(o[: r.max_new_tokens], r.stop_ids) for o, r in zip(oracle, reqs)]
     mix = AcceptanceMix(0.7, torch.tensor(oracle, device="cuda"), vocab_size=model.config.vocab_size, seed=3)
     for mode in ("baseline", "specgen"):
-        reqs = _requests(model, cuda_stops, 80, seed=101 + read_lag)  # fresh: a run appends to its requests
+        reqs = _requests(model, cuda_stops, 80, seed=101 + read_lag, rate=None)  # fresh: a run appends to them
         loop = _loop(model, head, engine_kernels, mode, acceptance=mix, complete_lag=1, read_lag=read_lag)
         run = loop.run(reqs)
         for r, want in zip(reqs, rows):
             assert loop.requests[r.id].output == want, f"{mode}: request {r.id}"
         m = run.metrics()
-        assert m["finished"] == len(reqs) and run.preemptions > 0
+        assert m["finished"] == len(reqs), f"{mode}: {m['finished']} of {len(reqs)} finished"
+        assert run.preemptions > 0, f"{mode}: no preemption"
         t = m["transitions"]
-        assert t["steps"] > 0
+        assert t["steps"] > 0, f"{mode}: no row moved"
         if mode == "specgen":
             assert all(s.fast_path and s.reason is None for s in run.steps), m["fallbacks"]
             assert all(s.host_syncs == 0 for s in run.steps), [s.host_syncs for s in run.steps if s.host_syncs]
