@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from pathlib import Path
 
 from .support import log
@@ -22,6 +23,7 @@ __all__ = [
     "ok_runs",
     "plot_latency",
     "plot_timeline",
+    "plot_transition_idle",
     "row",
     "table",
     "write",
@@ -256,8 +258,6 @@ def write(result: dict, out: Path) -> list[Path]:
     paths = [out / RESULT_FILE]
     _write_atomic(paths[0], json.dumps(result, indent=1) + "\n")
     missing = False
-    from .serve_transitions import plot_transition_idle
-
     pictures = [("latency_vs_rate.png", plot_latency), ("timeline.png", plot_timeline)]
     if any(r.get("transition_idle") for r in ok_runs(result)):
         pictures.append(("transition_idle.png", plot_transition_idle))
@@ -276,3 +276,37 @@ def write(result: dict, out: Path) -> list[Path]:
     if missing:
         log("serve-bench: matplotlib is not installed, so no pictures (pip install 'specgen[plot]')")
     return paths
+
+
+def plot_transition_idle(result: dict, path: Path) -> Path | None:
+    """``transition_idle.png``: the device idle before each profiled decode step, by transition kind, a
+    column of points per mode (one run per mode: the first load that was profiled); None without matplotlib
+    or profiles."""
+    from .serve_transitions import KINDS
+
+    runs = {}
+    for run in ok_runs(result):
+        t = run.get("transition_idle")
+        if t and t.get("gaps") and run["mode"] not in runs:
+            runs[run["mode"]] = (run["load"], t["gaps"])
+    plt = _pyplot()
+    if plt is None or not runs:
+        return None
+    fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.8), sharey=True, squeeze=False)
+    for ax, (mode, (load, gaps)) in zip(axes[0], runs.items()):
+        kinds = [k for k in KINDS if any(g["kind"] == k for g in gaps)]
+        for i, kind in enumerate(kinds):
+            ys = [g["idle_us"] for g in gaps if g["kind"] == kind]
+            xs = [i + 0.25 * ((j * 0.618) % 1.0 - 0.5) for j in range(len(ys))]
+            ax.scatter(xs, ys, s=8, alpha=0.6)
+            ax.hlines(statistics.median(ys), i - 0.3, i + 0.3, color="black")
+        ax.axhline(10.0, color="red", linestyle="--", linewidth=0.8)
+        ax.set_xticks(range(len(kinds)), [f"{k}\n({sum(g['kind'] == k for g in gaps)})" for k in kinds])
+        ax.set_title(f"{mode} at {load}")
+        ax.set_yscale("symlog", linthresh=10.0)
+    axes[0][0].set_ylabel("device idle before the step (us)")
+    fig.suptitle("device idle at batch transitions (black: median; red: 10 us)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -23,7 +23,7 @@ the decode step before it):
 
 A transition's cost is its idle against the steady gaps' (the issue's figure: each
 transition adds at most 10 us of device idle).  ``plot_transition_idle`` draws the idle
-per kind and mode (``transition_idle.png``).
+per kind and mode (``transition_idle.png``, ``serve_report.plot_transition_idle``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from .kernel_timeline import LAUNCH_CATS, _phases, device_records, load_trace
 
-__all__ = ["KINDS", "TransitionProfiler", "kind_of", "plot_transition_idle", "summarize_idle", "transition_idle"]
+__all__ = ["KINDS", "TransitionProfiler", "kind_of", "summarize_idle", "transition_idle"]
 
 KINDS = ("steady", "join", "leave", "reorder", "bucket")
 SERVE_PHASE, PREFILL_PHASE = "serve", "prefill"
@@ -185,37 +185,3 @@ class TransitionProfiler:
             return None
         gaps = transition_idle(self._events, run.steps)
         return {"profiled_from_step": self.start, "gaps": gaps, "summary": summarize_idle(gaps)}
-
-
-def plot_transition_idle(result: dict, path: Path) -> Path | None:
-    """``transition_idle.png``: the device idle before each profiled decode step, by transition kind, a
-    column of points per mode (one run per mode: the first load that was profiled); None without matplotlib
-    or profiles."""
-    from .serve_report import _pyplot, ok_runs
-
-    runs = {}
-    for run in ok_runs(result):
-        t = run.get("transition_idle")
-        if t and t.get("gaps") and run["mode"] not in runs:
-            runs[run["mode"]] = (run["load"], t["gaps"])
-    plt = _pyplot()
-    if plt is None or not runs:
-        return None
-    fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.8), sharey=True, squeeze=False)
-    for ax, (mode, (load, gaps)) in zip(axes[0], runs.items()):
-        kinds = [k for k in KINDS if any(g["kind"] == k for g in gaps)]
-        for i, kind in enumerate(kinds):
-            ys = [g["idle_us"] for g in gaps if g["kind"] == kind]
-            xs = [i + 0.25 * ((j * 0.618) % 1.0 - 0.5) for j in range(len(ys))]
-            ax.scatter(xs, ys, s=8, alpha=0.6)
-            ax.hlines(statistics.median(ys), i - 0.3, i + 0.3, color="black")
-        ax.axhline(10.0, color="red", linestyle="--", linewidth=0.8)
-        ax.set_xticks(range(len(kinds)), [f"{k}\n({sum(g['kind'] == k for g in gaps)})" for k in kinds])
-        ax.set_title(f"{mode} at {load}")
-        ax.set_yscale("symlog", linthresh=10.0)
-    axes[0][0].set_ylabel("device idle before the step (us)")
-    fig.suptitle("device idle at batch transitions (black: median; red: 10 us)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

@@ -14,50 +14,31 @@ Each iteration:
 1. ``Scheduler.schedule(now)``: running requests first (the next prefill chunk or a
    verify step), preemption of the newest when blocks run out, then admissions of
    requests that arrived (``now >= arrival``);
-2. every prefill chunk runs through the target (one forward per chunk, at the
-   chunk's positions over the request's own blocks) and the draft (``prefill.py``: the
-   MTP head's rows, or a block draft's context K/V); the last chunk gives the request's
-   next token and the state its first decode step starts from (the last prefix token
-   and its hidden state, the bonus token, the length);
-3. one speculative decode step (draft, verify, acceptance through the chosen mode)
-   over exactly the running requests past their prefill (a block draft's own forward
-   first, in ``specgen`` too: it is not the runtime's prologue).  Its per-row state (the
-   step buffers the draft and the head read, the verify rows' hidden states, the
-   baseline's host copies) is first moved to the step's row order on the device by the
-   kernel family ``spec_batch_row_remap`` (``remap.py``; the built variant in ``specgen``,
-   its torch semantics otherwise): rows that stay are gathered from the last step's rows,
-   rows that join from what their prefill left in a held slot on the device (or, for one
-   that sat a step out, from the slot it was parked in); ``decode.py``;
+2. every prefill chunk runs through the target (one forward per chunk over the request's own blocks) and
+   the draft (``prefill.py``); the last chunk gives the request's next token and its first step's state;
+3. one speculative decode step over the running requests past their prefill (``decode.py``; a block
+   draft's own forward first), after their per-row state is moved to the step's row order on the device
+   by the family ``spec_batch_row_remap`` (``remap.py``; its torch semantics outside ``specgen``): rows that
+   stay from the last step's rows, rows that join from their prefill's (or their parking) slot;
 4. ``Scheduler.update`` with the committed tokens, cut at a stop token or the budget
    (``Request.append``), then ``Scheduler.complete`` for the steps known finished:
    the blocks of a finished or preempted request go back to the pool only then
-   (``BlockPool.retire``).  On the CPU a step is finished when its tokens are read;
-   ``complete_lag`` holds completion back that many more steps (what a device with
-   steps in flight does), so the lagged release is exercised.
+   (``BlockPool.retire``); ``complete_lag`` holds completion back that many more steps after the read
+   (what a device with steps in flight does), so the lagged release is exercised on the CPU too.
 
-The modes: ``baseline`` (the host-serial boundary over plain step buffers per row count and their
-host copies; on a GPU its verify forward is a graph per row count), ``compile`` (plain step buffers
-per row count, the state on the device; its verify graph, ``CompileMode.verify_body``: the compiled
-head update, the forward, a sampling engine's vocabulary pass, the compiled tail, captured per row
-count on its first step; each step runs the draft, replays it and reads ``next_tokens`` back),
-``specgen`` and ``inductor`` (``SpecVerifyRuntime``'s buckets, every bucket's graph captured at
-set-up; ``inductor`` runs the families as compiled torch, so its rows move by the remap's torch
-semantics).  On the CPU nothing is captured: ``compile``'s verify body and ``inductor``'s runtime
-run the same functions eagerly, compiled by ``compile_backend`` (``"eager"`` in the tests: exact
-and without a compiler; ``"inductor"``, the default, needs a C++ compiler there).
+The modes: ``baseline`` (plain step buffers per row count and their host copies; on a GPU a verify
+graph per row count), ``compile`` (plain step buffers per row count, ``CompileMode.verify_body`` captured per
+row count on its first step), ``specgen`` and ``inductor`` (``SpecVerifyRuntime``'s buckets, each captured at
+set-up; ``inductor``'s rows move by the remap's torch semantics).  On the CPU ``compile`` and ``inductor`` run
+eagerly, compiled by ``compile_backend`` (``"eager"`` in the tests).
 
 ``sampling=True``: requests carry their own ``SamplingParams`` (``sampling.py``), greedy and sampled ones
 in one batch, each giving what a lone sampling engine gives for its prompt.
 
-``read_lag=1`` reads each step's tokens one step late, as the engine's lockstep loop
-does: step ``k + 1`` is scheduled and launched from the row state step ``k`` left in the
-buffers before step ``k``'s tokens reach the scheduler (4. runs for step ``k`` after 3.
-for step ``k + 1``).  A request in the unread step grows its table to ``len(prefix) + 2W``
-positions; a prefill's token is taken when its chunk returns (``take_prefill``), so a
-request joins the step after its prefill; one that finished at step ``k`` ran in step
-``k + 1``, whose tokens for it are dropped, and its blocks and slots are released after
-step ``k + 1``; one preempted while step ``k`` is unread still takes step ``k``'s tokens.
-On the CPU the step has finished when it returns; only its reading is held back.
+``read_lag=1`` reads each step's tokens one step late, as the engine's lockstep loop does: step ``k + 1``
+is scheduled and launched from the row state step ``k`` left on the device before step ``k``'s tokens reach
+the scheduler (on a device, from the runtime's pinned copy of step ``k``); what that means for tables,
+finishing and preempted requests: docs/engine.md, "Reading tokens one step late".
 
 A preempted request's prefix (prompt and output so far) is prefilled again when it
 is readmitted; its blocks may be handed to another request only once every step that
@@ -65,24 +46,10 @@ could write them completed.  A hybrid target's linear-state slots are the reques
 too (``StateSlots``: ``W`` per request, written into its row's ``state_slots`` each
 step, released like its blocks; a prefill starts from the zero state).
 
-The clock is ``time.perf_counter`` relative to the run's start, plus the time skipped:
-when nothing runs and the next arrival lies ahead, ``now`` jumps to it without
-sleeping (simulated idle time).  Arrivals are on the same clock.  A request's output
-tokens are stamped when the host knows them (every token one step commits shares the
-time); a prefill's token when its last chunk's forward returns.
+The clock is ``time.perf_counter`` from the run's start plus the idle time skipped (nothing runs and the next
+arrival lies ahead: ``now`` jumps to it); a request's tokens are stamped when the host knows them.
 
-What each ``StepRecord`` holds: ``batch`` (rows of the step, padding rows of a
-bucket not counted), ``fast_path`` and ``reason`` (the runtime's ``StepResult`` in
-``specgen`` and ``inductor``; ``True`` / ``None`` in ``baseline`` and ``compile``, which have no fallback),
-``host_syncs`` (synchronizations reported by ``torch.cuda``'s sync debug mode over
-the step's host part on a CUDA device, the row remap and the launch, the read-back
-excluded as in the engine; 0 on the CPU, where nothing is measured), ``tokens`` (emitted after the cut at a stop
-token or the budget), ``proposed`` / ``accepted`` (drafts of the step's rows),
-``bucket`` (the runtime's batch bucket; ``specgen`` and ``inductor`` only), ``remaps`` (1 when rows that
-stay moved before the step: 0 when every row kept its index and buffers), ``joined``
-(rows written from a prefill or a parked row), ``remap_path`` (``kernel``: the built remap
-family moved the rows; ``torch``: its semantics; ``None``: nothing moved) and
-``remap_reason`` (why ``torch``: ``mode``, ``not_built``, ``guard_failed``).
+Each decode step leaves a ``StepRecord`` (``results.py``: what it holds).
 """
 
 from __future__ import annotations

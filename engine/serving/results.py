@@ -64,7 +64,19 @@ class RequestRecord:
 
 @dataclass(slots=True)
 class StepRecord:
-    """One decode step of the running batch."""
+    """One decode step of the running batch: ``batch`` (rows of the step, padding rows of a
+    bucket not counted), ``fast_path`` and ``reason`` (the runtime's ``StepResult`` in
+    ``specgen`` and ``inductor``; ``True`` / ``None`` in ``baseline`` and ``compile``, which have no fallback),
+    ``host_syncs`` (synchronizations reported by ``torch.cuda``'s sync debug mode over
+    the step's host part on a CUDA device, the row remap and the launch, the read-back
+    excluded as in the engine; 0 on the CPU, where nothing is measured), ``tokens`` (emitted after the cut at a stop
+    token or the budget), ``proposed`` / ``accepted`` (drafts of the step's rows),
+    ``bucket`` (the runtime's batch bucket; ``specgen`` and ``inductor`` only), ``remaps`` (1 when rows that
+    stay moved before the step: 0 when every row kept its index and buffers), ``joined``
+    (rows written from a prefill or a parked row), ``remap_path`` (``kernel``: the built remap
+    family moved the rows; ``torch``: its semantics; ``None``: nothing moved) and
+    ``remap_reason`` (why ``torch``: ``mode``, ``not_built``, ``guard_failed``).
+    """
 
     t: float  # when the step's tokens became known to the host
     batch: int  # sequences in the step
