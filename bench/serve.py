@@ -100,13 +100,23 @@ def acceptance_for(model, config: ServeConfig, load, oracles: dict | None = None
     return AcceptanceMix(config.acceptance, oracle, config.model.vocab_size, seed=config.seed)
 
 
-def loop_runner(config: ServeConfig, library=None) -> Runner:
-    """The runner over the engine's serving loop: the target and the draft are built once, for every run."""
+def loop_runner(config: ServeConfig, library=None, tp=None) -> Runner:
+    """The runner over the engine's serving loop: the target and the draft are built once, for every run.
+
+    ``tp`` (a ``TensorParallel`` of several ranks): this rank's shard of the target (and of the MTP body with
+    ``--draft-tp``); every rank serves the same requests in the same steps."""
     loop_class = serving_loop()
     from ..engine.draft_kinds import DRAFT_KINDS
 
-    model = create_target(config.model, config.model_path, config.seed, config.dtype, config.device)
+    device = tp.device if tp is not None and tp.distributed else config.device
+    model = create_target(config.model, config.model_path, config.seed, config.dtype, device)
     draft = DRAFT_KINDS[config.draft].create(model, seed=config.seed + 1)
+    if tp is not None and tp.distributed:
+        from ..models.tp import shard_head, shard_model
+
+        model = shard_model(model, tp)
+        if config.draft_tp > 1:
+            draft = shard_head(draft, tp)
     warmed: set[str] = set()
     oracles: dict = {}  # the greedy outputs of the workload's requests, shared by every load and mode
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..specializations.families import MAX_WIDTH
 from . import support
 from .config import DTYPES, FLOAT, INT, NAMES, _choices, _device, _draft, _modes, first_problem, setting
-from .config_checks import _temperature, _top_k, _top_p
+from .config_checks import _ranks, _temperature, _top_k, _top_p, _tp_message
 from .support import CPU_PRESETS, MODEL_PRESETS, BenchError, check_model, fitting_model_config
 
 if TYPE_CHECKING:  # torch (and the engine) load where used: the parser reads these fields without them
@@ -101,6 +101,21 @@ def _reads(parse) -> Any:
 
 def _at_least(lo: int, option: str, note: str = "") -> Any:
     return lambda v: f"{option} must be at least {lo}{note}, got {v}" if v is not None and v < lo else None
+
+
+def _serve_tp(tp: int, s: ServeSettings) -> str | None:
+    """Ranks schedule alike only when no request arrives by the clock (each rank has its own); MTP drafts and
+    shapes that split, as for ``specgen bench --tp``."""
+    if tp < 1:
+        return _tp_message(s)
+    if tp > 1 and s.rates and any(r is not None for r in rate_list(s.rates)):
+        return (
+            f"--tp {tp} serves --rates inf and --closed-loop only: requests arriving by each rank's own clock "
+            "would be admitted at different steps on different ranks"
+        )
+    if tp > 1 and s.temperature > 0:
+        return f"--tp {tp} serves greedy requests only (--temperature 0)"
+    return _ranks(tp, s)
 
 
 def _depth(depth: int, s: ServeSettings) -> str | None:
@@ -247,6 +262,19 @@ class ServeSettings:
     )
     seed: int = setting(
         0, "seed of the weights, the workload and the acceptance draws; request i samples with seed + i", text=INT
+    )
+    tp: int = setting(
+        1,
+        "tensor-parallel ranks of the target, one process per device (NCCL on GPUs, gloo on the CPU); launched "
+        "here unless run under torchrun; with --rates inf and --closed-loop (rank 0 reports)",
+        text=INT,
+        relation=_serve_tp,
+    )
+    draft_tp: int = setting(
+        1,
+        "1: the MTP draft body whole on every rank; or --tp",
+        text=INT,
+        relation=lambda d, s: None if d in (1, s.tp) else _tp_message(s),
     )
     device: str | None = setting(None, "cpu or cuda (default: cuda when available)", check=_device)
     dtype: str = setting(

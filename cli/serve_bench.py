@@ -53,6 +53,7 @@ def run(args, runner=None) -> int:
     from ..bench import serve_report
     from ..bench.serve import loop_runner, run_sweep, serving_loop
     from ..bench.support import BenchError
+    from ..parallel import group as parallel
 
     command = "specgen serve-bench " + " ".join(getattr(args, "cli_argv", ["serve-bench"])[1:])
     if args.progress_every <= 0:
@@ -63,14 +64,34 @@ def run(args, runner=None) -> int:
         if not config.modes:
             skipped = "; ".join(f"{m}: {why}" for m, why in config.skipped)
             raise UsageError(f"--modes: no mode runs here ({skipped})")
+        tp = None
         if runner is None:
             serving_loop()  # before building kernels or a model: a one-line error where there is no loop
-            library = _library(args, config)
-            runner = loop_runner(config, library)
+            if config.cuda:
+                parallel.check_gpus(config.tp)
+            if config.tp > 1 and parallel.launched_ranks() is None:  # this same command as N local ranks
+                from ..parallel import launch
+
+                return launch.launch([sys.executable, "-m", "specgen", *args.cli_argv], config.tp, quiet_ranks=True)
+            tp = parallel.init_tensor_parallel(config.tp, config.device)
+            library = None
+            if tp.is_writer:  # rank 0 builds missing kernels while the others wait
+                library = _library(args, config)
+            tp.barrier()
+            library = library or _library(args, config)
+            runner = loop_runner(config, library, tp)
+        writer = tp is None or tp.is_writer
         result = run_sweep(
-            config, runner, every=args.progress_every, on_run=lambda r: serve_report.write_partial(r, out)
+            config,
+            runner,
+            every=args.progress_every,
+            on_run=(lambda r: serve_report.write_partial(r, out)) if writer else None,
         )
-    except BenchError as e:
+        if tp is not None:
+            tp.close()
+            if not writer:
+                return 0
+    except (BenchError, parallel.TPError) as e:
         raise UsageError(str(e)) from None
     print(serve_report.table(result))
     if not serve_report.ok_runs(result):
