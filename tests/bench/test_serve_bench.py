@@ -384,3 +384,13 @@ def test_one_greedy_decode_gives_the_acceptance_oracle_of_every_load(monkeypatch
     other = ServeSettings(device="cpu", num_requests=3, rates="4", acceptance=0.5, seed=9).resolve()
     acceptance_for(Model, other, workload_for(other, other.loads[0]), cache)
     assert calls == [3, 3]
+
+
+def test_an_acceptance_far_below_the_asked_one_is_explained(tmp_path, capsys):
+    argv = [*SMALL, "--rates", "1", "--out", str(tmp_path)]
+    assert cli_serve.run(_args(*argv, "--acceptance", "0.7"), runner=fake_runner([])) == 0
+    out = capsys.readouterr().out
+    assert "note: the measured acceptance (0.00 in baseline at 1/s) is far below --acceptance 0.7" in out
+    assert "--dtype float32" in out
+    assert cli_serve.run(_args(*argv), runner=fake_runner([])) == 0  # no --acceptance: the draft's own
+    assert "note: the measured acceptance" not in capsys.readouterr().out
