@@ -14,7 +14,6 @@ are generated from these fields (``cli/serve_bench.py``) and
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ from ..specializations.families import MAX_WIDTH
 from . import support
 from .config import DTYPES, FLOAT, INT, NAMES, _choices, _device, _draft, _modes, first_problem, setting
 from .config_checks import _ranks, _temperature, _top_k, _top_p, _tp_message
+from .serve_parse import LENGTH_FORMS, length_dist, rate_list
 from .support import CPU_PRESETS, MODEL_PRESETS, BenchError, check_model, fitting_model_config
 
 if TYPE_CHECKING:  # torch (and the engine) load where used: the parser reads these fields without them
@@ -33,55 +33,6 @@ if TYPE_CHECKING:  # torch (and the engine) load where used: the parser reads th
 __all__ = ["INTS_REPEATED", "Load", "ServeConfig", "ServeSettings", "length_dist", "rate_list", "serve_options"]
 
 INTS_REPEATED = "ints-repeated"  # an option given once per value (--stop-id 2 --stop-id 7)
-LENGTH_FORMS = "fixed:N, uniform:LO-HI, lognormal:MEDIAN,SIGMA,LO-HI or sharegpt"
-
-
-def length_dist(text: str, option: str) -> LengthDist:
-    """``fixed:N`` (or ``N``), ``uniform:LO-HI``, ``lognormal:MEDIAN,SIGMA,LO-HI``, ``sharegpt`` (the
-    ShareGPT-like lognormal of prompts for ``--prompt-len``, of outputs for ``--output-len``)."""
-    from ..engine.serving.workload import LengthDist
-
-    kind, _, spec = text.strip().partition(":")
-    bad = ValueError(f"{option} {text}: not a length distribution (use {LENGTH_FORMS})")
-    try:
-        if kind == "sharegpt" and not spec:
-            return LengthDist.sharegpt_prompt() if option == "--prompt-len" else LengthDist.sharegpt_output()
-        if kind.isdigit() and not spec:
-            return LengthDist.fixed(int(kind))
-        if kind == "fixed":
-            return LengthDist.fixed(int(spec))
-        if kind == "uniform":
-            lo, hi = spec.split("-")
-            return LengthDist.uniform(int(lo), int(hi))
-        if kind == "lognormal":
-            median, sigma, span = spec.split(",")
-            lo, hi = span.split("-")
-            if float(median) <= 0 or float(sigma) < 0:
-                raise ValueError(f"{option} {text}: a lognormal needs MEDIAN > 0 and SIGMA >= 0")
-            return LengthDist.lognormal(float(median), float(sigma), int(lo), int(hi))
-    except ValueError as e:
-        if str(e).startswith(option):
-            raise
-        if "low <= high" in str(e):
-            raise ValueError(f"{option} {text}: lengths need 1 <= LO <= HI") from None
-        raise bad from None
-    raise bad
-
-
-def rate_list(text: str) -> tuple[float | None, ...]:
-    """``--rates``: requests per second, comma-separated; ``inf`` (None here): every request at time 0."""
-    out: list[float | None] = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        try:
-            rate = float(part)
-        except ValueError:
-            raise ValueError(f"--rates {text}: '{part}' is not a number (use e.g. 1,4,inf)") from None
-        if math.isnan(rate) or rate <= 0:
-            raise ValueError(f"--rates {text}: a rate must be > 0 requests/s (inf: all at once), got {part}")
-        out.append(None if math.isinf(rate) else rate)
-    if not out:
-        raise ValueError(f"--rates {text}: no rates (use e.g. 1,4,inf)")
-    return tuple(out)
 
 
 def _reads(parse) -> Any:
