@@ -59,6 +59,7 @@ __all__ = [
     "device_records",
     "attribute",
     "attribute_with_method",
+    "launch_owners",
     "forward_names",
     "COPY",
     "draft_signature",
@@ -192,8 +193,12 @@ def split_fused(steps: dict[int, StepKernels], draft: list[str] | tuple[str, ...
     return steps
 
 
-def _attribute(events: list[dict]) -> tuple[dict[int, StepKernels], str]:
-    phases = _phases(events)
+def launch_owners(
+    events: list[dict], phases: list[tuple[float, float, str, int]] | None = None
+) -> tuple[dict[int, tuple[str, int]], dict[tuple[str, int], float]]:
+    """Which ``(phase, step)`` range launched each correlation id (the innermost range enclosing the launch
+    call), and each range's first launch time; ``phases`` defaults to every ``specgen::<phase>#<step>`` range."""
+    phases = _phases(events) if phases is None else phases
     starts = [p[0] for p in phases]
     owner: dict[int, tuple[str, int]] = {}
     first_launch: dict[tuple[str, int], float] = {}
@@ -213,6 +218,11 @@ def _attribute(events: list[dict]) -> tuple[dict[int, StepKernels], str]:
                 first_launch[key] = min(ts, first_launch.get(key, ts))
                 break
             i -= 1
+    return owner, first_launch
+
+
+def _attribute(events: list[dict]) -> tuple[dict[int, StepKernels], str]:
+    owner, first_launch = launch_owners(events)
     records = device_records(events)
     steps: dict[int, StepKernels] = {}
     matched = [r for r in records if r.correlation in owner]

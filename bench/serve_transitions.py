@@ -28,12 +28,11 @@ per kind and mode (``transition_idle.png``, ``serve_report.plot_transition_idle`
 
 from __future__ import annotations
 
-import bisect
 import statistics
 import tempfile
 from pathlib import Path
 
-from .kernel_timeline import LAUNCH_CATS, _phases, device_records, load_trace
+from .kernel_timeline import _phases, device_records, launch_owners, load_trace
 
 __all__ = ["KINDS", "TransitionProfiler", "kind_of", "summarize_idle", "transition_idle"]
 
@@ -57,22 +56,7 @@ def kind_of(step, before) -> str:
 def _by_range(events: list[dict]) -> dict[tuple[str, int], list]:
     """Device records per ``(phase, step)`` range, by the correlation id of their launch call."""
     phases = [p for p in _phases(events) if p[2] in (SERVE_PHASE, PREFILL_PHASE)]
-    starts = [p[0] for p in phases]
-    owner: dict[int, tuple[str, int]] = {}
-    for e in events:
-        if e.get("cat") not in LAUNCH_CATS:
-            continue
-        corr = (e.get("args") or {}).get("correlation")
-        if corr is None:
-            continue
-        ts = float(e["ts"])
-        i = bisect.bisect_right(starts, ts) - 1
-        while i >= 0:  # the innermost enclosing range: the latest-starting one that still contains ts
-            lo, hi, phase, step = phases[i]
-            if lo <= ts <= hi:
-                owner[corr] = (phase, step)
-                break
-            i -= 1
+    owner, _ = launch_owners(events, phases)
     out: dict[tuple[str, int], list] = {}
     for r in device_records(events):
         key = owner.get(r.correlation)

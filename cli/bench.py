@@ -127,7 +127,8 @@ def run(args) -> int:
 
 
 def _launch_ranks(args) -> int:
-    """``specgen bench --tp N`` outside torchrun: this same command as N local ranks (rank 0 reports)."""
+    """``specgen bench --tp N`` (or ``serve-bench --tp N``) outside torchrun: this same command as N local ranks
+    (rank 0 reports)."""
     from ..parallel import launch
 
     return launch.launch([sys.executable, "-m", "specgen", *args.cli_argv], args.tp, quiet_ranks=True)

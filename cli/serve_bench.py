@@ -70,9 +70,9 @@ def run(args, runner=None) -> int:
             if config.cuda:
                 parallel.check_gpus(config.tp)
             if config.tp > 1 and parallel.launched_ranks() is None:  # this same command as N local ranks
-                from ..parallel import launch
+                from .bench import _launch_ranks
 
-                return launch.launch([sys.executable, "-m", "specgen", *args.cli_argv], config.tp, quiet_ranks=True)
+                return _launch_ranks(args)
             tp = parallel.init_tensor_parallel(config.tp, config.device)
             library = None
             if tp.is_writer:  # rank 0 builds missing kernels while the others wait

@@ -45,18 +45,21 @@ def phase_name(phase: str, step: int) -> str:
     return f"{PHASE_PREFIX}{phase}#{step}"
 
 
-def phase_range(phase: str, step: int):
-    """A ``record_function`` mark of ``phase`` of step ``step`` (``phase_name``), only while a profiler runs."""
+def _mark(name: str):
+    """A ``record_function`` range named ``name`` while a profiler runs; nothing otherwise."""
     if not getattr(torch.autograd.profiler, "_is_profiler_enabled", True):
         return contextlib.nullcontext()
-    return torch.profiler.record_function(phase_name(phase, step))
+    return torch.profiler.record_function(name)
+
+
+def phase_range(phase: str, step: int):
+    """A ``record_function`` mark of ``phase`` of step ``step`` (``phase_name``), only while a profiler runs."""
+    return _mark(phase_name(phase, step))
 
 
 def host_range(family: str):
     """A ``record_function`` mark of the host running ``family``'s semantics, only while a profiler runs."""
-    if not getattr(torch.autograd.profiler, "_is_profiler_enabled", True):
-        return contextlib.nullcontext()
-    return torch.profiler.record_function(HOST_RANGE_PREFIX + family)
+    return _mark(HOST_RANGE_PREFIX + family)
 
 
 def activities(device: torch.device) -> list:
