@@ -3,7 +3,7 @@
 ``decode_step`` runs the engine's speculative step (draft, verify, acceptance through the
 loop's mode) over the requests a ``SchedulerOutput`` verifies, in the step buffers of that
 many rows (``specgen``, ``inductor``: the runtime's bucket; ``compile``: its verify graph of that
-many rows, ``ServingLoop.compile_verify``), after ``BatchRows.place`` moved every row's state to the
+many rows, ``RowGraphs.verify``), after ``BatchRows.place`` moved every row's state to the
 step's order.  The host's bounds of the rows' lengths allow for a step whose
 tokens it has not read yet (``unread``: up to ``W`` tokens more per such request).
 """
@@ -95,15 +95,15 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
             fast, reason, bucket = bool(res.fast_path), res.reason, launched
         elif loop.mode == "compile":  # the draft, then the row count's verify graph; read back below
             e._draft()
-            commit = loop.compile_verify(launched, n)
+            commit = loop.row_graphs.verify(launched, n)
             fast, reason, bucket = True, None, None
         else:
             s = e.strategy
             s.h_bufs = {k: v for k, v in host.items() if not k.startswith("h_")}
             s.h_last, s.h_seq = host["h_last"].clone(), host["h_seq"].clone()
-            if loop.device.type == "cuda":  # a graph over these buffers (the set-up one holds the largest's)
-                s.verify_graph = functools.partial(loop.baseline_forward, launched)
-            elif e.sampling is not None:  # the forward also leaves the rows' target distributions (strategy.probs)
+            if loop.device.type == "cuda":  # the graph over these buffers, captured at set-up (row_graphs.py)
+                s.verify_graph = functools.partial(loop.row_graphs.forward, launched)
+            else:  # eager; a sampling engine's forward also leaves the rows' target distributions (strategy.probs)
                 s.verify_graph = forward_body(loop, launched)
             forward_body(loop, launched)  # a sampling engine: strategy.probs is this row count's
             e._draft()

@@ -27,10 +27,11 @@ Each iteration:
    (what a device with steps in flight does), so the lagged release is exercised on the CPU too.
 
 The modes: ``baseline`` (plain step buffers per row count and their host copies; on a GPU a verify
-graph per row count), ``compile`` (plain step buffers per row count, ``CompileMode.verify_body`` captured per
-row count on its first step), ``specgen`` and ``inductor`` (``SpecVerifyRuntime``'s buckets, each captured at
-set-up; ``inductor``'s rows move by the remap's torch semantics).  On the CPU ``compile`` and ``inductor`` run
-eagerly, compiled by ``compile_backend`` (``"eager"`` in the tests).
+graph per row count), ``compile`` (plain step buffers per row count, ``CompileMode.verify_body``'s graph
+per row count), both captured for every row count at set-up (``row_graphs.py``); ``specgen`` and
+``inductor`` (``SpecVerifyRuntime``'s buckets, each captured at set-up; ``inductor``'s rows move by the
+remap's torch semantics).  On the CPU ``compile`` and ``inductor`` run eagerly, compiled by
+``compile_backend`` (``"eager"`` in the tests).
 
 ``sampling=True``: requests carry their own ``SamplingParams`` (``sampling.py``), greedy and sampled ones
 in one batch, each giving what a lone sampling engine gives for its prompt.
@@ -70,8 +71,9 @@ from .prefill import prefill_chunk
 from .remap import RowStage, remap_kernel
 from .requests import Request
 from .results import RequestRecord, ServeRun
+from .row_graphs import RowGraphs
 from .rows import BatchRows, RowAcceptance, row_layout, upload
-from .sampling import SamplingParams, check_request, forward_body
+from .sampling import SamplingParams, check_request
 from .sampling import setup as sampling_setup
 from .scheduler import PrefillChunk, Scheduler
 from .state_slots import StateSlots
@@ -177,7 +179,6 @@ class ServingLoop:
             e.state = self.state = StateSlots(self.model, groups, self.width, self.device)
         self._dev: dict[int, dict] = {}
         self._host: dict[int, dict] = {}
-        self._verify_graphs: dict[int, object] = {}  # baseline on a GPU, compile: rows -> its verify graph
         self._prompt_lens: dict[int, torch.Tensor] = {}  # rows -> the draft's prompt lengths (bind_rows)
         self._accept: dict[int, RowAcceptance] = {}  # rows -> the draft's AcceptanceMix rows (bind_rows)
         if self.runtime_mode and self.device.type != "cpu":
@@ -190,8 +191,11 @@ class ServingLoop:
                 rt.capture(bucket)
             e.bufs, e.batch = rt.buffers(self.max_batch), self.max_batch
         if self.mode == "baseline":
-            e.strategy.verify_graph = e.graph(e.forward_only)
+            e.strategy.verify_graph = None
             e.strategy.h_last = e.strategy.h_seq = None
+        self.row_graphs = RowGraphs(self)  # baseline, compile: every row count's verify graph, before the clock
+        if not self.runtime_mode:
+            self.row_graphs.capture()
         self.scratch_slot = int(e.bufs["scratch_slot"].reshape(-1)[0])
 
     # -------------------------------------------------------------------- run
@@ -365,32 +369,6 @@ class ServingLoop:
             else:
                 mix.fill(padded)
             e.acceptance = mix
-
-    def baseline_forward(self, rows: int) -> None:
-        """``baseline``'s verify forward over the step buffers of ``rows`` rows on a GPU: a graph per row count,
-        captured on its first step once the step's inputs are in (the warm-ups write the KV that step writes;
-        a hybrid's linear state is restored after them), replayed after."""
-        graph = self._verify_graphs.get(rows)
-        if graph is None:
-            saved = self.state.snapshot() if self.hybrid else None
-            graph = self._verify_graphs[rows] = self.engine.graph(forward_body(self, rows))
-            if saved is not None:
-                self.state.restore(saved)
-        graph()
-
-    def compile_verify(self, rows: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``compile``'s verify over the step buffers of ``rows`` rows (``CompileMode.verify_body``): a graph per
-        row count, captured on its first step once the step's inputs are in, like ``baseline_forward``'s (the
-        warm-ups rewrite the buffers, the verify hidden states and a hybrid's linear state: all restored after
-        them; the KV they write is what the step writes), replayed after; eager on the CPU.  Returns the first
-        ``n`` rows' (accepted, next_tokens) on the device, as ``CompileMode.verify`` reads them."""
-        e = self.engine
-        graph = self._verify_graphs.get(rows)
-        if graph is None:
-            with e.state_kept():
-                graph = self._verify_graphs[rows] = e.graph(e.strategy.verify_body(e.bufs))
-        graph()
-        return e.strategy.commit(e.bufs["next_tokens"][:n])
 
     def table_row(self, table: tuple[int, ...]) -> list[int]:
         """A block table padded to the table width with the scratch block (host values)."""

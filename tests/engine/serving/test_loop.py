@@ -421,7 +421,9 @@ def test_compiled_modes(tiny, engine_kernels, stops, mode, read_lag):
     assert {r: q.output for r, q in loop.requests.items()} == {r: q.output for r, q in base.requests.items()}
     assert run.metrics()["acceptance"] > 0
     if mode == "compile":
-        assert loop._host == {} and sorted(loop._verify_graphs) == sorted(loop._dev)
+        assert loop._host == {} and sorted(loop.row_graphs.graphs) == sorted(loop._dev) == list(
+            range(1, loop.max_batch + 1)
+        )
         assert len(loop._dev) > 1 and all(s.bucket is None and s.fast_path for s in run.steps)
     else:
         assert all(s.fast_path and s.reason is None and s.bucket >= s.batch for s in run.steps)

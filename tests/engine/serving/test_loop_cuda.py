@@ -128,6 +128,8 @@ def test_cuda_compiled_modes_equal_baseline(cuda_tiny, cuda_stops, engine_kernel
             mix = AcceptanceMix(0.7, torch.tensor(oracle, device="cuda"), vocab_size=model.config.vocab_size, seed=3)
         loop = _loop(model, head, engine_kernels, m, acceptance=mix, complete_lag=1, read_lag=read_lag)
         run = loop.run(reqs)
+        if m == "baseline":  # a graph per row count, all captured before the run's clock started
+            assert sorted(loop.row_graphs.graphs) == list(range(1, loop.max_batch + 1))
         outputs[m] = {r.id: loop.requests[r.id].output for r in reqs}
         for r, want in zip(reqs, rows):
             assert outputs[m][r.id] == want, f"{m}: request {r.id}"
@@ -137,7 +139,8 @@ def test_cuda_compiled_modes_equal_baseline(cuda_tiny, cuda_stops, engine_kernel
         assert t["steps"] > 0 and t["torch"] == {"mode": t["steps"]}
     assert outputs[mode] == outputs["baseline"]
     if mode == "compile":
-        assert loop._host == {} and sorted(loop._verify_graphs) == sorted(loop._dev) and len(loop._dev) > 1
+        assert loop._host == {} and sorted(loop.row_graphs.graphs) == sorted(loop._dev)
+        assert sorted(loop._dev) == list(range(1, loop.max_batch + 1))  # every row count, captured at set-up
     else:
         assert all(s.fast_path and s.reason is None for s in run.steps), metrics["fallbacks"]
         assert len({s.bucket for s in run.steps}) > 1  # the batch changed bucket and stayed on the captured graphs
