@@ -82,9 +82,7 @@ def _attend_chunk(
     return m_new, l_i * alpha + tl.sum(p, 1), acc * alpha[:, None] + pv
 
 
-# the row counts and offsets are plain runtime integers: specializing them (== 1, % 16) would JIT-compile another
-# variant for many new prompt lengths and batch shapes, in the middle of a serving run
-@triton.jit(do_not_specialize=["R", "MT", "kv_start", "num_slots"])
+@triton.jit
 def _paged_attention_kernel(
     q,
     k_cache,
@@ -196,7 +194,7 @@ def _paged_attention_kernel(
         tl.store(part_acc + (p_row * BLOCK_M + tl.arange(0, BLOCK_M))[:, None] * D + d[None, :], acc)
 
 
-@triton.jit(do_not_specialize=["R", "MT"])
+@triton.jit
 def _attention_merge_kernel(
     part_m,
     part_l,

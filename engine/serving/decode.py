@@ -1,12 +1,11 @@
 """One decode step of the serving loop over the running requests: rows placed, the step launched, its tokens.
 
 ``decode_step`` runs the engine's speculative step (draft, verify, acceptance through the
-loop's mode) over the requests a ``SchedulerOutput`` verifies, in the step buffers of a bucket
-(``specgen``, ``inductor``: the runtime's; ``compile``: the same bucket sizes, its verify graph of
-that bucket, ``RowGraphs.verify``) or, ``baseline``, of exactly that many rows, after
-``BatchRows.place`` moved every row's state to the step's order.  The host's bounds of the rows'
-lengths allow for a step whose tokens it has not read yet (``unread``: up to ``W`` tokens more per
-such request).
+loop's mode) over the requests a ``SchedulerOutput`` verifies, in the step buffers of that
+many rows (``specgen``, ``inductor``: the runtime's bucket; ``compile``: its verify graph of that
+many rows, ``RowGraphs.verify``), after ``BatchRows.place`` moved every row's state to the
+step's order.  The host's bounds of the rows' lengths allow for a step whose
+tokens it has not read yet (``unread``: up to ``W`` tokens more per such request).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Callable
 import torch
 
 from ...models.errors import EngineError
-from ...runtime.buffers import alloc_step_buffers, bucket_of, buckets_for
+from ...runtime.buffers import alloc_step_buffers, bucket_of
 from ..clock import count_host_syncs
 from ..engine import SpecDecodeEngine
 from ..proposers import BlockProposer
@@ -37,15 +36,14 @@ def step_bufs(loop, n: int) -> tuple[dict, dict | None, int]:
     if loop.runtime_mode:
         rt = loop.engine.strategy.runtime
         return rt.buffers(n), None, bucket_of(rt.buckets, n)
-    rows = n if loop.mode == "baseline" else bucket_of(buckets_for(loop.max_batch), n)  # compile: a bucket's
-    if rows not in loop._dev:
+    if n not in loop._dev:
         kw = dict(block_size=loop.block_size, scratch_block=SpecDecodeEngine.scratch_block)
-        loop._dev[rows] = alloc_step_buffers(rows, loop.width, loop.block_table_width, device=loop.device, **kw)
+        loop._dev[n] = alloc_step_buffers(n, loop.width, loop.block_table_width, device=loop.device, **kw)
         if loop.mode == "baseline":  # compile keeps its state on the device, as specgen
-            host = alloc_step_buffers(rows, loop.width, loop.block_table_width, **kw)
-            host["h_last"], host["h_seq"] = torch.zeros(rows, dtype=I32), torch.zeros(rows, dtype=I32)
-            loop._host[rows] = host
-    return loop._dev[rows], loop._host.get(rows), rows
+            host = alloc_step_buffers(n, loop.width, loop.block_table_width, **kw)
+            host["h_last"], host["h_seq"] = torch.zeros(n, dtype=I32), torch.zeros(n, dtype=I32)
+            loop._host[n] = host
+    return loop._dev[n], loop._host.get(n), n
 
 
 def place_rows(loop, ids: list[int], tables: dict, bounds: tuple[int, int]):
@@ -98,7 +96,7 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
         elif loop.mode == "compile":  # the draft, then the row count's verify graph; read back below
             e._draft()
             commit = loop.row_graphs.verify(launched, n)
-            fast, reason, bucket = True, None, launched
+            fast, reason, bucket = True, None, None
         else:
             s = e.strategy
             s.h_bufs = {k: v for k, v in host.items() if not k.startswith("h_")}

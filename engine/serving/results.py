@@ -71,7 +71,7 @@ class StepRecord:
     the step's host part on a CUDA device, the row remap and the launch, the read-back
     excluded as in the engine; 0 on the CPU, where nothing is measured), ``tokens`` (emitted after the cut at a stop
     token or the budget), ``proposed`` / ``accepted`` (drafts of the step's rows),
-    ``bucket`` (the batch bucket it ran in; ``specgen``, ``inductor`` and ``compile``), ``remaps`` (1 when rows that
+    ``bucket`` (the runtime's batch bucket; ``specgen`` and ``inductor`` only), ``remaps`` (1 when rows that
     stay moved before the step: 0 when every row kept its index and buffers), ``joined``
     (rows written from a prefill or a parked row), ``remap_path`` (``kernel``: the built remap
     family moved the rows; ``torch``: its semantics; ``None``: nothing moved) and

@@ -1,9 +1,8 @@
 """``baseline``'s and ``compile``'s verify graphs in the serving loop: one per row count, all captured at set-up.
 
-``baseline`` does not pad: a step of ``n`` rows runs in the step buffers of ``n`` rows and replays the
-graph captured over them.  ``compile`` pads a step to the bucket sizes ``specgen``'s runtime uses (1, 2,
-4, ..., ``max_batch``; ``decode.step_bufs``), so it compiles one function per bucket rather than per row
-count.  ``RowGraphs.capture`` builds the buffers and the graph of every row count before the run's clock starts, as
+Neither mode pads a step to a bucket: a step of ``n`` rows runs in the step buffers of ``n`` rows
+(``decode.step_bufs``) and replays the graph captured over them.  ``RowGraphs.capture`` builds the
+buffers and the graph of every row count from 1 to ``max_batch`` before the run's clock starts, as
 ``specgen``'s buckets are (``ServingLoop._setup``), so no step of a timed run captures a graph or
 compiles a function: the buffers hold padding rows then (every table entry the scratch block, no
 linear-state slot), and the capture's warm-ups write only the scratch block.
@@ -18,7 +17,6 @@ from __future__ import annotations
 
 import torch
 
-from ...runtime.buffers import buckets_for
 from .sampling import forward_body
 
 __all__ = ["RowGraphs"]
@@ -44,19 +42,13 @@ class RowGraphs:
         bufs, batch, pool = e.bufs, e.batch, e.pool
         e.pool = self.pool
         try:
-            for rows in self.row_counts():
+            for rows in range(1, loop.max_batch + 1):
                 e.bufs, _, e.batch = step_bufs(loop, rows)
                 with e.state_kept():  # the warm-ups rewrite the buffers, the verify hidden states, a linear state
                     body = forward_body(loop, rows) if loop.mode == "baseline" else e.strategy.verify_body(e.bufs)
                     self.graphs[rows] = e.graph(body)
         finally:
             e.bufs, e.batch, e.pool = bufs, batch, pool
-
-    def row_counts(self) -> tuple[int, ...]:
-        """The step buffers' row counts: every count from 1 to ``max_batch`` (``baseline``), or the buckets
-        1, 2, 4, ..., ``max_batch`` (``compile``, padded like ``specgen``'s: a compiled function per bucket)."""
-        loop = self.loop
-        return tuple(range(1, loop.max_batch + 1)) if loop.mode == "baseline" else buckets_for(loop.max_batch)
 
     def forward(self, rows: int) -> None:
         """``baseline``'s verify forward over the step buffers of ``rows`` rows (its graph's replay on a GPU)."""

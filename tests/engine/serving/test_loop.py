@@ -20,7 +20,6 @@ from specgen.engine.serving.loop import ServingLoop
 from specgen.engine.serving.rows import remap_rows, row_layout
 from specgen.models import Qwen3Model
 from specgen.models.errors import EngineError
-from specgen.runtime.buffers import bucket_of, buckets_for
 from specgen.runtime.semantics import slot
 
 BT, BS = 8, 16  # the engine_kernels layout (tests/conftest.py)
@@ -422,10 +421,10 @@ def test_compiled_modes(tiny, engine_kernels, stops, mode, read_lag):
     assert {r: q.output for r, q in loop.requests.items()} == {r: q.output for r, q in base.requests.items()}
     assert run.metrics()["acceptance"] > 0
     if mode == "compile":
-        # a graph per bucket (as specgen pads), all captured at set-up; every step in the bucket that holds it
-        assert loop._host == {} and sorted(loop.row_graphs.graphs) == sorted(loop._dev)
-        assert sorted(loop._dev) == list(buckets_for(loop.max_batch))
-        assert all(s.bucket == bucket_of(buckets_for(loop.max_batch), s.batch) and s.fast_path for s in run.steps)
+        assert loop._host == {} and sorted(loop.row_graphs.graphs) == sorted(loop._dev) == list(
+            range(1, loop.max_batch + 1)
+        )
+        assert len(loop._dev) > 1 and all(s.bucket is None and s.fast_path for s in run.steps)
     else:
         assert all(s.fast_path and s.reason is None and s.bucket >= s.batch for s in run.steps)
         assert "runtime_stats" in run.settings

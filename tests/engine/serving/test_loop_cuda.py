@@ -28,7 +28,6 @@ from specgen.engine import AcceptanceMix, greedy_generate
 from specgen.engine.serving import ClosedLoop, LengthDist, Workload
 from specgen.engine.serving.loop import ServingLoop
 from specgen.models import MTPHead, Qwen3Model
-from specgen.runtime.buffers import buckets_for
 
 pytestmark = pytest.mark.gpu
 
@@ -141,7 +140,7 @@ def test_cuda_compiled_modes_equal_baseline(cuda_tiny, cuda_stops, engine_kernel
     assert outputs[mode] == outputs["baseline"]
     if mode == "compile":
         assert loop._host == {} and sorted(loop.row_graphs.graphs) == sorted(loop._dev)
-        assert sorted(loop._dev) == list(buckets_for(loop.max_batch))  # every bucket, captured at set-up
+        assert sorted(loop._dev) == list(range(1, loop.max_batch + 1))  # every row count, captured at set-up
     else:
         assert all(s.fast_path and s.reason is None for s in run.steps), metrics["fallbacks"]
         assert len({s.bucket for s in run.steps}) > 1  # the batch changed bucket and stayed on the captured graphs
