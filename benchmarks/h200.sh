@@ -27,7 +27,8 @@
 # specgen_kernels, engine_test_kernels, block_test_kernels, hybrid_test_kernels and kbuild-cuda-edge hold it only
 # when built after it was added (commit 64e76d6); tests/engine/serving/test_loop_cuda.py and the CUDA fuzz need it
 # (SPECGEN_SERVE_SOAK_REQUESTS, default 2000, sizes that file's soak).
-# Stages: tests (every GPU test), engine-tests (tests/models, tests/engine, tests/bench: the reference application),
+# Stages: tests (every GPU test), serving-tests (the serving loop's, the runtime replay's and the forwards' GPU tests,
+# TESTS_LIMIT seconds at most), engine-tests (tests/models, tests/engine, tests/bench: the reference application),
 # sanitize (the CUDA fuzz of every family under compute-sanitizer memcheck, racecheck, initcheck),
 # block-bench (DFlash depth 15 and DSpark depth 7 drafts, three modes),
 # fuzz-heads (the CUDA fuzz of the head families at W = 2..16, build/head_kernels), heads (benchmarks/head_updates.py), bench / bench-8b (`specgen bench`, four modes, Qwen3-0.6B / Qwen3-8B
@@ -35,7 +36,9 @@
 # (DEPTHS, e.g. 3,4,5, MODES and STEPS choose the sweep; bench-sampling: the same at --temperature 0.7 --top-p 0.9), host-profile (cProfile of the host's step loop), bench-mtp (the MTP head's own acceptance), forward (benchmarks/forward_speed.py: the bare verify
 # forward and the draft step, torch and Triton forwards, kernels per layer).
 # serve-bench (specgen serve-bench: Qwen3-0.6B shapes, MTP depth 3, rates 8/s, 48/s and all at once, a closed loop of 32).
-# Usage: benchmarks/h200.sh OUT_DIR [tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
+# Everything a stage writes goes to OUT_DIR as it runs: give the device call's $OUT, so a run cut at the call's limit
+# still returns what it wrote.
+# Usage: benchmarks/h200.sh OUT_DIR [tests] [serving-tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
 #        [bench-sampling] [serve-bench] [host-profile]
 #        [bench-mtp] [block-bench]
 set -u
@@ -58,6 +61,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 for stage in "$@"; do
   case $stage in
     tests) SPECGEN_FAILURES_TO="$out/gpu_failures.txt" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/ 2>&1 | tee "$out/gpu_tests.txt" | tail -40 ;;
+    serving-tests)  # what a serving change needs, in about 3 minutes: the loop, the runtime's replay, the forwards
+      SPECGEN_FAILURES_TO="$out/gpu_failures.txt" SPECGEN_SERVE_SOAK_REQUESTS=${SPECGEN_SERVE_SOAK_REQUESTS:-500} \
+        timeout ${TESTS_LIMIT:-240} python3 -m pytest -m gpu -q -rfE -p no:cacheprovider --durations=20 \
+        tests/engine/serving tests/runtime/test_verify_graph.py tests/models/test_cuda_forward.py \
+        tests/engine/test_engine.py 2>&1 | tee "$out/gpu_serving_tests.txt" | tail -5 ;;
     engine-tests) python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/models tests/engine tests/bench 2>&1 \
              | tee "$out/gpu_engine_tests.txt" | tail -20 ;;
     sanitize)
@@ -91,7 +99,9 @@ for stage in "$@"; do
     serve-bench)  # the serving workload: three request rates and a closed loop of 32, each mode (RATES, REQUESTS, MODES)
       # float32 by default: in bfloat16 the serving batches pick other near-tied tokens than the acceptance
       # oracle's decode and the measured acceptance falls far below 0.7 (DTYPE=bfloat16 to measure it anyway)
-      specgen serve-bench --model qwen3-0.6b --draft mtp --depth 3 --modes ${MODES:-baseline,specgen,inductor,compile} \
+      # SERVE_LIMIT: seconds at most (0: none); the sweep writes its JSON after every run, so a cut keeps those
+      timeout ${SERVE_LIMIT:-0} specgen serve-bench --model qwen3-0.6b --draft mtp --depth 3 \
+        --modes ${MODES:-baseline,specgen,inductor,compile} \
         --dtype ${DTYPE:-float32} --profile-transitions ${PROFILE_STEPS:-150} \
         --rates ${RATES:-8,48,inf} --closed-loop 32 --num-requests ${REQUESTS:-128} --prompt-len lognormal:256,0.8,32-1024 \
         --output-len lognormal:128,0.6,16-384 --max-batch 32 --block-size 128 --block-table-width 64 \
