@@ -101,11 +101,10 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
             s = e.strategy
             s.h_bufs = {k: v for k, v in host.items() if not k.startswith("h_")}
             s.h_last, s.h_seq = host["h_last"].clone(), host["h_seq"].clone()
-            if loop.device.type == "cuda":  # the graph over these buffers, captured at set-up (row_graphs.py)
-                s.verify_graph = functools.partial(loop.row_graphs.forward, launched)
-            else:  # eager; a sampling engine's forward also leaves the rows' target distributions (strategy.probs)
-                s.verify_graph = forward_body(loop, launched)
-            forward_body(loop, launched)  # a sampling engine: strategy.probs is this row count's
+            body = forward_body(loop, launched)  # a sampling engine: strategy.probs is this row count's
+            # on a GPU the graph over these buffers, captured at set-up (row_graphs.py); eager on the CPU
+            cuda = loop.device.type == "cuda"
+            s.verify_graph = functools.partial(loop.row_graphs.forward, launched) if cuda else body
             e._draft()
             acc, nxt = s.verify(lo, hi, mark=lambda: None)
             host["h_last"].copy_(s.h_last)

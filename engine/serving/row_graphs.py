@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from ..graphs import CapturedGraph
+from .decode import step_bufs
 from .sampling import forward_body
 
 __all__ = ["RowGraphs"]
@@ -33,22 +35,19 @@ class RowGraphs:
     def capture(self) -> None:
         """Every row count's step buffers and graph (``baseline`` on the CPU has no graph: its forward runs
         eagerly); the engine's buffers, batch and state are left as they were."""
-        from .decode import step_bufs
-
         loop = self.loop
         e = loop.engine
         if loop.mode == "baseline" and loop.device.type != "cuda":
             return
-        bufs, batch, pool = e.bufs, e.batch, e.pool
-        e.pool = self.pool
+        bufs, batch = e.bufs, e.batch
         try:
             for rows in range(1, loop.max_batch + 1):
                 e.bufs, _, e.batch = step_bufs(loop, rows)
                 with e.state_kept():  # the warm-ups rewrite the buffers, the verify hidden states, a linear state
                     body = forward_body(loop, rows) if loop.mode == "baseline" else e.strategy.verify_body(e.bufs)
-                    self.graphs[rows] = e.graph(body)
+                    self.graphs[rows] = CapturedGraph(body, loop.device, self.pool)
         finally:
-            e.bufs, e.batch, e.pool = bufs, batch, pool
+            e.bufs, e.batch = bufs, batch
 
     def forward(self, rows: int) -> None:
         """``baseline``'s verify forward over the step buffers of ``rows`` rows (its graph's replay on a GPU)."""
