@@ -96,14 +96,15 @@ for stage in "$@"; do
         --modes ${MODES:-baseline,compile,inductor,specgen} --acceptance 0.7 --prompt-len 1024 --block-size 128 \
         --block-table-width 64 --kernels build/specgen_kernels --out "$out/${name}_$model" > "$out/${name}_$model.log" 2>&1
       echo "$name $model: exit $?"; grep -v "^frame #" "$out/${name}_$model.log" | grep -v "^bench: \[" | tail -24 ;;
-    serve-bench)  # the serving workload: three request rates and a closed loop of 32, each mode (RATES, REQUESTS, MODES)
+    serve-bench)  # the serving workload: three request rates and a closed loop of 32, each mode (RATES, REQUESTS, MODES;
+      # CLOSED="" leaves the closed loop out, CLOSED="--closed-loop N" sets another N)
       # float32 by default: in bfloat16 the serving batches pick other near-tied tokens than the acceptance
       # oracle's decode and the measured acceptance falls far below 0.7 (DTYPE=bfloat16 to measure it anyway)
       # SERVE_LIMIT: seconds at most (0: none); the sweep writes its JSON after every run, so a cut keeps those
       timeout ${SERVE_LIMIT:-0} specgen serve-bench --model qwen3-0.6b --draft mtp --depth 3 \
         --modes ${MODES:-baseline,specgen,inductor,compile} \
         --dtype ${DTYPE:-float32} --profile-transitions ${PROFILE_STEPS:-150} \
-        --rates ${RATES:-8,48,inf} --closed-loop 32 --num-requests ${REQUESTS:-128} --prompt-len lognormal:256,0.8,32-1024 \
+        --rates ${RATES:-8,48,inf} ${CLOSED-"--closed-loop 32"} --num-requests ${REQUESTS:-128} --prompt-len lognormal:256,0.8,32-1024 \
         --output-len lognormal:128,0.6,16-384 --max-batch 32 --block-size 128 --block-table-width 64 \
         --max-prefill-tokens 2048 --acceptance 0.7 --seed 0 --kernels build/specgen_kernels --progress-every 20 \
         --out "$out/serving" > "$out/serve_bench.log" 2>&1

@@ -43,6 +43,9 @@ def _settings(args):
     return ServeSettings(**values)
 
 
+STALL_S = 0.5  # an iteration longer than this is reported: no step of a warmed-up loop takes that long
+
+
 def run(args, runner=None) -> int:
     """``specgen serve-bench``: configure, check ``--out``, run every (load, mode), print, write.
 
@@ -102,6 +105,14 @@ def run(args, runner=None) -> int:
             "the serving batches pick other near-tied tokens than the oracle's batched decode, and every later "
             "oracle draft of that request is rejected; --dtype float32 keeps them apart"
         )
+    for r in serve_report.ok_runs(result):
+        m = r["metrics"]
+        if (m.get("longest_iteration_s") or 0.0) > STALL_S:
+            print(
+                f"note: {r['mode']} at {r['load']} stalled {m['longest_iteration_s']:.2f} s in one iteration (step "
+                f"{m['longest_iteration_step']}): something compiled or captured inside the timed run, and its "
+                "latency percentiles carry it"
+            )
     if not serve_report.ok_runs(result):
         print(f"specgen: no run finished; {out / serve_report.RESULT_FILE} is left as it was", file=sys.stderr)
         return 1

@@ -82,7 +82,9 @@ def _attend_chunk(
     return m_new, l_i * alpha + tl.sum(p, 1), acc * alpha[:, None] + pv
 
 
-@triton.jit
+# the row count, the tiles, the first key and the cache size vary from call to call (a prefill chunk's
+# length, a cache's capacity): not specialized, so a new value never compiles a new kernel mid-run
+@triton.jit(do_not_specialize=["R", "MT", "kv_start", "num_slots"])
 def _paged_attention_kernel(
     q,
     k_cache,
@@ -194,7 +196,7 @@ def _paged_attention_kernel(
         tl.store(part_acc + (p_row * BLOCK_M + tl.arange(0, BLOCK_M))[:, None] * D + d[None, :], acc)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["R", "MT"])
 def _attention_merge_kernel(
     part_m,
     part_l,

@@ -88,7 +88,7 @@ def _qk_norm_rope_store_kernel(
         tl.store(v_cache + off + HALF, tl.load(v + HALF).to(KT), mask=ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N"])  # the row count: a new one never compiles a new kernel
 def _add_rms_norm_kernel(
     x,
     y,

@@ -2,10 +2,11 @@
 
 ``decode_step`` runs the engine's speculative step (draft, verify, acceptance through the
 loop's mode) over the requests a ``SchedulerOutput`` verifies, in the step buffers of that
-many rows (``specgen``, ``inductor``: the runtime's bucket; ``compile``: its verify graph of that
-many rows, ``RowGraphs.verify``), after ``BatchRows.place`` moved every row's state to the
-step's order.  The host's bounds of the rows' lengths allow for a step whose
-tokens it has not read yet (``unread``: up to ``W`` tokens more per such request).
+many rows (``specgen``, ``inductor``: the runtime's bucket; ``compile``: its verify graph of a bucket of
+the same sizes, ``RowGraphs.verify``; ``baseline``: exactly that many rows), after ``BatchRows.place``
+moved every row's state to the step's order.  The host's bounds of the rows' lengths allow for a step whose
+tokens it has not read yet (``unread``: up to ``W`` tokens more per such request) and for a prefill's
+token not read yet (``Scheduler.unread_first``: one more).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Callable
 import torch
 
 from ...models.errors import EngineError
-from ...runtime.buffers import alloc_step_buffers, bucket_of
+from ...runtime.buffers import alloc_step_buffers, bucket_of, buckets_for
 from ..clock import count_host_syncs
 from ..engine import SpecDecodeEngine
 from ..proposers import BlockProposer
@@ -32,10 +33,14 @@ I32 = torch.int32
 
 
 def step_bufs(loop, n: int) -> tuple[dict, dict | None, int]:
-    """The device buffers a step of ``n`` rows runs in, the baseline's host copies, and the rows launched."""
+    """The device buffers a step of ``n`` rows runs in, the baseline's host copies, and the rows launched:
+    ``specgen`` and ``inductor`` the runtime's bucket, ``compile`` a bucket of the same sizes (its own buffers:
+    it pays the same padding for as few compiled shapes), ``baseline`` exactly ``n``."""
     if loop.runtime_mode:
         rt = loop.engine.strategy.runtime
         return rt.buffers(n), None, bucket_of(rt.buckets, n)
+    if loop.mode == "compile":
+        n = bucket_of(buckets_for(loop.max_batch), n)
     if n not in loop._dev:
         kw = dict(block_size=loop.block_size, scratch_block=SpecDecodeEngine.scratch_block)
         loop._dev[n] = alloc_step_buffers(n, loop.width, loop.block_table_width, device=loop.device, **kw)
@@ -70,8 +75,10 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
     e, W = loop.engine, loop.width
     ids = list(out.verify)
     n = len(ids)
-    # KV already written: all but the newest token; a step not read yet added 1..W more
-    known = [loop.requests[r].length - 1 for r in ids]
+    # KV already written: all but the newest token; a step not read yet added 1..W more, a prefill's token
+    # not read yet (late_first) exactly 1
+    first = loop.scheduler.unread_first
+    known = [loop.requests[r].length - 1 + (r in first) for r in ids]
     lo = min(k + (r in unread) for k, r in zip(known, ids))
     hi = max(k + W * (r in unread) for k, r in zip(known, ids))
     # the host's part of the step, the row remap included, is counted: it must not synchronize either
@@ -96,7 +103,7 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
         elif loop.mode == "compile":  # the draft, then the row count's verify graph; read back below
             e._draft()
             commit = loop.row_graphs.verify(launched, n)
-            fast, reason, bucket = True, None, None
+            fast, reason, bucket = True, None, launched
         else:
             s = e.strategy
             s.h_bufs = {k: v for k, v in host.items() if not k.startswith("h_")}

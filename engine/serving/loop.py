@@ -39,7 +39,10 @@ in one batch, each giving what a lone sampling engine gives for its prompt.
 ``read_lag=1`` reads each step's tokens one step late, as the engine's lockstep loop does: step ``k + 1``
 is scheduled and launched from the row state step ``k`` left on the device before step ``k``'s tokens reach
 the scheduler (on a device, from the runtime's pinned copy of step ``k``); what that means for tables,
-finishing and preempted requests: docs/engine.md, "Reading tokens one step late".
+finishing and preempted requests: docs/engine.md, "Reading tokens one step late".  Outside ``baseline``
+(whose host copies need it) a prefill's token is read one step late as well (``late_first``): the
+request's first verify step is launched from the prefill's state on the device before the host knows
+the token, so a join costs the device no wait (``prefill.FirstToken``).
 
 A preempted request's prefix (prompt and output so far) is prefilled again when it
 is readmitted; its blocks may be handed to another request only once every step that
@@ -61,13 +64,14 @@ import torch
 
 from ...models.errors import EngineError
 from ..acceptance import AcceptanceMix
+from ..clock import count_host_syncs
 from ..engine import SpecDecodeEngine
 from ..linear_state import has_linear_state
 from ..profiling import phase_range
 from ..proposers import BlockProposer, proposer_for
 from .block_pool import BlockPool
 from .decode import decode_step
-from .prefill import prefill_chunk
+from .prefill import FirstToken, prefill_chunk
 from .remap import RowStage, remap_kernel
 from .requests import Request
 from .results import RequestRecord, ServeRun
@@ -140,6 +144,7 @@ class ServingLoop:
         self.num_blocks, self.block_size = int(num_blocks), int(block_size)
         self.block_table_width, self.max_prefill_tokens = int(block_table_width), int(max_prefill_tokens)
         self.acceptance, self.complete_lag, self.read_lag = acceptance, int(complete_lag), int(read_lag)
+        self.late_first = self.read_lag == 1 and mode != "baseline"  # prefill tokens read a step late too
         self.engine = SpecDecodeEngine(
             model,
             proposer,
@@ -251,7 +256,7 @@ class ServingLoop:
             stage.capture({b: rt.buffers(b) for b in rt.buckets}, hidden, kernel, self.device)
         self.rows = BatchRows(self.layout, W, self.block_size, scratch, self.scratch_slot, stage, kernel, why)
         self.completed, idle, last_read = -1, 0, -1
-        pending: list = []  # steps launched whose tokens the host has not read: (out, tokens, record)
+        pending: list = []  # steps launched whose tokens the host has not read: (out, tokens, record, firsts)
 
         def emit(rid: int, t: float, finished: list) -> int:
             """Stamp the tokens the scheduler appended to request ``rid`` at ``t``; a finish releases its slots."""
@@ -268,7 +273,12 @@ class ServingLoop:
 
         def read(finished: list) -> int:
             """The host reads the oldest step in flight: the scheduler takes its tokens."""
-            out, tokens, record = pending.pop(0)
+            out, tokens, record, firsts = pending.pop(0)
+            if firsts:  # the step's prefill tokens read late, before its verify tokens
+                sched.take_first(out, {rid: [tok.read()] for rid, tok in firsts.items()})
+                t = clock()
+                for rid in firsts:
+                    emit(rid, t, finished)
             if callable(tokens):  # a lagged step's read-back, from its host copy
                 tokens = tokens()
             done = {rid for rid in tokens if self.requests[rid].finished}  # finished before: dropped
@@ -298,12 +308,18 @@ class ServingLoop:
             produced: dict[int, list[int]] = {}
             finished: list[int] = []
             times: dict[int, float] = {}
-            for chunk in out.prefill:
-                with phase_range("prefill", out.step):
-                    tok = self._prefill(self.requests[chunk.id], chunk, out.tables[chunk.id])
-                if tok is not None:
-                    produced[chunk.id], times[chunk.id] = [tok], clock()
-            sched.take_prefill(out, produced)
+            late: dict[int, FirstToken] = {}
+            with count_host_syncs(self.device.type == "cuda" and bool(out.prefill)) as syncs:
+                for chunk in out.prefill:
+                    with phase_range("prefill", out.step):
+                        tok = self._prefill(self.requests[chunk.id], chunk, out.tables[chunk.id])
+                    if isinstance(tok, FirstToken):
+                        late[chunk.id] = tok
+                    elif tok is not None:
+                        produced[chunk.id], times[chunk.id] = [tok], clock()
+            run.prefill_chunks += len(out.prefill)
+            run.prefill_host_syncs += syncs.n
+            sched.take_prefill(out, produced, late=late)
             for rid in produced:
                 emit(rid, times[rid], finished)
             if out.verify:  # the step's host part, marked for a kernel trace (bench/serve_transitions.py)
@@ -311,7 +327,7 @@ class ServingLoop:
                     step = decode_step(self, out, sched.unread)
             else:
                 step = (None, None)
-            pending.append((out, *step) if step[0] is not None else (out, {}, None))
+            pending.append((out, *step, late) if step[0] is not None else (out, {}, None, late))
             ran = bool(out.prefill or out.verify)
             lag = self.read_lag if ran else 0  # nothing launched: the host waits for every step in flight
             while len(pending) > lag:
@@ -334,6 +350,9 @@ class ServingLoop:
             if closed is not None:
                 for _ in finished:
                     add(closed.on_finish(clock()))
+            took = clock() - now  # a long iteration: a compile or a capture inside the timed run, say
+            if took > run.longest_iteration_s:
+                run.longest_iteration_s, run.longest_iteration_step = took, out.step
         run.requests = [records[rid] for rid in sorted(records)]
         run.preemptions = sched.num_preemptions
         run.elapsed_s = clock()
@@ -375,4 +394,4 @@ class ServingLoop:
         return list(table) + [SpecDecodeEngine.scratch_block] * (self.block_table_width - len(table))
 
     def _table_row(self, table: tuple[int, ...]) -> torch.Tensor:
-        return torch.tensor(self.table_row(table), dtype=I32, device=self.device)
+        return upload(torch.tensor(self.table_row(table), dtype=I32), self.device)

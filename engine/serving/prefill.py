@@ -17,7 +17,11 @@ request; none for a sampled request readmitted after a preemption, whose last to
 from, written on the device into a held slot of the row stage (``BatchRows.join``: the
 last prefix token, the bonus token as the forward produced it, the hidden state the MTP
 head reads, the length); the host reads the token for the scheduler afterwards, and the
-first step's row is gathered from the slot by the row remap, not from that read.
+first step's row is gathered from the slot by the row remap, not from that read.  With
+``loop.late_first`` the host does not wait for it: the chunk returns a ``FirstToken`` (a pinned
+copy and an event on the stream that produced it), read one step later, after the request's first
+verify step is launched.  The chunk's inputs go up from pinned memory (``upload``), so a prefill
+under ``late_first`` costs no host synchronization.
 """
 
 from __future__ import annotations
@@ -27,11 +31,32 @@ import torch
 from ...runtime.semantics import slot
 from ..proposers import BlockProposer
 from .requests import Request
-from .rows import Joined
+from .rows import Joined, upload
 from .sampling import first_token
 from .scheduler import PrefillChunk
 
-__all__ = ["prefill_chunk"]
+__all__ = ["FirstToken", "prefill_chunk"]
+
+
+class FirstToken:
+    """A prefill's token on its way to the host: a pinned copy and an event recorded after it on the stream
+    that produced it; ``read`` waits on that event only (on the CPU the value is at hand)."""
+
+    def __init__(self, token: torch.Tensor):
+        token = token.reshape(1)
+        self.event = None
+        if token.device.type == "cuda":
+            self.host = torch.empty(1, dtype=token.dtype, pin_memory=True)
+            self.host.copy_(token, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.host = token.clone()
+
+    def read(self) -> int:
+        if self.event is not None:
+            self.event.synchronize()
+        return int(self.host[0])
 
 
 def clear_slot(cache, slots: torch.Tensor) -> None:
@@ -41,15 +66,20 @@ def clear_slot(cache, slots: torch.Tensor) -> None:
         cache.write(layer, slots, torch.zeros_like(k[: len(slots)]), torch.zeros_like(v[: len(slots)]))
 
 
-def prefill_chunk(loop, req: Request, chunk: PrefillChunk, bt: torch.Tensor) -> int | None:
-    """Chunk ``chunk`` of ``req`` over block table ``bt[1, BT]``; the last chunk's new token (else None)."""
+def _up(values, dev) -> torch.Tensor:
+    return upload(torch.tensor(values, dtype=torch.long), dev)
+
+
+def prefill_chunk(loop, req: Request, chunk: PrefillChunk, bt: torch.Tensor) -> int | FirstToken | None:
+    """Chunk ``chunk`` of ``req`` over block table ``bt[1, BT]``; the last chunk's new token (a ``FirstToken``
+    under ``loop.late_first``; None for a chunk before the last and a resumed sampled request)."""
     BS, dev, model = loop.block_size, loop.device, loop.model
     s, n = chunk.start, len(chunk.tokens)
     pos = torch.arange(s, s + n, device=dev)
     slots = slot(bt, pos[None], BS).reshape(-1)
-    toks = torch.tensor(chunk.tokens, device=dev)
-    qsl = torch.tensor([0, n], device=dev)
-    kv = torch.tensor([s + n], device=dev)
+    toks = _up(chunk.tokens, dev)
+    qsl = _up([0, n], dev)
+    kv = _up([s + n], dev)
     state = loop.state.prefill_kwargs(req.id, s, n) if loop.hybrid else {}
     P, prefix = req.prefill_len, req.prefix
     block = isinstance(loop.engine.proposer, BlockProposer)
@@ -66,22 +96,25 @@ def prefill_chunk(loop, req: Request, chunk: PrefillChunk, bt: torch.Tensor) -> 
         m = min(s + n, P - 1) - s  # head rows: token q with the target's hidden state of q - 1, for q <= P - 1
         if m > 0:
             q = torch.arange(s + 1, s + 1 + m, device=dev)
-            dt = torch.tensor(prefix[s + 1 : s + 1 + m], device=dev)
-            kv = torch.tensor([s + 1 + m], device=dev)
-            loop.head(dt, q, slot(bt, q[None], BS).reshape(-1), hidden[:m], bt, kv, torch.tensor([0, m], device=dev), m)
+            dt, kv = _up(prefix[s + 1 : s + 1 + m], dev), _up([s + 1 + m], dev)
+            loop.head(dt, q, slot(bt, q[None], BS).reshape(-1), hidden[:m], bt, kv, _up([0, m], dev), m)
     if not chunk.last:
         return None
     resumed = P < req.length  # a sampled request readmitted: its last token is the first step's input
     if resumed:
-        token = torch.tensor([prefix[P]], dtype=torch.int32, device=dev)
+        token = upload(torch.tensor([prefix[P]], dtype=torch.int32), dev)
     elif req.sampled:  # drawn as the engine's prefill draws it (serving/sampling.py)
         token = first_token(req, logits[n - 1 : n], P)
     else:
         token = model.greedy_tokens(logits[n - 1 : n]).to(torch.int32)
     # the first step's state from the prefill on the device (the bonus as the forward left it), before the
     # host reads the token for the scheduler
-    joined = Joined(prefix[P - 1], 0, None if block else hidden[n - 1], P)
+    joined = Joined(prefix[P - 1], prefix[P] if resumed else 0, None if block else hidden[n - 1], P)
     loop.rows.join(req.id, joined, token, None if block else loop.engine.verify_hidden)
+    if resumed:  # baseline's host copies take the bonus from the Joined
+        return None
+    if loop.late_first:  # read after the next step is launched (loop.py)
+        return FirstToken(token)
     bonus = int(token[0])
-    loop.rows.joined[req.id].bonus = bonus  # baseline's host copies take it from here
-    return None if resumed else bonus
+    loop.rows.joined[req.id].bonus = bonus
+    return bonus

@@ -109,6 +109,10 @@ class ServeRun:
     elapsed_s: float = 0.0
     settings: dict = field(default_factory=dict)
     transition_idle: dict | None = None  # the device idle at batch transitions (bench/serve_transitions.py)
+    prefill_chunks: int = 0
+    prefill_host_syncs: int = 0  # host synchronizations while the prefill chunks were launched (CUDA)
+    longest_iteration_s: float = 0.0  # the loop's longest iteration (schedule, prefills, step, reads), and its step
+    longest_iteration_step: int = -1
 
     def metrics(self) -> dict:
         """Throughput, latency percentiles, acceptance, fast-path share and fallbacks by reason."""
@@ -146,7 +150,11 @@ class ServeRun:
                 "torch": slow,
             },
             "host_syncs_per_step": sum(s.host_syncs for s in self.steps) / len(self.steps) if self.steps else None,
+            # a prefill's token read at once is one; read a step late (late_first), none
+            "host_syncs_per_prefill": self.prefill_host_syncs / self.prefill_chunks if self.prefill_chunks else None,
             "preemptions": self.preemptions,
+            "longest_iteration_s": self.longest_iteration_s,
+            "longest_iteration_step": self.longest_iteration_step,
         }
 
     def to_json(self) -> dict:

@@ -1,8 +1,10 @@
 """``baseline``'s and ``compile``'s verify graphs in the serving loop: one per row count, all captured at set-up.
 
-Neither mode pads a step to a bucket: a step of ``n`` rows runs in the step buffers of ``n`` rows
-(``decode.step_bufs``) and replays the graph captured over them.  ``RowGraphs.capture`` builds the
-buffers and the graph of every row count from 1 to ``max_batch`` before the run's clock starts, as
+``baseline`` does not pad a step: a step of ``n`` rows runs in the step buffers of ``n`` rows
+(``decode.step_bufs``) and replays the graph captured over them.  ``compile`` pads to the runtime's
+bucket sizes (1, 2, 4, ..., ``max_batch``), as ``specgen`` and ``inductor`` do: the same padding, and
+a handful of compiled shapes instead of ``max_batch``.  ``RowGraphs.capture`` builds the buffers and
+the graph of every row count the mode runs before the run's clock starts, as
 ``specgen``'s buckets are (``ServingLoop._setup``), so no step of a timed run captures a graph or
 compiles a function: the buffers hold padding rows then (every table entry the scratch block, no
 linear-state slot), and the capture's warm-ups write only the scratch block.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from ...runtime.buffers import buckets_for
 from ..graphs import CapturedGraph
 from .decode import step_bufs
 from .sampling import forward_body
@@ -41,7 +44,8 @@ class RowGraphs:
             return
         bufs, batch = e.bufs, e.batch
         try:
-            for rows in range(1, loop.max_batch + 1):
+            counts = buckets_for(loop.max_batch) if loop.mode == "compile" else range(1, loop.max_batch + 1)
+            for rows in counts:
                 e.bufs, _, e.batch = step_bufs(loop, rows)
                 with e.state_kept():  # the warm-ups rewrite the buffers, the verify hidden states, a linear state
                     body = forward_body(loop, rows) if loop.mode == "baseline" else e.strategy.verify_body(e.bufs)

@@ -78,6 +78,6 @@ def first_token(req, logits: torch.Tensor, length: int) -> torch.Tensor:
     """A sampled request's token after its prefill of ``length`` tokens from the last row's ``logits[1, V]``
     (``runtime.sampling.first_tokens`` under its parameters), int32 on the device."""
     dev = logits.device
-    t = SamplingTensors.of([req.params], dev)
-    bufs = {name: getattr(t, name) for name in PARAMS}
-    return first_tokens(logits, bufs, torch.tensor([length], device=dev)).to(torch.int32)
+    t = SamplingTensors.of([req.params])  # on the host, uploaded without a synchronization
+    bufs = {name: upload(getattr(t, name), dev) for name in PARAMS}
+    return first_tokens(logits, bufs, upload(torch.tensor([length]), dev)).to(torch.int32)

@@ -76,6 +76,12 @@ class Scheduler:
     largest step it may have taken (``width`` more positions), one that finishes
     at step ``k`` gives its blocks back after step ``k + 1`` (which it ran in),
     and whatever step ``k + 1`` produced for it is dropped.
+
+    A prefill's token may be read late too (``take_prefill(..., late=ids)``, then
+    ``take_first`` when it comes back): the request verifies from the next step on, its
+    table grown for one token more than the host knows, unless its budget ends at that
+    token (it waits for the read, so no step runs past its budget); a stop token there
+    finishes it as a lagged verify step's would.
     """
 
     pool: BlockPool
@@ -94,6 +100,7 @@ class Scheduler:
     _updated: int = -1
     _prefilled: int = -1
     _verified: dict = field(default_factory=dict, repr=False)  # step -> its verify ids, until its tokens come back
+    _first: dict = field(default_factory=dict, repr=False)  # request id -> the step whose prefill token is unread
 
     def __post_init__(self):
         if self.width < 1 or self.max_batch < 1 or self.max_prefill_tokens < 1:
@@ -126,10 +133,12 @@ class Scheduler:
         while i < len(self.running):
             req = self.running[i]
             n = min(req.prefill_len - req.num_computed, budget) if req.in_prefill else 0
-            if req.in_prefill and n == 0:
-                i += 1
+            first = req.id in self._first  # its prefill's token is on the device only
+            if (req.in_prefill and n == 0) or (first and len(req.output) + 1 >= req.max_new_tokens):
+                i += 1  # nothing to prefill this step; or its budget ends at the unread token: wait for it
                 continue
             ahead = self.width * (1 + (req.id in unread))  # a step not yet read may have added up to width tokens
+            ahead += first
             # a chunk before the last also writes the MTP head's row at its next position (prefill.py)
             more = int(n < req.prefill_len - req.num_computed)
             positions = req.num_computed + n + more if req.in_prefill else req.length + ahead
@@ -166,21 +175,44 @@ class Scheduler:
         """Requests of the verify steps before the newest scheduled one whose tokens have not come back yet."""
         return {rid for s, ids in self._verified.items() if self._updated < s < self.step for rid in ids}
 
+    @property
+    def unread_first(self) -> set:
+        """Requests whose prefill's token has not come back yet (``take_prefill``'s ``late``)."""
+        return set(self._first)
+
     def last_step(self, rid: int) -> int:
         """The newest step request ``rid`` was scheduled into (the last that could write its blocks)."""
         return self._last_step.get(rid, -1)
 
-    def take_prefill(self, out: SchedulerOutput, produced: dict) -> None:
-        """The prefill chunks of step ``out.step`` ran; the last ones produced ``produced[id]`` (one token each)."""
+    def take_prefill(self, out: SchedulerOutput, produced: dict, late=()) -> None:
+        """The prefill chunks of step ``out.step`` ran; the last ones produced ``produced[id]`` (one token each),
+        or, for the ids in ``late``, a token the host reads later (``take_first``)."""
         if out.step != self._prefilled + 1:
             raise RuntimeError(f"prefill of step {out.step} came back after step {self._prefilled}'s; in order only")
+        drawn = {c.id for c in out.prefill if c.last and self.requests[c.id].prefill_len == self.requests[c.id].length}
+        stray = set(late) - drawn | set(late) & set(produced)
+        if stray:
+            raise ValueError(f"requests {sorted(stray)} have no token of step {out.step} to read late")
         self._prefilled = out.step
         for chunk in out.prefill:
             req, toks = self.requests[chunk.id], list(produced.get(chunk.id, ()))
+            if chunk.id in late:
+                req.num_computed += len(chunk.tokens)
+                self._first[chunk.id] = out.step
+                continue
             if len(toks) != int(chunk.last and req.prefill_len == req.length):  # else a resumed sampled one
                 raise ValueError(f"a {'last' if chunk.last else 'middle'} prefill chunk produced {len(toks)} tokens")
             req.num_computed += len(chunk.tokens)
             self._take(req, toks, out.step)
+
+    def take_first(self, out: SchedulerOutput, produced: dict) -> None:
+        """The tokens that step ``out.step``'s prefills left to be read late came back: ``produced[id]``, one each."""
+        want = {rid for rid, s in self._first.items() if s == out.step}
+        if set(produced) != want or any(len(list(t)) != 1 for t in produced.values()):
+            raise ValueError(f"step {out.step} left prefill tokens of {sorted(want)} to read, got {produced}")
+        for rid in sorted(want):
+            del self._first[rid]
+            self._take(self.requests[rid], list(produced[rid]), out.step)
 
     def update(self, out: SchedulerOutput, produced: dict) -> None:
         """Step ``out.step`` produced ``produced[id]`` tokens per request: append, finish, free.
@@ -192,6 +224,8 @@ class Scheduler:
             raise RuntimeError(f"tokens of step {out.step} came back after step {self._updated}'s; in order only")
         if self._prefilled < out.step:
             self.take_prefill(out, produced)
+        if any(s <= out.step for s in self._first.values()):
+            raise RuntimeError(f"step {out.step}'s tokens came back before its prefills' (take_first)")
         self._updated = out.step
         self._verified.pop(out.step, None)
         for rid in out.verify:

@@ -26,6 +26,7 @@ import torch
 from ...models.errors import EngineError
 from ..linear_state import LinearState
 from .block_pool import BlockPool
+from .rows import upload
 
 __all__ = ["StateSlots"]
 
@@ -68,7 +69,7 @@ class StateSlots:
         first = (self.take(rid) if start == 0 else self.slots(rid))[0]
         write = torch.full((rows,), -1, dtype=I32, device=self.device)
         write[-1] = first
-        read = torch.tensor([first if start > 0 else -1], dtype=I32, device=self.device)
+        read = upload(torch.tensor([first if start > 0 else -1], dtype=I32), self.device)
         return {"state_read": read, "state_write": write}
 
     def row_slots(self, ids: list[int], rows: int) -> torch.Tensor:

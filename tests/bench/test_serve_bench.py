@@ -394,3 +394,23 @@ def test_an_acceptance_far_below_the_asked_one_is_explained(tmp_path, capsys):
     assert "--dtype float32" in out
     assert cli_serve.run(_args(*argv), runner=fake_runner([])) == 0  # no --acceptance: the draft's own
     assert "note: the measured acceptance" not in capsys.readouterr().out
+
+
+def test_an_iteration_that_stalled_is_named_with_its_step(tmp_path, capsys):
+    """A run whose loop spent longer than ``STALL_S`` in one iteration (a compile inside the timed run) gets a
+    note naming the mode, the load and the step; runs without one get none."""
+    inner = fake_runner([])
+
+    def runner(mode, load):
+        run = inner(mode, load)
+        run.longest_iteration_s, run.longest_iteration_step = (2.5, 17) if mode == "specgen" else (0.01, 3)
+        return run
+
+    argv = [*SMALL, "--rates", "1", "--modes", "baseline,specgen", "--out", str(tmp_path)]
+    assert cli_serve.run(_args(*argv), runner=runner) == 0
+    out = capsys.readouterr().out
+    assert "note: specgen at 1/s stalled 2.50 s in one iteration (step 17)" in out
+    assert "note: baseline" not in out
+    saved = json.loads((tmp_path / serve_report.RESULT_FILE).read_text())
+    m = {r["mode"]: r["metrics"] for r in saved["runs"]}
+    assert m["specgen"]["longest_iteration_s"] == 2.5 and m["baseline"]["longest_iteration_step"] == 3

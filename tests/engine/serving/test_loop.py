@@ -20,6 +20,7 @@ from specgen.engine.serving.loop import ServingLoop
 from specgen.engine.serving.rows import remap_rows, row_layout
 from specgen.models import Qwen3Model
 from specgen.models.errors import EngineError
+from specgen.runtime.buffers import bucket_of
 from specgen.runtime.semantics import slot
 
 BT, BS = 8, 16  # the engine_kernels layout (tests/conftest.py)
@@ -155,6 +156,8 @@ def assert_exact(model, loop, run, reqs, why: str | None = None):
     assert all(1 <= s.batch <= loop.max_batch and s.proposed == s.batch * loop.depth for s in steps)
     assert all(s.host_syncs == 0 for s in steps)  # the CPU: nothing measured
     assert [s.t for s in steps] == sorted(s.t for s in steps)
+    assert 0 < run.longest_iteration_s <= run.elapsed_s and 0 <= run.longest_iteration_step <= loop.scheduler.step
+    assert run.prefill_chunks >= len(reqs) and run.metrics()["host_syncs_per_prefill"] == 0  # the CPU: none
     assert_remapped(loop, run, why)
 
 
@@ -405,8 +408,8 @@ def test_compiled_modes(tiny, engine_kernels, stops, mode, read_lag):
     """``compile`` and ``inductor`` on the CPU, their verify bodies run eagerly (``compile_backend="eager"``): under
     churn (preemptions, joins, rows that move, the lagged release, p = 0.7) every request's output equals its
     greedy decoding alone and the baseline loop's output for it; the rows move by the remap's torch semantics
-    (``mode``); ``compile`` keeps no host copies and one verify body per row count, ``inductor`` runs the
-    runtime's buckets on the fast path."""
+    (``mode``); ``compile`` keeps no host copies and pads to the runtime's bucket sizes (a verify body per
+    bucket), ``inductor`` runs the runtime's buckets on the fast path."""
     model, _ = tiny
     runs = {}
     for m in ("baseline", mode):
@@ -421,10 +424,10 @@ def test_compiled_modes(tiny, engine_kernels, stops, mode, read_lag):
     assert {r: q.output for r, q in loop.requests.items()} == {r: q.output for r, q in base.requests.items()}
     assert run.metrics()["acceptance"] > 0
     if mode == "compile":
-        assert loop._host == {} and sorted(loop.row_graphs.graphs) == sorted(loop._dev) == list(
-            range(1, loop.max_batch + 1)
-        )
-        assert len(loop._dev) > 1 and all(s.bucket is None and s.fast_path for s in run.steps)
+        # padded to the runtime's bucket sizes: a verify body per bucket, no host copies
+        assert loop._host == {} and sorted(loop.row_graphs.graphs) == sorted(loop._dev) == [1, 2, 4, 6]
+        assert all(s.fast_path and s.bucket == bucket_of((1, 2, 4, 6), s.batch) for s in run.steps)
+        assert any(s.bucket > s.batch for s in run.steps)  # some step ran padding rows
     else:
         assert all(s.fast_path and s.reason is None and s.bucket >= s.batch for s in run.steps)
         assert "runtime_stats" in run.settings
@@ -436,13 +439,14 @@ class LagChecks(Checks):
 
     def __init__(self, loop: ServingLoop):
         super().__init__(loop)
-        self.dropped = self.preempted = self.joined = self.prefilled = 0
+        self.dropped = self.preempted = self.joined = self.prefilled = self.first_unread = 0
 
     def before_step(self, loop, out):
         super().before_step(loop, out)
         unread = loop.scheduler.unread
         self.prefilled += sum(c.last for c in out.prefill)
         self.preempted += len(set(out.preempted) & unread)
+        self.first_unread += len(set(out.verify) & loop.scheduler.unread_first)  # joined before its token was read
         self.joined += len(set(out.verify) & set(loop.rows.joined)) if unread else 0
 
     def after_step(self, loop, out):
@@ -477,5 +481,7 @@ def test_read_lag(tiny, engine_kernels, stops, mode, complete_lag):
     assert {r.finish for r in run.requests} == {"stop", "length"}
     # every token emitted once: one per finished prefill, the rest counted by the step that produced them
     assert sum(s.tokens for s in run.steps) + checks.prefilled == sum(r.output_len for r in run.requests)
+    # outside baseline a prefill's token is read a step late as well: requests verify before it is known
+    assert (checks.first_unread > 0) == (mode != "baseline") == loop.late_first
     if mode == "specgen":
         assert all(s.fast_path and s.reason is None for s in run.steps)

@@ -91,8 +91,8 @@ class StateCheck:
                 if req.num_computed == 0:
                     continue
                 slot, n = slots[0], req.num_computed
-            elif req.id in loop.rows.joined:  # the prefill's final state, read by the first verification
-                slot, n = slots[0], req.length - 1
+            elif req.id in loop.rows.joined:  # the prefill's final state, read by the first verification (its
+                slot, n = slots[0], req.num_computed  # token may still be unread: ``late_first``)
             elif req.id in ids:  # the accepted row's slot: every token but the newest (the bonus)
                 slot, n = slots[int(loop.rows.bufs[0]["accepted"][ids.index(req.id)])], req.length - 1
             else:

@@ -89,6 +89,12 @@ def test_metrics_of_a_hand_built_run():
     assert m["transitions"] == {"steps": 2, "kernel": 1, "torch": {"guard_failed": 1}}
     assert m["host_syncs_per_step"] == pytest.approx(4 / 5)
     assert m["preemptions"] == 1
+    run = _run()
+    run.prefill_chunks, run.prefill_host_syncs = 4, 3
+    run.longest_iteration_s, run.longest_iteration_step = 0.75, 9
+    m = run.metrics()
+    assert m["host_syncs_per_prefill"] == pytest.approx(3 / 4)
+    assert (m["longest_iteration_s"], m["longest_iteration_step"]) == (0.75, 9)
 
 
 def test_without_elapsed_time_the_last_step_ends_the_run():
@@ -111,7 +117,8 @@ def test_a_run_where_no_request_finished():
 def test_an_empty_run_has_no_figures_and_no_division_by_zero():
     m = ServeRun(mode="baseline", draft="mtp", depth=3).metrics()
     assert m["requests"] == m["finished"] == m["output_tokens"] == m["decode_steps"] == m["preemptions"] == 0
-    for key in ("request_throughput", "output_tokens_per_s", "acceptance", "fast_path_share", "host_syncs_per_step"):
+    for key in ("request_throughput", "output_tokens_per_s", "acceptance", "fast_path_share", "host_syncs_per_step",
+                "host_syncs_per_prefill"):  # fmt: skip
         assert m[key] is None, key
     for key in ("ttft_s", "tpot_s", "itl_s"):
         assert m[key] == {"p50": None, "p90": None, "p99": None}
