@@ -15,10 +15,9 @@ import argparse
 import collections
 import contextlib
 import json
+import os
 import traceback
 import warnings
-
-import os
 
 import torch
 

@@ -43,7 +43,7 @@ def _settings(args):
     return ServeSettings(**values)
 
 
-STALL_S = 0.5  # an iteration longer than this is reported: no step of a warmed-up loop takes that long
+STALL_S = 2.0  # an iteration longer than this is reported: a burst of prefills takes a fraction of it
 
 
 def run(args, runner=None) -> int:
@@ -110,8 +110,8 @@ def run(args, runner=None) -> int:
         if (m.get("longest_iteration_s") or 0.0) > STALL_S:
             print(
                 f"note: {r['mode']} at {r['load']} stalled {m['longest_iteration_s']:.2f} s in one iteration (step "
-                f"{m['longest_iteration_step']}): something compiled or captured inside the timed run, and its "
-                "latency percentiles carry it"
+                f"{m['longest_iteration_step']}): longer than any burst of prefills takes, as a compile or a capture "
+                "inside the timed run would; its latency percentiles carry it"
             )
     if not serve_report.ok_runs(result):
         print(f"specgen: no run finished; {out / serve_report.RESULT_FILE} is left as it was", file=sys.stderr)
