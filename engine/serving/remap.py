@@ -92,12 +92,12 @@ class RowStage:
 
     def join(self, row: int, last_token: int, bonus: torch.Tensor, length: int) -> None:
         """A prefill's end in staging row ``row``: repair token, bonus (a device value), count 0, length."""
-        W = self.width
-        self.src("tokens")[row * W : (row + 1) * W].fill_(0)
-        self.src("tokens")[row * W] = int(last_token)
-        self.src("accepted")[row] = 0
+        W = self.width  # fill_ with a host value launches a kernel; ``t[i] = value`` would copy it up and wait
+        self.src("tokens")[row * W + 1 : (row + 1) * W].fill_(0)
+        self.src("tokens")[row * W : row * W + 1].fill_(int(last_token))
+        self.src("accepted")[row : row + 1].fill_(0)
         self.src("next_last_token")[row : row + 1].copy_(bonus.reshape(1))
-        self.src("next_seq_lens")[row] = int(length)
+        self.src("next_seq_lens")[row : row + 1].fill_(int(length))
 
     def remap(
         self, src_rows: list[int], table: torch.Tensor, kernel, bounds: tuple[int, int], step: tuple

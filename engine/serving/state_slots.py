@@ -67,10 +67,10 @@ class StateSlots:
         """A prefill chunk of ``rows`` rows at ``start``: the zero state (``start == 0``) or slot 0 in, its last
         row's state into slot 0; the first chunk takes the request's group."""
         first = (self.take(rid) if start == 0 else self.slots(rid))[0]
-        write = torch.full((rows,), -1, dtype=I32, device=self.device)
+        write = torch.full((rows,), -1, dtype=I32)  # on the host, then up without a synchronization
         write[-1] = first
-        read = upload(torch.tensor([first if start > 0 else -1], dtype=I32), self.device)
-        return {"state_read": read, "state_write": write}
+        read = torch.tensor([first if start > 0 else -1], dtype=I32)
+        return {"state_read": upload(read, self.device), "state_write": upload(write, self.device)}
 
     def row_slots(self, ids: list[int], rows: int) -> torch.Tensor:
         """``state_slots[rows, W]`` of a step over requests ``ids`` (rows past them: -1, no write)."""
