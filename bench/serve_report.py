@@ -130,7 +130,16 @@ def transition_line(run: dict) -> str:
         added = "" if s.get("added_us") is None else f", {s['added_us']:+.1f}"
         parts.append(f"{kind} {s['p50_us']:.1f} us (n={s['n']}{added})")
     what = "; ".join(parts) or "no device records (the kernel trace needs CUDA)"
-    return f"device idle before a step ({run['mode']} at {run['load']}, profiled run): {what}"
+    line = f"device idle before a step ({run['mode']} at {run['load']}, profiled run): {what}"
+    dt = run["transition_idle"].get("device_time")
+    if dt and dt.get("window_us"):
+        step, pre, win = dt["serve"], dt["prefill"], dt["window_us"]
+        line += (
+            f"\n  device time of that window ({win / 1e3:.1f} ms): decode steps {step['busy_us'] / win:.0%} "
+            f"({step['ranges']}, median {(step['p50_us'] or 0) / 1e3:.2f} ms each), prefill chunks "
+            f"{pre['busy_us'] / win:.0%} ({pre['ranges']}), idle {dt['idle_us'] / win:.0%}"
+        )
+    return line
 
 
 def _loads(runs: list[dict]) -> list[str]:

@@ -22,7 +22,9 @@ the decode step before it):
 * ``steady``: nothing changed.
 
 A transition's cost is its idle against the steady gaps' (the issue's figure: each
-transition adds at most 10 us of device idle).  ``plot_transition_idle`` draws the idle
+transition adds at most 10 us of device idle).  ``device_time`` says where the window's device
+time went: the busy time of each decode step's and each prefill chunk's records, and the idle
+that neither covered (what a step's TPOT is made of under load).  ``plot_transition_idle`` draws the idle
 per kind and mode (``transition_idle.png``, ``serve_report.plot_transition_idle``).
 """
 
@@ -34,7 +36,7 @@ from pathlib import Path
 
 from .kernel_timeline import _phases, device_records, launch_owners, load_trace
 
-__all__ = ["KINDS", "TransitionProfiler", "kind_of", "summarize_idle", "transition_idle"]
+__all__ = ["KINDS", "TransitionProfiler", "device_time", "kind_of", "summarize_idle", "transition_idle"]
 
 KINDS = ("steady", "join", "leave", "reorder", "bucket")
 SERVE_PHASE, PREFILL_PHASE = "serve", "prefill"
@@ -107,6 +109,39 @@ def transition_idle(events, steps: list) -> list[dict]:
     return out
 
 
+def _busy(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of ``spans``."""
+    total, at = 0.0, float("-inf")
+    for s, e in sorted(spans):
+        if e > at:
+            total += e - max(s, at)
+            at = e
+    return total
+
+
+def device_time(events) -> dict | None:
+    """Where the profiled window's device time went: per phase (``serve``: decode steps, ``prefill``: prefill
+    chunks) the ranges, their busy time in total and the median per range (us; overlapping records counted
+    once), and the window (first to last record of any range) with the time no record covered."""
+    ev = load_trace(events) if not isinstance(events, list) else events
+    ranges = _by_range(ev)
+    if not ranges:
+        return None
+    out: dict = {}
+    for phase in (SERVE_PHASE, PREFILL_PHASE):
+        busy = [_busy([(r.start, r.end) for r in recs]) for (p, _), recs in ranges.items() if p == phase]
+        out[phase] = {
+            "ranges": len(busy),
+            "busy_us": round(sum(busy), 3),
+            "p50_us": round(statistics.median(busy), 3) if busy else None,
+        }
+    spans = [(r.start, r.end) for recs in ranges.values() for r in recs]
+    lo, hi = min(s for s, _ in spans), max(e for _, e in spans)
+    out["window_us"] = round(hi - lo, 3)
+    out["idle_us"] = round(hi - lo - _busy(spans), 3)
+    return out
+
+
 def summarize_idle(gaps: list[dict]) -> dict:
     """Per kind: how many, and the median, p90 and largest idle (us); ``added_us``: a kind's median less the
     steady gaps' median (None without steady gaps)."""
@@ -168,4 +203,9 @@ class TransitionProfiler:
         if self._events is None:
             return None
         gaps = transition_idle(self._events, run.steps)
-        return {"profiled_from_step": self.start, "gaps": gaps, "summary": summarize_idle(gaps)}
+        return {
+            "profiled_from_step": self.start,
+            "gaps": gaps,
+            "summary": summarize_idle(gaps),
+            "device_time": device_time(self._events),
+        }

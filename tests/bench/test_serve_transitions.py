@@ -84,3 +84,52 @@ def test_summary_gives_each_kind_against_the_steady_median():
 def test_profiler_window_arguments_are_checked():
     with pytest.raises(ValueError, match="two decode steps"):
         TransitionProfiler(start=0, count=1)
+
+
+def test_device_time_splits_the_window_by_phase():
+    """Busy time per phase (overlapping records of one range counted once), the median per range, and the
+    window's idle: what no record of any range covered."""
+    from specgen.bench.serve_transitions import device_time
+
+    events = [
+        _range("specgen::serve#3", 0, 100),
+        _launch(10, 1),
+        _launch(12, 5),
+        _kernel(200, 50, 1),
+        _kernel(220, 50, 5),  # overlaps the first: step 3 is busy 200..270
+        _range("specgen::prefill#4", 110, 10),
+        _launch(112, 3),
+        _kernel(280, 20, 3),  # 10 us idle before it
+        _range("specgen::serve#4", 120, 60),
+        _launch(130, 2),
+        _kernel(300, 10, 2),
+    ]
+    dt = device_time(events)
+    assert dt["serve"] == {"ranges": 2, "busy_us": 80.0, "p50_us": 40.0}
+    assert dt["prefill"] == {"ranges": 1, "busy_us": 20.0, "p50_us": 20.0}
+    assert dt["window_us"] == 110.0 and dt["idle_us"] == 10.0
+    assert device_time([_range("specgen::serve#1", 0, 10)]) is None  # no device record
+
+
+def test_the_report_line_gives_the_idle_by_kind_and_the_window_by_phase():
+    from specgen.bench.serve_report import transition_line
+
+    run = {
+        "mode": "specgen",
+        "load": "8/s",
+        "transition_idle": {
+            "summary": summarize_idle([{"kind": "steady", "idle_us": 0.0}, {"kind": "join", "idle_us": 4.0}]),
+            "device_time": {
+                "serve": {"ranges": 2, "busy_us": 8000.0, "p50_us": 4000.0},
+                "prefill": {"ranges": 1, "busy_us": 1000.0, "p50_us": 1000.0},
+                "window_us": 10000.0,
+                "idle_us": 1000.0,
+            },
+        },
+    }
+    line = transition_line(run)
+    assert line.startswith("device idle before a step (specgen at 8/s, profiled run): steady 0.0 us (n=1); join 4.0")
+    assert "window (10.0 ms): decode steps 80% (2, median 4.00 ms each), prefill chunks 10% (1)" in line
+    assert line.endswith("idle 10%")
+    del run["transition_idle"]["device_time"]
+    assert "\n" not in transition_line(run)  # a run recorded before the split: the idle line alone
