@@ -39,7 +39,7 @@
 # Everything a stage writes goes to OUT_DIR as it runs: give the device call's $OUT, so a run cut at the call's limit
 # still returns what it wrote.
 # Usage: benchmarks/h200.sh OUT_DIR [tests] [serving-tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
-#        [bench-sampling] [serve-bench] [host-profile]
+#        [bench-sampling] [serve-bench] [prefill-speed] [host-profile]
 #        [bench-mtp] [block-bench]
 set -u
 out=$1; shift
@@ -110,6 +110,9 @@ for stage in "$@"; do
         --max-prefill-tokens 2048 --acceptance 0.7 --seed 0 --kernels build/specgen_kernels --progress-every 20 \
         --out "$out/serving" > "$out/serve_bench.log" 2>&1
       echo "serve-bench: exit $?"; grep -v "^frame #" "$out/serve_bench.log" | grep -v "started\|finished" | tail -16 ;;
+    prefill-speed)  # a serving prefill chunk's forward, eager as the loop runs it: wall, kernels, the LM head's share
+      python3 benchmarks/prefill_speed.py --model qwen3-0.6b --dtype ${DTYPE:-float32} --rows 256,1024,2048 \
+        --out "$out/prefill_speed.json" 2>&1 | grep -v "^frame #" | tail -24 ;;
     host-profile)  # where the host's time per step goes: specgen, depth 3, B = 1, under cProfile
       python3 -m cProfile -o "$out/host.prof" -m specgen bench --model qwen3-0.6b --depth 3 --batch 1 --steps 300 \
         --warmup 10 --profile-steps 0 --modes ${MODES:-specgen} --acceptance 0.7 --prompt-len 1024 --block-size 128 \

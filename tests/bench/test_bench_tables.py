@@ -82,3 +82,18 @@ def test_replay_us_times_inner_calls_after_the_warm_ones():
     us = replay_us(lambda: (calls.append(1), time.sleep(0.002)), repeats=3, inner=4, warm=2, cuda=False)
     assert len(calls) == 2 + 3 * 4
     assert 1500 < us < 20000  # one 2 ms call, not four
+
+
+def test_prefill_speed_times_each_row_count_and_the_lm_head(tmp_path, capsys):
+    """benchmarks/prefill_speed.py on the tiny presets (CPU): a line and a JSON entry per row count, the LM head
+    over every row and over the last one timed apart, the command recorded; a hybrid target runs too."""
+    prefill_speed = _module("prefill_speed")
+    out = tmp_path / "prefill.json"
+    assert prefill_speed.main(["--model", "tiny", "--rows", "8,40", "--repeats", "1", "--out", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert [r["rows"] for r in saved["results"]] == [8, 40] and saved["command"].endswith(str(out))
+    for r in saved["results"]:
+        assert r["wall_us"] > 0 and r["lm_head_all_rows_us"] > 0 and r["lm_head_last_row_us"] > 0
+        assert r["kernels"] == [] and r["kernel_us"] is None  # no kernel trace on the CPU
+    assert "tiny float32 prefill of 40 rows" in capsys.readouterr().out
+    assert prefill_speed.main(["--model", "qwen3.5-tiny", "--rows", "24", "--repeats", "1"]) == 0
