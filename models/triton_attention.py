@@ -83,7 +83,8 @@ def _attend_chunk(
 
 
 # the row count, the tiles, the first key and the cache size vary from call to call (a prefill chunk's
-# length, a cache's capacity): not specialized, so a new value never compiles a new kernel mid-run
+# length, a cache's capacity): not specialized, so a new value compiles nothing; only the few BLOCK_M and
+# NSPLIT constants derived from them select a variant
 @triton.jit(do_not_specialize=["R", "MT", "kv_start", "num_slots"])
 def _paged_attention_kernel(
     q,

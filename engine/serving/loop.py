@@ -27,8 +27,9 @@ Each iteration:
    (what a device with steps in flight does), so the lagged release is exercised on the CPU too.
 
 The modes: ``baseline`` (plain step buffers per row count and their host copies; on a GPU a verify
-graph per row count), ``compile`` (plain step buffers per row count, ``CompileMode.verify_body``'s graph
-per row count), both captured for every row count at set-up (``row_graphs.py``); ``specgen`` and
+graph per row count), ``compile`` (plain step buffers of the runtime's bucket sizes, a step padded to the
+smallest that holds it, ``CompileMode.verify_body``'s graph per bucket), both captured at set-up
+(``row_graphs.py``); ``specgen`` and
 ``inductor`` (``SpecVerifyRuntime``'s buckets, each captured at set-up; ``inductor``'s rows move by the
 remap's torch semantics).  On the CPU ``compile`` and ``inductor`` run eagerly, compiled by
 ``compile_backend`` (``"eager"`` in the tests).
