@@ -110,13 +110,9 @@ def transition_idle(events, steps: list) -> list[dict]:
 
 
 def _busy(spans: list[tuple[float, float]]) -> float:
-    """The length of the union of ``spans``."""
-    total, at = 0.0, float("-inf")
-    for s, e in sorted(spans):
-        if e > at:
-            total += e - max(s, at)
-            at = e
-    return total
+    """The length of the union of ``spans``: their extent less what none of them covers."""
+    lo, hi = min(s for s, _ in spans), max(e for _, e in spans)
+    return hi - lo - _uncovered(lo, hi, spans)
 
 
 def device_time(events) -> dict | None:
@@ -138,7 +134,7 @@ def device_time(events) -> dict | None:
     spans = [(r.start, r.end) for recs in ranges.values() for r in recs]
     lo, hi = min(s for s, _ in spans), max(e for _, e in spans)
     out["window_us"] = round(hi - lo, 3)
-    out["idle_us"] = round(hi - lo - _busy(spans), 3)
+    out["idle_us"] = round(_uncovered(lo, hi, spans), 3)
     return out
 
 

@@ -17,10 +17,10 @@ import argparse
 import json
 import statistics
 import sys
-import time
 
 import torch
 
+from specgen.engine.clock import wall_seconds
 from specgen.models import ModelConfig, Qwen3Model
 from specgen.models.qwen3_5 import Qwen35Model
 from specgen.runtime.semantics import slot
@@ -50,11 +50,9 @@ def _timed(fn, dev: torch.device, repeats: int) -> float:
     fn()
     times = []
     for _ in range(max(1, repeats)):
-        _sync(dev)
-        t = time.perf_counter()
-        fn()
-        _sync(dev)
-        times.append(time.perf_counter() - t)
+        with wall_seconds(dev) as took:
+            fn()
+        times.append(took.s)
     return statistics.median(times) * 1e6
 
 
