@@ -7,8 +7,10 @@ serving loop runs it, with the kernels that take the time.
 For each row count: the median wall time of the forward (device synchronized before and after, ``--repeats``
 times after a warm-up), the device time its kernels took in one profiled run (their total, and the share of
 the wall time), the kernels by total time, and the LM head over every row against over the last row alone
-(all a prefill needs).  On the CPU it runs the same forward (no kernel list).  Prints one line per row
-count; ``--out`` writes the JSON with the command.
+(all a prefill needs; the timed forward runs it over the last row, as the loop does), and one layer's
+attention each way it could run (the Triton paged kernel, the dense SDPA backends) with its error.  On the
+CPU it runs the same forward (no kernel list).  Prints one line per row count; ``--out`` writes the JSON
+with the command.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import statistics
 import sys
 
 import torch
+import torch.nn.functional as F
 
 from specgen.engine.clock import wall_seconds
 from specgen.models import ModelConfig, Qwen3Model
@@ -69,6 +72,50 @@ def kernel_table(fn, dev: torch.device, top: int) -> tuple[float, list]:
     return total, table
 
 
+def attention_options(model, n: int, block_size: int, dev: torch.device, repeats: int) -> list[dict]:
+    """One layer's causal attention over a chunk of ``n`` rows from position 0, each way it could run:
+    the Triton paged kernel the forward launches (keys read through the block table) and the dense
+    ``scaled_dot_product_attention`` backends on the chunk's own K/V; each one's median time (us) and
+    largest difference from a float64 reference."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from specgen.models.triton_attention import paged_attention
+
+    cfg, dt = model.config, model.embed_tokens.weight.dtype
+    H, KVH, D = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    g = torch.Generator(device=dev).manual_seed(n)
+    q, k, v = (torch.randn(n, h, D, generator=g, device=dev, dtype=dt) for h in (H, KVH, KVH))
+    _, pos, slots, bt, kv, qsl, _ = prefill_inputs(n, block_size, cfg.vocab_size, dev)
+    kc, vc = model.kv_cache.layer_storage(0)
+    model.kv_cache.write(0, slots, k, v)
+    dense = [t.transpose(0, 1)[None] for t in (q, k, v)]  # [1, heads, n, D]
+    ref = F.scaled_dot_product_attention(*(t.double() for t in dense), is_causal=True, enable_gqa=True)
+    ref = ref[0].transpose(0, 1)
+    ways = {"triton_paged": lambda: paged_attention(q, kc, vc, bt, kv, pos, qsl, n, block_size)}
+    for name, backend in (
+        ("sdpa_math", SDPBackend.MATH),
+        ("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION),
+        ("sdpa_flash", SDPBackend.FLASH_ATTENTION),
+        ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION),
+    ):
+
+        def way(backend=backend):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(*dense, is_causal=True, enable_gqa=True)[0].transpose(0, 1)
+
+        ways[name] = way
+    out = []
+    for name, fn in ways.items():
+        try:
+            err = (fn().double() - ref).abs().max().item()
+            us = _timed(fn, dev, repeats)
+        except RuntimeError as e:  # a backend that does not take this dtype or device
+            out.append({"impl": name, "error": str(e).splitlines()[0][:120]})
+            continue
+        out.append({"impl": name, "us": round(us, 1), "max_err": err})
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen3-0.6b")
@@ -101,8 +148,8 @@ def main(argv=None) -> int:
             write[-1:].fill_(0)
             state = {"state_read": torch.tensor([-1], dtype=torch.int32, device=dev), "state_write": write}
 
-        def fn(inputs=inputs, state=state) -> None:
-            model(*inputs, **state)
+        def fn(inputs=inputs, state=state, n=n) -> None:  # the LM head over the last row, as the loop runs it
+            model(*inputs, logit_rows=slice(n - 1, n), **state)
 
         with torch.inference_mode():
             wall_us = _timed(fn, dev, args.repeats)  # after a warm-up: JIT compiles, the allocator
@@ -110,6 +157,7 @@ def main(argv=None) -> int:
             # what the LM head over every row costs against the last row alone (all a prefill needs)
             hidden = model(*inputs, **state)[0]
             head_us = [_timed(lambda h=h: model.logits(h), dev, args.repeats) for h in (hidden, hidden[-1:])]
+            attention = attention_options(model, n, args.block_size, dev, args.repeats) if dev.type == "cuda" else []
         r = {
             "rows": n,
             "wall_us": round(wall_us, 1),
@@ -119,6 +167,7 @@ def main(argv=None) -> int:
             "lm_head_all_rows_us": round(head_us[0], 1),
             "lm_head_last_row_us": round(head_us[1], 1),
             "kernels": table,
+            "attention": attention,
         }
         results.append(r)
         share = "" if total is None else f", kernels {total / 1e3:.1f} ms ({total / wall_us:.0%} of it)"
@@ -129,6 +178,9 @@ def main(argv=None) -> int:
         )
         for k in table[:5]:
             print(f"    {k['us'] / 1e3:8.2f} ms  {k['calls']:5d}x  {k['kernel']}")
+        for a in attention:
+            took = f"{a['us'] / 1e3:8.3f} ms, max err {a['max_err']:.2e}" if "us" in a else a["error"]
+            print(f"    one layer's attention, {a['impl']}: {took}")
     if args.out:
         words = argv if argv is not None else sys.argv[1:]
         out = {"command": "python3 benchmarks/prefill_speed.py " + " ".join(words), "device": str(dev)}

@@ -108,8 +108,8 @@ def greedy_generate(
         model.allocate_linear_state(len(prompts))
         write = torch.full_like(packed[0], -1, dtype=torch.int32).index_copy_(0, last, own)
         state = {"state_read": torch.full_like(own, -1), "state_write": write}
-    _, logits = model(*packed, **(state or {}))
-    tok = model.greedy_tokens(logits[last])
+    _, logits = model(*packed, logit_rows=last, **(state or {}))
+    tok = model.greedy_tokens(logits)
     out = [[t] for t in tok.tolist()]
     seq_lens, bt = lay.lens.clone(), lay.block_table
     qsl = torch.arange(len(prompts) + 1, device=bt.device)
@@ -182,9 +182,9 @@ def speculative_generate(
     lay = _Layout(prompts, max_new_tokens + w + 1, block_size, model.embed_tokens.weight.device)
     model.allocate_kv_cache(lay.num_blocks, block_size)
     packed = lay.pack(prompts, 0)
-    hidden, logits = model(*packed)
     last = lay.last_rows(packed[-1])
-    bonus = model.greedy_tokens(logits[last])
+    hidden, logits = model(*packed, logit_rows=last)
+    bonus = model.greedy_tokens(logits)
     out = [[t] for t in bonus.tolist()]
     seq_lens = lay.lens.clone()
     if mtp:  # draft prefill: token at p with the target hidden of p - 1, p = 1 .. S

@@ -198,11 +198,13 @@ class SpecDecodeEngine:
         return self.proposer.prefill(prompts)
 
     # -------------------------------------------------------------- the graphs
-    def call_target(self, *args, taps: tuple[int, ...] = (), prefill_lens=None, step_bufs=None):
+    def call_target(self, *args, taps: tuple[int, ...] = (), prefill_lens=None, step_bufs=None, logit_rows=None):
         """``model(tokens, positions, slots, block_table, kv_lens, query_start_loc, rows)`` plus, for a
         hybrid target, the linear state's slots: a prefill's (``prefill_lens``, the prompts' lengths) or
-        those the verify step's head wrote into ``step_bufs``."""
+        those the verify step's head wrote into ``step_bufs``; ``logit_rows``: the rows the LM head runs over."""
         kw = {"taps": taps} if taps else {}
+        if logit_rows is not None:
+            kw["logit_rows"] = logit_rows
         if self.state is not None:
             if prefill_lens is not None:
                 kw |= self.state.prefill_kwargs(prefill_lens, args[6])

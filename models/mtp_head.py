@@ -78,9 +78,19 @@ class MTPHead(nn.Module):
         return self.kv_cache
 
     def forward(
-        self, tokens, positions, slot_mapping, hidden_in, block_table, kv_lens, query_start_loc, rows_per_seq: int
+        self,
+        tokens,
+        positions,
+        slot_mapping,
+        hidden_in,
+        block_table,
+        kv_lens,
+        query_start_loc,
+        rows_per_seq: int,
+        logit_rows: slice | torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``tokens[N], hidden_in[N, H] -> (hidden[N, H], logits[N, V])``."""
+        """``tokens[N], hidden_in[N, H] -> (hidden[N, H], logits[N, V])``; with ``logit_rows`` the LM head
+        runs over those rows alone (a prefill writes the head's K/V and needs no logits: ``slice(0, 0)``)."""
         target = self._target[0]
         batch = attention_batch(
             target.forward_kernels,
@@ -102,4 +112,4 @@ class MTPHead(nn.Module):
             )
         else:
             h = self.norm(x := self.layer(x, batch, self.kv_cache, 0))
-        return x, F.linear(h, target.lm_head_weight)
+        return x, F.linear(h if logit_rows is None else h[logit_rows], target.lm_head_weight)

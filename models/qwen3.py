@@ -275,11 +275,14 @@ class Qwen3Model(nn.Module):
         query_start_loc,
         rows_per_seq: int,
         taps: tuple[int, ...] = (),
+        logit_rows: slice | torch.Tensor | None = None,
     ):
         """``tokens[N] -> (hidden[N, H], logits[N, V])``; writes K/V at ``slot_mapping``.
 
         With ``taps`` (layer indices) a third output holds those layers' outputs
-        concatenated, ``[N, len(taps) * H]``: a block draft's context.
+        concatenated, ``[N, len(taps) * H]``: a block draft's context.  With
+        ``logit_rows`` (a slice or row indices) the LM head runs over those
+        rows alone (a prefill needs its last rows', or none): ``logits[len(rows), V]``.
         """
         batch = attention_batch(
             self.forward_kernels,
@@ -301,13 +304,13 @@ class Qwen3Model(nn.Module):
                 if i in taps:
                     tapped.append(cuda_forward.materialize(x, delta))
             x, h = cuda_forward.add_rms_norm(x, delta, self.norm)  # the last residual add and the final norm
-            out = x, self.project(h)
+            out = x, self.project(h if logit_rows is None else h[logit_rows])
         else:
             for i, layer in enumerate(self.layers):
                 x = layer(x, batch, self.kv_cache, i)
                 if i in taps:
                     tapped.append(x)
-            out = x, self.logits(x)
+            out = x, self.logits(x if logit_rows is None else x[logit_rows])
         return (*out, torch.cat(tapped, dim=-1)) if taps else out
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:

@@ -312,20 +312,25 @@ class Qwen35Model(nn.Module):
         query_start_loc,
         rows_per_seq: int,
         taps: tuple[int, ...] = (),
+        logit_rows: slice | torch.Tensor | None = None,
         *,
         state_read: torch.Tensor,
         state_write: torch.Tensor,
     ):
         """``tokens[N] -> (hidden[N, H], logits[N, V])``; writes K/V at ``slot_mapping`` and linear
         states at ``state_write``.  With ``taps`` a third output holds those layers' outputs
-        concatenated, ``[N, len(taps) * H]``."""
+        concatenated, ``[N, len(taps) * H]``; with ``logit_rows`` the LM head runs over those rows alone
+        (as ``Qwen3Model.forward``)."""
         cfg = self.config
         fast = qwen3_5_fast.fast_batch(
             self.hybrid_kernels, positions, slot_mapping, block_table, kv_lens, query_start_loc, rows_per_seq, cfg
         )
         if fast is not None:
             return self._forward_fast(
-                tokens, taps, HybridBatch(None, self.kv_cache, self.linear_state, state_read, state_write, fast)
+                tokens,
+                taps,
+                HybridBatch(None, self.kv_cache, self.linear_state, state_read, state_write, fast),
+                logit_rows,
             )
         attention = AttentionBatch.build(
             positions, slot_mapping, block_table, kv_lens, query_start_loc, rows_per_seq, cfg.rotary_dim, cfg.rope_theta
@@ -337,10 +342,12 @@ class Qwen35Model(nn.Module):
             x = layer(x, batch)
             if i in taps:
                 tapped.append(x)
-        out = x, self.logits(x)
+        out = x, self.logits(x if logit_rows is None else x[logit_rows])
         return (*out, torch.cat(tapped, dim=-1)) if taps else out
 
-    def _forward_fast(self, tokens, taps: tuple[int, ...], batch: HybridBatch):
+    def _forward_fast(
+        self, tokens, taps: tuple[int, ...], batch: HybridBatch, logit_rows: slice | torch.Tensor | None = None
+    ):
         """``forward`` on the Triton path: each layer's MLP output carried into the next layer's first norm
         launch (materialised only at a tapped layer), the last one into the final norm's."""
         x, delta = self.embed_tokens(tokens.long()), None
@@ -351,7 +358,7 @@ class Qwen35Model(nn.Module):
                 x, delta = materialize(x, delta), None
                 tapped.append(x)
         x, h = qwen3_5_fast.final_norm(self.norm, x, delta)
-        out = x, self.project(h)
+        out = x, self.project(h if logit_rows is None else h[logit_rows])
         return (*out, torch.cat(tapped, dim=-1)) if taps else out
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:

@@ -134,14 +134,25 @@ class Qwen35MTPHead(MTPHead):
         return norm(hidden)
 
     def forward(
-        self, tokens, positions, slot_mapping, hidden_in, block_table, kv_lens, query_start_loc, rows_per_seq: int
+        self,
+        tokens,
+        positions,
+        slot_mapping,
+        hidden_in,
+        block_table,
+        kv_lens,
+        query_start_loc,
+        rows_per_seq: int,
+        logit_rows: slice | torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``tokens[N], hidden_in[N, H] -> (h[N, H], logits[N, V])``; ``h`` is what a chained step reads."""
+        """``tokens[N], hidden_in[N, H] -> (h[N, H], logits[N, V])``; ``h`` is what a chained step reads.
+        With ``logit_rows`` the LM head runs over those rows alone (as ``MTPHead.forward``)."""
         target, cfg = self._target[0], self.config
         if self._fast():
-            return self._forward_fast(
+            h = self._forward_fast(
                 tokens, positions, slot_mapping, hidden_in, block_table, kv_lens, query_start_loc, rows_per_seq
             )
+            return h, F.linear(h if logit_rows is None else h[logit_rows], target.lm_head_weight)
         attention = AttentionBatch.build(
             positions, slot_mapping, block_table, kv_lens, query_start_loc, rows_per_seq, cfg.rotary_dim, cfg.rope_theta
         )
@@ -150,13 +161,13 @@ class Qwen35MTPHead(MTPHead):
         e = self.pre_fc_norm_embedding(target.embed_tokens(tokens.long()))
         x = self.fc(torch.cat([e, self.pre_fc_norm_hidden(hidden_in.to(e.dtype))], dim=-1))
         h = self.norm(self.layer(x, batch))
-        return h, F.linear(h, target.lm_head_weight)
+        return h, F.linear(h if logit_rows is None else h[logit_rows], target.lm_head_weight)
 
     def _forward_fast(
         self, tokens, positions, slot_mapping, hidden_in, block_table, kv_lens, query_start_loc, rows_per_seq: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``forward`` on the target's Triton path: the two input norms and the final one ``add_rms_norm``
-        launches, the layer ``qwen3_5_fast``'s (paged attention from position 1), the LM head one GEMM."""
+    ) -> torch.Tensor:
+        """``forward``'s ``h`` on the target's Triton path: the two input norms and the final one ``add_rms_norm``
+        launches, the layer ``qwen3_5_fast``'s (paged attention from position 1); ``forward`` adds the LM head."""
         target, cfg = self._target[0], self.config
         fast = qwen3_5_fast.fast_batch(
             target.hybrid_kernels,
@@ -176,5 +187,4 @@ class Qwen35MTPHead(MTPHead):
         x = cuda_forward.linear(both, self.fc.weight) if type(self.fc) is nn.Linear else self.fc(both)
         batch = HybridBatch(None, self.kv_cache, None, None, None, fast)
         x, delta = qwen3_5_fast.layer_carry(self.layer, x, None, batch)
-        _, h = qwen3_5_fast.final_norm(self.norm, x, delta)
-        return h, F.linear(h, target.lm_head_weight)
+        return qwen3_5_fast.final_norm(self.norm, x, delta)[1]

@@ -82,6 +82,7 @@ class BlockProposer(Proposer):
         e = self.engine
         B, dev, bt = e.batch, e.device, e.block_table
         toks, _, pos, slots, qsl, r = self.prompt_rows(prompts)
+        last = torch.arange(B, device=dev) * r + e.prompt_lens - 1
         _, logits, taps = e.call_target(
             toks.reshape(-1),
             pos.reshape(-1),
@@ -92,8 +93,9 @@ class BlockProposer(Proposer):
             r,
             taps=self.draft.tap_layers,
             prefill_lens=e.prompt_lens,
+            logit_rows=last,
         )
-        bonus = self.first_tokens(logits[torch.arange(B, device=dev) * r + e.prompt_lens - 1])
+        bonus = self.first_tokens(logits)
         self.draft.write_context(taps, pos.reshape(-1), slots.reshape(-1))  # padding rows write nothing
         b = e.bufs
         b["accepted"].zero_()

@@ -73,17 +73,27 @@ class MTPProposer(Proposer):
         e = self.engine
         B, W, BS, dev, bt = e.batch, e.width, e.block_size, e.device, e.block_table
         toks, idx, pos, slots, qsl, r = self.prompt_rows(prompts)
-        hidden, logits = e.call_target(
-            toks.reshape(-1), pos.reshape(-1), slots.reshape(-1), bt, e.prompt_lens, qsl, r, prefill_lens=e.prompt_lens
-        )
         last = torch.arange(B, device=dev) * r + e.prompt_lens - 1
-        bonus = self.first_tokens(logits[last])
+        hidden, logits = e.call_target(
+            toks.reshape(-1),
+            pos.reshape(-1),
+            slots.reshape(-1),
+            bt,
+            e.prompt_lens,
+            qsl,
+            r,
+            prefill_lens=e.prompt_lens,
+            logit_rows=last,
+        )
+        bonus = self.first_tokens(logits)
         hidden = self.head.from_target(hidden)  # what the head reads of the target's hidden state
         if r > 1:  # draft prefill: token at p = 1 .. P-1 with the target hidden of p - 1
             dtoks = torch.tensor([p[1:] + [0] * (r - len(p) + 1) for p in prompts], device=dev)
             dpos = (idx + 1).expand(B, r)
             dslots = torch.where(idx < (e.prompt_lens - 1)[:, None], slot(bt, dpos, BS), torch.full_like(dpos, -1))
-            self.head(dtoks.reshape(-1), dpos.reshape(-1), dslots.reshape(-1), hidden, bt, e.prompt_lens, qsl, r)
+            self.head(  # K/V only: no logits
+                dtoks.reshape(-1), dpos.reshape(-1), dslots.reshape(-1), hidden, bt, e.prompt_lens, qsl, r, slice(0, 0)
+            )
         # The first draft graph input: row 1 is the bonus at position P with the hidden of P - 1.
         b = e.bufs
         base = torch.arange(B, device=dev) * W

@@ -83,13 +83,16 @@ def prefill_chunk(loop, req: Request, chunk: PrefillChunk, bt: torch.Tensor) -> 
     state = loop.state.prefill_kwargs(req.id, s, n) if loop.hybrid else {}
     P, prefix = req.prefill_len, req.prefix
     block = isinstance(loop.engine.proposer, BlockProposer)
+    # the LM head over the chunk's last row alone, and over none before the last chunk: a prefill reads no
+    # other row's logits (over every row of a long chunk it was a large share of the forward)
+    rows = slice(n - 1, n) if chunk.last else slice(0, 0)
     if block:  # context K/V for every row of the chunk
         draft = loop.engine.proposer.draft
-        _, logits, taps = model(toks, pos, slots, bt, kv, qsl, n, taps=draft.tap_layers, **state)
+        _, logits, taps = model(toks, pos, slots, bt, kv, qsl, n, taps=draft.tap_layers, logit_rows=rows, **state)
         draft.write_context(taps, pos, slots)
         hidden = None
     else:
-        hidden, logits = model(toks, pos, slots, bt, kv, qsl, n, **state)
+        hidden, logits = model(toks, pos, slots, bt, kv, qsl, n, logit_rows=rows, **state)
         hidden = loop.head.from_target(hidden)
         if s == 0:  # nothing writes the head's position 0; the engine's cache holds zeros there, as a new one does
             clear_slot(loop.head.kv_cache, slots[:1])
@@ -97,16 +100,18 @@ def prefill_chunk(loop, req: Request, chunk: PrefillChunk, bt: torch.Tensor) -> 
         if m > 0:
             q = torch.arange(s + 1, s + 1 + m, device=dev)
             dt, kv = _up(prefix[s + 1 : s + 1 + m], dev), _up([s + 1 + m], dev)
-            loop.head(dt, q, slot(bt, q[None], BS).reshape(-1), hidden[:m], bt, kv, _up([0, m], dev), m)
+            loop.head(
+                dt, q, slot(bt, q[None], BS).reshape(-1), hidden[:m], bt, kv, _up([0, m], dev), m, slice(0, 0)
+            )  # K/V only: a prefill reads none of the head's logits
     if not chunk.last:
         return None
     resumed = P < req.length  # a sampled request readmitted: its last token is the first step's input
     if resumed:
         token = upload(torch.tensor([prefix[P]], dtype=torch.int32), dev)
     elif req.sampled:  # drawn as the engine's prefill draws it (serving/sampling.py)
-        token = first_token(req, logits[n - 1 : n], P)
+        token = first_token(req, logits, P)
     else:
-        token = model.greedy_tokens(logits[n - 1 : n]).to(torch.int32)
+        token = model.greedy_tokens(logits).to(torch.int32)
     # the first step's state from the prefill on the device (the bonus as the forward left it), before the
     # host reads the token for the scheduler
     joined = Joined(prefix[P - 1], prefix[P] if resumed else 0, None if block else hidden[n - 1], P)
