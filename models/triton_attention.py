@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-__all__ = ["INTERPRETED", "attention_tiles", "num_splits", "paged_attention", "pow2"]
+__all__ = ["INTERPRETED", "Tiling", "attention_tiles", "num_splits", "paged_attention", "pow2"]
 
 BLOCK_N = 64  # keys per attention chunk
 MAX_BLOCK_M = 64  # query rows per attention program; wider batches (a prefill) take more tiles
@@ -52,7 +53,7 @@ def _attend_chunk(
     BS: tl.constexpr,
     BT: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    IEEE: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     """Keys ``c * BLOCK_N ..`` folded into the online softmax ``(m_i, l_i, acc)``; keys below ``kv_start``
     are not attended."""
@@ -65,8 +66,10 @@ def _attend_chunk(
     base = (slot * KVH + kvh)[:, None] * D + d[None, :]
     kt = tl.load(k_cache + base, mask=k_ok[:, None], other=0.0)
     vt = tl.load(v_cache + base, mask=k_ok[:, None], other=0.0)
-    if IEEE:
+    if PRECISION == "ieee":
         s = tl.dot(qt, tl.trans(kt), input_precision="ieee")
+    elif PRECISION == "tf32x3":
+        s = tl.dot(qt, tl.trans(kt), input_precision="tf32x3")
     else:
         s = tl.dot(qt, tl.trans(kt))
     visible = k_ok[None, :] & (kpos[None, :] <= q_pos[:, None]) & (kpos[None, :] >= kv_start)
@@ -75,8 +78,10 @@ def _attend_chunk(
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     p = tl.exp(s - m_safe[:, None])
     alpha = tl.exp(m_i - m_safe)
-    if IEEE:
+    if PRECISION == "ieee":
         pv = tl.dot(p.to(vt.dtype), vt, input_precision="ieee")
+    elif PRECISION == "tf32x3":
+        pv = tl.dot(p.to(vt.dtype), vt, input_precision="tf32x3")
     else:
         pv = tl.dot(p.to(vt.dtype), vt)
     return m_new, l_i * alpha + tl.sum(p, 1), acc * alpha[:, None] + pv
@@ -112,7 +117,7 @@ def _paged_attention_kernel(
     MT,
     BLOCK_N: tl.constexpr,
     NSPLIT: tl.constexpr,
-    IEEE: tl.constexpr,
+    PRECISION: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
     """Program (b, kvh * MT + tile, split): query rows ``m = r * G + g`` of the tile, keys of the split."""
@@ -159,7 +164,7 @@ def _paged_attention_kernel(
                 BS,
                 BT,
                 BLOCK_N,
-                IEEE,
+                PRECISION,
             )
             c += NSPLIT
     else:
@@ -185,7 +190,7 @@ def _paged_attention_kernel(
                 BS,
                 BT,
                 BLOCK_N,
-                IEEE,
+                PRECISION,
             )
     if NSPLIT == 1:
         o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
@@ -233,10 +238,23 @@ def _attention_merge_kernel(
         tl.store(out + (row * H + kvh * G + m % G) * D + d, o.to(out.dtype.element_ty))
 
 
-def attention_tiles(rows_per_seq: int, group: int) -> tuple[int, int]:
+@dataclass(frozen=True)
+class Tiling:
+    """Overrides of ``paged_attention``'s launch (None: its own choice).  ``precision``: a float32 dot's
+    ``input_precision`` (``"ieee"`` by default)."""
+
+    block_m: int | None = None
+    block_n: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+    splits: int | None = None
+    precision: str | None = None
+
+
+def attention_tiles(rows_per_seq: int, group: int, max_block_m: int | None = None) -> tuple[int, int]:
     """``(BLOCK_M, tiles)``: query rows (row x head of a KV group) per program, and programs per group."""
     rows = rows_per_seq * group
-    block_m = min(MAX_BLOCK_M, pow2(rows, 16))
+    block_m = min(max_block_m or MAX_BLOCK_M, pow2(rows, 16))
     return block_m, -(-rows // block_m)
 
 
@@ -257,9 +275,12 @@ def paged_attention(
     rows_per_seq: int,
     block_size: int,
     kv_start: int = 0,
+    *,
+    tiling: Tiling | None = None,
 ) -> torch.Tensor:
     """``q [N, H, D]`` over the paged cache ``[S+1, KVH, D]`` -> ``[N, H, D]`` (rows not in a sequence: 0);
-    keys at positions below ``kv_start`` are not attended (an MTP head's cache that begins at position 1)."""
+    keys at positions below ``kv_start`` are not attended (an MTP head's cache that begins at position 1).
+    ``tiling`` overrides the launch's choices (``benchmarks/attention_sweep.py`` measures them)."""
     n, h, d = q.shape
     b, bt = block_table.shape
     kvh = k_cache.shape[1]
@@ -267,8 +288,10 @@ def paged_attention(
     out = torch.zeros_like(q) if b * rows_per_seq < n else torch.empty_like(q)
     if b == 0:
         return out
-    block_m, tiles = attention_tiles(rows_per_seq, g)
-    splits = num_splits(b * kvh * tiles, bt * block_size)
+    wide = q.dtype == torch.float32
+    t = tiling or Tiling()
+    block_m, tiles = attention_tiles(rows_per_seq, g, t.block_m)
+    splits = num_splits(b * kvh * tiles, bt * block_size) if t.splits is None else t.splits
     if splits > 1:
         part_m = torch.empty(b * kvh * tiles * splits * block_m, dtype=torch.float32, device=q.device)
         part_l = torch.empty_like(part_m)
@@ -276,7 +299,9 @@ def paged_attention(
     else:
         part_m = part_l = part_acc = out
     meta = dict(R=rows_per_seq, G=g, H=h, KVH=kvh, D=d, BLOCK_M=block_m, MT=tiles, NSPLIT=splits)
-    wide = q.dtype == torch.float32
+    launch = {"num_stages": t.num_stages or (2 if wide else 3)}
+    if t.num_warps:
+        launch["num_warps"] = t.num_warps
     _paged_attention_kernel[(b, kvh * tiles, splits)](
         q,
         k_cache,
@@ -294,10 +319,10 @@ def paged_attention(
         kv_start,
         BS=block_size,
         BT=bt,
-        BLOCK_N=BLOCK_N,
-        IEEE=wide,
+        BLOCK_N=t.block_n or BLOCK_N,
+        PRECISION=t.precision or ("ieee" if wide else ""),
         INTERPRET=INTERPRETED,
-        num_stages=2 if wide else 3,
+        **launch,
         **meta,
     )
     if splits > 1:
