@@ -22,6 +22,13 @@ __all__ = ["INTERPRETED", "Tiling", "attention_tiles", "num_splits", "paged_atte
 
 BLOCK_N = 64  # keys per attention chunk
 MAX_BLOCK_M = 64  # query rows per attention program; wider batches (a prefill) take more tiles
+# float32: at most 32 query rows per program, and the dots as three TF32 tensor-core products ("tf32x3").
+# benchmarks/attention_sweep.py on an H200 (16 query heads over 8 KV heads of 128): a 2048-row prefill chunk
+# 28.9 ms with 64 rows and IEEE FMA dots (the registers spill), 2.5 ms with 32 rows, 0.87 ms with tf32x3; a
+# verify step of 32 x 4 rows over ~1000 keys 394 us -> 137 us.  The error against float64 stays float32's
+# (1.3e-6 against IEEE's 0.9e-6 at 2048 rows).  benchmarks/results/attention/0f98de1/ holds the run.
+WIDE_BLOCK_M = 32
+WIDE_PRECISION = "tf32x3"
 TARGET_PROGRAMS = 132  # one wave of an H200's SMs
 MAX_SPLITS = 16
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -241,7 +248,7 @@ def _attention_merge_kernel(
 @dataclass(frozen=True)
 class Tiling:
     """Overrides of ``paged_attention``'s launch (None: its own choice).  ``precision``: a float32 dot's
-    ``input_precision`` (``"ieee"`` by default)."""
+    ``input_precision`` (``WIDE_PRECISION`` by default; ``"ieee"``: FMA, no tensor cores)."""
 
     block_m: int | None = None
     block_n: int | None = None
@@ -290,7 +297,7 @@ def paged_attention(
         return out
     wide = q.dtype == torch.float32
     t = tiling or Tiling()
-    block_m, tiles = attention_tiles(rows_per_seq, g, t.block_m)
+    block_m, tiles = attention_tiles(rows_per_seq, g, t.block_m or (WIDE_BLOCK_M if wide else None))
     splits = num_splits(b * kvh * tiles, bt * block_size) if t.splits is None else t.splits
     if splits > 1:
         part_m = torch.empty(b * kvh * tiles * splits * block_m, dtype=torch.float32, device=q.device)
@@ -320,7 +327,7 @@ def paged_attention(
         BS=block_size,
         BT=bt,
         BLOCK_N=t.block_n or BLOCK_N,
-        PRECISION=t.precision or ("ieee" if wide else ""),
+        PRECISION=t.precision or (WIDE_PRECISION if wide else ""),
         INTERPRET=INTERPRETED,
         **launch,
         **meta,

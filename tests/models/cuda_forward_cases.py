@@ -17,6 +17,7 @@ import torch
 from specgen.models import triton_kernels as fk
 from specgen.models.paged_kv import BlockAllocator, make_block_table, verify_metadata
 from specgen.models.qwen3 import ModelConfig, Qwen3Model
+from specgen.models.triton_attention import Tiling
 
 
 def reference_attention(q, kc, vc, bt, kv_lens, positions, qsl, rows, bs):
@@ -41,7 +42,7 @@ def reference_attention(q, kc, vc, bt, kv_lens, positions, qsl, rows, bs):
     return out
 
 
-def attention_case(dev, dtype, b, h, kvh, d, rows, bt_w, bs, seed, holes=False, over=False):
+def attention_case(dev, dtype, b, h, kvh, d, rows, bt_w, bs, seed, holes=False, over=False, tiling=None):
     g = torch.Generator().manual_seed(seed)
     blocks = b * bt_w + 3
     kc = torch.randn(blocks * bs + 1, kvh, d, generator=g).to(dev, dtype)
@@ -59,7 +60,7 @@ def attention_case(dev, dtype, b, h, kvh, d, rows, bt_w, bs, seed, holes=False, 
     qsl = (torch.arange(b + 1) * rows).int()
     q = torch.randn(b * rows, h, d, generator=g).to(dev, dtype)
     args = [t.to(dev) for t in (bt, kv_lens, positions, qsl)]
-    got = fk.paged_attention(q, kc, vc, *args, rows, bs)
+    got = fk.paged_attention(q, kc, vc, *args, rows, bs, tiling=tiling)
     want = reference_attention(q, kc, vc, *args, rows, bs)
     _, tiles = fk.attention_tiles(rows, h // kvh)
     return {
@@ -198,6 +199,13 @@ def main(dev: str, dtype_name: str) -> dict:
         "attn_prefill_tiles": attention_case(dev, dtype, 2, 4, 2, 16, 70, 6, 16, 12, holes=True),
         "attn_w1_g4": attention_case(dev, dtype, 2, 8, 2, 16, 1, 3, 32, 5),
         "attn_largest": attention_case(dev, dtype, 64 if big else 16, 4, 2, 16, 2, 3, 16, 6, holes=True),
+        # the launch's other choices: 64-row tiles with IEEE dots (float32's default before tf32x3), 16-key chunks
+        "attn_ieee_m64": attention_case(
+            dev, dtype, 2, 4, 2, 16, 70, 6, 16, 13, holes=True, tiling=Tiling(block_m=64, precision="ieee")
+        ),
+        "attn_m16_n16_w8": attention_case(
+            dev, dtype, 2, 4, 2, 16, 37, 6, 16, 14, tiling=Tiling(block_m=16, block_n=16, num_warps=8, num_stages=1)
+        ),
         "norm_rope": norm_rope_case(dev, dtype, 9, 4, 2, 16, 7),
         "elementwise": elementwise_case(dev, dtype, 5, 96, 80, 8),
         "skinny": skinny_case(dev, dtype, 13),
@@ -207,6 +215,7 @@ def main(dev: str, dtype_name: str) -> dict:
             cases[name] = forward_case(dev, dtype, 9)
     if big:  # the production head layout
         cases["attn_qwen3"] = attention_case(dev, dtype, 2, 16, 8, 128, 4, 10, 128, 10, holes=True)
+        cases["attn_qwen3_prefill"] = attention_case(dev, dtype, 1, 16, 8, 128, 600, 6, 128, 15)  # ends at the cap
         cases["norm_rope_qwen3"] = norm_rope_case(dev, dtype, 6, 16, 8, 128, 11)
     return cases
 
