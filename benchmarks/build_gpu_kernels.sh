@@ -20,6 +20,9 @@ for name in ${@:-$all}; do
         --families spec_verify_head_update,greedy_prefix_verify,context_kv_update,spec_batch_row_remap --out build/$name ;;
     block_bench_kernels) sg $name --target cuda --boundary draft-to-verify,context-kv --widths 8,16 \
         --block-table-widths 80 --block-sizes 16 $i32 --out build/$name ;;
+    serve_block_kernels) sg $name --target cuda --boundary draft-to-verify,context-kv --widths 8,16 \
+        --block-table-widths 64 --block-sizes 128 $i32 \
+        --families spec_verify_head_update,greedy_prefix_verify,context_kv_update,spec_batch_row_remap --out build/$name ;;
     kbuild-cuda-edge) sg $name --target cuda --widths 6 --block-table-widths 3 --block-sizes 5 --out build/$name ;;
     hybrid_test_kernels) sg $name --target c,cuda --widths 2-6,8 --block-table-widths 8 --block-sizes 16 $i32 \
         --boundary draft-to-verify-linear,verify-to-draft,context-kv --out build/$name ;;
