@@ -68,6 +68,7 @@ def serve(
         block_table_width=config.block_table_width,
         max_prefill_tokens=config.max_prefill_tokens,
         read_lag=config.read_lag,
+        step_first=config.step_first,
         kernels=library,
         acceptance=acceptance_for(model, config, load, oracles),
         sampling=config.temperature > 0,

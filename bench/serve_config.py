@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..specializations.families import MAX_WIDTH
 from . import support
-from .config import DTYPES, FLOAT, INT, NAMES, _choices, _device, _draft, _modes, first_problem, setting
+from .config import DTYPES, FLOAT, INT, NAMES, SWITCH, _choices, _device, _draft, _modes, first_problem, setting
 from .config_checks import _ranks, _temperature, _top_k, _top_p, _tp_message
 from .serve_parse import LENGTH_FORMS, length_dist, rate_list
 from .support import CPU_PRESETS, MODEL_PRESETS, BenchError, check_model, fitting_model_config
@@ -188,6 +188,12 @@ class ServeSettings:
         "a device runs) or 0",
         text=INT,
         check=lambda n: None if n in (0, 1) else f"--read-lag must be 0 or 1, got {n}",
+    )
+    step_first: bool = setting(
+        False,
+        "each iteration launches its decode step before its prefill chunks (the device runs the step while "
+        "the host launches the prefill)",
+        text=SWITCH,
     )
     acceptance: float | None = setting(
         None,

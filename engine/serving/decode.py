@@ -22,7 +22,7 @@ from ..clock import count_host_syncs
 from ..engine import SpecDecodeEngine
 from ..proposers import BlockProposer
 from .results import StepRecord
-from .rows import upload
+from .rows import RowAcceptance, upload
 from .sampling import forward_body
 from .sampling import write_rows as write_sampling
 from .scheduler import SchedulerOutput
@@ -68,6 +68,27 @@ def place_rows(loop, ids: list[int], tables: dict, bounds: tuple[int, int]):
     return dst, hdst, launched, *placed
 
 
+def bind_rows(loop, ids: list[int], rows: int) -> None:
+    """What the draft reads besides the step buffers for requests ``ids`` in ``rows`` rows (the rest
+    padding): the prompt lengths and the ``AcceptanceMix`` rows, written in place into tensors kept per row
+    count (on ``loop``), since a captured draft keeps reading the ones it was captured with."""
+    e = loop.engine
+    lens = loop._prompt_lens.get(rows)
+    if lens is None:
+        lens = loop._prompt_lens[rows] = torch.zeros(rows, dtype=torch.long, device=loop.device)
+    prompts = [len(loop.requests[r].prompt) for r in ids] + [0] * (rows - len(ids))
+    lens.copy_(upload(torch.tensor(prompts, dtype=torch.long), loop.device))
+    e.prompt_lens = lens
+    if loop.acceptance is not None:
+        padded = ids + [0] * (rows - len(ids))
+        mix = loop._accept.get(rows)
+        if mix is None:
+            mix = loop._accept[rows] = RowAcceptance(loop.acceptance, padded)
+        else:
+            mix.fill(padded)
+        e.acceptance = mix
+
+
 def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list[int]] | Callable, StepRecord]:
     """One speculative step over ``out.verify``: draft, verify, acceptance; the tokens per request, or (specgen
     on a device with ``read_lag=1``) a function that reads them from the step's pinned host copy once the
@@ -85,7 +106,7 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
     with count_host_syncs(loop.device.type == "cuda") as syncs:
         bufs, host, launched, remaps, joined, remap_reason = place_rows(loop, ids, out.tables, (lo, hi))
         e.bufs, e.batch = bufs, launched
-        loop.bind_rows(ids, launched)
+        bind_rows(loop, ids, launched)
         if loop.device.type == "cpu":  # reading the rows' lengths costs nothing here: the bounds must hold them
             seq = bufs["seq_lens"][:n]
             if not lo <= int(seq.min()) <= int(seq.max()) <= hi:

@@ -54,6 +54,11 @@ step, released like its blocks; a prefill starts from the zero state).
 The clock is ``time.perf_counter`` from the run's start plus the idle time skipped (nothing runs and the next
 arrival lies ahead: ``now`` jumps to it); a request's tokens are stamped when the host knows them.
 
+``step_first=True`` swaps steps 2 and 3: the decode step is launched first, so the device runs it while
+the host launches the eager prefill chunks (a chunk's requests step from a later iteration either way).
+With the prefill first, a host-bound chunk lets the device run dry and the step's host part shows as
+device idle before the step (the leaves of a saturated batch, which admit a waiting request).
+
 Each decode step leaves a ``StepRecord`` (``results.py``: what it holds).
 """
 
@@ -71,7 +76,7 @@ from ..linear_state import has_linear_state
 from ..profiling import phase_range
 from ..proposers import BlockProposer, proposer_for
 from .block_pool import BlockPool
-from .decode import decode_step
+from .decode import bind_rows, decode_step
 from .prefill import FirstToken, prefill_chunk
 from .remap import RowStage, remap_kernel
 from .requests import Request
@@ -106,7 +111,8 @@ class ServingLoop:
     prefill budget per iteration.  ``acceptance``: an ``AcceptanceMix`` whose oracle row
     ``i`` is request ``i``'s greedy output.  ``complete_lag``: steps a completion is held back;
     ``read_lag``: 0 (tokens read after each step) or 1 (one step late; module docstring).  ``sampling``: a
-    sampling engine, whose rows take their requests' ``SamplingParams`` (``sampling.py``).
+    sampling engine, whose rows take their requests' ``SamplingParams`` (``sampling.py``).  ``step_first``:
+    each iteration launches its decode step before its prefill chunks (module docstring).
     """
 
     def __init__(
@@ -127,6 +133,7 @@ class ServingLoop:
         read_lag: int = 0,
         sampling: bool = False,
         compile_backend: str = "inductor",
+        step_first: bool = False,
     ):
         proposer = proposer_for(draft)
         if mode not in SERVING_MODES:
@@ -146,6 +153,7 @@ class ServingLoop:
         self.block_table_width, self.max_prefill_tokens = int(block_table_width), int(max_prefill_tokens)
         self.acceptance, self.complete_lag, self.read_lag = acceptance, int(complete_lag), int(read_lag)
         self.late_first = self.read_lag == 1 and mode != "baseline"  # prefill tokens read a step late too
+        self.step_first = bool(step_first)
         self.engine = SpecDecodeEngine(
             model,
             proposer,
@@ -185,15 +193,15 @@ class ServingLoop:
             e.state = self.state = StateSlots(self.model, groups, self.width, self.device)
         self._dev: dict[int, dict] = {}
         self._host: dict[int, dict] = {}
-        self._prompt_lens: dict[int, torch.Tensor] = {}  # rows -> the draft's prompt lengths (bind_rows)
-        self._accept: dict[int, RowAcceptance] = {}  # rows -> the draft's AcceptanceMix rows (bind_rows)
+        self._prompt_lens: dict[int, torch.Tensor] = {}  # rows -> the draft's prompt lengths (decode.bind_rows)
+        self._accept: dict[int, RowAcceptance] = {}  # rows -> the draft's AcceptanceMix rows (decode.bind_rows)
         if self.runtime_mode and self.device.type != "cpu":
             # every bucket's graph now, over padding rows (linear-state slots -1): a step that changes bucket
             # replays, never captures; the draft (the graph's prologue) reads the engine's buffers and batch
             rt = e.strategy.runtime
             for bucket in rt.buckets:
                 e.bufs, e.batch = rt.buffers(bucket), bucket
-                self.bind_rows([], bucket)  # the bucket's own prompt lengths and acceptance rows, kept
+                bind_rows(self, [], bucket)  # the bucket's own prompt lengths and acceptance rows, kept
                 rt.capture(bucket)
             e.bufs, e.batch = rt.buffers(self.max_batch), self.max_batch
         if self.mode == "baseline":
@@ -228,6 +236,7 @@ class ServingLoop:
                 "max_prefill_tokens": self.max_prefill_tokens,
                 "complete_lag": self.complete_lag,
                 "read_lag": self.read_lag,
+                "step_first": self.step_first,
             },
         )
         self.requests, records = {}, {}
@@ -310,24 +319,30 @@ class ServingLoop:
             finished: list[int] = []
             times: dict[int, float] = {}
             late: dict[int, FirstToken] = {}
-            with count_host_syncs(self.device.type == "cuda" and bool(out.prefill)) as syncs:
-                for chunk in out.prefill:
-                    with phase_range("prefill", out.step):
-                        tok = self._prefill(self.requests[chunk.id], chunk, out.tables[chunk.id])
-                    if isinstance(tok, FirstToken):
-                        late[chunk.id] = tok
-                    elif tok is not None:
-                        produced[chunk.id], times[chunk.id] = [tok], clock()
-            run.prefill_chunks += len(out.prefill)
-            run.prefill_host_syncs += syncs.n
-            sched.take_prefill(out, produced, late=late)
-            for rid in produced:
-                emit(rid, times[rid], finished)
+
+            def prefill() -> None:  # the step's chunks; their requests step from the next iteration on
+                with count_host_syncs(self.device.type == "cuda" and bool(out.prefill)) as syncs:
+                    for chunk in out.prefill:
+                        with phase_range("prefill", out.step):
+                            tok = self._prefill(self.requests[chunk.id], chunk, out.tables[chunk.id])
+                        if isinstance(tok, FirstToken):
+                            late[chunk.id] = tok
+                        elif tok is not None:
+                            produced[chunk.id], times[chunk.id] = [tok], clock()
+                run.prefill_chunks += len(out.prefill)
+                run.prefill_host_syncs += syncs.n
+                sched.take_prefill(out, produced, late=late)
+                for rid in produced:
+                    emit(rid, times[rid], finished)
+
+            if not self.step_first:
+                prefill()
+            step = (None, None)
             if out.verify:  # the step's host part, marked for a kernel trace (bench/serve_transitions.py)
                 with phase_range("serve", out.step):
                     step = decode_step(self, out, sched.unread)
-            else:
-                step = (None, None)
+            if self.step_first:
+                prefill()
             pending.append((out, *step, late) if step[0] is not None else (out, {}, None, late))
             ran = bool(out.prefill or out.verify)
             lag = self.read_lag if ran else 0  # nothing launched: the host waits for every step in flight
@@ -369,26 +384,6 @@ class ServingLoop:
     def _release(self, rid: int, step: int) -> None:
         if self.hybrid:  # step ``step`` is the last that could write the request's slots
             self.state.release(rid, step)
-
-    def bind_rows(self, ids: list[int], rows: int) -> None:
-        """What the draft reads besides the step buffers for requests ``ids`` in ``rows`` rows (the rest
-        padding): the prompt lengths and the ``AcceptanceMix`` rows, written in place into tensors kept per row
-        count, since a captured draft keeps reading the ones it was captured with."""
-        e = self.engine
-        lens = self._prompt_lens.get(rows)
-        if lens is None:
-            lens = self._prompt_lens[rows] = torch.zeros(rows, dtype=torch.long, device=self.device)
-        prompts = [len(self.requests[r].prompt) for r in ids] + [0] * (rows - len(ids))
-        lens.copy_(upload(torch.tensor(prompts, dtype=torch.long), self.device))
-        e.prompt_lens = lens
-        if self.acceptance is not None:
-            padded = ids + [0] * (rows - len(ids))
-            mix = self._accept.get(rows)
-            if mix is None:
-                mix = self._accept[rows] = RowAcceptance(self.acceptance, padded)
-            else:
-                mix.fill(padded)
-            e.acceptance = mix
 
     def table_row(self, table: tuple[int, ...]) -> list[int]:
         """A block table padded to the table width with the scratch block (host values)."""

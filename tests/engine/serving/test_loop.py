@@ -485,3 +485,47 @@ def test_read_lag(tiny, engine_kernels, stops, mode, complete_lag):
     assert (checks.first_unread > 0) == (mode != "baseline") == loop.late_first
     if mode == "specgen":
         assert all(s.fast_path and s.reason is None for s in run.steps)
+
+
+@pytest.mark.parametrize(
+    "mode, read_lag, draft",
+    [("baseline", 0, "mtp"), ("specgen", 1, "mtp"), ("compile", 1, "mtp"), ("specgen", 1, "dspark")],
+)
+def test_step_first(tiny, engine_kernels, block_kernels, stops, monkeypatch, mode, read_lag, draft):
+    """``step_first``: each iteration launches its decode step before its prefill chunks.  Under churn
+    (preemptions, joins, tokens read late, prefill tokens read late outside baseline) every output stays its
+    greedy decoding alone, KV stays isolated, blocks are never handed on while a step that wrote them is in
+    flight; and the order is as asked: in an iteration with both, the step came first."""
+    from specgen.engine.draft_kinds import draft_kind
+    from specgen.engine.serving import loop as loop_module
+
+    model, head = tiny
+    order: list[tuple[str, int]] = []
+    step = loop_module.decode_step
+    monkeypatch.setattr(
+        loop_module,
+        "decode_step",
+        lambda loop, out, unread: order.append(("step", out.step)) or step(loop, out, unread),
+    )
+    prefill = loop_module.prefill_chunk
+    monkeypatch.setattr(
+        loop_module,
+        "prefill_chunk",
+        lambda loop, req, chunk, bt: order.append(("prefill", loop.scheduler.step)) or prefill(loop, req, chunk, bt),
+    )
+    reqs = workload(model, stops, 40, seed=91 + read_lag, rate=80.0)
+    mix = oracle_mix(model, reqs, 0.7, 4)
+    pair = (model, draft_kind(draft).create(model, seed=1)) if draft != "mtp" else tiny
+    lib = block_kernels if draft != "mtp" else engine_kernels
+    kw = dict(read_lag=read_lag, acceptance=mix, complete_lag=1, num_blocks=9, step_first=True)
+    loop, run, checks = serve(pair, lib, mode, reqs, check=Checks if draft == "mtp" else ContextChecks, **kw)
+    assert_exact(model, loop, run, reqs)
+    assert run.settings["step_first"] and run.preemptions > 0 and checks.iterations > 0
+    assert sum(s.joined for s in run.steps) >= len(reqs) and sum(s.remaps for s in run.steps) > 0
+    both = {s for kind, s in order if kind == "step"} & {s for kind, s in order if kind == "prefill"}
+    assert both  # iterations with a step and prefill chunks
+    for s in both:
+        first = next(kind for kind, t in order if t == s)
+        assert first == "step", f"iteration {s} ran a prefill chunk before its step"
+    if mode != "baseline":
+        assert all(s.fast_path and s.reason is None for s in run.steps)
