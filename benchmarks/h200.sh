@@ -101,7 +101,8 @@ for stage in "$@"; do
       # float32 by default: in bfloat16 the serving batches pick other near-tied tokens than the acceptance
       # oracle's decode and the measured acceptance falls far below 0.7 (DTYPE=bfloat16 to measure it anyway)
       # SERVE_LIMIT: seconds at most (0: none); the sweep writes its JSON after every run, so a cut keeps those
-      # DRAFT=dflash DEPTH=15 (or dspark 7) KERNELS=build/serve_block_kernels: a block draft's sweep
+      # DRAFT=dflash DEPTH=15 (or dspark 7) KERNELS=build/serve_block_kernels: a block draft's sweep;
+      # SERVE_ARGS: more options (e.g. --step-first), TAG: a suffix of the output names
       closed=${CLOSED---closed-loop 32}
       timeout ${SERVE_LIMIT:-0} specgen serve-bench --model qwen3-0.6b --draft ${DRAFT:-mtp} --depth ${DEPTH:-3} \
         --modes ${MODES:-baseline,specgen,inductor,compile} \
@@ -109,8 +110,10 @@ for stage in "$@"; do
         --rates ${RATES:-8,48,inf} $closed --num-requests ${REQUESTS:-128} --prompt-len lognormal:256,0.8,32-1024 \
         --output-len lognormal:128,0.6,16-384 --max-batch 32 --block-size 128 --block-table-width 64 \
         --max-prefill-tokens 2048 --acceptance 0.7 --seed 0 --kernels ${KERNELS:-build/specgen_kernels} --progress-every 20 \
-        --out "$out/serving${DRAFT:+_$DRAFT}" > "$out/serve_bench${DRAFT:+_$DRAFT}.log" 2>&1
-      echo "serve-bench: exit $?"; grep -v "^frame #" "$out/serve_bench${DRAFT:+_$DRAFT}.log" | grep -v "started\|finished" | tail -16 ;;
+        ${SERVE_ARGS:-} --out "$out/serving${DRAFT:+_$DRAFT}${TAG:+_$TAG}" \
+        > "$out/serve_bench${DRAFT:+_$DRAFT}${TAG:+_$TAG}.log" 2>&1
+      echo "serve-bench: exit $?"
+      grep -v "^frame #" "$out/serve_bench${DRAFT:+_$DRAFT}${TAG:+_$TAG}.log" | grep -v "started\|finished" | tail -16 ;;
     prefill-speed)  # a serving prefill chunk's forward, eager as the loop runs it: wall, kernels, the LM head's share
       python3 benchmarks/prefill_speed.py --model qwen3-0.6b --dtype ${DTYPE:-float32} --rows 256,1024,2048 \
         --out "$out/prefill_speed.json" 2>&1 | grep -v "^frame #" | tail -24 ;;
