@@ -257,6 +257,19 @@ class Tiling:
     splits: int | None = None
     precision: str | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n", "splits"):
+            v = getattr(self, name)
+            if v is not None and (v < 1 or v & (v - 1) or (name != "splits" and v < 16)):
+                least = "1" if name == "splits" else "16"
+                raise ValueError(f"Tiling.{name} must be a power of two >= {least}, got {v}")
+        if self.num_warps is not None and self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"Tiling.num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
+        if self.num_stages is not None and self.num_stages < 1:
+            raise ValueError(f"Tiling.num_stages must be >= 1, got {self.num_stages}")
+        if self.precision not in (None, "", "ieee", "tf32x3", "tf32"):
+            raise ValueError(f"Tiling.precision must be 'ieee', 'tf32x3' or 'tf32', got {self.precision!r}")
+
 
 def attention_tiles(rows_per_seq: int, group: int, max_block_m: int | None = None) -> tuple[int, int]:
     """``(BLOCK_M, tiles)``: query rows (row x head of a KV group) per program, and programs per group."""
