@@ -78,8 +78,8 @@ def _loop(model, head, lib, mode, **kw) -> ServingLoop:
     )
 
 
-@pytest.mark.parametrize("read_lag", [0, 1])
-def test_cuda_churn_is_exact_and_specgen_never_syncs(cuda_tiny, cuda_stops, engine_kernels, read_lag):
+@pytest.mark.parametrize("read_lag, step_first", [(0, False), (1, False), (1, True)])
+def test_cuda_churn_is_exact_and_specgen_never_syncs(cuda_tiny, cuda_stops, engine_kernels, read_lag, step_first):
     model, head = cuda_tiny
     # every request at once: the batch saturates whatever the GPU's speed, so the preemptions and bucket changes
     # asserted below happen on any machine (Poisson arrivals at a rate make them depend on how fast steps run)
@@ -90,7 +90,8 @@ def test_cuda_churn_is_exact_and_specgen_never_syncs(cuda_tiny, cuda_stops, engi
     mix = AcceptanceMix(0.7, torch.tensor(oracle, device="cuda"), vocab_size=model.config.vocab_size, seed=3)
     for mode in ("baseline", "specgen"):
         reqs = _requests(model, cuda_stops, 80, seed=101 + read_lag, rate=None)  # fresh: a run appends to them
-        loop = _loop(model, head, engine_kernels, mode, acceptance=mix, complete_lag=1, read_lag=read_lag)
+        kw = dict(acceptance=mix, complete_lag=1, read_lag=read_lag, step_first=step_first)
+        loop = _loop(model, head, engine_kernels, mode, **kw)
         run = loop.run(reqs)
         for r, want in zip(reqs, rows):
             assert loop.requests[r.id].output == want, f"{mode}: request {r.id}"
