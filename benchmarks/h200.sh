@@ -39,7 +39,7 @@
 # Everything a stage writes goes to OUT_DIR as it runs: give the device call's $OUT, so a run cut at the call's limit
 # still returns what it wrote.
 # Usage: benchmarks/h200.sh OUT_DIR [tests] [serving-tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
-#        [bench-sampling] [serve-bench] [prefill-speed] [host-profile]
+#        [bench-sampling] [serve-bench] [attention-sweep] [prefill-speed] [host-profile]
 #        [bench-mtp] [block-bench]
 set -u
 out=$1; shift
@@ -114,6 +114,10 @@ for stage in "$@"; do
         > "$out/serve_bench${DRAFT:+_$DRAFT}${TAG:+_$TAG}.log" 2>&1
       echo "serve-bench: exit $?"
       grep -v "^frame #" "$out/serve_bench${DRAFT:+_$DRAFT}${TAG:+_$TAG}.log" | grep -v "started\|finished" | tail -16 ;;
+    attention-sweep)  # the paged attention's launch choices, timed and checked against float64 (DTYPE)
+      python3 benchmarks/attention_sweep.py --dtype ${DTYPE:-float32} --prefill-rows 512,2048 --verify-batch 8,32 \
+        --verify-keys 1024 --block-m 16,32,64 --block-n 32,64 --warps 4,8 --stages 2 --precision ieee,tf32x3 \
+        --out "$out/attention_sweep_${DTYPE:-float32}.json" 2>&1 | grep -v '^{' | tail -32 ;;
     prefill-speed)  # a serving prefill chunk's forward, eager as the loop runs it: wall, kernels, the LM head's share
       python3 benchmarks/prefill_speed.py --model qwen3-0.6b --dtype ${DTYPE:-float32} --rows 256,1024,2048 \
         --out "$out/prefill_speed.json" 2>&1 | grep -v "^frame #" | tail -24 ;;
