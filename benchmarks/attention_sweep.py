@@ -16,13 +16,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 
-from specgen.engine.clock import wall_seconds
+from specgen.engine.clock import median_wall_us
 from specgen.models.triton_attention import Tiling, paged_attention
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -79,16 +78,6 @@ def tilings(args) -> list[Tiling]:
     ]
 
 
-def _timed(fn, dev, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        with wall_seconds(dev) as took:
-            fn()
-        times.append(took.s)
-    return statistics.median(times) * 1e6
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
@@ -122,7 +111,7 @@ def main(argv=None) -> int:
                 try:
                     err = (s.run(t).double() - s.ref).abs().max().item()
                     row["shapes"][s.name] = {
-                        "us": round(_timed(lambda s=s: s.run(t), dev, args.repeats), 1),
+                        "us": round(median_wall_us(lambda s=s: s.run(t), dev, args.repeats), 1),
                         "max_err": err,
                     }
                 except Exception as e:  # a tiling Triton cannot compile (shared memory, registers)

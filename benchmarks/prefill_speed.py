@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 
-from specgen.engine.clock import wall_seconds
+from specgen.engine.clock import median_wall_us
 from specgen.models import ModelConfig, Qwen3Model
 from specgen.models.qwen3_5 import Qwen35Model
 from specgen.runtime.semantics import slot
@@ -46,17 +45,6 @@ def prefill_inputs(n: int, block_size: int, vocab: int, dev: torch.device) -> tu
     kv = torch.tensor([n], device=dev)
     qsl = torch.tensor([0, n], device=dev)
     return toks, pos, slots, bt, kv, qsl, n
-
-
-def _timed(fn, dev: torch.device, repeats: int) -> float:
-    """The median wall time of ``fn`` (us), the device synchronized around each call, after one warm-up."""
-    fn()
-    times = []
-    for _ in range(max(1, repeats)):
-        with wall_seconds(dev) as took:
-            fn()
-        times.append(took.s)
-    return statistics.median(times) * 1e6
 
 
 def kernel_table(fn, dev: torch.device, top: int) -> tuple[float, list]:
@@ -108,7 +96,7 @@ def attention_options(model, n: int, block_size: int, dev: torch.device, repeats
     for name, fn in ways.items():
         try:
             err = (fn().double() - ref).abs().max().item()
-            us = _timed(fn, dev, repeats)
+            us = median_wall_us(fn, dev, repeats)
         except RuntimeError as e:  # a backend that does not take this dtype or device
             out.append({"impl": name, "error": str(e).splitlines()[0][:120]})
             continue
@@ -152,11 +140,11 @@ def main(argv=None) -> int:
             model(*inputs, logit_rows=slice(n - 1, n), **state)
 
         with torch.inference_mode():
-            wall_us = _timed(fn, dev, args.repeats)  # after a warm-up: JIT compiles, the allocator
+            wall_us = median_wall_us(fn, dev, args.repeats)  # after a warm-up: JIT compiles, the allocator
             total, table = kernel_table(fn, dev, args.top) if dev.type == "cuda" else (None, [])
             # what the LM head over every row costs against the last row alone (all a prefill needs)
             hidden = model(*inputs, **state)[0]
-            head_us = [_timed(lambda h=h: model.logits(h), dev, args.repeats) for h in (hidden, hidden[-1:])]
+            head_us = [median_wall_us(lambda h=h: model.logits(h), dev, args.repeats) for h in (hidden, hidden[-1:])]
             attention = attention_options(model, n, args.block_size, dev, args.repeats) if dev.type == "cuda" else []
         r = {
             "rows": n,

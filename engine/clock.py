@@ -129,6 +129,18 @@ def wall_seconds(device: torch.device):
     out.s = time.perf_counter() - t
 
 
+def median_wall_us(fn, device: torch.device, repeats: int) -> float:
+    """The median wall time of ``fn()`` in us over ``repeats`` calls (at least one), each timed by
+    ``wall_seconds`` (the device's work waited for), after one untimed call (compiles, the allocator)."""
+    fn()
+    times = []
+    for _ in range(max(1, repeats)):
+        with wall_seconds(device) as took:
+            fn()
+        times.append(took.s)
+    return statistics.median(times) * 1e6
+
+
 class StepClock:
     """The wall clock over the timed steps and, with ``timing``, every timed step's stamps."""
 
