@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import platform
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -69,12 +70,40 @@ def serve(
         max_prefill_tokens=config.max_prefill_tokens,
         read_lag=config.read_lag,
         step_first=config.step_first,
+        prefill_graphs=False if config.eager_prefill else None,
         kernels=library,
         acceptance=acceptance_for(model, config, load, oracles),
         sampling=config.temperature > 0,
     )
     loop.observer = observer
-    return loop.run(load)
+    with jit_compiles() as compiled:
+        run = loop.run(load)
+    run.jit_compiles = compiled
+    return run
+
+
+@contextmanager
+def jit_compiles():
+    """The names of the Triton kernels this process compiles while the block runs (a list, filled as they
+    compile; an empty one without Triton): a compile inside a timed run is seconds of one iteration."""
+    names: list[str] = []
+    try:
+        from triton import knobs
+    except ImportError:
+        yield names
+        return
+    before = knobs.runtime.jit_cache_hook
+
+    def hook(*args, **kw):
+        fn = kw.get("fn")
+        names.append(getattr(fn, "name", None) or str(kw.get("repr", "?")))
+        return before(*args, **kw) if before is not None else False
+
+    knobs.runtime.jit_cache_hook = hook
+    try:
+        yield names
+    finally:
+        knobs.runtime.jit_cache_hook = before
 
 
 def acceptance_for(model, config: ServeConfig, load, oracles: dict | None = None):

@@ -195,6 +195,12 @@ class ServeSettings:
         "the host launches the prefill)",
         text=SWITCH,
     )
+    eager_prefill: bool = setting(
+        False,
+        "prefill chunks launched op by op (default on a GPU: chunks of up to 512 rows replay graphs captured "
+        "per padded row count, engine/serving/prefill_graphs.py)",
+        text=SWITCH,
+    )
     acceptance: float | None = setting(
         None,
         "drafts agree with the target with probability p (default: the draft's own drafts)",

@@ -128,7 +128,8 @@ def transition_line(run: dict) -> str:
     parts = []
     for kind, s in summary.items():
         added = "" if s.get("added_us") is None else f", {s['added_us']:+.1f}"
-        parts.append(f"{kind} {s['p50_us']:.1f} us (n={s['n']}{added})")
+        before = "" if s.get("before_p50_us") is None else f", {s['before_p50_us']:.1f} right before it"
+        parts.append(f"{kind} {s['p50_us']:.1f} us (n={s['n']}{added}{before})")
     what = "; ".join(parts) or "no device records (the kernel trace needs CUDA)"
     line = f"device idle before a step ({run['mode']} at {run['load']}, profiled run): {what}"
     dt = run["transition_idle"].get("device_time")

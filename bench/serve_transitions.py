@@ -82,7 +82,10 @@ def _uncovered(lo: float, hi: float, spans: list[tuple[float, float]]) -> float:
 
 
 def transition_idle(events, steps: list) -> list[dict]:
-    """Per pair of consecutive profiled decode steps: ``{"step", "kind", "idle_us", "batch", "prev_batch"}``.
+    """Per pair of consecutive profiled decode steps: ``{"step", "kind", "idle_us", "before_us", "batch",
+    "prev_batch"}``; ``before_us``: the part of ``idle_us`` right before the step, from the end of the device's
+    last record (of step ``a`` or a prefill chunk between them) to ``b``'s first: how long the device waited
+    for the step's own launch (the rest of ``idle_us`` lies between prefill kernels, the host launching them).
 
     ``events``: the profiled window's trace (a path or the events); ``steps``: the run's ``StepRecord``s
     (their ``step`` numbers name the ranges).  Steps without device records (none profiled) are skipped.
@@ -97,11 +100,13 @@ def transition_idle(events, steps: list) -> list[dict]:
         end_a = max(r.end for r in ranges[(SERVE_PHASE, a)])
         start_b = min(r.start for r in ranges[(SERVE_PHASE, b)])
         ra, rb = records[a], records[b]
+        last = max([end_a] + [e for _, e in spans if e <= start_b])  # the device's last work before ``b``
         out.append(
             {
                 "step": b,
                 "kind": kind_of(rb, ra),
                 "idle_us": round(_uncovered(end_a, start_b, spans), 3) if start_b > end_a else 0.0,
+                "before_us": round(max(0.0, start_b - last), 3),
                 "batch": rb.batch,
                 "prev_batch": ra.batch,
             }
@@ -139,14 +144,18 @@ def device_time(events) -> dict | None:
 
 
 def summarize_idle(gaps: list[dict]) -> dict:
-    """Per kind: how many, and the median, p90 and largest idle (us); ``added_us``: a kind's median less the
-    steady gaps' median (None without steady gaps)."""
+    """Per kind: how many, and the median, p90 and largest idle (us), the median of the idle right before the
+    step (``before_p50_us``); ``added_us``: a kind's median less the steady gaps' median (None without steady
+    gaps)."""
     out: dict[str, dict] = {}
     for kind in KINDS:
         xs = sorted(g["idle_us"] for g in gaps if g["kind"] == kind)
         if xs:
             p90 = xs[min(len(xs) - 1, int(round(0.9 * (len(xs) - 1))))]
             out[kind] = {"n": len(xs), "p50_us": statistics.median(xs), "p90_us": p90, "max_us": xs[-1]}
+            before = [g["before_us"] for g in gaps if g["kind"] == kind and "before_us" in g]
+            if before:
+                out[kind]["before_p50_us"] = statistics.median(before)
     base = out.get("steady", {}).get("p50_us")
     for kind, s in out.items():
         s["added_us"] = None if base is None or kind == "steady" else round(s["p50_us"] - base, 3)

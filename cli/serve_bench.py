@@ -113,6 +113,12 @@ def run(args, runner=None) -> int:
                 f"{m['longest_iteration_step']}): longer than any burst of prefills takes, as a compile or a capture "
                 "inside the timed run would; its latency percentiles carry it"
             )
+        if m.get("jit_compiles"):
+            names = sorted(set(r.get("jit_compiles") or []))
+            print(
+                f"note: {r['mode']} at {r['load']} JIT-compiled {m['jit_compiles']} Triton kernel(s) inside the timed "
+                f"run ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}): the warm-up run missed their shapes"
+            )
     if not serve_report.ok_runs(result):
         print(f"specgen: no run finished; {out / serve_report.RESULT_FILE} is left as it was", file=sys.stderr)
         return 1

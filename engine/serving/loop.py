@@ -15,7 +15,8 @@ Each iteration:
    verify step), preemption of the newest when blocks run out, then admissions of
    requests that arrived (``now >= arrival``);
 2. every prefill chunk runs through the target (one forward per chunk over the request's own blocks) and
-   the draft (``prefill.py``); the last chunk gives the request's next token and its first step's state;
+   the draft (``prefill.py``; on a GPU a graph replay up to 512 rows: ``prefill_graphs.py``); the last
+   chunk gives the request's next token and its first step's state;
 3. one speculative decode step over the running requests past their prefill (``decode.py``; a block
    draft's own forward first), after their per-row state is moved to the step's row order on the device
    by the family ``spec_batch_row_remap`` (``remap.py``; its torch semantics outside ``specgen``): rows that
@@ -54,10 +55,8 @@ step, released like its blocks; a prefill starts from the zero state).
 The clock is ``time.perf_counter`` from the run's start plus the idle time skipped (nothing runs and the next
 arrival lies ahead: ``now`` jumps to it); a request's tokens are stamped when the host knows them.
 
-``step_first=True`` swaps steps 2 and 3: the decode step is launched first, so the device runs it while
-the host launches the eager prefill chunks (a chunk's requests step from a later iteration either way).
-With the prefill first, a host-bound chunk lets the device run dry and the step's host part shows as
-device idle before the step (the leaves of a saturated batch, which admit a waiting request).
+``step_first=True`` swaps steps 2 and 3: the decode step is launched first (a chunk's requests step from a
+later iteration either way).  ``prefill_graphs`` (None: on a GPU unless the target is hybrid or sharded).
 
 Each decode step leaves a ``StepRecord`` (``results.py``: what it holds).
 """
@@ -78,11 +77,12 @@ from ..proposers import BlockProposer, proposer_for
 from .block_pool import BlockPool
 from .decode import bind_rows, decode_step
 from .prefill import FirstToken, prefill_chunk
+from .prefill_graphs import PrefillGraphs, buckets_for, unsupported
 from .remap import RowStage, remap_kernel
 from .requests import Request
 from .results import RequestRecord, ServeRun
 from .row_graphs import RowGraphs
-from .rows import BatchRows, RowAcceptance, row_layout, upload
+from .rows import BatchRows, RowAcceptance, row_layout
 from .sampling import SamplingParams, check_request
 from .sampling import setup as sampling_setup
 from .scheduler import PrefillChunk, Scheduler
@@ -134,6 +134,7 @@ class ServingLoop:
         sampling: bool = False,
         compile_backend: str = "inductor",
         step_first: bool = False,
+        prefill_graphs: bool | None = None,
     ):
         proposer = proposer_for(draft)
         if mode not in SERVING_MODES:
@@ -154,6 +155,7 @@ class ServingLoop:
         self.acceptance, self.complete_lag, self.read_lag = acceptance, int(complete_lag), int(read_lag)
         self.late_first = self.read_lag == 1 and mode != "baseline"  # prefill tokens read a step late too
         self.step_first = bool(step_first)
+        self.use_prefill_graphs = prefill_graphs  # None: on a GPU where the target allows (prefill_graphs.py)
         self.engine = SpecDecodeEngine(
             model,
             proposer,
@@ -211,6 +213,13 @@ class ServingLoop:
         if not self.runtime_mode:
             self.row_graphs.capture()
         self.scratch_slot = int(e.bufs["scratch_slot"].reshape(-1)[0])
+        why, want = unsupported(self), self.use_prefill_graphs
+        if want and why is not None:
+            raise EngineError(f"prefill graphs: {why}")
+        self.prefill_graphs = None
+        if (self.device.type == "cuda" if want is None else want) and why is None:  # every bucket, before the clock
+            self.prefill_graphs = PrefillGraphs(self, buckets_for(self.max_prefill_tokens))
+            self.prefill_graphs.capture()
 
     # -------------------------------------------------------------------- run
     @torch.inference_mode()
@@ -237,6 +246,7 @@ class ServingLoop:
                 "complete_lag": self.complete_lag,
                 "read_lag": self.read_lag,
                 "step_first": self.step_first,
+                "prefill_graphs": list(self.prefill_graphs.buckets) if self.prefill_graphs else None,
             },
         )
         self.requests, records = {}, {}
@@ -379,7 +389,7 @@ class ServingLoop:
     # ----------------------------------------------------------------- prefill
     def _prefill(self, req: Request, chunk: PrefillChunk, table: tuple[int, ...]) -> int | None:
         """One chunk through the target and the draft at its own positions (``prefill.py``); the last one's token."""
-        return prefill_chunk(self, req, chunk, self._table_row(table)[None])
+        return prefill_chunk(self, req, chunk, table)
 
     def _release(self, rid: int, step: int) -> None:
         if self.hybrid:  # step ``step`` is the last that could write the request's slots
@@ -388,6 +398,3 @@ class ServingLoop:
     def table_row(self, table: tuple[int, ...]) -> list[int]:
         """A block table padded to the table width with the scratch block (host values)."""
         return list(table) + [SpecDecodeEngine.scratch_block] * (self.block_table_width - len(table))
-
-    def _table_row(self, table: tuple[int, ...]) -> torch.Tensor:
-        return upload(torch.tensor(self.table_row(table), dtype=I32), self.device)

@@ -70,9 +70,8 @@ def _up(values, dev) -> torch.Tensor:
     return upload(torch.tensor(values, dtype=torch.long), dev)
 
 
-def prefill_chunk(loop, req: Request, chunk: PrefillChunk, bt: torch.Tensor) -> int | FirstToken | None:
-    """Chunk ``chunk`` of ``req`` over block table ``bt[1, BT]``; the last chunk's new token (a ``FirstToken``
-    under ``loop.late_first``; None for a chunk before the last and a resumed sampled request)."""
+def _eager(loop, req: Request, chunk: PrefillChunk, bt: torch.Tensor, block: bool):
+    """The chunk's forward launched op by op: ``(hidden, logits)`` (``hidden`` None for a block draft)."""
     BS, dev, model = loop.block_size, loop.device, loop.model
     s, n = chunk.start, len(chunk.tokens)
     pos = torch.arange(s, s + n, device=dev)
@@ -82,7 +81,6 @@ def prefill_chunk(loop, req: Request, chunk: PrefillChunk, bt: torch.Tensor) -> 
     kv = _up([s + n], dev)
     state = loop.state.prefill_kwargs(req.id, s, n) if loop.hybrid else {}
     P, prefix = req.prefill_len, req.prefix
-    block = isinstance(loop.engine.proposer, BlockProposer)
     # the LM head over the chunk's last row alone, and over none before the last chunk: a prefill reads no
     # other row's logits (over every row of a long chunk it was a large share of the forward)
     rows = slice(n - 1, n) if chunk.last else slice(0, 0)
@@ -90,19 +88,38 @@ def prefill_chunk(loop, req: Request, chunk: PrefillChunk, bt: torch.Tensor) -> 
         draft = loop.engine.proposer.draft
         _, logits, taps = model(toks, pos, slots, bt, kv, qsl, n, taps=draft.tap_layers, logit_rows=rows, **state)
         draft.write_context(taps, pos, slots)
-        hidden = None
+        return None, logits
+    hidden, logits = model(toks, pos, slots, bt, kv, qsl, n, logit_rows=rows, **state)
+    hidden = loop.head.from_target(hidden)
+    if s == 0:  # nothing writes the head's position 0; the engine's cache holds zeros there, as a new one does
+        clear_slot(loop.head.kv_cache, slots[:1])
+    m = min(s + n, P - 1) - s  # head rows: token q with the target's hidden state of q - 1, for q <= P - 1
+    if m > 0:
+        q = torch.arange(s + 1, s + 1 + m, device=dev)
+        dt, kv = _up(prefix[s + 1 : s + 1 + m], dev), _up([s + 1 + m], dev)
+        loop.head(
+            dt, q, slot(bt, q[None], BS).reshape(-1), hidden[:m], bt, kv, _up([0, m], dev), m, slice(0, 0)
+        )  # K/V only: a prefill reads none of the head's logits
+    return hidden, logits
+
+
+def prefill_chunk(loop, req: Request, chunk: PrefillChunk, table: tuple[int, ...]) -> int | FirstToken | None:
+    """Chunk ``chunk`` of ``req`` over its block table ``table`` (host values); the last chunk's new token (a
+    ``FirstToken`` under ``loop.late_first``; None for a chunk before the last and a resumed sampled request).
+    A chunk that fits a bucket of ``loop.prefill_graphs`` replays its graph (``prefill_graphs.py``)."""
+    BS, dev, model = loop.block_size, loop.device, loop.model
+    s, n = chunk.start, len(chunk.tokens)
+    P, prefix = req.prefill_len, req.prefix
+    block = isinstance(loop.engine.proposer, BlockProposer)
+    graphs = None if loop.hybrid else loop.prefill_graphs
+    row = loop.table_row(table)
+    if graphs is not None and graphs.bucket(n) is not None:
+        if not block and s == 0:  # the head's position 0, as below
+            clear_slot(loop.head.kv_cache, _up([row[0] * BS if row[0] >= 0 else -1], dev))
+        m = max(0, min(s + n, P - 1) - s)
+        hidden, logits = graphs.run(s, chunk.tokens, prefix[s + 1 : s + 1 + m], row, chunk.last)
     else:
-        hidden, logits = model(toks, pos, slots, bt, kv, qsl, n, logit_rows=rows, **state)
-        hidden = loop.head.from_target(hidden)
-        if s == 0:  # nothing writes the head's position 0; the engine's cache holds zeros there, as a new one does
-            clear_slot(loop.head.kv_cache, slots[:1])
-        m = min(s + n, P - 1) - s  # head rows: token q with the target's hidden state of q - 1, for q <= P - 1
-        if m > 0:
-            q = torch.arange(s + 1, s + 1 + m, device=dev)
-            dt, kv = _up(prefix[s + 1 : s + 1 + m], dev), _up([s + 1 + m], dev)
-            loop.head(
-                dt, q, slot(bt, q[None], BS).reshape(-1), hidden[:m], bt, kv, _up([0, m], dev), m, slice(0, 0)
-            )  # K/V only: a prefill reads none of the head's logits
+        hidden, logits = _eager(loop, req, chunk, upload(torch.tensor(row, dtype=torch.int32), dev)[None], block)
     if not chunk.last:
         return None
     resumed = P < req.length  # a sampled request readmitted: its last token is the first step's input

@@ -113,6 +113,7 @@ class ServeRun:
     prefill_host_syncs: int = 0  # host synchronizations while the prefill chunks were launched (CUDA)
     longest_iteration_s: float = 0.0  # the loop's longest iteration (schedule, prefills, step, reads), and its step
     longest_iteration_step: int = -1
+    jit_compiles: list[str] = field(default_factory=list)  # kernels JIT-compiled inside the run (the bench's watch)
 
     def metrics(self) -> dict:
         """Throughput, latency percentiles, acceptance, fast-path share and fallbacks by reason."""
@@ -155,6 +156,7 @@ class ServeRun:
             "preemptions": self.preemptions,
             "longest_iteration_s": self.longest_iteration_s,
             "longest_iteration_step": self.longest_iteration_step,
+            "jit_compiles": len(self.jit_compiles),
         }
 
     def to_json(self) -> dict:
@@ -169,4 +171,5 @@ class ServeRun:
             "requests": [asdict(r) for r in self.requests],
             "steps": [asdict(s) for s in self.steps],
             **({"transition_idle": self.transition_idle} if self.transition_idle is not None else {}),
+            **({"jit_compiles": self.jit_compiles} if self.jit_compiles else {}),
         }

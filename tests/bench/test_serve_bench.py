@@ -414,3 +414,34 @@ def test_an_iteration_that_stalled_is_named_with_its_step(tmp_path, capsys):
     saved = json.loads((tmp_path / serve_report.RESULT_FILE).read_text())
     m = {r["mode"]: r["metrics"] for r in saved["runs"]}
     assert m["specgen"]["longest_iteration_s"] == 2.5 and m["baseline"]["longest_iteration_step"] == 3
+
+
+def test_kernels_compiled_inside_a_timed_run_are_counted_and_named(tmp_path, capsys):
+    """``jit_compiles`` watches Triton's compile hook while a run goes (and puts the hook back); a run that
+    compiled gets a note naming the kernels and the count in its metrics."""
+    import types
+
+    from triton import knobs
+
+    from specgen.bench.serve import jit_compiles
+
+    before = knobs.runtime.jit_cache_hook
+    with jit_compiles() as names:
+        assert knobs.runtime.jit_cache_hook is not before
+        assert not knobs.runtime.jit_cache_hook(fn=types.SimpleNamespace(name="_paged_attention_kernel"), repr="r")
+    assert names == ["_paged_attention_kernel"] and knobs.runtime.jit_cache_hook is before
+    inner = fake_runner([])
+
+    def runner(mode, load):
+        run = inner(mode, load)
+        run.jit_compiles = ["_silu_mul_kernel", "_silu_mul_kernel"] if mode == "specgen" else []
+        return run
+
+    argv = [*SMALL, "--rates", "1", "--modes", "baseline,specgen", "--out", str(tmp_path)]
+    assert cli_serve.run(_args(*argv), runner=runner) == 0
+    out = capsys.readouterr().out
+    assert "note: specgen at 1/s JIT-compiled 2 Triton kernel(s) inside the timed run (_silu_mul_kernel)" in out
+    assert "note: baseline" not in out
+    saved = json.loads((tmp_path / serve_report.RESULT_FILE).read_text())
+    m = {r["mode"]: r["metrics"]["jit_compiles"] for r in saved["runs"]}
+    assert m == {"baseline": 0, "specgen": 2}

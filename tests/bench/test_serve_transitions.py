@@ -50,6 +50,8 @@ def test_idle_is_the_uncovered_gap_between_consecutive_steps():
     steps = [_step(3, 2), _step(4, 3, joined=1, remaps=1), _step(5, 2)]
     gaps = transition_idle(events, steps)
     assert [(g["step"], g["kind"], g["idle_us"]) for g in gaps] == [(4, "join", 6.0), (5, "leave", 0.0)]
+    # right before step 4: from the prefill kernel's end (256) to 260; the other 2 us lie before that kernel
+    assert [g["before_us"] for g in gaps] == [4.0, 0.0]
     assert gaps[0]["prev_batch"] == 2 and gaps[0]["batch"] == 3
 
 
@@ -74,8 +76,9 @@ def test_kinds(before, after, kind):
 
 def test_summary_gives_each_kind_against_the_steady_median():
     gaps = [{"kind": "steady", "idle_us": x} for x in (1.0, 2.0, 3.0)]
-    gaps += [{"kind": "join", "idle_us": x} for x in (10.0, 14.0)]
+    gaps += [{"kind": "join", "idle_us": x, "before_us": x / 2} for x in (10.0, 14.0)]
     s = summarize_idle(gaps)
+    assert s["join"]["before_p50_us"] == 6.0 and "before_p50_us" not in s["steady"]
     assert s["steady"]["p50_us"] == 2.0 and s["steady"]["added_us"] is None and s["steady"]["n"] == 3
     assert s["join"]["p50_us"] == 12.0 and s["join"]["added_us"] == 10.0 and s["join"]["max_us"] == 14.0
     assert "leave" not in s

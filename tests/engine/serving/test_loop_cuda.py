@@ -100,6 +100,8 @@ def test_cuda_churn_is_exact_and_specgen_never_syncs(cuda_tiny, cuda_stops, engi
         assert run.preemptions > 0, f"{mode}: no preemption"
         t = m["transitions"]
         assert t["steps"] > 0, f"{mode}: no row moved"
+        # every chunk (16 tokens at most) replayed the prefill graph captured at set-up
+        assert run.settings["prefill_graphs"] == [16] and loop.prefill_graphs.replays == run.prefill_chunks > 0
         if mode == "specgen":
             assert all(s.fast_path and s.reason is None for s in run.steps), m["fallbacks"]
             assert all(s.host_syncs == 0 for s in run.steps), [s.host_syncs for s in run.steps if s.host_syncs]
