@@ -155,7 +155,7 @@ class ServingLoop:
         self.acceptance, self.complete_lag, self.read_lag = acceptance, int(complete_lag), int(read_lag)
         self.late_first = self.read_lag == 1 and mode != "baseline"  # prefill tokens read a step late too
         self.step_first = bool(step_first)
-        self.use_prefill_graphs = prefill_graphs  # None: on a GPU where the target allows (prefill_graphs.py)
+        self.use_prefill_graphs, self.prefill_graphs = prefill_graphs, None  # None: on a GPU (prefill_graphs.py)
         self.engine = SpecDecodeEngine(
             model,
             proposer,
@@ -216,10 +216,7 @@ class ServingLoop:
         why, want = unsupported(self), self.use_prefill_graphs
         if want and why is not None:
             raise EngineError(f"prefill graphs: {why}")
-        self.prefill_graphs = None
-        if (self.device.type == "cuda" if want is None else want) and why is None:  # every bucket, before the clock
-            self.prefill_graphs = PrefillGraphs(self, buckets_for(self.max_prefill_tokens))
-            self.prefill_graphs.capture()
+        self._graph_prefill = (self.device.type == "cuda" if want is None else want) and not why
 
     # -------------------------------------------------------------------- run
     @torch.inference_mode()
@@ -246,7 +243,7 @@ class ServingLoop:
                 "complete_lag": self.complete_lag,
                 "read_lag": self.read_lag,
                 "step_first": self.step_first,
-                "prefill_graphs": list(self.prefill_graphs.buckets) if self.prefill_graphs else None,
+                "prefill_graphs": list(buckets_for(self.max_prefill_tokens)) if self._graph_prefill else None,
             },
         )
         self.requests, records = {}, {}
@@ -275,6 +272,9 @@ class ServingLoop:
             hidden = None if block else self.engine.verify_hidden
             stage.capture({b: rt.buffers(b) for b in rt.buckets}, hidden, kernel, self.device)
         self.rows = BatchRows(self.layout, W, self.block_size, scratch, self.scratch_slot, stage, kernel, why)
+        if self._graph_prefill:  # every bucket, before the clock
+            self.prefill_graphs = PrefillGraphs(self, buckets_for(self.max_prefill_tokens))
+            self.prefill_graphs.capture()
         self.completed, idle, last_read = -1, 0, -1
         pending: list = []  # steps launched whose tokens the host has not read: (out, tokens, record, firsts)
 

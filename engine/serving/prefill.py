@@ -106,23 +106,27 @@ def _eager(loop, req: Request, chunk: PrefillChunk, bt: torch.Tensor, block: boo
 def prefill_chunk(loop, req: Request, chunk: PrefillChunk, table: tuple[int, ...]) -> int | FirstToken | None:
     """Chunk ``chunk`` of ``req`` over its block table ``table`` (host values); the last chunk's new token (a
     ``FirstToken`` under ``loop.late_first``; None for a chunk before the last and a resumed sampled request).
-    A chunk that fits a bucket of ``loop.prefill_graphs`` replays its graph (``prefill_graphs.py``)."""
-    BS, dev, model = loop.block_size, loop.device, loop.model
+    A chunk that fits a bucket of ``loop.prefill_graphs`` replays its graph (``prefill_graphs.py``); a greedy
+    request's last chunk there also takes its token and writes its held staging row."""
+    dev, model = loop.device, loop.model
     s, n = chunk.start, len(chunk.tokens)
     P, prefix = req.prefill_len, req.prefix
     block = isinstance(loop.engine.proposer, BlockProposer)
     graphs = None if loop.hybrid else loop.prefill_graphs
     row = loop.table_row(table)
+    resumed = P < req.length  # a sampled request readmitted: its last token is the first step's input
     if graphs is not None and graphs.bucket(n) is not None:
-        if not block and s == 0:  # the head's position 0, as below
-            clear_slot(loop.head.kv_cache, _up([row[0] * BS if row[0] >= 0 else -1], dev))
         m = max(0, min(s + n, P - 1) - s)
-        hidden, logits = graphs.run(s, chunk.tokens, prefix[s + 1 : s + 1 + m], row, chunk.last)
+        heads = prefix[s + 1 : s + 1 + m]
+        if chunk.last and not resumed and not req.sampled:  # the token and the join in the graph
+            staged = loop.rows.join(req.id, Joined(prefix[P - 1], 0, None, P), None, None)
+            _, _, token = graphs.run(s, chunk.tokens, heads, row, "join", (staged, prefix[P - 1], P))
+            return _first(loop, req, token)
+        hidden, logits, _ = graphs.run(s, chunk.tokens, heads, row, "last" if chunk.last else "mid")
     else:
         hidden, logits = _eager(loop, req, chunk, upload(torch.tensor(row, dtype=torch.int32), dev)[None], block)
     if not chunk.last:
         return None
-    resumed = P < req.length  # a sampled request readmitted: its last token is the first step's input
     if resumed:
         token = upload(torch.tensor([prefix[P]], dtype=torch.int32), dev)
     elif req.sampled:  # drawn as the engine's prefill draws it (serving/sampling.py)
@@ -135,6 +139,11 @@ def prefill_chunk(loop, req: Request, chunk: PrefillChunk, table: tuple[int, ...
     loop.rows.join(req.id, joined, token, None if block else loop.engine.verify_hidden)
     if resumed:  # baseline's host copies take the bonus from the Joined
         return None
+    return _first(loop, req, token)
+
+
+def _first(loop, req: Request, token: torch.Tensor) -> int | FirstToken:
+    """The last chunk's token for the scheduler: read a step late (``late_first``) or now."""
     if loop.late_first:  # read after the next step is launched (loop.py)
         return FirstToken(token)
     bonus = int(token[0])

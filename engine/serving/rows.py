@@ -184,16 +184,20 @@ class BatchRows:
         if rid in self.slots:
             self.stage.release(self.slots.pop(rid))
 
-    def join(self, rid: int, j: Joined, bonus: torch.Tensor, hidden: torch.Tensor | None) -> None:
+    def join(self, rid: int, j: Joined, bonus: torch.Tensor | None, hidden: torch.Tensor | None) -> int:
         """Request ``rid``'s prefill ended: its first step's state goes to a held slot on the device (``bonus``
-        the prefill's token as a device value; ``hidden`` the MTP's verify hidden states, None for a block draft)."""
+        the prefill's token as a device value; ``hidden`` the MTP's verify hidden states, None for a block draft);
+        the slot's staging row.  ``bonus`` None: the slot is held and the host's record kept, and the caller writes
+        the row (a prefill graph does: ``prefill_graphs.py``)."""
         self.drop(rid)
         k = self.slots[rid] = self.stage.hold()
         row = self.stage.row_of_slot(k)
-        self.stage.join(row, j.last_token, bonus, j.length)
-        if j.hidden is not None and hidden is not None:
-            hidden[row * self.width].copy_(j.hidden)
+        if bonus is not None:
+            self.stage.join(row, j.last_token, bonus, j.length)
+            if j.hidden is not None and hidden is not None:
+                hidden[row * self.width].copy_(j.hidden)
         self.joined[rid] = Joined(j.last_token, j.bonus, None, j.length)
+        return row
 
     def _park(self, rid: int, i: int, src: dict, hsrc: dict | None, hidden: torch.Tensor | None) -> None:
         """Running request ``rid`` sits this step out: row ``i`` of the last step goes to a held slot."""

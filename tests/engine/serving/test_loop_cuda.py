@@ -127,7 +127,8 @@ def test_cuda_compiled_modes_equal_baseline(cuda_tiny, cuda_stops, engine_kernel
     g = None
     outputs = {}
     for m in ("baseline", mode):
-        reqs = _requests(model, cuda_stops, 60, seed=131 + read_lag)  # fresh: a run appends to its requests
+        # fresh: a run appends to its requests; all at once, so the batch saturates (preempts) at any speed
+        reqs = _requests(model, cuda_stops, 60, seed=131 + read_lag, rate=None)
         if g is None:
             g = max(r.max_new_tokens for r in reqs) + 2 * 4 + 1  # W = 4, one step unread
             oracle = [greedy_generate(model, [list(r.prompt)], g)[0] for r in reqs]

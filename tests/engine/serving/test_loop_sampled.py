@@ -104,6 +104,19 @@ def test_mixed_batch_equals_each_request_alone(tiny, sampling_kernels, mixed, mo
         assert all(s.fast_path for s in run.steps)
 
 
+@pytest.mark.parametrize("mode", ["baseline", "specgen"])
+def test_mixed_batch_with_prefill_graphs(tiny, sampling_kernels, mixed, mode):
+    """The same churn with every chunk in a prefill graph's bucket (run eagerly here): a greedy request's last
+    chunk takes its token in the graph, a sampled or resumed one draws it after the graph; each request's tokens
+    are still its lone engine's."""
+    reqs, want = mixed
+    loop, run = serve(tiny, sampling_kernels, mode, reqs, read_lag=1, prefill_graphs=True)
+    for r in reqs:
+        assert loop.requests[r.id].output == want[r.id], f"request {r.id} ({r.sampling})"
+    assert run.settings["prefill_graphs"] == [16] and loop.prefill_graphs.replays == run.prefill_chunks
+    assert run.preemptions > 0 and any(r.sampled and r.preemptions for r in loop.requests.values())
+
+
 class Resumed:
     """A loop observer: counts the sampled requests readmitted with output (their prefill stops before the last
     token)."""

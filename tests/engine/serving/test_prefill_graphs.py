@@ -44,10 +44,12 @@ def _caches(loop):
 )
 def test_chunk_equals_eager(tiny, draft, device):
     """Chunks at every offset of a table (first, middle, last; one row; a bucket exactly full; a chunk whose
-    head has no row): the same hidden state and logits as the eager chunk, the same cache contents, and
-    nothing written outside the chunk's slots (the padding's slot -1 lands in the no-write slot only).  On
-    the GPU the chunks replay captured graphs over the Triton forward."""
+    head has no row): the same hidden state and logits as the eager chunk, the same cache contents (the head's
+    position 0 cleared by a first chunk), and nothing written outside the chunk's slots (the padding's slot -1
+    lands in the no-write slot only).  A greedy last chunk's ``join`` graph also gives the argmax and writes the
+    held staging row as ``BatchRows.join`` does.  On the GPU the chunks replay graphs over the Triton forward."""
     from specgen.engine.draft_kinds import draft_kind
+    from specgen.engine.serving.rows import Joined
     from specgen.models import MTPHead, Qwen3Model
 
     if device == "cuda":
@@ -56,24 +58,16 @@ def test_chunk_equals_eager(tiny, draft, device):
         tiny = (model, MTPHead.create(model, seed=1))
     model, head = tiny
     pair = (model, draft_kind(draft).create(model, seed=1)) if draft != "mtp" else tiny
-    loop = ServingLoop(
-        *pair,
-        mode="baseline",
-        depth=3,
-        max_batch=2,
-        num_blocks=12,
-        block_size=BS,
-        block_table_width=BT,
-        max_prefill_tokens=40,
-        prefill_graphs=True,
-    )
-    loop._setup()
+    kw = dict(mode="baseline", depth=3, max_batch=2, num_blocks=12, block_size=BS, block_table_width=BT)
+    loop = ServingLoop(*pair, **kw, max_prefill_tokens=40, prefill_graphs=True)
+    loop.run([])  # set-up: the row stage, then the graphs
     graphs = loop.prefill_graphs
-    assert graphs.buckets == (16, 32, 40) and set(graphs.graphs) == {(b, x) for b in (16, 32, 40) for x in (0, 1)}
+    kinds = ("mid", "last", "join")
+    assert graphs.buckets == (16, 32, 40) and set(graphs.graphs) == {(b, k) for b in (16, 32, 40) for k in kinds}
     gen = torch.Generator().manual_seed(5)
-    table = [3, 7, 1, 9, 4, 0, 0, 0]
-    vocab = model.config.vocab_size
-    prefix = torch.randint(0, vocab, (120,), generator=gen).tolist()
+    table = [3, 7, 1, 9, 4, 10, 2, 11]  # distinct blocks: no two positions share a slot
+    vocab, W = model.config.vocab_size, loop.width
+    prefix = torch.randint(0, vocab, (121,), generator=gen).tolist()
     assert loop.device.type == device and (graphs.pool is not None) == (device == "cuda")
     cases = [
         (0, 16, False, 120),
@@ -84,35 +78,49 @@ def test_chunk_equals_eager(tiny, draft, device):
         (0, 5, True, 5),
         (100, 20, True, 120),
     ]
+    stage = loop.rows.stage
     with torch.inference_mode():
         for s, n, last, P in cases:
             req = types.SimpleNamespace(id=0, prefill_len=P, prefix=prefix[: P + 1])
             chunk = PrefillChunk(0, s, tuple(prefix[s : s + n]), last)
-            # the head's position 0 is cleared by prefill_chunk around both paths: leave it out of the comparison
             start = [c.clone() for c in _caches(loop)]
             bt = torch.tensor(table, dtype=torch.int32, device=device)[None]
             hidden, logits = _eager(loop, req, chunk, bt, graphs.block)
             want = [c.clone() for c in _caches(loop)]
-            for c, s0 in zip(_caches(loop), start):
-                c.copy_(s0)
             m = max(0, min(s + n, P - 1) - s)
-            g_hidden, g_logits = graphs.run(s, chunk.tokens, prefix[s + 1 : s + 1 + m], table, last)
-            got = _caches(loop)
-            for w, g, s0 in zip(want, got, start):  # [layers, slots + 1, heads, dim]
-                trash = w.shape[1] - 1  # slot -1's row: the padding writes it, the eager chunk may not
-                torch.testing.assert_close(g[:, :trash], w[:, :trash], atol=1e-5, rtol=1e-5)
-                changed = (g[:, :trash] != s0[:, :trash]).transpose(0, 1).flatten(1).any(1).nonzero().flatten().tolist()
-                allowed = {table[p // BS] * BS + p % BS for p in range(s, s + n + 1)}
-                assert set(changed) <= allowed, (s, n, sorted(set(changed) - allowed)[:4])
-            if hidden is not None:
-                torch.testing.assert_close(g_hidden[:n], hidden[:n], atol=1e-5, rtol=1e-5)
-            if last:
+            for kind in ("last", "join") if last else ("mid",):
+                for c, s0 in zip(_caches(loop), start):
+                    c.copy_(s0)
+                staged = loop.rows.join(9, Joined(prefix[P - 1], 0, None, P), None, None) if kind == "join" else 0
+                g_hidden, g_logits, token = graphs.run(
+                    s, chunk.tokens, prefix[s + 1 : s + 1 + m], table, kind, (staged, prefix[P - 1], P)
+                )
+                for w, g, s0 in zip(want, _caches(loop), start):  # [layers, slots + 1, heads, dim]
+                    trash = w.shape[1] - 1  # slot -1's row: the padding writes it, the eager chunk may not
+                    torch.testing.assert_close(g[:, :trash], w[:, :trash], atol=1e-5, rtol=1e-5)
+                    changed = (g[:, :trash] != s0[:, :trash]).transpose(0, 1).flatten(1).any(1).nonzero().flatten()
+                    allowed = {table[p // BS] * BS + p % BS for p in range(s, s + n + 1)}
+                    assert set(changed.tolist()) <= allowed, (s, n, sorted(set(changed.tolist()) - allowed)[:4])
+                if hidden is not None:
+                    torch.testing.assert_close(g_hidden[:n], hidden[:n], atol=1e-5, rtol=1e-5)
+                if kind == "mid":
+                    assert token is None
+                    continue
                 assert g_logits.shape == logits.shape == (1, vocab)
                 torch.testing.assert_close(g_logits, logits, atol=1e-5, rtol=1e-5)
-                assert int(g_logits.argmax()) == int(logits.argmax())
-    assert graphs.replays == len(cases)
+                if kind == "join":
+                    assert token.dtype == torch.int32 and int(token[0]) == int(logits.argmax())
+                    assert stage.src("tokens")[staged * W : (staged + 1) * W].tolist() == [prefix[P - 1], 0, 0, 0]
+                    assert int(stage.src("accepted")[staged]) == 0 and int(stage.src("next_seq_lens")[staged]) == P
+                    assert int(stage.src("next_last_token")[staged]) == int(token[0])
+                    if hidden is not None:
+                        verify = loop.engine.verify_hidden[staged * W]
+                        torch.testing.assert_close(verify, hidden[n - 1].to(verify.dtype), atol=1e-5, rtol=1e-5)
+    assert graphs.replays == sum(2 if last else 1 for _, _, last, _ in cases)
     with pytest.raises(ValueError, match="a chunk of 41 rows has no bucket"):
-        graphs.run(0, tuple(range(41)), (), table, True)
+        graphs.run(0, tuple(range(41)), (), table, "last")
+    with pytest.raises(ValueError, match="a chunk's kind is one of"):
+        graphs.run(0, (1, 2), (), table, "first")
 
 
 @pytest.mark.parametrize(
@@ -126,7 +134,11 @@ def test_served_with_prefill_graphs(tiny, engine_kernels, block_kernels, stops, 
     model, _ = tiny
     chunks = []
     run_chunk = PrefillGraphs.run
-    monkeypatch.setattr(PrefillGraphs, "run", lambda self, s, t, *a: chunks.append(len(t)) or run_chunk(self, s, t, *a))
+    monkeypatch.setattr(
+        PrefillGraphs,
+        "run",
+        lambda self, s, t, *a, **k: chunks.append((len(t), a[2])) or run_chunk(self, s, t, *a, **k),
+    )
     reqs = workload(model, stops, 40, seed=71 + read_lag, rate=80.0)
     pair = (model, draft_kind(draft).create(model, seed=1)) if draft != "mtp" else tiny
     lib = block_kernels if draft != "mtp" else engine_kernels
@@ -144,7 +156,9 @@ def test_served_with_prefill_graphs(tiny, engine_kernels, block_kernels, stops, 
     assert_exact(model, loop, run, reqs)
     assert run.settings["prefill_graphs"] == [16, 32, 40] and run.preemptions > 0 and checks.iterations > 0
     assert len(chunks) == run.prefill_chunks == loop.prefill_graphs.replays
-    assert len({loop.prefill_graphs.bucket(n) for n in chunks}) > 1  # chunks in more than one bucket
+    assert len({loop.prefill_graphs.bucket(n) for n, _ in chunks}) > 1  # chunks in more than one bucket
+    # every request's last chunk took its token and wrote its staging row in the graph (all are greedy)
+    assert {k for _, k in chunks} <= {"mid", "join"} and sum(k == "join" for _, k in chunks) >= len(reqs)
 
 
 def test_off_and_refused(tiny, stops):
