@@ -246,6 +246,17 @@ class ServingLoop:
                 "prefill_graphs": list(buckets_for(self.max_prefill_tokens)) if self._graph_prefill else None,
             },
         )
+        scratch = SpecDecodeEngine.scratch_block
+        stage = RowStage(self.max_batch, W, self.block_table_width, self.block_size, scratch, self.device)
+        kernel, why = remap_kernel(self)
+        if kernel is not None and self.device.type == "cuda":  # a transition: one replay per pair of buckets
+            rt, block = self.engine.strategy.runtime, isinstance(self.engine.proposer, BlockProposer)
+            hidden = None if block else self.engine.verify_hidden
+            stage.capture({b: rt.buffers(b) for b in rt.buckets}, hidden, kernel, self.device)
+        self.rows = BatchRows(self.layout, W, self.block_size, scratch, self.scratch_slot, stage, kernel, why)
+        if self._graph_prefill:  # every bucket, before the clock
+            self.prefill_graphs = PrefillGraphs(self, buckets_for(self.max_prefill_tokens))
+            self.prefill_graphs.capture()
         self.requests, records = {}, {}
         t0, skipped = time.perf_counter(), 0.0
 
@@ -264,17 +275,6 @@ class ServingLoop:
                 records[r.id] = RequestRecord(r.id, arrival=r.arrival, prompt_len=len(r.prompt))
 
         add(closed.start() if closed is not None else sorted(load, key=lambda r: r.arrival))
-        scratch = SpecDecodeEngine.scratch_block
-        stage = RowStage(self.max_batch, W, self.block_table_width, self.block_size, scratch, self.device)
-        kernel, why = remap_kernel(self)
-        if kernel is not None and self.device.type == "cuda":  # a transition: one replay per pair of buckets
-            rt, block = self.engine.strategy.runtime, isinstance(self.engine.proposer, BlockProposer)
-            hidden = None if block else self.engine.verify_hidden
-            stage.capture({b: rt.buffers(b) for b in rt.buckets}, hidden, kernel, self.device)
-        self.rows = BatchRows(self.layout, W, self.block_size, scratch, self.scratch_slot, stage, kernel, why)
-        if self._graph_prefill:  # every bucket, before the clock
-            self.prefill_graphs = PrefillGraphs(self, buckets_for(self.max_prefill_tokens))
-            self.prefill_graphs.capture()
         self.completed, idle, last_read = -1, 0, -1
         pending: list = []  # steps launched whose tokens the host has not read: (out, tokens, record, firsts)
 
