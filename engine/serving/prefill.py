@@ -112,7 +112,7 @@ def prefill_chunk(loop, req: Request, chunk: PrefillChunk, table: tuple[int, ...
     s, n = chunk.start, len(chunk.tokens)
     P, prefix = req.prefill_len, req.prefix
     block = isinstance(loop.engine.proposer, BlockProposer)
-    graphs = None if loop.hybrid else loop.prefill_graphs
+    graphs = loop.prefill_graphs  # None for a hybrid target (prefill_graphs.unsupported)
     row = loop.table_row(table)
     resumed = P < req.length  # a sampled request readmitted: its last token is the first step's input
     if graphs is not None and graphs.bucket(n) is not None:
