@@ -132,6 +132,13 @@ def transition_line(run: dict) -> str:
         parts.append(f"{kind} {s['p50_us']:.1f} us (n={s['n']}{added}{before})")
     what = "; ".join(parts) or "no device records (the kernel trace needs CUDA)"
     line = f"device idle before a step ({run['mode']} at {run['load']}, profiled run): {what}"
+    where = [
+        f"{kind} " + ", ".join(f"{k} {us / 1e3:.2f} ms" for k, us in sorted(s["between_us"].items()))
+        for kind, s in summary.items()
+        if s.get("between_us") and kind != "steady"
+    ]
+    if where:  # what lies on either side of the idle: serve>prefill is a chunk launched late, and so on
+        line += "\n  that idle by the records on either side (total): " + "; ".join(where)
     dt = run["transition_idle"].get("device_time")
     if dt and dt.get("window_us"):
         step, pre, win = dt["serve"], dt["prefill"], dt["window_us"]

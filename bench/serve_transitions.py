@@ -67,25 +67,51 @@ def _by_range(events: list[dict]) -> dict[tuple[str, int], list]:
     return out
 
 
-def _uncovered(lo: float, hi: float, spans: list[tuple[float, float]]) -> float:
-    """The length of ``[lo, hi]`` that no span covers."""
-    idle, at = 0.0, lo
+def _holes(lo: float, hi: float, spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The intervals of ``[lo, hi]`` that no span covers, in order."""
+    out, at = [], lo
     for s, e in sorted(spans):
         if e <= at or s >= hi:
             continue
         if s > at:
-            idle += s - at
+            out.append((at, s))
         at = max(at, e)
         if at >= hi:
             break
-    return idle + max(0.0, hi - at)
+    if hi > at:
+        out.append((at, hi))
+    return out
+
+
+def _uncovered(lo: float, hi: float, spans: list[tuple[float, float]]) -> float:
+    """The length of ``[lo, hi]`` that no span covers."""
+    return sum(e - s for s, e in _holes(lo, hi, spans))
+
+
+def _between(holes: list[tuple[float, float]], labelled: list[tuple[float, float, str]]) -> dict[str, float]:
+    """The idle of ``holes`` by what lies on either side: ``"<before>><after>"`` -> us, each side the phase of
+    the device record that ends the hole's left edge or starts its right edge (``serve``, ``prefill``)."""
+    ends = sorted((e, ph) for _, e, ph in labelled)
+    starts = sorted((s, ph) for s, _, ph in labelled)
+    out: dict[str, float] = {}
+    for lo, hi in holes:
+        left = max((x for x in ends if x[0] <= lo + 1e-6), default=(None, "?"))[1]
+        right = min((x for x in starts if x[0] >= hi - 1e-6), default=(None, "?"))[1]
+        key = f"{left}>{right}"
+        out[key] = round(out.get(key, 0.0) + hi - lo, 3)
+    return out
 
 
 def transition_idle(events, steps: list) -> list[dict]:
     """Per pair of consecutive profiled decode steps: ``{"step", "kind", "idle_us", "before_us", "batch",
-    "prev_batch"}``; ``before_us``: the part of ``idle_us`` right before the step, from the end of the device's
-    last record (of step ``a`` or a prefill chunk between them) to ``b``'s first: how long the device waited
-    for the step's own launch (the rest of ``idle_us`` lies between prefill kernels, the host launching them).
+    "prev_batch", "prefills", "holes", "between"}``; ``before_us``: the part of ``idle_us`` right before the
+    step, from the end of the device's last record (of step ``a`` or a prefill chunk between them) to ``b``'s
+    first: how long the device waited for the step's own launch (the rest of ``idle_us`` lies between prefill
+    kernels, the host launching them).  ``prefills``: the prefill chunks launched after ``a`` up to ``b``;
+    ``holes``: how many separate idle intervals make ``idle_us``; ``between``: their idle by the phases of
+    the records on either side (``"serve>prefill"``: after step ``a``, before a prefill's first record, the
+    host late in launching the chunk; ``"prefill>prefill"``: among a chunk's own records; ``"prefill>serve"``:
+    ``before_us`` when a chunk ran last).
 
     ``events``: the profiled window's trace (a path or the events); ``steps``: the run's ``StepRecord``s
     (their ``step`` numbers name the ranges).  Steps without device records (none profiled) are skipped.
@@ -93,6 +119,7 @@ def transition_idle(events, steps: list) -> list[dict]:
     ev = load_trace(events) if not isinstance(events, list) else events
     ranges = _by_range(ev)
     spans = [(r.start, r.end) for recs in ranges.values() for r in recs]
+    labelled = [(r.start, r.end, phase) for (phase, _), recs in ranges.items() for r in recs]
     records = {s.step: s for s in steps}
     decode = sorted(k for (phase, k) in ranges if phase == SERVE_PHASE and k in records)
     out = []
@@ -101,6 +128,7 @@ def transition_idle(events, steps: list) -> list[dict]:
         start_b = min(r.start for r in ranges[(SERVE_PHASE, b)])
         ra, rb = records[a], records[b]
         last = max([end_a] + [e for _, e in spans if e <= start_b])  # the device's last work before ``b``
+        holes = _holes(end_a, start_b, spans) if start_b > end_a else []
         out.append(
             {
                 "step": b,
@@ -109,6 +137,9 @@ def transition_idle(events, steps: list) -> list[dict]:
                 "before_us": round(max(0.0, start_b - last), 3),
                 "batch": rb.batch,
                 "prev_batch": ra.batch,
+                "prefills": sum(1 for (phase, k) in ranges if phase == PREFILL_PHASE and a < k <= b),
+                "holes": len(holes),
+                "between": _between(holes, labelled),
             }
         )
     return out
@@ -145,7 +176,8 @@ def device_time(events) -> dict | None:
 
 def summarize_idle(gaps: list[dict]) -> dict:
     """Per kind: how many, and the median, p90 and largest idle (us), the median of the idle right before the
-    step (``before_p50_us``); ``added_us``: a kind's median less the steady gaps' median (None without steady
+    step (``before_p50_us``), the kind's total idle by the phases on either side (``between_us``, as
+    ``transition_idle``'s ``between``); ``added_us``: a kind's median less the steady gaps' median (None without steady
     gaps)."""
     out: dict[str, dict] = {}
     for kind in KINDS:
@@ -156,6 +188,13 @@ def summarize_idle(gaps: list[dict]) -> dict:
             before = [g["before_us"] for g in gaps if g["kind"] == kind and "before_us" in g]
             if before:
                 out[kind]["before_p50_us"] = statistics.median(before)
+            where: dict[str, float] = {}
+            for g in gaps:
+                if g["kind"] == kind:
+                    for k, us in (g.get("between") or {}).items():
+                        where[k] = round(where.get(k, 0.0) + us, 3)
+            if where:  # the kind's whole idle, by what lies on either side of it
+                out[kind]["between_us"] = where
     base = out.get("steady", {}).get("p50_us")
     for kind, s in out.items():
         s["added_us"] = None if base is None or kind == "steady" else round(s["p50_us"] - base, 3)

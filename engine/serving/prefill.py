@@ -106,13 +106,19 @@ def _eager(loop, req: Request, chunk: PrefillChunk, bt: torch.Tensor, block: boo
 def prefill_chunk(loop, req: Request, chunk: PrefillChunk, table: tuple[int, ...]) -> int | FirstToken | None:
     """Chunk ``chunk`` of ``req`` over its block table ``table`` (host values); the last chunk's new token (a
     ``FirstToken`` under ``loop.late_first``; None for a chunk before the last and a resumed sampled request).
-    A chunk that fits a bucket of ``loop.prefill_graphs`` replays its graph (``prefill_graphs.py``); a greedy
-    request's last chunk there also takes its token and writes its held staging row."""
+    A chunk that fits a bucket of ``loop.prefill_graphs`` replays its graph (``prefill_graphs.py``), a longer one
+    the largest bucket's graphs piece by piece, as if the scheduler had cut it so; a greedy request's last chunk
+    there also takes its token and writes its held staging row."""
     dev, model = loop.device, loop.model
+    graphs = loop.prefill_graphs  # None for a hybrid target (prefill_graphs.unsupported)
+    if graphs is not None and len(chunk.tokens) > graphs.rows:  # pieces of the largest bucket, the last as asked
+        top, cut = graphs.rows, (len(chunk.tokens) - 1) // graphs.rows * graphs.rows
+        for at in range(0, cut, top):
+            prefill_chunk(loop, req, PrefillChunk(chunk.id, chunk.start + at, chunk.tokens[at : at + top], False), table)
+        chunk = PrefillChunk(chunk.id, chunk.start + cut, chunk.tokens[cut:], chunk.last)
     s, n = chunk.start, len(chunk.tokens)
     P, prefix = req.prefill_len, req.prefix
     block = isinstance(loop.engine.proposer, BlockProposer)
-    graphs = loop.prefill_graphs  # None for a hybrid target (prefill_graphs.unsupported)
     row = loop.table_row(table)
     resumed = P < req.length  # a sampled request readmitted: its last token is the first step's input
     if graphs is not None and graphs.bucket(n) is not None:

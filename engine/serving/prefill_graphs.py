@@ -18,7 +18,9 @@ one replay, in the smallest bucket that holds it:
   (``BatchRows.join``: the repair token, the token, count 0, the length, the MTP's hidden row), and a
   request's first chunk clears the MTP head's position 0; what is left to the host is the token's
   copy to pinned memory (``prefill.FirstToken``);
-* a chunk longer than the largest bucket runs eagerly (its device time hides the launches).
+* a chunk longer than the largest bucket replays the largest bucket's ``mid`` graph piece by piece and its
+  own kind over the rest (``prefill.prefill_chunk``), as if the scheduler had cut it so: no chunk length
+  meets a shape the capture did not compile.
 
 What stays eager: the hybrid target's prefill (its linear-state slots, ``state_slots.py``), a
 tensor-parallel target, and after a sampled or a resumed request's last chunk the token and the join
@@ -38,8 +40,8 @@ from ..proposers import BlockProposer
 
 __all__ = ["BUCKETS", "PrefillGraphs", "buckets_for", "unsupported"]
 
-# rows of the captured chunks: fine steps where padding costs most, none past 512 rows (longer chunks
-# keep the device busy longer than their launches take)
+# rows of the captured chunks: fine steps where padding costs most, none past 512 rows (a longer chunk
+# replays 512-row pieces)
 BUCKETS = (16, 32, 64, 128, 192, 256, 384, 512)
 # the packed upload: start, rows, head rows, qsl (0, n), kv length, head qsl (0, m), head kv length, last row,
 # and for a join the staging row, the prefix's last token and the length

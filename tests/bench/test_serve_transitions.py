@@ -136,3 +136,40 @@ def test_the_report_line_gives_the_idle_by_kind_and_the_window_by_phase():
     assert line.endswith("idle 10%")
     del run["transition_idle"]["device_time"]
     assert "\n" not in transition_line(run)  # a run recorded before the split: the idle line alone
+
+
+def test_idle_is_split_by_what_lies_on_either_side():
+    events = [
+        _range("specgen::serve#3", 0, 100),
+        _launch(10, 1),
+        _kernel(200, 50, 1),  # step 3 ends at 250
+        _range("specgen::prefill#4", 110, 10),
+        _launch(112, 3),
+        _kernel(270, 10, 3),  # 20 us after step 3: the chunk launched late
+        _launch(114, 5),
+        _kernel(283, 7, 5),  # 3 us among the chunk's own kernels
+        _range("specgen::serve#4", 120, 60),
+        _launch(130, 2),
+        _kernel(291, 40, 2),  # 1 us before the step
+    ]
+    gaps = transition_idle(events, [_step(3, 3), _step(4, 2)])
+    (g,) = gaps
+    assert g["kind"] == "leave" and g["idle_us"] == 24.0 and g["before_us"] == 1.0
+    assert g["prefills"] == 1 and g["holes"] == 3
+    assert g["between"] == {"serve>prefill": 20.0, "prefill>prefill": 3.0, "prefill>serve": 1.0}
+    assert summarize_idle(gaps + gaps)["leave"]["between_us"] == {
+        "serve>prefill": 40.0,
+        "prefill>prefill": 6.0,
+        "prefill>serve": 2.0,
+    }
+
+
+def test_the_report_line_says_what_lies_on_either_side_of_a_transitions_idle():
+    from specgen.bench.serve_report import transition_line
+
+    gaps = [
+        {"kind": "steady", "idle_us": 0.0, "between": {}},
+        {"kind": "leave", "idle_us": 500.0, "between": {"serve>prefill": 400.0, "prefill>serve": 100.0}},
+    ]
+    line = transition_line({"mode": "specgen", "load": "48/s", "transition_idle": {"summary": summarize_idle(gaps)}})
+    assert line.endswith("on either side (total): leave prefill>serve 0.10 ms, serve>prefill 0.40 ms")

@@ -161,6 +161,38 @@ def test_served_with_prefill_graphs(tiny, engine_kernels, block_kernels, stops, 
     assert {k for _, k in chunks} <= {"mid", "join"} and sum(k == "join" for _, k in chunks) >= len(reqs)
 
 
+@pytest.mark.parametrize("draft", ["mtp", "dspark"])
+def test_chunks_longer_than_every_bucket_replay_pieces(tiny, engine_kernels, block_kernels, stops, monkeypatch, draft):
+    """With 16 rows the largest bucket, the scheduler's chunks of up to 40 tokens replay 16-row ``mid`` pieces
+    and their own kind over the rest: outputs greedy, KV isolated, no chunk eager."""
+    from specgen.engine.draft_kinds import draft_kind
+    from specgen.engine.serving import prefill as prefill_module
+    from specgen.engine.serving import prefill_graphs as graphs_module
+
+    model, _ = tiny
+    monkeypatch.setattr(graphs_module, "BUCKETS", (16,))
+    monkeypatch.setattr(prefill_module, "_eager", lambda *a, **k: pytest.fail("a chunk ran eagerly"))
+    pieces = []
+    run_chunk = PrefillGraphs.run
+    monkeypatch.setattr(
+        PrefillGraphs,
+        "run",
+        lambda self, s, t, *a, **k: pieces.append((s, len(t), a[2])) or run_chunk(self, s, t, *a, **k),
+    )
+    reqs = workload(model, stops, 8, seed=83, rate=None)
+    pair = (model, draft_kind(draft).create(model, seed=1)) if draft != "mtp" else tiny
+    lib = block_kernels if draft != "mtp" else engine_kernels
+    kw = dict(read_lag=1, acceptance=oracle_mix(model, reqs, 0.7, 4), complete_lag=1, num_blocks=9)
+    check = Checks if draft == "mtp" else ContextChecks
+    loop, run, checks = serve(pair, lib, "specgen", reqs, check=check, max_prefill_tokens=40, prefill_graphs=True, **kw)
+    assert_exact(model, loop, run, reqs)
+    assert run.settings["prefill_graphs"] == [16] and checks.iterations > 0
+    assert max(n for _, n, _ in pieces) == 16 and loop.prefill_graphs.replays == len(pieces) > run.prefill_chunks
+    # a chunk's pieces are consecutive: every mid piece of 16 rows is followed by the next at its end
+    follows = [(a, b) for a, b in zip(pieces, pieces[1:]) if a[2] == "mid" and a[1] == 16 and b[0] == a[0] + 16]
+    assert follows and sum(k == "join" for _, _, k in pieces) >= len(reqs)
+
+
 def test_off_and_refused(tiny, stops):
     from specgen.engine.draft_kinds import draft_kind
     from specgen.models import Qwen35Model
