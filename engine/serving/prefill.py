@@ -114,7 +114,8 @@ def prefill_chunk(loop, req: Request, chunk: PrefillChunk, table: tuple[int, ...
     if graphs is not None and len(chunk.tokens) > graphs.rows:  # pieces of the largest bucket, the last as asked
         top, cut = graphs.rows, (len(chunk.tokens) - 1) // graphs.rows * graphs.rows
         for at in range(0, cut, top):
-            prefill_chunk(loop, req, PrefillChunk(chunk.id, chunk.start + at, chunk.tokens[at : at + top], False), table)
+            piece = PrefillChunk(chunk.id, chunk.start + at, chunk.tokens[at : at + top], False)
+            prefill_chunk(loop, req, piece, table)
         chunk = PrefillChunk(chunk.id, chunk.start + cut, chunk.tokens[cut:], chunk.last)
     s, n = chunk.start, len(chunk.tokens)
     P, prefix = req.prefill_len, req.prefix
