@@ -129,6 +129,8 @@ def transition_line(run: dict) -> str:
     for kind, s in summary.items():
         added = "" if s.get("added_us") is None else f", {s['added_us']:+.1f}"
         before = "" if s.get("before_p50_us") is None else f", {s['before_p50_us']:.1f} right before it"
+        if s.get("outside_p50_us") is not None:  # without the gaps inside a prefill chunk's own work
+            before += f", {s['outside_p50_us']:.1f} outside the chunks (max {s['outside_max_us']:.1f})"
         parts.append(f"{kind} {s['p50_us']:.1f} us (n={s['n']}{added}{before})")
     what = "; ".join(parts) or "no device records (the kernel trace needs CUDA)"
     line = f"device idle before a step ({run['mode']} at {run['load']}, profiled run): {what}"

@@ -107,7 +107,10 @@ def transition_idle(events, steps: list) -> list[dict]:
     "prev_batch", "prefills", "holes", "between"}``; ``before_us``: the part of ``idle_us`` right before the
     step, from the end of the device's last record (of step ``a`` or a prefill chunk between them) to ``b``'s
     first: how long the device waited for the step's own launch (the rest of ``idle_us`` lies between prefill
-    kernels, the host launching them).  ``prefills``: the prefill chunks launched after ``a`` up to ``b``;
+    kernels, the host launching them).  ``outside_us``: the idle that lies outside every range's own extent
+    (first record to last): what the transition itself costs, without the gaps between a prefill chunk's own
+    kernels (a captured chunk of a few hundred kernels leaves a microsecond or so between each).
+    ``prefills``: the prefill chunks launched after ``a`` up to ``b``;
     ``holes``: how many separate idle intervals make ``idle_us``; ``between``: their idle by the phases of
     the records on either side (``"serve>prefill"``: after step ``a``, before a prefill's first record, the
     host late in launching the chunk; ``"prefill>prefill"``: among a chunk's own records; ``"prefill>serve"``:
@@ -120,6 +123,8 @@ def transition_idle(events, steps: list) -> list[dict]:
     ranges = _by_range(ev)
     spans = [(r.start, r.end) for recs in ranges.values() for r in recs]
     labelled = [(r.start, r.end, phase) for (phase, _), recs in ranges.items() for r in recs]
+    # each range as one interval, first record to last: the gaps inside a chunk's own work are its own
+    extents = [(min(r.start for r in recs), max(r.end for r in recs)) for recs in ranges.values()]
     records = {s.step: s for s in steps}
     decode = sorted(k for (phase, k) in ranges if phase == SERVE_PHASE and k in records)
     out = []
@@ -135,6 +140,7 @@ def transition_idle(events, steps: list) -> list[dict]:
                 "kind": kind_of(rb, ra),
                 "idle_us": round(_uncovered(end_a, start_b, spans), 3) if start_b > end_a else 0.0,
                 "before_us": round(max(0.0, start_b - last), 3),
+                "outside_us": round(_uncovered(end_a, start_b, extents), 3) if start_b > end_a else 0.0,
                 "batch": rb.batch,
                 "prev_batch": ra.batch,
                 "prefills": sum(1 for (phase, k) in ranges if phase == PREFILL_PHASE and a < k <= b),
@@ -176,7 +182,8 @@ def device_time(events) -> dict | None:
 
 def summarize_idle(gaps: list[dict]) -> dict:
     """Per kind: how many, and the median, p90 and largest idle (us), the median of the idle right before the
-    step (``before_p50_us``), the kind's total idle by the phases on either side (``between_us``, as
+    step (``before_p50_us``), the median and largest idle outside every range's extent (``outside_p50_us``,
+    ``outside_max_us``), the kind's total idle by the phases on either side (``between_us``, as
     ``transition_idle``'s ``between``); ``added_us``: a kind's median less the steady gaps' median (None without steady
     gaps)."""
     out: dict[str, dict] = {}
@@ -188,6 +195,10 @@ def summarize_idle(gaps: list[dict]) -> dict:
             before = [g["before_us"] for g in gaps if g["kind"] == kind and "before_us" in g]
             if before:
                 out[kind]["before_p50_us"] = statistics.median(before)
+            outside = sorted(g["outside_us"] for g in gaps if g["kind"] == kind and "outside_us" in g)
+            if outside:
+                out[kind]["outside_p50_us"] = statistics.median(outside)
+                out[kind]["outside_max_us"] = outside[-1]
             where: dict[str, float] = {}
             for g in gaps:
                 if g["kind"] == kind:

@@ -157,6 +157,9 @@ def test_idle_is_split_by_what_lies_on_either_side():
     assert g["kind"] == "leave" and g["idle_us"] == 24.0 and g["before_us"] == 1.0
     assert g["prefills"] == 1 and g["holes"] == 3
     assert g["between"] == {"serve>prefill": 20.0, "prefill>prefill": 3.0, "prefill>serve": 1.0}
+    assert g["outside_us"] == 21.0  # the 3 us among the chunk's own kernels are the chunk's
+    s = summarize_idle(gaps)["leave"]
+    assert s["outside_p50_us"] == s["outside_max_us"] == 21.0
     assert summarize_idle(gaps + gaps)["leave"]["between_us"] == {
         "serve>prefill": 40.0,
         "prefill>prefill": 6.0,
@@ -171,5 +174,7 @@ def test_the_report_line_says_what_lies_on_either_side_of_a_transitions_idle():
         {"kind": "steady", "idle_us": 0.0, "between": {}},
         {"kind": "leave", "idle_us": 500.0, "between": {"serve>prefill": 400.0, "prefill>serve": 100.0}},
     ]
+    gaps[1]["outside_us"] = 2.0
     line = transition_line({"mode": "specgen", "load": "48/s", "transition_idle": {"summary": summarize_idle(gaps)}})
+    assert "leave 500.0 us (n=1, +500.0, 2.0 outside the chunks (max 2.0))" in line
     assert line.endswith("on either side (total): leave prefill>serve 0.10 ms, serve>prefill 0.40 ms")
