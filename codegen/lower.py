@@ -11,12 +11,23 @@ TileLang is imported lazily, inside the functions that need it, so importing
 
 The generated kernel's parameter order is TileLang's, not the prim_func's, so
 ``params`` is parsed from the entry's signature in the generated source.
+
+With ``SPECGEN_CODEGEN_CACHE`` set to a folder, ``lower`` and ``compile_many``
+keep their results there, addressed by everything they depend on (program
+text, target, arch, symbol, TileLang's version and this module's source; the
+source and the compiler command with the compiler's size and time stamp), and
+give a result found there instead of doing the work again: the test suite
+builds the same variants into many folders.  Unset (the default), nothing is
+kept.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import linecache
+import os
 import re
 import shutil
 import subprocess
@@ -93,6 +104,29 @@ def _program(program_text: str, target: str):
     return namespace["program"](), namespace
 
 
+CACHE_ENV = "SPECGEN_CODEGEN_CACHE"
+
+
+def _cache_file(kind: str, record: dict) -> Path | None:
+    """Where ``SPECGEN_CODEGEN_CACHE`` keeps the result of ``kind`` for ``record``; None when it is unset."""
+    root = os.environ.get(CACHE_ENV)
+    if not root:
+        return None
+    blob = json.dumps(dict(record, module=_module_digest()), sort_keys=True)
+    return Path(root) / kind / hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _module_digest() -> str:
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
+def _cache_put(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
 def lower(program_text: str, target: str, arch: str | None = None, symbol: str | None = None) -> Lowered:
     """Exec a rendered program and lower its prim_func for ``target`` (c, cuda, ascend).
 
@@ -100,6 +134,22 @@ def lower(program_text: str, target: str, arch: str | None = None, symbol: str |
     name); the build names each variant after its key, so that several
     variants of one family can share a compiled artifact.
     """
+    from .toolchain import tilelang_version
+
+    _tilelang()  # a machine without TileLang fails here, cache or not
+    cached = _cache_file(
+        "lower",
+        {"program": program_text, "target": target, "arch": arch, "symbol": symbol, "tilelang": tilelang_version()},
+    )
+    if cached is not None and cached.exists():
+        return Lowered(**json.loads(cached.read_text()))
+    low = _lower(program_text, target, arch, symbol)
+    if cached is not None:
+        _cache_put(cached, json.dumps(dataclasses.asdict(low)).encode())
+    return low
+
+
+def _lower(program_text: str, target: str, arch: str | None, symbol: str | None) -> Lowered:
     tilelang = _tilelang()
     func, namespace = _program(program_text, target)
     if symbol is not None:
@@ -209,8 +259,27 @@ def compile_many(lowered: list[Lowered], out_path: str | Path) -> list[str]:
     src = out.with_suffix(source_suffix(first.target))
     src.write_text("\n".join(low.source for low in lowered), encoding="utf-8")
     cmd = _command(first.target, first.arch, src, out)
+    cached = _cache_file("compile", _compile_record(cmd, src, out))
+    if cached is not None and cached.exists():
+        _cache_put(out, cached.read_bytes())
+        return cmd
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0 or not out.exists() or out.stat().st_size == 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
         raise CompileError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{tail}")
+    if cached is not None:
+        _cache_put(cached, out.read_bytes())
     return cmd
+
+
+def _compile_record(cmd: list[str], src: Path, out: Path) -> dict:
+    """What a compiler run's artifact depends on: the command (its paths as placeholders), the compiler
+    (resolved path, size, time stamp) and the source."""
+    exe = shutil.which(cmd[0]) or cmd[0]
+    try:
+        st = os.stat(exe)
+        stamp = [exe, st.st_size, st.st_mtime_ns]
+    except OSError:
+        stamp = [exe]
+    args = ["<out>" if a == str(out) else "<src>" if a == str(src) else a for a in cmd[1:]]
+    return {"compiler": stamp, "args": args, "source": src.read_text(encoding="utf-8")}

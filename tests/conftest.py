@@ -9,6 +9,22 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _codegen_cache(tmp_path_factory):
+    """One lowering and compile cache for the session (``SPECGEN_CODEGEN_CACHE``, see ``codegen/lower.py``):
+    the tests build the same variants into many folders, and each is lowered and compiled once.  The builds
+    still count, stamp and write what they make as before; spawned workers and ``specgen`` subprocesses
+    inherit the variable.  A value set outside is kept."""
+    if os.environ.get("SPECGEN_CODEGEN_CACHE") is not None:
+        yield
+        return
+    os.environ["SPECGEN_CODEGEN_CACHE"] = str(tmp_path_factory.mktemp("codegen_cache"))
+    try:
+        yield
+    finally:
+        os.environ.pop("SPECGEN_CODEGEN_CACHE", None)
+
+
 @pytest.fixture(autouse=True)
 def _verifier_on(monkeypatch):
     """Every test runs the pass manager with the verifier on."""
