@@ -3,8 +3,9 @@
 A variant is a tuple ``(family, W, BT, BS, draft_dtype)``, optionally followed by the split
 count of a tiling variant (default 8).  ``c_kernels.require(variants)``
 renders, lowers and compiles the ones not built yet (two spawned processes:
-lowering is CPU-bound); ``c_kernels.run(variant, tensors, batch)`` launches one
-through ctypes with the tensors named like the family's arguments.
+lowering is CPU-bound; a family's variants share a compiler run);
+``c_kernels.run(variant, tensors, batch)`` launches one through ctypes with the tensors named like the
+family's arguments.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from specgen.codegen.lower import compile_artifact, lower
+from specgen.codegen.batch import MAX_BATCH, batches
+from specgen.codegen.lower import compile_many, lower
 from specgen.codegen.templates import render_program
 from specgen.specializations.variants import VariantSpec
 
@@ -29,12 +31,18 @@ def variant_id(v) -> str:
     return VariantSpec(*v[:5]).key + (f"_ns{v[5]}" if len(v) > 5 else "")
 
 
-def _build(v, folder):
-    """Render, lower and compile one variant (runs in a worker process)."""
-    low = lower(render_program(v[0], v[1], v[2], v[3], draft_dtype=v[4], num_splits=num_splits(v)), "c")
-    so = Path(folder) / f"{variant_id(v)}.so"
-    compile_artifact(low, so)  # raises CompileError with the compiler's last lines
-    return low, so
+def _lower(v):
+    """Render and lower one variant (runs in a worker process); the entry is named after the variant, as a
+    build names it, so that the variants of a family compile together (and a build's lowering is reused,
+    ``SPECGEN_CODEGEN_CACHE``)."""
+    return lower(
+        render_program(v[0], v[1], v[2], v[3], draft_dtype=v[4], num_splits=num_splits(v)), "c", symbol=variant_id(v)
+    )
+
+
+def _compile(lowered, so):
+    compile_many(lowered, so)  # raises CompileError with the compiler's last lines
+    return so
 
 
 class CKernels:
@@ -44,12 +52,24 @@ class CKernels:
         self._fns: dict = {}
 
     def require(self, variants) -> None:
+        """Build the variants not built yet: lowered one per task, then each family's compiled together
+        (``MAX_BATCH`` per compiler run, as ``specgen build`` does)."""
         todo = [v for v in dict.fromkeys(variants) if v not in self.built]
         if not todo:
             return
         with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
-            jobs = {v: pool.submit(_build, v, str(self.folder)) for v in todo}
-            self.built.update({v: job.result() for v, job in jobs.items()})
+            lowered = dict(zip(todo, pool.map(_lower, todo)))
+            families: dict[str, list] = {}
+            for v in todo:
+                families.setdefault(v[0], []).append(v)
+            jobs = []
+            for family, members in families.items():
+                for n, group in enumerate(batches(members, MAX_BATCH)):
+                    so = self.folder / f"{family}-{len(self.built)}-{n}.so"
+                    jobs.append((group, pool.submit(_compile, [lowered[v] for v in group], so)))
+            for group, job in jobs:
+                so = job.result()
+                self.built.update({v: (lowered[v], so) for v in group})
 
     def run(self, v, tensors: dict, batch: int) -> None:
         """Launch ``v`` on ``tensors`` (name -> contiguous CPU tensor); B is the last argument."""
