@@ -134,12 +134,16 @@ def lower(program_text: str, target: str, arch: str | None = None, symbol: str |
     name); the build names each variant after its key, so that several
     variants of one family can share a compiled artifact.
     """
-    from .toolchain import tilelang_version
-
-    _tilelang()  # a machine without TileLang fails here, cache or not
+    tilelang = _tilelang()  # a machine without TileLang fails here, cache or not
     cached = _cache_file(
         "lower",
-        {"program": program_text, "target": target, "arch": arch, "symbol": symbol, "tilelang": tilelang_version()},
+        {
+            "program": program_text,
+            "target": target,
+            "arch": arch,
+            "symbol": symbol,
+            "tilelang": [getattr(tilelang, "__version__", None), tilelang.__file__],
+        },
     )
     if cached is not None and cached.exists():
         return Lowered(**json.loads(cached.read_text()))
