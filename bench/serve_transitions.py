@@ -30,6 +30,7 @@ per kind and mode (``transition_idle.png``, ``serve_report.plot_transition_idle`
 
 from __future__ import annotations
 
+import bisect
 import statistics
 import tempfile
 from pathlib import Path
@@ -67,36 +68,58 @@ def _by_range(events: list[dict]) -> dict[tuple[str, int], list]:
     return out
 
 
-def _holes(lo: float, hi: float, spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The intervals of ``[lo, hi]`` that no span covers, in order."""
-    out, at = [], lo
-    for s, e in sorted(spans):
-        if e <= at or s >= hi:
-            continue
-        if s > at:
-            out.append((at, s))
-        at = max(at, e)
-        if at >= hi:
-            break
-    if hi > at:
-        out.append((at, hi))
-    return out
+class _Cover:
+    """The union of labelled device records, merged once into disjoint intervals: the idle of any window is
+    then a bisection and a walk over the intervals inside it (a profiled window holds 10^5 records)."""
+
+    def __init__(self, labelled: list[tuple[float, float, str]]):
+        merged: list[list] = []  # [start, end, the first record's label, the label of the record that ends it]
+        for s, e, label in sorted(labelled):
+            if merged and s <= merged[-1][1]:
+                if e > merged[-1][1]:
+                    merged[-1][1], merged[-1][3] = e, label
+            else:
+                merged.append([s, e, label, label])
+        self.merged = merged
+        self.starts = [m[0] for m in merged]
+
+    def holes(self, lo: float, hi: float) -> list[tuple[float, float, str, str]]:
+        """The intervals of ``[lo, hi]`` no record covers, in order, each with the labels of the records that
+        end its left edge and start its right edge (``"?"`` where none does inside the window's reach)."""
+        out: list[tuple[float, float, str, str]] = []
+        if hi <= lo:
+            return out
+        i = max(bisect.bisect_right(self.starts, lo) - 1, 0)
+        at, left, right = lo, "?", "?"
+        for s, e, first, last in self.merged[i:]:
+            if s >= hi:
+                right = first
+                break
+            if e <= at:
+                left = last
+                continue
+            if s > at:
+                out.append((at, s, left, first))
+            at, left = max(at, e), last
+        if hi > at:
+            out.append((at, hi, left, right))
+        return out
+
+    def uncovered(self, lo: float, hi: float) -> float:
+        """The length of ``[lo, hi]`` that no record covers."""
+        return sum(e - s for s, e, _, _ in self.holes(lo, hi))
 
 
 def _uncovered(lo: float, hi: float, spans: list[tuple[float, float]]) -> float:
     """The length of ``[lo, hi]`` that no span covers."""
-    return sum(e - s for s, e in _holes(lo, hi, spans))
+    return _Cover([(s, e, "") for s, e in spans]).uncovered(lo, hi)
 
 
-def _between(holes: list[tuple[float, float]], labelled: list[tuple[float, float, str]]) -> dict[str, float]:
+def _between(holes: list[tuple[float, float, str, str]]) -> dict[str, float]:
     """The idle of ``holes`` by what lies on either side: ``"<before>><after>"`` -> us, each side the phase of
     the device record that ends the hole's left edge or starts its right edge (``serve``, ``prefill``)."""
-    ends = sorted((e, ph) for _, e, ph in labelled)
-    starts = sorted((s, ph) for s, _, ph in labelled)
     out: dict[str, float] = {}
-    for lo, hi in holes:
-        left = max((x for x in ends if x[0] <= lo + 1e-6), default=(None, "?"))[1]
-        right = min((x for x in starts if x[0] >= hi - 1e-6), default=(None, "?"))[1]
+    for lo, hi, left, right in holes:
         key = f"{left}>{right}"
         out[key] = round(out.get(key, 0.0) + hi - lo, 3)
     return out
@@ -121,31 +144,32 @@ def transition_idle(events, steps: list) -> list[dict]:
     """
     ev = load_trace(events) if not isinstance(events, list) else events
     ranges = _by_range(ev)
-    spans = [(r.start, r.end) for recs in ranges.values() for r in recs]
-    labelled = [(r.start, r.end, phase) for (phase, _), recs in ranges.items() for r in recs]
+    cover = _Cover([(r.start, r.end, phase) for (phase, _), recs in ranges.items() for r in recs])
     # each range as one interval, first record to last: the gaps inside a chunk's own work are its own
-    extents = [(min(r.start for r in recs), max(r.end for r in recs)) for recs in ranges.values()]
+    extents = _Cover([(min(r.start for r in recs), max(r.end for r in recs), "") for recs in ranges.values()])
     records = {s.step: s for s in steps}
     decode = sorted(k for (phase, k) in ranges if phase == SERVE_PHASE and k in records)
+    prefills = sorted(k for (phase, k) in ranges if phase == PREFILL_PHASE)
     out = []
     for a, b in zip(decode, decode[1:]):
         end_a = max(r.end for r in ranges[(SERVE_PHASE, a)])
         start_b = min(r.start for r in ranges[(SERVE_PHASE, b)])
         ra, rb = records[a], records[b]
-        last = max([end_a] + [e for _, e in spans if e <= start_b])  # the device's last work before ``b``
-        holes = _holes(end_a, start_b, spans) if start_b > end_a else []
+        holes = cover.holes(end_a, start_b)
+        # right before ``b``: the hole that ends where ``b`` starts, from the device's last record before it
+        before = holes[-1][1] - holes[-1][0] if holes and holes[-1][1] == start_b else 0.0
         out.append(
             {
                 "step": b,
                 "kind": kind_of(rb, ra),
-                "idle_us": round(_uncovered(end_a, start_b, spans), 3) if start_b > end_a else 0.0,
-                "before_us": round(max(0.0, start_b - last), 3),
-                "outside_us": round(_uncovered(end_a, start_b, extents), 3) if start_b > end_a else 0.0,
+                "idle_us": round(sum(e - s for s, e, _, _ in holes), 3),
+                "before_us": round(before, 3),
+                "outside_us": round(extents.uncovered(end_a, start_b), 3),
                 "batch": rb.batch,
                 "prev_batch": ra.batch,
-                "prefills": sum(1 for (phase, k) in ranges if phase == PREFILL_PHASE and a < k <= b),
+                "prefills": bisect.bisect_right(prefills, b) - bisect.bisect_right(prefills, a),
                 "holes": len(holes),
-                "between": _between(holes, labelled),
+                "between": _between(holes),
             }
         )
     return out

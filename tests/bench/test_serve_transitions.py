@@ -178,3 +178,37 @@ def test_the_report_line_says_what_lies_on_either_side_of_a_transitions_idle():
     line = transition_line({"mode": "specgen", "load": "48/s", "transition_idle": {"summary": summarize_idle(gaps)}})
     assert "leave 500.0 us (n=1, +500.0, 2.0 outside the chunks (max 2.0))" in line
     assert line.endswith("on either side (total): leave prefill>serve 0.10 ms, serve>prefill 0.40 ms")
+
+
+def test_a_window_of_the_size_a_saturated_run_profiles_is_split_at_once():
+    """100 decode steps of 30 kernels and a prefill of 1000 kernels before every third (74k events, as 100
+    profiled steps at 48/s give): every gap split exactly, and in well under a minute (the split walks the
+    merged records once per gap; a scan of every record per idle hole took longer than the run)."""
+    import time
+
+    events, corr, t, steps = [], 0, 0.0, []
+    for step in range(100):
+        if step % 3 == 0:  # 1000 kernels of 2 us, 1 us apart, the first 1010 us after the step before ends
+            events.append(_range(f"specgen::prefill#{step}", t, 500))
+            for i in range(1000):
+                corr += 1
+                events += [_launch(t + i * 0.4, corr), _kernel(t + 1000 + i * 3, 2, corr)]
+            t += 4000
+        events.append(_range(f"specgen::serve#{step}", t, 50))
+        for i in range(30):
+            corr += 1
+            events += [_launch(t + i, corr), _kernel(t + 1000 + i * 300, 290, corr)]
+        t += 10000
+        steps.append(_step(step, 32 - (step % 3 == 0)))
+    began = time.perf_counter()
+    gaps = transition_idle(events, steps)
+    assert time.perf_counter() - began < 30
+    assert len(gaps) == 99
+    leave = {"idle_us": 3010.0, "before_us": 1001.0, "outside_us": 2011.0, "prefills": 1, "holes": 1001}
+    want = {"serve>prefill": 1010.0, "prefill>prefill": 999.0, "prefill>serve": 1001.0}
+    for g in gaps:
+        if g["step"] % 3 == 0:  # after a prefill
+            assert {k: g[k] for k in leave} == leave and g["between"] == want and g["kind"] == "leave"
+        else:  # 1010 us between two steps' kernels
+            assert (g["idle_us"], g["before_us"], g["outside_us"], g["holes"]) == (1010.0, 1010.0, 1010.0, 1)
+            assert g["between"] == {"serve>serve": 1010.0} and g["prefills"] == 0 and g["kind"] == "steady"
