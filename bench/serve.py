@@ -281,12 +281,6 @@ def run_sweep(
             if run.rate is None and run.in_flight is None:  # what was asked, where the loop did not say
                 run.rate, run.in_flight = load.rate, load.in_flight
             runs.append({"load": load.label, "wall_s": round(wall, 3), **run.to_json()})
-            profile = getattr(runner, "profile", None)
-            if config.profile_transitions and profile is not None and load is config.loads[0]:
-                progress(f"{what}: a profiled run of {config.profile_transitions} decode steps")
-                idle = profile(mode, workload_for(config, load))
-                if idle is not None:
-                    runs[-1]["transition_idle"] = {"run": "an extra untimed run of this load", **idle}
             m = runs[-1]["metrics"]
             tps = m["output_tokens_per_s"]
             progress(
@@ -295,7 +289,35 @@ def run_sweep(
             )
             if on_run is not None:  # the runs so far, e.g. written, so a sweep cut short keeps them
                 on_run(_result(config, runs, partial=True))
+    _profile_transitions(config, runner, runs, progress, on_run)
     return _result(config, runs)
+
+
+def _profile_transitions(config: ServeConfig, runner: Runner, runs: list[dict], progress, on_run) -> None:
+    """The profiled extra run of the first load per mode, after every timed run: a profiler leaves CUPTI
+    initialized in the process and later launches slower, so no timed run may follow one."""
+    profile = getattr(runner, "profile", None)
+    if not config.profile_transitions or profile is None:
+        return
+    load = config.loads[0]
+    for mode in config.modes:
+        entry = next((r for r in runs if r["mode"] == mode and r["load"] == load.label and "error" not in r), None)
+        if entry is None:  # its timed run failed: nothing to set beside
+            continue
+        what = f"serve-bench: {mode} at {load.label}"
+        progress(f"{what}: a profiled run of {config.profile_transitions} decode steps")
+        t = time.perf_counter()
+        try:
+            with still_running(f"{what}: the profiled run", 30.0, progress):
+                idle = profile(mode, workload_for(config, load))
+        except Exception as e:  # noqa: BLE001  a failed profile keeps the timed runs
+            progress(f"{what}: the profiled run failed: {_error_text(e)}")
+            continue
+        if idle is not None:
+            entry["transition_idle"] = {"run": "an extra untimed run of this load, after every timed run", **idle}
+        progress(f"{what}: profiled in {time.perf_counter() - t:.1f}s")
+        if on_run is not None:
+            on_run(_result(config, runs, partial=True))
 
 
 def _result(config: ServeConfig, runs: list[dict], partial: bool = False) -> dict:

@@ -171,7 +171,8 @@ class ServeSettings:
     )
     profile_transitions: int = setting(
         0,
-        "profile this many decode steps of one extra run of the first load per mode (a kernel trace): the "
+        "profile this many decode steps of one extra run of the first load per mode, after every timed run (a "
+        "kernel trace): the "
         "device idle at batch transitions, in serve_bench.json and transition_idle.png (0: none)",
         text=INT,
         check=_at_least(0, "--profile-transitions"),

@@ -445,3 +445,34 @@ def test_kernels_compiled_inside_a_timed_run_are_counted_and_named(tmp_path, cap
     saved = json.loads((tmp_path / serve_report.RESULT_FILE).read_text())
     m = {r["mode"]: r["metrics"]["jit_compiles"] for r in saved["runs"]}
     assert m == {"baseline": 0, "specgen": 2}
+
+
+def test_the_profiled_runs_come_after_every_timed_run(tmp_path, capsys):
+    """A profiler leaves CUPTI initialized and later launches slower: the first load's profiled run of each mode
+    comes after the last timed run, its figures go beside that load's timed run, and a profile that fails
+    keeps the timed runs."""
+    calls = []
+    inner = fake_runner(calls)
+
+    def runner(mode, load):
+        return inner(mode, load)
+
+    def profile(mode, load):
+        calls.append(("profile", mode))
+        if mode == "specgen":
+            raise RuntimeError("CUPTI went away")
+        return {"gaps": [], "summary": {}, "device_time": None}
+
+    runner.profile = profile
+    argv = [*SMALL, "--rates", "2,inf", "--profile-transitions", "4", "--out", str(tmp_path)]
+    assert cli_serve.run(_args(*argv), runner=runner) == 0
+    err = capsys.readouterr().err
+    assert [c[0] for c in calls] == ["baseline", "specgen", "baseline", "specgen", "profile", "profile"]
+    assert [c[1] for c in calls[4:]] == ["baseline", "specgen"]
+    runs = json.loads((tmp_path / "serve_bench.json").read_text())["runs"]
+    assert [("transition_idle" in r, r["mode"], r["load"]) for r in runs] == [
+        (True, "baseline", "2/s"), (False, "specgen", "2/s"), (False, "baseline", "inf"), (False, "specgen", "inf"),
+    ]  # fmt: skip
+    assert runs[0]["transition_idle"]["run"].endswith("after every timed run")
+    assert "serve-bench: specgen at 2/s: the profiled run failed: RuntimeError: CUPTI went away" in err
+    assert "serve-bench: baseline at 2/s: profiled in " in err
