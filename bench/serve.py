@@ -166,7 +166,18 @@ def loop_runner(config: ServeConfig, library=None, tp=None) -> Runner:
         prof.stop(model.embed_tokens.weight.device)
         return prof.result(extra)
 
-    run.profile = profile
+    def marks(mode: str, load) -> dict:
+        """An extra, untimed run of ``load`` with timing events at the ends of every step's and chunk's range
+        (``DeviceMarks``, no profiler): the device idle outside them before each step, by transition kind."""
+        from ..engine.profiling import DeviceMarks
+        from .serve_transitions import summarize_idle, transition_idle_marks
+
+        with DeviceMarks(model.embed_tokens.weight.device) as taken:
+            extra = serve(loop_class, model, draft, library, config, mode, load, oracles=oracles)
+        gaps = transition_idle_marks(taken.extents(), extra.steps)
+        return {"gaps": gaps, "summary": summarize_idle(gaps)}
+
+    run.profile, run.marks = profile, marks
     return run
 
 
@@ -300,10 +311,21 @@ def _profile_transitions(config: ServeConfig, runner: Runner, runs: list[dict], 
     if not config.profile_transitions or profile is None:
         return
     load = config.loads[0]
+    entries = {}
     for mode in config.modes:
         entry = next((r for r in runs if r["mode"] == mode and r["load"] == load.label and "error" not in r), None)
-        if entry is None:  # its timed run failed: nothing to set beside
-            continue
+        if entry is not None:  # else its timed run failed: nothing to set beside
+            entries[mode] = entry
+    marks = getattr(runner, "marks", None)
+    for mode, entry in entries.items() if marks is not None else ():  # before any profiler initializes CUPTI
+        what = f"serve-bench: {mode} at {load.label}"
+        progress(f"{what}: a run with timing events at each step's and chunk's ends")
+        try:
+            entry["transition_idle_marks"] = {"run": "an extra untimed run of this load, no profiler", **marks(
+                mode, workload_for(config, load))}  # fmt: skip
+        except Exception as e:  # noqa: BLE001  a failed extra run keeps the timed runs
+            progress(f"{what}: the run with timing events failed: {_error_text(e)}")
+    for mode, entry in entries.items():
         what = f"serve-bench: {mode} at {load.label}"
         progress(f"{what}: a profiled run of {config.profile_transitions} decode steps")
         t = time.perf_counter()

@@ -116,9 +116,19 @@ def table(result: dict) -> str:
         line = lambda vals: "  ".join(v.rjust(w) for v, w in zip(vals, widths))  # noqa: E731
         out += [line(head), line(["-" * w for w in widths]), *map(line, cells), LEGEND]
     out += [transition_line(r) for r in ok_runs(result) if r.get("transition_idle")]
+    out += [marks_line(r) for r in ok_runs(result) if r.get("transition_idle_marks")]
     out += [f"{m}: {why}" for m, why in (result.get("skipped_modes") or {}).items()]
     out += failures(result)
     return "\n".join(out)
+
+
+def marks_line(run: dict) -> str:
+    """One run's device idle outside every step's and chunk's range before a step, from timing events at the
+    ranges' ends (no profiler): median us (count, largest) by transition kind."""
+    summary = run["transition_idle_marks"].get("summary") or {}
+    parts = [f"{kind} {s['p50_us']:.1f} us (n={s['n']}, max {s['max_us']:.1f})" for kind, s in summary.items()]
+    what = "; ".join(parts) or "no decode step was marked"
+    return f"device idle outside the ranges, from timing events ({run['mode']} at {run['load']}, no profiler): {what}"
 
 
 def transition_line(run: dict) -> str:

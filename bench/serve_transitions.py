@@ -37,7 +37,15 @@ from pathlib import Path
 
 from .kernel_timeline import _phases, device_records, launch_owners, load_trace
 
-__all__ = ["KINDS", "TransitionProfiler", "device_time", "kind_of", "summarize_idle", "transition_idle"]
+__all__ = [
+    "KINDS",
+    "TransitionProfiler",
+    "device_time",
+    "kind_of",
+    "summarize_idle",
+    "transition_idle",
+    "transition_idle_marks",
+]
 
 KINDS = ("steady", "join", "leave", "reorder", "bucket")
 SERVE_PHASE, PREFILL_PHASE = "serve", "prefill"
@@ -143,17 +151,28 @@ def transition_idle(events, steps: list) -> list[dict]:
     (their ``step`` numbers name the ranges).  Steps without device records (none profiled) are skipped.
     """
     ev = load_trace(events) if not isinstance(events, list) else events
-    ranges = _by_range(ev)
-    cover = _Cover([(r.start, r.end, phase) for (phase, _), recs in ranges.items() for r in recs])
+    ranges = {key: [(r.start, r.end) for r in recs] for key, recs in _by_range(ev).items()}
+    return _gaps(ranges, steps)
+
+
+def transition_idle_marks(extents: dict[tuple[str, int], tuple[float, float]], steps: list) -> list[dict]:
+    """``transition_idle``'s gaps from ``DeviceMarks.extents()`` (each range one interval, from the timing
+    events at its ends, no profiler): ``idle_us`` and ``outside_us`` are then the same figure, the device idle
+    outside every range, which only the host's lateness causes."""
+    return _gaps({key: [span] for key, span in extents.items() if key[0] in (SERVE_PHASE, PREFILL_PHASE)}, steps)
+
+
+def _gaps(ranges: dict[tuple[str, int], list[tuple[float, float]]], steps: list) -> list[dict]:
+    cover = _Cover([(s, e, phase) for (phase, _), spans in ranges.items() for s, e in spans])
     # each range as one interval, first record to last: the gaps inside a chunk's own work are its own
-    extents = _Cover([(min(r.start for r in recs), max(r.end for r in recs), "") for recs in ranges.values()])
+    extents = _Cover([(min(s for s, _ in spans), max(e for _, e in spans), "") for spans in ranges.values()])
     records = {s.step: s for s in steps}
     decode = sorted(k for (phase, k) in ranges if phase == SERVE_PHASE and k in records)
     prefills = sorted(k for (phase, k) in ranges if phase == PREFILL_PHASE)
     out = []
     for a, b in zip(decode, decode[1:]):
-        end_a = max(r.end for r in ranges[(SERVE_PHASE, a)])
-        start_b = min(r.start for r in ranges[(SERVE_PHASE, b)])
+        end_a = max(e for _, e in ranges[(SERVE_PHASE, a)])
+        start_b = min(s for s, _ in ranges[(SERVE_PHASE, b)])
         ra, rb = records[a], records[b]
         holes = cover.holes(end_a, start_b)
         # right before ``b``: the hole that ends where ``b`` starts, from the device's last record before it

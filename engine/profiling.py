@@ -28,6 +28,7 @@ import torch
 __all__ = [
     "HOST_RANGE_PREFIX",
     "PHASE_PREFIX",
+    "DeviceMarks",
     "phase_name",
     "StepProfiler",
     "activities",
@@ -52,9 +53,71 @@ def _mark(name: str):
     return torch.profiler.record_function(name)
 
 
+class DeviceMarks:
+    """While active (``with DeviceMarks(device) as marks``), every ``phase_range`` also records a timing event
+    on the current stream as it opens and as it closes: each range's extent on the device without a profiler
+    (CUPTI slows the host's launches and so moves the idle it measures).  An opening event completes when the
+    stream reaches it: when the work before it is done and the host has got there, whichever is later; so
+    the time between one range's closing event and the next range's opening one is device idle that the
+    host's lateness caused.  On the CPU the marks are the host's clock (there is no device to wait for).
+
+    ``extents()`` after the run: ``{(phase, step): (start_us, end_us)}`` from the first mark."""
+
+    active: DeviceMarks | None = None
+
+    def __init__(self, device: torch.device):
+        self.cuda = torch.device(device).type == "cuda"
+        self.marks: list[tuple[str, int, object, object]] = []
+
+    def __enter__(self) -> DeviceMarks:
+        if DeviceMarks.active is not None:
+            raise RuntimeError("device marks are already being taken")
+        DeviceMarks.active = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        DeviceMarks.active = None
+
+    def _now(self):
+        if not self.cuda:
+            import time
+
+            return time.perf_counter()
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    @contextlib.contextmanager
+    def range(self, phase: str, step: int):
+        start = self._now()
+        try:
+            yield
+        finally:
+            self.marks.append((phase, step, start, self._now()))
+
+    def extents(self) -> dict[tuple[str, int], tuple[float, float]]:
+        if not self.marks:
+            return {}
+        if self.cuda:
+            torch.cuda.synchronize()
+            first = self.marks[0][2]
+            at = lambda ev: first.elapsed_time(ev) * 1e3  # noqa: E731  ms -> us
+        else:
+            first = self.marks[0][2]
+            at = lambda t: (t - first) * 1e6  # noqa: E731
+        return {(phase, step): (at(s), at(e)) for phase, step, s, e in self.marks}
+
+
 def phase_range(phase: str, step: int):
-    """A ``record_function`` mark of ``phase`` of step ``step`` (``phase_name``), only while a profiler runs."""
-    return _mark(phase_name(phase, step))
+    """A ``record_function`` mark of ``phase`` of step ``step`` (``phase_name``), only while a profiler runs; and
+    the range's timing events while ``DeviceMarks`` are taken."""
+    marks = DeviceMarks.active
+    if marks is None:
+        return _mark(phase_name(phase, step))
+    stack = contextlib.ExitStack()
+    stack.enter_context(marks.range(phase, step))
+    stack.enter_context(_mark(phase_name(phase, step)))
+    return stack
 
 
 def host_range(family: str):

@@ -463,13 +463,19 @@ def test_the_profiled_runs_come_after_every_timed_run(tmp_path, capsys):
             raise RuntimeError("CUPTI went away")
         return {"gaps": [], "summary": {}, "device_time": None}
 
-    runner.profile = profile
+    def marks(mode, load):
+        calls.append(("marks", mode))
+        return {"gaps": [], "summary": {"leave": {"n": 2, "p50_us": 3.0, "max_us": 4.5}}}
+
+    runner.profile, runner.marks = profile, marks
     argv = [*SMALL, "--rates", "2,inf", "--profile-transitions", "4", "--out", str(tmp_path)]
     assert cli_serve.run(_args(*argv), runner=runner) == 0
-    err = capsys.readouterr().err
-    assert [c[0] for c in calls] == ["baseline", "specgen", "baseline", "specgen", "profile", "profile"]
-    assert [c[1] for c in calls[4:]] == ["baseline", "specgen"]
+    out, err = capsys.readouterr()
+    assert [c[0] for c in calls] == ["baseline", "specgen"] * 2 + ["marks"] * 2 + ["profile"] * 2
+    assert [c[1] for c in calls[4:]] == ["baseline", "specgen", "baseline", "specgen"]
+    assert "device idle outside the ranges, from timing events (baseline at 2/s, no profiler): leave 3.0 us" in out
     runs = json.loads((tmp_path / "serve_bench.json").read_text())["runs"]
+    assert [bool(r.get("transition_idle_marks")) for r in runs] == [True, True, False, False]
     assert [("transition_idle" in r, r["mode"], r["load"]) for r in runs] == [
         (True, "baseline", "2/s"), (False, "specgen", "2/s"), (False, "baseline", "inf"), (False, "specgen", "inf"),
     ]  # fmt: skip

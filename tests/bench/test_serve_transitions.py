@@ -212,3 +212,40 @@ def test_a_window_of_the_size_a_saturated_run_profiles_is_split_at_once():
         else:  # 1010 us between two steps' kernels
             assert (g["idle_us"], g["before_us"], g["outside_us"], g["holes"]) == (1010.0, 1010.0, 1010.0, 1)
             assert g["between"] == {"serve>serve": 1010.0} and g["prefills"] == 0 and g["kind"] == "steady"
+
+
+def test_marks_give_each_ranges_extent_and_the_idle_outside_them():
+    """On the CPU the marks are the host's clock: every prefill and decode range of a served run has an
+    extent, in order; the gaps from them carry no idle inside a range (one interval each)."""
+    from specgen.bench.serve_transitions import transition_idle_marks
+    from specgen.engine.profiling import DeviceMarks, phase_range
+
+    with DeviceMarks("cpu") as marks:
+        with pytest.raises(RuntimeError, match="already"):
+            DeviceMarks("cpu").__enter__()
+        for step in range(4):
+            if step == 2:
+                with phase_range("prefill", step):
+                    pass
+            with phase_range("serve", step):
+                pass
+    with phase_range("serve", 9):  # not taken: no mark
+        pass
+    ext = marks.extents()
+    assert list(ext) == [("serve", 0), ("serve", 1), ("prefill", 2), ("serve", 2), ("serve", 3)]
+    spans = list(ext.values())
+    assert all(s <= e for s, e in spans) and all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    gaps = transition_idle_marks(ext, [_step(0, 2), _step(1, 2), _step(2, 1), _step(3, 1)])
+    want = [(1, "steady", 0), (2, "leave", 1), (3, "steady", 0)]
+    assert [(g["step"], g["kind"], g["prefills"]) for g in gaps] == want
+    for g in gaps:
+        assert g["idle_us"] == g["outside_us"] >= 0 and g["holes"] <= g["prefills"] + 1
+
+
+def test_marks_from_known_extents():
+    from specgen.bench.serve_transitions import transition_idle_marks
+
+    ext = {("serve", 1): (0.0, 100.0), ("prefill", 2): (130.0, 400.0), ("serve", 2): (404.0, 500.0)}
+    (g,) = transition_idle_marks(ext, [_step(1, 3), _step(2, 2)])
+    assert (g["idle_us"], g["before_us"], g["outside_us"], g["holes"]) == (34.0, 4.0, 34.0, 2)
+    assert g["between"] == {"serve>prefill": 30.0, "prefill>serve": 4.0}
