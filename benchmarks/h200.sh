@@ -101,6 +101,8 @@ for stage in "$@"; do
       # float32 by default: in bfloat16 the serving batches pick other near-tied tokens than the acceptance
       # oracle's decode and the measured acceptance falls far below 0.7 (DTYPE=bfloat16 to measure it anyway)
       # SERVE_LIMIT: seconds at most (0: none); the sweep writes its JSON after every run, so a cut keeps those
+      # (the timed runs come first; then per mode of the first load one run with timing events and one under the
+      # profiler: PROFILE_STEPS=100 over four modes takes most of a 600 s call)
       # DRAFT=dflash DEPTH=15 (or dspark 7) KERNELS=build/serve_block_kernels: a block draft's sweep;
       # SERVE_ARGS: more options (e.g. --step-first), TAG: a suffix of the output names
       closed=${CLOSED---closed-loop 32}
