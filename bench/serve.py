@@ -317,14 +317,17 @@ def _profile_transitions(config: ServeConfig, runner: Runner, runs: list[dict], 
         if entry is not None:  # else its timed run failed: nothing to set beside
             entries[mode] = entry
     marks = getattr(runner, "marks", None)
-    for mode, entry in entries.items() if marks is not None else ():  # before any profiler initializes CUPTI
+    for mode, entry in entries.items():  # before any profiler initializes CUPTI
+        if marks is None:
+            break
         what = f"serve-bench: {mode} at {load.label}"
         progress(f"{what}: a run with timing events at each step's and chunk's ends")
         try:
-            entry["transition_idle_marks"] = {"run": "an extra untimed run of this load, no profiler", **marks(
-                mode, workload_for(config, load))}  # fmt: skip
+            idle = marks(mode, workload_for(config, load))
         except Exception as e:  # noqa: BLE001  a failed extra run keeps the timed runs
             progress(f"{what}: the run with timing events failed: {_error_text(e)}")
+            continue
+        entry["transition_idle_marks"] = {"run": "an extra untimed run of this load, no profiler", **idle}
     for mode, entry in entries.items():
         what = f"serve-bench: {mode} at {load.label}"
         progress(f"{what}: a profiled run of {config.profile_transitions} decode steps")
