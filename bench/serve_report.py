@@ -307,6 +307,13 @@ def write(result: dict, out: Path) -> list[Path]:
     return paths
 
 
+def transition_points(gaps: list[dict], kind: str) -> tuple[list[float], list[float]]:
+    """The idle before each ``kind`` step in ``gaps``: all of it, and the transition's own (``outside_us``: outside
+    every step's and chunk's first-to-last extent; a file recorded before that split gives all of it)."""
+    mine = [g for g in gaps if g["kind"] == kind]
+    return [g["idle_us"] for g in mine], [g.get("outside_us", g["idle_us"]) for g in mine]
+
+
 def plot_transition_idle(result: dict, path: Path) -> Path | None:
     """``transition_idle.png``: the device idle before each profiled decode step, by transition kind, a
     column of points per mode (one run per mode: the first load that was profiled); None without matplotlib
@@ -325,16 +332,22 @@ def plot_transition_idle(result: dict, path: Path) -> Path | None:
     for ax, (mode, (load, gaps)) in zip(axes[0], runs.items()):
         kinds = [k for k in KINDS if any(g["kind"] == k for g in gaps)]
         for i, kind in enumerate(kinds):
-            ys = [g["idle_us"] for g in gaps if g["kind"] == kind]
-            xs = [i + 0.25 * ((j * 0.618) % 1.0 - 0.5) for j in range(len(ys))]
-            ax.scatter(xs, ys, s=8, alpha=0.6)
-            ax.hlines(statistics.median(ys), i - 0.3, i + 0.3, color="black")
+            every, own = transition_points(gaps, kind)
+            xs = [i + 0.25 * ((j * 0.618) % 1.0 - 0.5) for j in range(len(every))]
+            ax.scatter(xs, every, s=10, facecolors="none", edgecolors="grey", linewidths=0.6, alpha=0.6)
+            ax.hlines(statistics.median(every), i - 0.3, i + 0.3, color="grey", linestyle=":")
+            ax.scatter(xs, own, s=8, alpha=0.7)
+            ax.hlines(statistics.median(own), i - 0.3, i + 0.3, color="black")
         ax.axhline(10.0, color="red", linestyle="--", linewidth=0.8)
         ax.set_xticks(range(len(kinds)), [f"{k}\n({sum(g['kind'] == k for g in gaps)})" for k in kinds])
         ax.set_title(f"{mode} at {load}")
         ax.set_yscale("symlog", linthresh=10.0)
     axes[0][0].set_ylabel("device idle before the step (us)")
-    fig.suptitle("device idle at batch transitions (black: median; red: 10 us)")
+    fig.suptitle(
+        "device idle at batch transitions: outside every step's and chunk's own work (filled, black: median); "
+        "all of it, with the gaps between a prefill chunk's own kernels (grey); red: 10 us",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

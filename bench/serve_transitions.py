@@ -64,16 +64,18 @@ def kind_of(step, before) -> str:
     return "steady"
 
 
-def _by_range(events: list[dict]) -> dict[tuple[str, int], list]:
-    """Device records per ``(phase, step)`` range, by the correlation id of their launch call."""
+def _by_range(events: list[dict]) -> list[tuple[str, int, list]]:
+    """Device records per range (``(phase, step, records)``), by the correlation id of their launch call; an
+    iteration's prefill chunks are ranges of one name, each kept apart."""
     phases = [p for p in _phases(events) if p[2] in (SERVE_PHASE, PREFILL_PHASE)]
-    owner, _ = launch_owners(events, phases)
-    out: dict[tuple[str, int], list] = {}
+    # each range by its place in ``phases``, so that ranges of one name do not merge
+    owner, _ = launch_owners(events, [(lo, hi, phase, i) for i, (lo, hi, phase, _) in enumerate(phases)])
+    records: dict[int, list] = {}
     for r in device_records(events):
         key = owner.get(r.correlation)
         if key is not None:
-            out.setdefault(key, []).append(r)
-    return out
+            records.setdefault(key[1], []).append(r)
+    return [(phases[i][2], phases[i][3], recs) for i, recs in sorted(records.items())]
 
 
 class _Cover:
@@ -151,28 +153,33 @@ def transition_idle(events, steps: list) -> list[dict]:
     (their ``step`` numbers name the ranges).  Steps without device records (none profiled) are skipped.
     """
     ev = load_trace(events) if not isinstance(events, list) else events
-    ranges = {key: [(r.start, r.end) for r in recs] for key, recs in _by_range(ev).items()}
-    return _gaps(ranges, steps)
+    return _gaps([(phase, k, [(r.start, r.end) for r in recs]) for phase, k, recs in _by_range(ev)], steps)
 
 
-def transition_idle_marks(extents: dict[tuple[str, int], tuple[float, float]], steps: list) -> list[dict]:
+def transition_idle_marks(extents: list[tuple[str, int, float, float]], steps: list) -> list[dict]:
     """``transition_idle``'s gaps from ``DeviceMarks.extents()`` (each range one interval, from the timing
     events at its ends, no profiler): ``idle_us`` and ``outside_us`` are then the same figure, the device idle
     outside every range, which only the host's lateness causes."""
-    return _gaps({key: [span] for key, span in extents.items() if key[0] in (SERVE_PHASE, PREFILL_PHASE)}, steps)
+    return _gaps([(phase, k, [(s, e)]) for phase, k, s, e in extents if phase in (SERVE_PHASE, PREFILL_PHASE)], steps)
 
 
-def _gaps(ranges: dict[tuple[str, int], list[tuple[float, float]]], steps: list) -> list[dict]:
-    cover = _Cover([(s, e, phase) for (phase, _), spans in ranges.items() for s, e in spans])
+def _gaps(ranges: list[tuple[str, int, list[tuple[float, float]]]], steps: list) -> list[dict]:
+    """The gaps between consecutive decode steps of ``ranges`` (``(phase, step, spans)``: one per range; an
+    iteration's prefill chunks are several ranges of one step)."""
+    cover = _Cover([(s, e, phase) for phase, _, spans in ranges for s, e in spans])
     # each range as one interval, first record to last: the gaps inside a chunk's own work are its own
-    extents = _Cover([(min(s for s, _ in spans), max(e for _, e in spans), "") for spans in ranges.values()])
+    extents = _Cover([(min(s for s, _ in spans), max(e for _, e in spans), "") for _, _, spans in ranges])
     records = {s.step: s for s in steps}
-    decode = sorted(k for (phase, k) in ranges if phase == SERVE_PHASE and k in records)
-    prefills = sorted(k for (phase, k) in ranges if phase == PREFILL_PHASE)
+    serve: dict[int, list[tuple[float, float]]] = {}
+    for phase, k, spans in ranges:
+        if phase == SERVE_PHASE and k in records:
+            serve.setdefault(k, []).extend(spans)
+    decode = sorted(serve)
+    prefills = sorted(k for phase, k, _ in ranges if phase == PREFILL_PHASE)
     out = []
     for a, b in zip(decode, decode[1:]):
-        end_a = max(e for _, e in ranges[(SERVE_PHASE, a)])
-        start_b = min(s for s, _ in ranges[(SERVE_PHASE, b)])
+        end_a = max(e for _, e in serve[a])
+        start_b = min(s for s, _ in serve[b])
         ra, rb = records[a], records[b]
         holes = cover.holes(end_a, start_b)
         # right before ``b``: the hole that ends where ``b`` starts, from the device's last record before it
@@ -210,13 +217,13 @@ def device_time(events) -> dict | None:
         return None
     out: dict = {}
     for phase in (SERVE_PHASE, PREFILL_PHASE):
-        busy = [_busy([(r.start, r.end) for r in recs]) for (p, _), recs in ranges.items() if p == phase]
+        busy = [_busy([(r.start, r.end) for r in recs]) for p, _, recs in ranges if p == phase]
         out[phase] = {
             "ranges": len(busy),
             "busy_us": round(sum(busy), 3),
             "p50_us": round(statistics.median(busy), 3) if busy else None,
         }
-    spans = [(r.start, r.end) for recs in ranges.values() for r in recs]
+    spans = [(r.start, r.end) for _, _, recs in ranges for r in recs]
     lo, hi = min(s for s, _ in spans), max(e for _, e in spans)
     out["window_us"] = round(hi - lo, 3)
     out["idle_us"] = round(_uncovered(lo, hi, spans), 3)

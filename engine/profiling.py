@@ -61,7 +61,7 @@ class DeviceMarks:
     the time between one range's closing event and the next range's opening one is device idle that the
     host's lateness caused.  On the CPU the marks are the host's clock (there is no device to wait for).
 
-    ``extents()`` after the run: ``{(phase, step): (start_us, end_us)}`` from the first mark."""
+    ``extents()`` after the run: ``[(phase, step, start_us, end_us)]``, one per range, from the first mark."""
 
     active: DeviceMarks | None = None
 
@@ -95,9 +95,11 @@ class DeviceMarks:
         finally:
             self.marks.append((phase, step, start, self._now()))
 
-    def extents(self) -> dict[tuple[str, int], tuple[float, float]]:
+    def extents(self) -> list[tuple[str, int, float, float]]:
+        """Every range taken, in the order it closed: ``(phase, step, start_us, end_us)`` from the first mark.
+        A step may hold several ranges of one phase (an iteration's prefill chunks): each is its own."""
         if not self.marks:
-            return {}
+            return []
         if self.cuda:
             torch.cuda.synchronize()
             first = self.marks[0][2]
@@ -105,7 +107,7 @@ class DeviceMarks:
         else:
             first = self.marks[0][2]
             at = lambda t: (t - first) * 1e6  # noqa: E731
-        return {(phase, step): (at(s), at(e)) for phase, step, s, e in self.marks}
+        return [(phase, step, at(s), at(e)) for phase, step, s, e in self.marks]
 
 
 def phase_range(phase: str, step: int):

@@ -225,18 +225,20 @@ def test_marks_give_each_ranges_extent_and_the_idle_outside_them():
             DeviceMarks("cpu").__enter__()
         for step in range(4):
             if step == 2:
-                with phase_range("prefill", step):
-                    pass
+                for _ in range(2):  # an iteration's two chunks: two ranges of one name
+                    with phase_range("prefill", step):
+                        pass
             with phase_range("serve", step):
                 pass
     with phase_range("serve", 9):  # not taken: no mark
         pass
     ext = marks.extents()
-    assert list(ext) == [("serve", 0), ("serve", 1), ("prefill", 2), ("serve", 2), ("serve", 3)]
-    spans = list(ext.values())
+    want = [("serve", 0), ("serve", 1), ("prefill", 2), ("prefill", 2), ("serve", 2), ("serve", 3)]
+    assert [(phase, k) for phase, k, _, _ in ext] == want
+    spans = [(s, e) for _, _, s, e in ext]
     assert all(s <= e for s, e in spans) and all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
     gaps = transition_idle_marks(ext, [_step(0, 2), _step(1, 2), _step(2, 1), _step(3, 1)])
-    want = [(1, "steady", 0), (2, "leave", 1), (3, "steady", 0)]
+    want = [(1, "steady", 0), (2, "leave", 2), (3, "steady", 0)]
     assert [(g["step"], g["kind"], g["prefills"]) for g in gaps] == want
     for g in gaps:
         assert g["idle_us"] == g["outside_us"] >= 0 and g["holes"] <= g["prefills"] + 1
@@ -245,7 +247,60 @@ def test_marks_give_each_ranges_extent_and_the_idle_outside_them():
 def test_marks_from_known_extents():
     from specgen.bench.serve_transitions import transition_idle_marks
 
-    ext = {("serve", 1): (0.0, 100.0), ("prefill", 2): (130.0, 400.0), ("serve", 2): (404.0, 500.0)}
+    ext = [("serve", 1, 0.0, 100.0), ("prefill", 2, 130.0, 400.0), ("serve", 2, 404.0, 500.0)]
     (g,) = transition_idle_marks(ext, [_step(1, 3), _step(2, 2)])
     assert (g["idle_us"], g["before_us"], g["outside_us"], g["holes"]) == (34.0, 4.0, 34.0, 2)
     assert g["between"] == {"serve>prefill": 30.0, "prefill>serve": 4.0}
+
+
+def test_an_iterations_chunks_are_each_their_own_range():
+    """Two prefill chunks of one iteration share a range name: each keeps its own extent, so neither the first
+    chunk's work counts as idle nor the host's lateness between the two as a chunk's own."""
+    from specgen.bench.serve_transitions import device_time, transition_idle_marks
+
+    ext = [
+        ("serve", 1, 0.0, 100.0),
+        ("prefill", 2, 102.0, 300.0),  # the first chunk
+        ("prefill", 2, 340.0, 400.0),  # the second, 40 us late
+        ("serve", 2, 401.0, 500.0),
+    ]
+    (g,) = transition_idle_marks(ext, [_step(1, 3), _step(2, 2)])
+    assert (g["idle_us"], g["outside_us"], g["before_us"], g["prefills"]) == (43.0, 43.0, 1.0, 2)
+    assert g["between"] == {"serve>prefill": 2.0, "prefill>prefill": 40.0, "prefill>serve": 1.0}
+    events = [
+        _range("specgen::serve#1", 0, 20),
+        _launch(5, 1),
+        _kernel(30, 70, 1),  # step 1: 30..100
+        _range("specgen::prefill#2", 25, 10),
+        _launch(27, 2),
+        _kernel(102, 90, 2),  # chunk one: 102..192
+        _launch(29, 3),
+        _kernel(193, 107, 3),  # ..300, 1 us among its own kernels
+        _range("specgen::prefill#2", 60, 10),
+        _launch(62, 4),
+        _kernel(340, 60, 4),  # chunk two, 40 us after chunk one
+        _range("specgen::serve#2", 80, 10),
+        _launch(85, 5),
+        _kernel(401, 99, 5),
+    ]
+    (g,) = transition_idle(events, [_step(1, 3), _step(2, 2)])
+    assert (g["idle_us"], g["outside_us"], g["prefills"]) == (44.0, 43.0, 2)
+    assert device_time(events)["prefill"]["ranges"] == 2
+
+
+def test_the_picture_plots_each_transitions_own_idle_beside_all_of_it(tmp_path):
+    pytest.importorskip("matplotlib")
+    from specgen.bench.serve_report import plot_transition_idle, transition_points
+
+    gaps = [
+        {"kind": "leave", "idle_us": 430.0, "outside_us": 6.0},  # most of it between a prefill chunk's own kernels
+        {"kind": "leave", "idle_us": 3.0, "outside_us": 3.0},
+        {"kind": "join", "idle_us": 2.0},  # recorded before the split: all of it is its own
+    ]
+    assert transition_points(gaps, "leave") == ([430.0, 3.0], [6.0, 3.0])
+    assert transition_points(gaps, "join") == ([2.0], [2.0])
+    assert transition_points(gaps, "bucket") == ([], [])
+    runs = [{"mode": m, "load": "48/s", "transition_idle": {"gaps": gaps}} for m in ("baseline", "specgen")]
+    png = plot_transition_idle({"runs": runs}, tmp_path / "transition_idle.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot_transition_idle({"runs": [{"mode": "specgen", "load": "8/s"}]}, tmp_path / "none.png") is None
