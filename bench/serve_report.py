@@ -288,7 +288,7 @@ def write(result: dict, out: Path) -> list[Path]:
     _write_atomic(paths[0], json.dumps(result, indent=1) + "\n")
     missing = False
     pictures = [("latency_vs_rate.png", plot_latency), ("timeline.png", plot_timeline)]
-    if any(r.get("transition_idle") for r in ok_runs(result)):
+    if any(r.get("transition_idle") or r.get("transition_idle_marks") for r in ok_runs(result)):
         pictures.append(("transition_idle.png", plot_transition_idle))
     for name, draw in pictures:
         png = out / name
@@ -315,34 +315,49 @@ def transition_points(gaps: list[dict], kind: str) -> tuple[list[float], list[fl
 
 
 def plot_transition_idle(result: dict, path: Path) -> Path | None:
-    """``transition_idle.png``: the device idle before each profiled decode step, by transition kind, a
-    column of points per mode (one run per mode: the first load that was profiled); None without matplotlib
-    or profiles."""
+    """``transition_idle.png``: the device idle before each decode step, by transition kind, a column of points
+    per mode (the first load with gaps); a row for the profiled run's kernel trace (``transition_idle``) and one
+    for the timing-event run without a profiler (``transition_idle_marks``), each where some run has it; None
+    without matplotlib or gaps."""
     from .serve_transitions import KINDS
 
-    runs = {}
-    for run in ok_runs(result):
-        t = run.get("transition_idle")
-        if t and t.get("gaps") and run["mode"] not in runs:
-            runs[run["mode"]] = (run["load"], t["gaps"])
+    sources = (("transition_idle", "profiled run"), ("transition_idle_marks", "timing events, no profiler"))
+    rows: list[tuple[str, dict]] = []
+    for key, label in sources:
+        runs: dict = {}
+        for run in ok_runs(result):
+            t = run.get(key)
+            if t and t.get("gaps") and run["mode"] not in runs:
+                runs[run["mode"]] = (run["load"], t["gaps"])
+        if runs:
+            rows.append((label, runs))
     plt = _pyplot()
-    if plt is None or not runs:
+    if plt is None or not rows:
         return None
-    fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.8), sharey=True, squeeze=False)
-    for ax, (mode, (load, gaps)) in zip(axes[0], runs.items()):
-        kinds = [k for k in KINDS if any(g["kind"] == k for g in gaps)]
-        for i, kind in enumerate(kinds):
-            every, own = transition_points(gaps, kind)
-            xs = [i + 0.25 * ((j * 0.618) % 1.0 - 0.5) for j in range(len(every))]
-            ax.scatter(xs, every, s=10, facecolors="none", edgecolors="grey", linewidths=0.6, alpha=0.6)
-            ax.hlines(statistics.median(every), i - 0.3, i + 0.3, color="grey", linestyle=":")
-            ax.scatter(xs, own, s=8, alpha=0.7)
-            ax.hlines(statistics.median(own), i - 0.3, i + 0.3, color="black")
-        ax.axhline(10.0, color="red", linestyle="--", linewidth=0.8)
-        ax.set_xticks(range(len(kinds)), [f"{k}\n({sum(g['kind'] == k for g in gaps)})" for k in kinds])
-        ax.set_title(f"{mode} at {load}")
-        ax.set_yscale("symlog", linthresh=10.0)
-    axes[0][0].set_ylabel("device idle before the step (us)")
+    modes = list(dict.fromkeys(m for _, runs in rows for m in runs))
+    fig, axes = plt.subplots(
+        len(rows), len(modes), figsize=(4.2 * len(modes), 3.4 * len(rows) + 0.4), sharey=True, squeeze=False
+    )
+    for r, (label, runs) in enumerate(rows):
+        for c, mode in enumerate(modes):
+            ax = axes[r][c]
+            if mode not in runs:
+                ax.set_axis_off()
+                continue
+            load, gaps = runs[mode]
+            kinds = [k for k in KINDS if any(g["kind"] == k for g in gaps)]
+            for i, kind in enumerate(kinds):
+                every, own = transition_points(gaps, kind)
+                xs = [i + 0.25 * ((j * 0.618) % 1.0 - 0.5) for j in range(len(every))]
+                ax.scatter(xs, every, s=10, facecolors="none", edgecolors="grey", linewidths=0.6, alpha=0.6)
+                ax.hlines(statistics.median(every), i - 0.3, i + 0.3, color="grey", linestyle=":")
+                ax.scatter(xs, own, s=8, alpha=0.7)
+                ax.hlines(statistics.median(own), i - 0.3, i + 0.3, color="black")
+            ax.axhline(10.0, color="red", linestyle="--", linewidth=0.8)
+            ax.set_xticks(range(len(kinds)), [f"{k}\n({sum(g['kind'] == k for g in gaps)})" for k in kinds])
+            ax.set_title(f"{mode} at {load}: {label}", fontsize=9)
+            ax.set_yscale("symlog", linthresh=10.0)
+        axes[r][0].set_ylabel("device idle before the step (us)")
     fig.suptitle(
         "device idle at batch transitions: outside every step's and chunk's own work (filled, black: median); "
         "all of it, with the gaps between a prefill chunk's own kernels (grey); red: 10 us",

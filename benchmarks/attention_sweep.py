@@ -72,9 +72,11 @@ def tilings(args) -> list[Tiling]:
         [int(x) for x in args.warps.split(",")],
         [int(x) for x in args.stages.split(",")],
         args.precision.split(","),
+        [int(x) if x not in ("", "auto") else None for x in args.splits.split(",")],
     )
     return [Tiling(None, None, None, None, None, None)] + [
-        Tiling(block_m=m, block_n=n, num_warps=w, num_stages=s, precision=p or None) for m, n, w, s, p in grid
+        Tiling(block_m=m, block_n=n, num_warps=w, num_stages=s, precision=p or None, splits=k)
+        for m, n, w, s, p, k in grid
     ]
 
 
@@ -83,7 +85,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     ap.add_argument("--prefill-rows", default="256,2048")
     ap.add_argument("--verify-batch", default="8,32")
-    ap.add_argument("--verify-keys", type=int, default=1024)
+    ap.add_argument("--verify-keys", default="1024", help="keys of the longest sequence; a list sweeps several")
     ap.add_argument("--heads", default="16,8,128", help="query heads, KV heads, head dim")
     ap.add_argument("--block-size", type=int, default=128)
     ap.add_argument("--block-m", default="16,32,64")
@@ -91,6 +93,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warps", default="4,8")
     ap.add_argument("--stages", default="1,2")
     ap.add_argument("--precision", default="ieee", help="float32 dot precisions: ieee, tf32x3, tf32")
+    ap.add_argument("--splits", default="auto", help="key splits per program (auto: paged_attention's choice)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", default=None)
@@ -98,11 +101,11 @@ def main(argv=None) -> int:
     dev, dt = torch.device(args.device), DTYPES[args.dtype]
     H, KVH, D = (int(x) for x in args.heads.split(","))
     shapes = [Shape(f"prefill {n}", [n], n, H, KVH, D, args.block_size, dt, dev) for n in _ints(args.prefill_rows)]
-    for b in _ints(args.verify_batch):
-        lens = [
-            args.verify_keys - args.verify_keys // 8 * (i % 7) for i in range(b)
-        ]  # unequal lengths, as a running batch has
-        shapes.append(Shape(f"verify B={b} R=4", lens, 4, H, KVH, D, args.block_size, dt, dev))
+    keys = _ints(args.verify_keys)
+    for b, n in itertools.product(_ints(args.verify_batch), keys):
+        lens = [n - n // 8 * (i % 7) for i in range(b)]  # unequal lengths, as a running batch has
+        name = f"verify B={b} R=4" + (f" keys={n}" if len(keys) > 1 else "")
+        shapes.append(Shape(name, lens, 4, H, KVH, D, args.block_size, dt, dev))
     results = []
     with torch.inference_mode():
         for t in tilings(args):

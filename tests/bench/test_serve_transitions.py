@@ -304,3 +304,8 @@ def test_the_picture_plots_each_transitions_own_idle_beside_all_of_it(tmp_path):
     png = plot_transition_idle({"runs": runs}, tmp_path / "transition_idle.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plot_transition_idle({"runs": [{"mode": "specgen", "load": "8/s"}]}, tmp_path / "none.png") is None
+    # the timing-event run alone (no profile) still draws, and both make two rows
+    marks = [{"mode": "specgen", "load": "48/s", "transition_idle_marks": {"gaps": gaps}}]
+    assert plot_transition_idle({"runs": marks}, tmp_path / "marks.png").stat().st_size > 0
+    both = [{**runs[1], "transition_idle_marks": {"gaps": gaps}}, runs[0]]
+    assert plot_transition_idle({"runs": both}, tmp_path / "both.png").stat().st_size > 0
