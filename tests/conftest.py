@@ -1,5 +1,9 @@
+import contextlib
+import fcntl
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,20 +13,28 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _codegen_cache(tmp_path_factory):
-    """One lowering and compile cache for the session (``SPECGEN_CODEGEN_CACHE``, see ``codegen/lower.py``):
-    the tests build the same variants into many folders, and each is lowered and compiled once.  The builds
-    still count, stamp and write what they make as before; spawned workers and ``specgen`` subprocesses
-    inherit the variable.  A value set outside is kept."""
-    if os.environ.get("SPECGEN_CODEGEN_CACHE") is not None:
-        yield
+SHARED_ENV = "SPECGEN_TEST_SHARED"  # a folder every process of the run shares (pytest-xdist's workers too)
+
+
+def pytest_configure(config):
+    """One lowering and compile cache for the whole run (``SPECGEN_CODEGEN_CACHE``, see ``codegen/lower.py``)
+    and one folder for the session's kernel libraries (``kernel_library``), made by the process that starts
+    the run: pytest-xdist's workers, spawned workers and ``specgen`` subprocesses inherit both, so a variant
+    built into many folders, by any process, is lowered and compiled once.  The builds still count, stamp
+    and write what they make as before.  Values set outside are kept."""
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller made them
         return
-    os.environ["SPECGEN_CODEGEN_CACHE"] = str(tmp_path_factory.mktemp("codegen_cache"))
-    try:
-        yield
-    finally:
-        os.environ.pop("SPECGEN_CODEGEN_CACHE", None)
+    made = []
+    for name in ("SPECGEN_CODEGEN_CACHE", SHARED_ENV):
+        if os.environ.get(name) is None:
+            os.environ[name] = tempfile.mkdtemp(prefix=f"{name.lower()}-")
+            made.append(name)
+    config._specgen_made = made
+
+
+def pytest_unconfigure(config):
+    for name in getattr(config, "_specgen_made", ()):
+        shutil.rmtree(os.environ.pop(name), ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
@@ -52,11 +64,23 @@ def pytest_collection_modifyitems(config, items):
 ENGINE_LAYOUT = {"widths": (2, 3, 4, 5, 6), "block_table_width": 8, "block_size": 16}
 
 
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive lock on ``path`` (a file), held across the processes of the run."""
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def kernel_library(tmp_path_factory):
     """``(env_var, layout, boundaries, families=None) -> library``: the prebuilt folder ``env_var`` names
-    (a GPU machine without TileLang), else a build of ``layout`` (c, and cuda with a GPU) into a temporary
-    folder, int32 drafts only."""
+    (a GPU machine without TileLang), else a build of ``layout`` (c, and cuda with a GPU), int32 drafts only,
+    made once per run: the first process to need it builds it into the run's shared folder
+    (``pytest_configure``) while the others wait for it."""
     from specgen.runtime.library import load_library
 
     def get(env_var: str, layout: dict, boundaries: tuple[str, ...], families: tuple[str, ...] | None = None):
@@ -66,18 +90,24 @@ def kernel_library(tmp_path_factory):
         from specgen.driver import plan_and_build
         from specgen.specializations import Matrix
 
-        out = tmp_path_factory.mktemp(env_var.lower())
-        matrix = Matrix(
-            widths=layout["widths"],
-            block_table_widths=(layout["block_table_width"],),
-            block_sizes=(layout["block_size"],),
-            draft_dtypes=("int32",),
-        )
-        targets = ("c", "cuda") if torch.cuda.is_available() else ("c",)
-        summary = plan_and_build(
-            matrix, targets, out=out, jobs=2, boundaries=boundaries, families=families, progress=None
-        )
-        assert not summary.failed, summary.failed
+        shared = os.environ.get(SHARED_ENV)
+        root = Path(shared) if shared else tmp_path_factory.mktemp("kernel_libraries")
+        out, done = root / env_var.lower(), root / f"{env_var.lower()}.done"
+        with _locked(root / f"{env_var.lower()}.lock"):
+            if not done.exists():
+                shutil.rmtree(out, ignore_errors=True)  # a build that failed before
+                matrix = Matrix(
+                    widths=layout["widths"],
+                    block_table_widths=(layout["block_table_width"],),
+                    block_sizes=(layout["block_size"],),
+                    draft_dtypes=("int32",),
+                )
+                targets = ("c", "cuda") if torch.cuda.is_available() else ("c",)
+                summary = plan_and_build(
+                    matrix, targets, out=out, jobs=2, boundaries=boundaries, families=families, progress=None
+                )
+                assert not summary.failed, summary.failed
+                done.touch()
         return load_library(out)
 
     return get

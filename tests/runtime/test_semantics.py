@@ -234,7 +234,7 @@ def _call(family, inputs, expected, **kw):
         assert outs[k].tolist() == v, (family, k)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(cases())
 def test_references_match_kernels_md(c):
     t = lambda v, dt=I32: torch.tensor(v, dtype=dt)  # noqa: E731
