@@ -66,17 +66,14 @@ ENGINE_LAYOUT = {"widths": (2, 3, 4, 5, 6), "block_table_width": 8, "block_size"
 
 @contextlib.contextmanager
 def _locked(path: Path):
-    """An exclusive lock on ``path`` (a file), held across the processes of the run."""
+    """An exclusive lock on ``path`` (a file), held across the processes of the run until the file closes."""
     with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+        yield
 
 
 @pytest.fixture(scope="session")
-def kernel_library(tmp_path_factory):
+def kernel_library():
     """``(env_var, layout, boundaries, families=None) -> library``: the prebuilt folder ``env_var`` names
     (a GPU machine without TileLang), else a build of ``layout`` (c, and cuda with a GPU), int32 drafts only,
     made once per run: the first process to need it builds it into the run's shared folder
@@ -90,8 +87,7 @@ def kernel_library(tmp_path_factory):
         from specgen.driver import plan_and_build
         from specgen.specializations import Matrix
 
-        shared = os.environ.get(SHARED_ENV)
-        root = Path(shared) if shared else tmp_path_factory.mktemp("kernel_libraries")
+        root = Path(os.environ[SHARED_ENV])  # pytest_configure made it, or it was set outside
         out, done = root / env_var.lower(), root / f"{env_var.lower()}.done"
         with _locked(root / f"{env_var.lower()}.lock"):
             if not done.exists():
