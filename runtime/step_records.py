@@ -40,14 +40,23 @@ class Prologue:
     """Work at the head of every step (see the module docstring).
 
     ``run`` writes ``writes`` and reads ``reads`` (buffer names); ``setup``,
-    when given, runs before it and before any head work moved beside it.
-    The default ``writes`` is every step input, which moves nothing.
+    when given, runs before any head work moved beside it, and before ``run``
+    unless ``run`` neither reads nor writes what it writes (``setup_writes``):
+    then, on a device, it runs on the side stream beside ``run``, ahead of
+    the head work there.  The default ``writes`` and ``setup_writes`` are
+    every step input, which moves nothing.
     """
 
     run: Callable[[], None]
     writes: tuple[str, ...] = INPUTS
     reads: tuple[str, ...] = ()
     setup: Callable[[], None] | None = None
+    setup_writes: tuple[str, ...] = INPUTS
+
+    @property
+    def setup_beside(self) -> bool:
+        """Whether ``setup`` may run beside ``run``: ``run`` touches nothing ``setup`` writes."""
+        return self.setup is not None and not set(self.setup_writes) & (set(self.reads) | set(self.writes))
 
     def __call__(self) -> None:
         """``setup``, then ``run``: the whole prologue with nothing beside it."""

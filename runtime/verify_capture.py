@@ -80,12 +80,14 @@ class StepCapture:
             )
 
     def _run_prologue(self, bufs: Mapping[str, torch.Tensor]) -> None:
-        """The prologue's setup, then its run with the hoisted head work beside it (a side stream on a device)."""
+        """The prologue's setup, then its run with the hoisted head work beside it (a side stream on a device);
+        a setup that the run does not depend on (``Prologue.setup_beside``) goes to the side stream too."""
         p, side = self.prologue, self._hoist_stream
         if not self.hoisted:
             p()
             return
-        if p.setup is not None:
+        beside = side is not None and p.setup_beside  # the setup goes to the side stream, ahead of the head work
+        if p.setup is not None and not beside:
             p.setup()
         hoisted = lambda: run_steps(bufs, self.hoisted, self.model_forward, self._call_kernel)  # noqa: E731
         if side is None:
@@ -95,6 +97,8 @@ class StepCapture:
         main = self._api.current_stream(self.device)
         side.wait_stream(main)
         with self._api.stream(side):
+            if beside:
+                p.setup()
             hoisted()
         p.run()
         main.wait_stream(side)

@@ -43,7 +43,9 @@ class SpecgenMode(Mode):
         """The draft as the runtime's prologue (the carry first, the drafts beside the hoisted head work), or
         None when the draft keeps its own graph."""
         p = self.engine.proposer
-        return Prologue(run=p.propose, writes=p.writes, reads=p.reads, setup=p.carry) if p.fusable else None
+        if not p.fusable:
+            return None
+        return Prologue(run=p.propose, writes=p.writes, reads=p.reads, setup=p.carry, setup_writes=p.carry_writes)
 
     def buffers(self) -> dict[str, torch.Tensor]:
         e = self.engine

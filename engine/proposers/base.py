@@ -30,6 +30,7 @@ from typing import Callable, ClassVar
 
 import torch
 
+from ...runtime.buffers import INPUTS
 from ...runtime.semantics import slot
 
 __all__ = ["Proposer"]
@@ -89,8 +90,13 @@ class Proposer:
         return toks, idx, pos, slots, torch.arange(B + 1, device=dev) * r, r
 
     def target_forward(self, bufs) -> torch.Tensor:
-        """The target over the verify rows of ``bufs``; returns ``target[B, W]``."""
+        """The target over the verify rows of ``bufs``; returns ``target[B, W]`` (any integer dtype: callers copy
+        it into the int32 ``target_tokens``)."""
         raise NotImplementedError
+
+    # the step buffers ``carry`` writes: the runtime runs it beside the draft when ``propose`` reads none of them
+    # (the default, every step input, keeps it before the draft)
+    carry_writes: tuple[str, ...] = INPUTS
 
     def carry(self) -> None:
         """The previous step's bonus token and length become this step's inputs (a no-op if ``propose`` does it)."""

@@ -124,7 +124,10 @@ class MTPProposer(Proposer):
         )
         e.verify_hidden[: hidden.shape[0]].copy_(self.head.from_target(hidden))
         self.keep_logits(logits)
-        return e.model.greedy_tokens(logits).to(I32).view(-1, e.width)
+        # int64: the caller's copy into the int32 ``target_tokens`` casts as it copies (one kernel, not two)
+        return e.model.greedy_tokens(logits).view(-1, e.width)
+
+    carry_writes = ("last_tokens", "seq_lens")
 
     def carry(self) -> None:
         b = self.engine.bufs

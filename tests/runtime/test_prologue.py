@@ -130,3 +130,28 @@ def test_the_head_work_the_draft_does_not_read_runs_beside_it(lib):
         for name in ("accepted", "next_tokens", "next_seq_lens", "draft_slots", "hidden_rows"):
             assert torch.equal(getattr(res, name), getattr(expected, name)), (step, name)
         assert torch.equal(bufs["row_kv_lens"][: 4 * W].view(4, W), s[:, None] + torch.arange(1, W + 1, dtype=I32))
+
+
+def test_a_setup_the_draft_does_not_touch_runs_beside_it():
+    """``setup_beside``: the setup moves to the side stream only when the run neither reads nor writes what it
+    writes; the default (every step input) never moves."""
+    from specgen.runtime.verify_graph import Prologue
+
+    noop = lambda: None  # noqa: E731
+    carry = ("last_tokens", "seq_lens")
+    mtp_like = Prologue(noop, writes=("draft_tokens",), reads=("next_seq_lens", "next_last_token"), setup=noop)
+    assert not mtp_like.setup_beside  # setup_writes defaults to every input
+    assert Prologue(noop, ("draft_tokens",), ("next_seq_lens",), noop, setup_writes=carry).setup_beside
+    assert not Prologue(noop, ("draft_tokens",), ("seq_lens",), noop, setup_writes=carry).setup_beside
+    assert not Prologue(noop, ("draft_tokens", "last_tokens"), (), noop, setup_writes=carry).setup_beside
+    assert not Prologue(noop, ("draft_tokens",), (), None, setup_writes=carry).setup_beside
+
+
+def test_the_mtp_draft_carries_beside_itself():
+    """The MTP chain's carry writes what its run never reads, so specgen runs the carry beside the draft."""
+    from specgen.engine.proposers.mtp import MTPProposer
+    from specgen.runtime.verify_graph import Prologue
+
+    p = Prologue(lambda: None, ("draft_tokens",), MTPProposer.READS, lambda: None, MTPProposer.carry_writes)
+    assert p.setup_beside
+    assert not set(MTPProposer.carry_writes) & set(MTPProposer.SAMPLING_READS)
