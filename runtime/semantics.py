@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES
+from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, TAIL_COMPOSITES
 
 I32 = torch.int32
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -316,3 +316,5 @@ SEMANTICS: dict[str, Callable[..., None]] = {
         spec_verify_hybrid_head_update,
     )
 }
+# the tails after the forward: verification, then the next draft's inputs or the context slots (one launch each)
+SEMANTICS.update({name: composite_semantics(name) for name in TAIL_COMPOSITES})

@@ -35,7 +35,7 @@ from typing import Callable, Mapping
 import torch
 
 from ..specializations.capabilities import SpeculativeVerifyCapabilities
-from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, LINEAR_STATE
+from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, LINEAR_STATE, carried_values
 from ..specializations.plan import (
     CONTEXT_KV,
     DRAFT_TO_VERIFY,
@@ -188,9 +188,9 @@ def hoist_split(
 ) -> tuple[tuple[PlanStep, ...], tuple[PlanStep, ...]]:
     """``(hoisted, rest)``: the kernel work before the forward that can run beside a prologue, and the rest.
 
-    The prologue writes ``written`` and reads ``read``.  Composites are looked
-    at member by member (a member of a composite reads no other member's
-    output); a step is hoisted only if it reads neither ``written`` nor
+    The prologue writes ``written`` and reads ``read``.  Composites whose
+    members read no other member's output are looked at member by member,
+    the others (``carried_values``) as a whole; a step is hoisted only if it reads neither ``written`` nor
     anything a step staying before it writes, and writes nothing the
     prologue reads or writes.  Nothing moves past the target forward.
     """
@@ -202,7 +202,7 @@ def hoist_split(
             rest.append(step)
             continue
         v = step.variant
-        members = FAMILIES[v.family].members or (v.family,)
+        members = (FAMILIES[v.family].members if not carried_values(v.family) else ()) or (v.family,)
         parts = [(m, FAMILIES[m]) for m in members]
         free = [
             m for m, f in parts if not {a.name for a in f.inputs} & dirty and not {a.name for a in f.outputs} & touched

@@ -83,6 +83,9 @@ class Family:
     members: tuple[str, ...] = ()  # a composite: these families in order, one kernel (see COMPOSITES)
     guards: tuple[GuardRule, ...] | None = None  # None: what the arguments imply (see guard_rules)
     threads_per: str = "sequence"  # one of THREADS_PER
+    # inputs read only at the thread's own sequence (``x[b]``, ``x[b, ...]``): in a composite launched one
+    # thread per sequence, an earlier member may write them (the thread reads back what it wrote)
+    own_row_inputs: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.threads_per not in THREADS_PER:
@@ -143,22 +146,32 @@ ROW_REMAP = "spec_batch_row_remap"
 def _composite(name: str, members: tuple[str, ...], bases: dict[str, "Family"]) -> "Family":
     """One kernel doing ``members`` in order: the union of their arguments, inputs first.
 
-    Its semantics are the composition of the members' sections of ``docs/kernels.md``
-    (no member reads another's output), its key the widest member key, its
-    launch (``threads_per``) the one all members share.
+    Its semantics are the composition of the members' sections of ``docs/kernels.md``,
+    its key the widest member key, its launch (``threads_per``) the one all members
+    share.  A member reads another's output only where the value passes within a
+    thread: the reader is later, the launch is one thread per sequence, and the reader
+    lists the value in ``own_row_inputs`` (a chain such as verification, then the next
+    draft's inputs from the accepted count).  Such a value is an output of the composite.
     """
     fams = [bases[m] for m in members]
     launches = {f.threads_per for f in fams}
     if len(launches) != 1:
         per = ", ".join(f"{f.name}: one thread per {f.threads_per}" for f in fams)
         raise ValueError(f"{name}: its members launch differently ({per}); one kernel has one launch")
+    written: set[str] = set()
+    read: set[str] = set()
+    for f in fams:
+        for a in f.inputs:
+            if a.name in written and (f.threads_per != "sequence" or a.name not in f.own_row_inputs):
+                raise ValueError(f"{name}: '{a.name}' is both read and written by its members")
+            read.add(a.name)
+        for a in f.outputs:
+            if a.name in written | read:
+                raise ValueError(f"{name}: '{a.name}' is read or written by a member before {f.name} writes it")
+            written.add(a.name)
     args: dict[str, ArgSpec] = {}
-    for a in (a for f in fams for a in f.inputs):
-        args.setdefault(a.name, a)
-    for a in (a for f in fams for a in f.outputs):
-        if a.name in args:
-            raise ValueError(f"{name}: '{a.name}' is both read and written by its members")
-        args.setdefault(a.name, a)
+    for a in [a for f in fams for a in f.inputs if a.name not in written] + [a for f in fams for a in f.outputs]:
+        args.setdefault(a.name, a)  # the first member's record of a shared name
     keys = {p for f in fams for p in f.key_params}
     return Family(
         name,
@@ -168,6 +181,17 @@ def _composite(name: str, members: tuple[str, ...], bases: dict[str, "Family"]) 
         tuple(members),
         threads_per=launches.pop(),
     )
+
+
+def carried_values(name: str) -> frozenset[str]:
+    """The values the composite ``name`` passes from one member to a later one within a thread (see
+    ``_composite``); empty for a family that is no composite."""
+    members = FAMILIES[name].members
+    out: set[str] = set()
+    for i, m in enumerate(members):
+        written = {a.name for f in members[:i] for a in FAMILIES[f].outputs}
+        out |= {a.name for a in FAMILIES[m].inputs if a.name in written}
+    return frozenset(out)
 
 
 FAMILIES: dict[str, Family] = {
@@ -261,6 +285,7 @@ FAMILIES: dict[str, Family] = {
                     "S + W + 1 <= BT * BS: the next draft position S' <= S + W has a block-table entry",
                 ),
             ),
+            own_row_inputs=("accepted", "target_tokens", "seq_lens"),
         ),
         Family(
             "context_kv_update",
@@ -276,6 +301,7 @@ FAMILIES: dict[str, Family] = {
                     "max_seq_len + W <= BT * BS", "S + W <= BT * BS: every accepted context row has a block-table entry"
                 ),
             ),
+            own_row_inputs=("accepted", "seq_lens"),
         ),
         # Serving under churn: the continuing and joining rows' step state gathered into a step's rows, and the
         # next draft's positions, slots and hidden rows recomputed from it (docs/kernels.md, spec_batch_row_remap).
@@ -327,9 +353,19 @@ FAMILIES: dict[str, Family] = {
 # indices join the chain); listed first, it is the one fuse-chain takes where both could apply.
 LINEAR_STATE = "spec_verify_linear_state_update"
 HEAD_MEMBERS = ("spec_verify_token_update", "spec_verify_metadata_update", TILING)
+# The tails after the forward: verification, then what the next draft reads (its positions and slots, or a
+# block draft's context slots), one launch; the accepted count passes within each sequence's thread.
+NEXT_DRAFT, CONTEXT_KV_UPDATE = "prepare_next_draft", "context_kv_update"
+TAIL_COMPOSITES: dict[str, tuple[str, ...]] = {
+    "spec_verify_tail_update": (GREEDY_VERIFY, NEXT_DRAFT),
+    "spec_verify_context_tail_update": (GREEDY_VERIFY, CONTEXT_KV_UPDATE),
+    "spec_rejection_tail_update": (REJECTION_VERIFY, NEXT_DRAFT),
+    "spec_rejection_context_tail_update": (REJECTION_VERIFY, CONTEXT_KV_UPDATE),
+}
 COMPOSITES: dict[str, tuple[str, ...]] = {
     "spec_verify_hybrid_head_update": (*HEAD_MEMBERS, LINEAR_STATE),
     "spec_verify_head_update": HEAD_MEMBERS,
+    **TAIL_COMPOSITES,
 }
 FAMILIES.update({name: _composite(name, members, FAMILIES) for name, members in COMPOSITES.items()})
 

@@ -160,7 +160,13 @@ def hybrid_kernels(kernel_library):
 
 
 BLOCK_LAYOUT = {"widths": (4, 8, 16), "block_table_width": 8, "block_size": 16}
-BLOCK_FAMILIES = ("spec_verify_head_update", "greedy_prefix_verify", "context_kv_update", "spec_batch_row_remap")
+BLOCK_FAMILIES = (
+    "spec_verify_head_update",
+    "spec_verify_context_tail_update",
+    "greedy_prefix_verify",
+    "context_kv_update",
+    "spec_batch_row_remap",
+)
 
 
 @pytest.fixture(scope="session")
@@ -170,7 +176,8 @@ def block_kernels(kernel_library):
     On a GPU machine without TileLang, SPECGEN_TEST_BLOCK_KERNELS names a prebuilt folder
     (specgen build --target c,cuda --boundary draft-to-verify,context-kv --widths 4,8,16
     --block-table-widths 8 --block-sizes 16 --draft-dtypes int32
-    --families spec_verify_head_update,greedy_prefix_verify,context_kv_update,spec_batch_row_remap --out ...).
+    --families spec_verify_head_update,spec_verify_context_tail_update,greedy_prefix_verify,context_kv_update,
+    spec_batch_row_remap --out ...).
     """
     return kernel_library("SPECGEN_TEST_BLOCK_KERNELS", BLOCK_LAYOUT, ("draft-to-verify", "context-kv"), BLOCK_FAMILIES)
 
@@ -194,6 +201,8 @@ SAMPLING_FAMILIES = (
     "spec_rejection_verify",
     "prepare_next_draft",
     "context_kv_update",
+    "spec_rejection_tail_update",
+    "spec_rejection_context_tail_update",
 )
 
 
@@ -208,6 +217,7 @@ def sampling_kernels(kernel_library):
     --boundary draft-to-verify,draft-to-verify-linear,verify-to-draft-sampled,context-kv-sampled
     --families spec_verify_head_update,spec_verify_hybrid_head_update,spec_verify_linear_state_update,
     spec_verify_token_update,spec_verify_metadata_update,spec_verify_attention_tiling_update,spec_rejection_verify,
-    prepare_next_draft,context_kv_update --out build/sampling_test_kernels).
+    prepare_next_draft,context_kv_update,spec_rejection_tail_update,spec_rejection_context_tail_update
+    --out build/sampling_test_kernels).
     """
     return kernel_library("SPECGEN_TEST_SAMPLING_KERNELS", SAMPLING_LAYOUT, SAMPLING_BOUNDARIES, SAMPLING_FAMILIES)

@@ -20,7 +20,7 @@ from specgen.codegen.guards import eval_guard, guards
 from specgen.codegen.lower import ToolchainMissing, compile_artifact, lower
 from specgen.codegen.templates import render_program
 from specgen.runtime.semantics import SEMANTICS
-from specgen.specializations.families import FAMILIES, shape_of
+from specgen.specializations.families import FAMILIES, TAIL_COMPOSITES, shape_of
 from specgen.specializations.variants import VariantSpec
 
 pytestmark = pytest.mark.slow
@@ -46,6 +46,8 @@ VARIANTS = (
     + [("spec_verify_linear_state_update", w, None, None, "int32") for w in (2, 4, 5, 6, 16)]
     + [("spec_batch_row_remap", w, bt, bs, "int32") for w, bt, bs in LAYOUTS]
     + [("spec_verify_hybrid_head_update", w, bt, bs, d) for (w, bt, bs), d in zip(LAYOUTS, ["int64", "int32"] * 3)]
+    # the tails: verification, then the next draft's inputs or the context slots, the accepted count passed on
+    + [(f, w, bt, bs, "int32") for f in TAIL_COMPOSITES for w, bt, bs in LAYOUTS[::2]]
 )
 
 
@@ -65,7 +67,7 @@ def _max_seq_len(v) -> int:
     cap = (bt or 64) * (bs or 128)
     if family == "spec_batch_row_remap":  # the moved lengths: the next step's S
         return cap - 1
-    return cap - w - 1 if family == "prepare_next_draft" else cap - w
+    return cap - w - 1 if "prepare_next_draft" in (family, *FAMILIES[family].members) else cap - w
 
 
 def _inputs(v, batch, seed):

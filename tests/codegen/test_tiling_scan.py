@@ -86,3 +86,36 @@ def test_the_per_row_head_compiles_for_cuda_at_the_widths_ends(tmp_path):
     assert [low.source.count(f"< (B * {s.width})") for low, s in zip(lowered, specs)] == [1, 1, 1]
     compile_many(lowered, tmp_path / "head.cubin")
     assert (tmp_path / "head.cubin").read_bytes()[:4] == b"\x7fELF"
+
+
+def test_a_composite_carries_a_value_only_within_a_sequence_thread():
+    """A later member may read an earlier member's output only where it reads its own sequence's element
+    (``own_row_inputs``) in a launch of one thread per sequence; the value stays an output."""
+    from specgen.specializations.families import ArgSpec, Family, carried_values, register, unregister
+
+    tail = FAMILIES["spec_verify_tail_update"]
+    assert carried_values("spec_verify_tail_update") == {"accepted"}
+    assert carried_values("spec_verify_head_update") == frozenset()
+    assert [a.name for a in tail.inputs] == ["draft_tokens", "target_tokens", "seq_lens", "block_table", "scratch_slot"]
+    assert "accepted" in [a.name for a in tail.outputs]
+    acc, out = ArgSpec("accepted", "int32", "(B,)", True), ArgSpec("x", "int32", "(B * W,)", True)
+    reader = ArgSpec("accepted", "int32", "(B,)", False)
+    # per-row families: the row thread r of sequence b is not the thread that wrote accepted[b]
+    register(Family("t_write_rows", ("W",), (acc,), threads_per="row"))
+    register(Family("t_read_rows", ("W",), (reader, out), threads_per="row", own_row_inputs=("accepted",)))
+    # a per-sequence reader that does not promise to read only its own element
+    register(Family("t_read_any", ("W",), (reader, out)))
+    cases = {
+        ("t_write_rows", "t_read_rows"): "both read and written",
+        ("greedy_prefix_verify", "t_read_any"): "both read and written",
+        ("prepare_next_draft", "greedy_prefix_verify"): "before greedy_prefix_verify writes it",  # reader first
+        ("greedy_prefix_verify", "spec_rejection_verify"): "before spec_rejection_verify writes it",  # two writers
+    }
+    try:
+        for n, (members, match) in enumerate(cases.items()):
+            with pytest.raises(ValueError, match=match):
+                register(Family(f"t_composite_{n}", ("W",), (), members=members))
+            assert f"t_composite_{n}" not in FAMILIES
+    finally:
+        for name in ("t_write_rows", "t_read_rows", "t_read_any"):
+            unregister(name)

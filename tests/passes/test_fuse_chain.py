@@ -2,6 +2,7 @@
 
 from textwrap import dedent
 
+from specgen.passes.base import PassContext
 from specgen.passes.fuse import variant_at
 from specgen.passes.fuse_chain import FuseChain
 from specgen.passes.ir import BoundaryGraph, Op, OpKind, Placement, Value, variant_of
@@ -131,3 +132,28 @@ def test_missing_member_is_refused_with_its_reason(apply_alone):
         "fuse-chain: spec_verify_head_update: not fused: members "
         "spec_verify_attention_tiling_update are not each one fused op"
     ]
+
+
+def test_the_tail_carries_accepted_in_member_order_only(apply_alone):
+    """verify-to-draft after fuse: greedy_prefix_verify then prepare_next_draft become spec_verify_tail_update,
+    which reads the drafts and targets but not ``accepted`` (it computes it); with the two swapped, prepare would
+    read the count before verification writes it, so fuse-chain refuses and says why."""
+    from specgen.passes import build_boundary, run_pipeline
+
+    fused, _ = run_pipeline(
+        build_boundary("verify-to-draft", width=W, batch=B, block_size=BS, block_table_width=BT),
+        "sync-to-event,hoist,fuse",
+    )
+    after, ctx = apply_alone(FuseChain(), fused)
+    (tail,) = [o for o in after.ops if variant_of(o) is not None]
+    assert variant_of(tail).family == "spec_verify_tail_update" and ctx.notes == []
+    assert "accepted" in tail.writes and "accepted" not in tail.reads
+    at = {variant_of(o).family: i for i, o in enumerate(fused.ops) if variant_of(o) is not None}
+    ops = list(fused.ops)
+    i, j = at["greedy_prefix_verify"], at["prepare_next_draft"]
+    ops[i], ops[j] = ops[j], ops[i]
+    swapped = fused.with_ops(ops)
+    assert FuseChain().apply(PassContext(), swapped).ops == swapped.ops
+    ctx = PassContext()
+    FuseChain().apply(ctx, swapped)
+    assert ctx.notes == ["fuse-chain: spec_verify_tail_update: not fused: the members run out of the composite's order"]

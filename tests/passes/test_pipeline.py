@@ -5,6 +5,7 @@ import pytest
 from specgen.passes import build_boundary, run_pipeline, summary
 from specgen.passes.ir.interpreter import outputs_equal
 from specgen.specializations.capabilities import SpeculativeVerifyCapabilities as Capabilities
+from specgen.specializations.families import FAMILIES
 
 HEAD = ["spec_verify_token_update", "spec_verify_metadata_update", "spec_verify_attention_tiling_update"]
 
@@ -47,7 +48,8 @@ def test_verify_to_draft_uses_prepare_next_draft(width):
     sa = summary(after)
     assert sa["host_syncs_on_critical_path"] == 0 and sa["host_calls_after_final_draft"] == 0
     fams = [f["family"] for f in sa["kernel_families"]]
-    assert "prepare_next_draft" in fams and "greedy_prefix_verify" in fams
+    assert fams == ["spec_verify_tail_update"]  # verification and the next draft's inputs, one launch
+    assert FAMILIES[fams[0]].members == ("greedy_prefix_verify", "prepare_next_draft")
     assert sa["graph_ops"][0] == "target_forward"
     assert any("deferred 'sync_accept'" in n for n in ctx.notes)  # the host still gets its tokens
     assert outputs_equal(before, after, seed=width) == []
@@ -58,7 +60,8 @@ def test_context_kv_uses_context_kv_update(width):
     before = build_boundary("context-kv", width=width, batch=3, block_size=16, block_table_width=8)
     after, _ = run_pipeline(before)
     sa = summary(after)
-    assert "context_kv_update" in [f["family"] for f in sa["kernel_families"]]
+    assert [f["family"] for f in sa["kernel_families"]] == ["spec_verify_context_tail_update"]
+    assert FAMILIES["spec_verify_context_tail_update"].members == ("greedy_prefix_verify", "context_kv_update")
     assert sa["host_syncs_on_critical_path"] == 0
     assert sa["predicted_bubble_us"] < summary(before)["predicted_bubble_us"]
     assert outputs_equal(before, after, seed=width) == []

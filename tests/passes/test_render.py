@@ -28,7 +28,7 @@ def test_golden_mermaid_after_the_pipeline():
             H->>P: h2d_draft_tokens
             P-->>P: event_record ev_sources
             T-->>T: event_wait ev_sources
-            H->>T: replay graph: target_forward, greedy_prefix_verify__w2, context_kv_update__w2_bt64_bs128
+            H->>T: replay graph: target_forward, spec_verify_context_tail_update__w2_bt64_bs128
             Note over T: boundary starts after target_replay
             T-->>T: event_record ev_dev_context_mask
             H->>T: d2h_accepted
@@ -46,16 +46,8 @@ def test_summary_spells_each_variant_with_the_full_layout():
     after, _ = run_pipeline(build_boundary("context-kv", width=2))
     assert summary(after)["kernel_families"] == [
         {
-            "family": "greedy_prefix_verify",
-            "key": "greedy_prefix_verify__w2",
-            "width": 2,
-            "block_table_width": 64,
-            "block_size": 128,
-            "draft_dtype": "int32",
-        },
-        {
-            "family": "context_kv_update",
-            "key": "context_kv_update__w2_bt64_bs128",
+            "family": "spec_verify_context_tail_update",
+            "key": "spec_verify_context_tail_update__w2_bt64_bs128",
             "width": 2,
             "block_table_width": 64,
             "block_size": 128,

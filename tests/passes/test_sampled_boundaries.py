@@ -18,7 +18,7 @@ from specgen.passes import build_boundary, plan_boundary, plan_variants, run_pip
 from specgen.passes.ir import variant_of
 from specgen.passes.ir.interpreter import outputs_equal
 from specgen.runtime.semantics import run_semantics
-from specgen.specializations.families import GREEDY_VERIFY, REJECTION_VERIFY
+from specgen.specializations.families import COMPOSITES, FAMILIES, GREEDY_VERIFY, REJECTION_VERIFY
 from specgen.specializations.matrix import Matrix
 from specgen.specializations.plan import (
     BOUNDARY_NAMES,
@@ -56,8 +56,9 @@ def test_the_pipeline_takes_the_bubble_and_keeps_the_values(name, width):
     assert sa["host_syncs_on_critical_path"] == 0 < sb["host_syncs_on_critical_path"]
     assert sa["host_calls_after_final_draft"] == 0
     assert sa["predicted_bubble_us"] < sb["predicted_bubble_us"]
-    assert [f["family"] for f in sa["kernel_families"]] == [REJECTION_VERIFY, NEXT[name]]
-    assert sa["graph_ops"][:3] == ["target_forward", "sample_rows", f"{REJECTION_VERIFY}__w{width}"]
+    (tail,) = [f["family"] for f in sa["kernel_families"]]  # the acceptance and what follows it, one launch
+    assert FAMILIES[tail].members == (REJECTION_VERIFY, NEXT[name])
+    assert sa["graph_ops"][:3] == ["target_forward", "sample_rows", f"{tail}__w{width}_bt{BT}_bs{BS}"]
     assert not any("not fused" in n for n in ctx.notes)
     assert outputs_equal(before, after, seed=width) == []
 
@@ -80,8 +81,12 @@ def test_a_sampling_plan_is_the_greedy_plan_with_rejection_verify(layout, greedy
     sampled = plan_boundary(SAMPLED_TAILS[greedy_tail], layout).steps
     want = []
     for step in greedy:
-        if step.variant is not None and step.variant.family == GREEDY_VERIFY:
-            want += [PlanStep("other", "sample_rows"), PlanStep.kernel(VariantSpec.of(REJECTION_VERIFY, layout))]
+        members = FAMILIES[step.variant.family].members if step.variant is not None else ()
+        if step.variant is not None and GREEDY_VERIFY in (step.variant.family, *members):
+            # the family (or the composite) with the rejection rule in the greedy rule's place
+            swapped = tuple(REJECTION_VERIFY if m == GREEDY_VERIFY else m for m in members)
+            family = next(n for n, ms in COMPOSITES.items() if ms == swapped) if members else REJECTION_VERIFY
+            want += [PlanStep("other", "sample_rows"), PlanStep.kernel(VariantSpec.of(family, layout))]
         else:
             want.append(step)
     assert list(sampled) == want
