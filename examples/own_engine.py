@@ -19,7 +19,7 @@ Build the kernels once (that needs the compiler, ``pip install "specgen[build]"`
 
     specgen build --boundary draft-to-verify,verify-to-draft --widths 4 --block-table-widths 8 \\
         --block-sizes 16 --draft-dtypes int32 \\
-        --families spec_verify_head_update,greedy_prefix_verify,prepare_next_draft --out build/own_kernels
+        --families spec_verify_head_update,spec_verify_tail_update --out build/own_kernels
 
 then run it with the runtime alone:
 

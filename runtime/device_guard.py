@@ -235,6 +235,11 @@ class DeviceGuard:
             self._check(bufs, bucket)
         self._forked = True
 
+    def check(self, bufs: Mapping[str, torch.Tensor], bucket: int) -> None:
+        """Enqueue the checks on the current stream (a caller that orders them itself: a runtime running them
+        beside its prologue, whose join also joins them)."""
+        self._check(bufs, bucket)
+
     def join(self) -> None:
         """Make the current stream wait for the checks (a no-op on the CPU or when nothing is forked)."""
         if self._forked:

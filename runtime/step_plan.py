@@ -254,11 +254,32 @@ def _resolve(
     return _bind_kernels(library, width, layout, steps, TARGET_OF_DEVICE[device_type])
 
 
+def _members_where_unbuilt(library: KernelLibrary, steps, target: str) -> list[PlanStep]:
+    """``steps`` with each composite whose variant ``target`` lacks, but whose members it has, as its members in
+    order (the composite's semantics; a build made with ``--families`` naming the members only)."""
+
+    def built(v: VariantSpec) -> bool:
+        return library.has(v.family, v.width, v.block_table_width, v.block_size, target=target)
+
+    out = []
+    for step in steps:
+        v = step.variant if step.kind == "kernel" else None
+        if v is None or not FAMILIES[v.family].members or built(v):
+            out.append(step)
+            continue
+        layout = Layout(v.width, v.block_table_width or 0, v.block_size or 0, v.draft_dtype)
+        members = [VariantSpec.of(m, layout, v.num_splits or DEFAULT_NUM_SPLITS) for m in FAMILIES[v.family].members]
+        out += [PlanStep.kernel(m) for m in members] if all(map(built, members)) else [step]
+    return out
+
+
 def _bind_kernels(
     library: KernelLibrary, width: int, layout: tuple[int, int], steps: list[PlanStep], target: str
 ) -> StepPlan:
-    """The callable of every kernel step for ``target``; ``variant_not_built`` when one is missing."""
+    """The callable of every kernel step for ``target`` (a composite it lacks as its members, where it has them);
+    ``variant_not_built`` when one is missing."""
     bound, num_splits = {}, DEFAULT_NUM_SPLITS
+    steps = _members_where_unbuilt(library, steps, target)
     try:
         for step in steps:
             if step.kind != "kernel":

@@ -23,9 +23,10 @@ class StepCapture:
         bufs, guard = self._bufs[bucket], self._guard
 
         def run() -> None:
+            checked = False  # whether the guard's checks ran beside the draft
             if self.prologue is not None:  # the draft writes the inputs the guard and the head read
-                self._run_prologue(bufs)
-            if guard is None:  # the device guard turned off (``device_guard=False``)
+                checked = self._run_prologue(bufs, bucket)
+            if guard is None or checked:  # the device guard turned off (``device_guard=False``), or done
                 run_steps(bufs, self.sequence, self.model_forward, self._call_kernel, sampler=self.sampler)
             else:
                 guard.fork(bufs, bucket)
@@ -40,6 +41,8 @@ class StepCapture:
                 guard.join()
             if self.epilogue is not None:
                 self.epilogue()
+            if self._mirror is not None and self._mirror.packs_in_graph:  # the host fields, packed in the graph
+                self._mirror.pack(bufs, bucket, guard.flag if guard is not None else None)
 
         return run
 
@@ -79,13 +82,16 @@ class StepCapture:
                 stacklevel=3,
             )
 
-    def _run_prologue(self, bufs: Mapping[str, torch.Tensor]) -> None:
+    def _run_prologue(self, bufs: Mapping[str, torch.Tensor], bucket: int) -> bool:
         """The prologue's setup, then its run with the hoisted head work beside it (a side stream on a device);
-        a setup that the run does not depend on (``Prologue.setup_beside``) goes to the side stream too."""
+        a setup that the run does not depend on (``Prologue.setup_beside``) goes to the side stream too, and so
+        do the device guard's checks, after the head work: they read the step's lengths, its table and the last
+        step's counts, which the draft does not write, and so run in the draft's shadow instead of beside the
+        forward, with no join before the tail.  Returns whether the guard's checks ran here."""
         p, side = self.prologue, self._hoist_stream
         if not self.hoisted:
             p()
-            return
+            return False
         beside = side is not None and p.setup_beside  # the setup goes to the side stream, ahead of the head work
         if p.setup is not None and not beside:
             p.setup()
@@ -93,15 +99,18 @@ class StepCapture:
         if side is None:
             hoisted()
             p.run()
-            return
+            return False
         main = self._api.current_stream(self.device)
         side.wait_stream(main)
         with self._api.stream(side):
             if beside:
                 p.setup()
             hoisted()
+            if self._guard is not None:
+                self._guard.check(bufs, bucket)
         p.run()
         main.wait_stream(side)
+        return self._guard is not None
 
     def _capture(self, bucket: int) -> None:
         self._graphs.capture(bucket, self._sequence(bucket))

@@ -35,7 +35,8 @@ write straight into the persistent buffers use ``buffers(batch)`` and
 The graph also checks its own domain on the device (``runtime/device_guard.py``:
 the host's guard expressions over the buffers' true ``seq_lens``, allocated
 block entries, accepted counts in range), on a side stream beside the target
-forward.  Its flag travels with the host copy; when a copy that has completed
+forward, or, with a prologue whose head work runs beside it, on that side
+stream after the head work, in the draft's shadow.  Its flag travels with the host copy; when a copy that has completed
 shows it set, the next step runs eager (``device_guard_trip``) and
 ``stats()["device_guard"]`` counts the conditions that failed.  On the CPU
 the flag is read directly, so the very next step sees it.
@@ -187,7 +188,11 @@ class SpecVerifyRuntime(StepCapture):
                     fill_padding=True,
                 )
         self._graphs = BucketGraphs(self._api, self.device, self.warmup_iters) if self._api is not None else None
-        self._mirror = HostMirror(self._api, self.device, self.max_batch, self.width) if self._api is not None else None
+        self._mirror = (
+            HostMirror(self._api, self.device, self.max_batch, self.width, buckets=tuple(self._bufs))
+            if self._api is not None
+            else None
+        )
         self._guard = (
             DeviceGuard(DeviceGuardSpec.of(plan, self.width, self.scratch_block), self.device, self._api)
             if self._bufs and device_guard
@@ -306,7 +311,11 @@ class SpecVerifyRuntime(StepCapture):
         return result
 
     def _copy_to_host(self, result: StepResult, batch: int) -> None:
-        if self._mirror is not None:
+        if self._mirror is None:
+            return
+        if result.fast_path and self._mirror.packs_in_graph:  # the replayed graph packed its bucket's fields
+            self._mirror.copy_packed(self._bucket(batch), batch, flagged=self._guard is not None)
+        else:
             self._mirror.copy(result, batch, flag=self._guard.flag if self._guard is not None else None)
 
     def _device_trip(self) -> bool:

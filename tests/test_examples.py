@@ -1,7 +1,7 @@
 """examples/own_engine.py: an engine that is not specgen's own drives the runtime on the CPU.
 
 The example builds nothing; its kernels are built here, small (one width, int32 drafts, the
-three families of the verify step's plans), once per session.  It runs as a user runs it, in
+two composites of the verify step's plans), once per session.  It runs as a user runs it, in
 a subprocess, and again with the compiler's modules made unimportable: the runtime and a built
 folder are all an engine needs.
 """
@@ -20,7 +20,7 @@ import specgen
 
 EXAMPLE = Path(specgen.__file__).resolve().parent / "examples" / "own_engine.py"
 LAYOUT = {"widths": (4,), "block_table_width": 8, "block_size": 16}
-FAMILIES = ("spec_verify_head_update", "greedy_prefix_verify", "prepare_next_draft")
+FAMILIES = ("spec_verify_head_update", "spec_verify_tail_update")
 CHECK = "tokens equal plain greedy decoding: True"
 
 

@@ -55,7 +55,7 @@ def test_bench_block_draft_on_cpu(block_kernels, tmp_path, capsys, draft):
         assert r["equals_target_reference"] and r["modes_agree"] and r["tpot_ms"] > 0
         assert "verify_to_draft_us" in r and "host_syncs_per_step" in r
     assert result["runs"][1]["runtime_stats"]["fallback"] == {}
-    assert "context_kv_update__w4_bt8_bs16" in result["runs"][1]["runtime_stats"]["graph"]
+    assert "spec_verify_context_tail_update__w4_bt8_bs16" in result["runs"][1]["runtime_stats"]["graph"]
 
 
 def test_bench_block_draft_errors(capsys, monkeypatch, tmp_path):

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from specgen.specializations.families import FAMILIES
+from specgen.specializations.families import FAMILIES, TAIL_COMPOSITES
 from specgen.specializations.variants import VariantSpec
 
 pytestmark = pytest.mark.slow
@@ -57,6 +57,9 @@ VARIANTS = [
     ("spec_verify_linear_state_update", 2, None, None, "int32"),
     ("spec_verify_linear_state_update", 5, None, None, "int32"),
     ("spec_verify_linear_state_update", 16, None, None, "int32"),
+    # the tails, accepted carried from the acceptance to the next member (the production layout and the odd one)
+    ("spec_verify_tail_update", 4, 64, 128, "int32"),
+    *[(f, 6, 3, 5, "int32") for f in TAIL_COMPOSITES],
     ("spec_verify_hybrid_head_update", 4, 64, 128, "int64"),
     ("spec_verify_hybrid_head_update", 6, 3, 5, "int32"),
     ("spec_verify_hybrid_head_update", 16, 8, 16, "int32"),

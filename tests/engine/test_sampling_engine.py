@@ -65,7 +65,7 @@ def _run(model, kind, draft, mode, width, prompts, kernels, sampling, mix=None, 
     res = eng.run(prompts, max_new_tokens=NEW)
     if mode in ("specgen", "inductor"):
         assert res.runtime_stats["fast_path"] > 0 and res.runtime_stats["fallback"] == {}, res.runtime_stats
-        assert any("spec_rejection_verify" in s for s in res.runtime_stats["graph"])
+        assert any("spec_rejection_" in s for s in res.runtime_stats["graph"])  # the rule, alone or in its tail
     eng.close()
     return res
 

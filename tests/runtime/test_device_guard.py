@@ -322,9 +322,11 @@ def test_flag_is_read_from_completed_copies_only(engine_kernels):
 
 # ----------------------------------------------------------------------------- GPU
 @pytest.mark.gpu
-def test_cuda_device_guard_trip_without_host_sync():
+@pytest.mark.parametrize("prologue", [False, True], ids=["plain", "beside-the-draft"])
+def test_cuda_device_guard_trip_without_host_sync(prologue):
     """On the GPU: clean replays never trip; a bad value written between replays trips the step after the
-    host's lagged read of it; no step synchronizes the host and no clean replay allocates.
+    host's lagged read of it; no step synchronizes the host and no clean replay allocates.  With a prologue
+    (a stand-in draft that writes only the drafts), the checks run on the side stream beside it.
 
     Kernels: SPECGEN_TEST_CUDA_KERNELS (specgen build --target cuda --widths 4 --block-table-widths 8
     --block-sizes 16 --out ...), or the engine kernels in SPECGEN_TEST_ENGINE_KERNELS.
@@ -334,8 +336,16 @@ def test_cuda_device_guard_trip_without_host_sync():
     folder = os.environ.get("SPECGEN_TEST_CUDA_KERNELS") or os.environ.get("SPECGEN_TEST_ENGINE_KERNELS")
     if not folder:
         pytest.skip("set SPECGEN_TEST_CUDA_KERNELS to a prebuilt cuda build (w4, bt8, bs16)")
+    from specgen.runtime.verify_graph import Prologue
+
     dev = torch.device("cuda")
-    rt = SpecVerifyRuntime(load_library(folder), model_forward, CAPS, W, max_batch=8, backend="cuda", device=dev)
+    held = {}
+    draft = Prologue(lambda: held["bufs"]["draft_tokens"].add_(0), writes=("draft_tokens",)) if prologue else None
+    rt = SpecVerifyRuntime(
+        load_library(folder), model_forward, CAPS, W, max_batch=8, backend="cuda", device=dev, prologue=draft
+    )
+    held["bufs"] = rt.buffers(6)
+    assert bool(rt.hoisted) == prologue  # the head work, and with it the checks, beside the draft
     rt.capture_all()
     gen = torch.Generator().manual_seed(3)
     bufs, batch, bounds = rt.buffers(6), 6, (0, 60)

@@ -56,7 +56,7 @@ def test_fast_path_eager_path_and_host_rule_agree(sampling_kernels):
         sampling_kernels, toy.forward, ON, W, max_batch=8, tail="verify-to-draft-sampled", sampler=toy.sampler
     )
     names = [s.name for s in rt.sequence]
-    assert names[names.index("target_forward") + 1 :][:2] == ["sample_rows", "spec_rejection_verify__w4"]
+    assert names[names.index("target_forward") + 1 :][:2] == ["sample_rows", "spec_rejection_tail_update__w4_bt8_bs16"]
     gen = torch.Generator().manual_seed(5)
     for batch in (1, 3, 5):
         bufs = _inputs(rt, batch, gen)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 
 import pytest
@@ -124,10 +125,37 @@ def test_sequence_comes_from_plans(lib):
     assert tuple(s.name for s in rt.sequence) == (
         f"spec_verify_head_update__w{W}_bt{BT}_bs{BS}",
         "target_forward",
-        f"greedy_prefix_verify__w{W}",
-        f"prepare_next_draft__w{W}_bt{BT}_bs{BS}",
+        f"spec_verify_tail_update__w{W}_bt{BT}_bs{BS}",  # greedy_prefix_verify, then prepare_next_draft
     )
     assert rt.buckets == (1, 2, 4, 8)
+
+
+def test_a_composite_the_build_lacks_runs_as_its_members(lib, tmp_path):
+    """A folder built with ``--families`` naming the members but not the tail composite still takes the fast
+    path: the composite's step runs as its members, in order, with the same results."""
+    import shutil
+
+    from specgen.runtime.library import load_library
+    from specgen.runtime.manifest import MANIFEST_NAME
+
+    folder = tmp_path / "members_only"
+    shutil.copytree(lib.root, folder)
+    manifest = json.loads((folder / MANIFEST_NAME).read_text())
+    manifest["variants"] = [v for v in manifest["variants"] if v["family"] != "spec_verify_tail_update"]
+    (folder / MANIFEST_NAME).write_text(json.dumps(manifest))
+    members = SpecVerifyRuntime(load_library(folder), model_forward, ON, W, max_batch=8)
+    assert [s.name for s in members.sequence][2:] == [
+        f"greedy_prefix_verify__w{W}",
+        f"prepare_next_draft__w{W}_bt{BT}_bs{BS}",
+    ]
+    whole = SpecVerifyRuntime(lib, model_forward, ON, W, max_batch=8)
+    gen = torch.Generator().manual_seed(5)
+    last, _, seq_lens, table = inputs(3, gen)
+    drafts = make_drafts(last, seq_lens, gen, 0.5)
+    a, b = (rt.step(last, drafts, seq_lens, table, (0, 60)) for rt in (members, whole))
+    assert a.fast_path and b.fast_path
+    for name in ("accepted", "next_tokens", "next_last_token", "next_seq_lens", "draft_slots", "hidden_rows"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
