@@ -64,11 +64,6 @@ class DeviceAPI:
     def event(self):
         return self.mod.Event()
 
-    def external_event(self):
-        """An event whose record and wait become event nodes of a captured graph (not a dependency inside it),
-        so a graph can wait for work enqueued outside it; None where the backend has none (NPU)."""
-        return torch.cuda.Event(external=True) if self.backend == "cuda" else None
-
     def graph(self, g, pool):
         return self.mod.graph(g, pool=pool)
 

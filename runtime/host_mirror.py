@@ -17,13 +17,6 @@ stays readable until two later steps are copied.  Packing into a staging
 buffer first waits, on the device, for the copy that last read it (the one
 two steps back, which the host has normally consumed already).
 
-A captured step packs inside its own graph instead (``pack``, where the
-backend has external events): into a buffer of its bucket, after waiting,
-as an event node of the graph, for the latest copy (which read that buffer
-one step earlier and was enqueued before this step's graph); ``copy_packed``
-then only copies it out.  Nothing runs on the step's stream between two
-graphs.
-
 ``poll_flag`` reads the flags of the copies already complete
 (``Event.query``, which never blocks) and so sees a step's flag one or two
 steps late, with no host synchronization of its own.
@@ -72,7 +65,7 @@ class HostMirror:
     ``current_stream``, ``stream`` and ``event``).
     """
 
-    def __init__(self, api, device, max_batch: int, width: int, *, pin: bool = True, buckets=()):
+    def __init__(self, api, device, max_batch: int, width: int, *, pin: bool = True):
         self._api, self._device, self.width = api, device, int(width)
         self.copy_stream = api.new_stream(device)
         n = packed_size(max_batch, width)
@@ -83,31 +76,9 @@ class HostMirror:
         self._events = [api.event() for _ in range(2)]
         self._used = [False, False]  # whether a copy was ever made from each slot
         self._turn = 0
-        self._steps: list[tuple[int, int, int]] = []  # (slot, batch, rows packed) of the latest two, newest last
+        self._steps: list[tuple[int, int]] = []  # (slot, batch) of the latest two steps, newest last
         self._flag_copy = [0, 0]  # which copy (1, 2, ...) each slot's flag belongs to; 0: none
         self.copies = 0  # copies made so far
-        # a captured step's own packed buffer per bucket, and the event of the latest copy (a graph's wait node)
-        self._copied = api.external_event() if buckets else None
-        self._packed = {}
-        if self._copied is not None:
-            self._packed = {r: torch.zeros(packed_size(r, width), dtype=I32, device=device) for r in buckets}
-            self._copied.record(self.copy_stream)  # made before any capture waits on it
-
-    @property
-    def packs_in_graph(self) -> bool:
-        """Whether captured steps pack their host fields themselves (``pack``; the backend has external events)."""
-        return bool(self._packed)
-
-    def pack(self, bufs, rows: int, flag: torch.Tensor | None = None) -> None:
-        """Inside a captured step of ``rows`` rows: wait for the latest copy, then pack ``bufs``' host fields (and
-        ``flag``) into the bucket's buffer, which ``copy_packed`` copies out after the replay."""
-        self._api.current_stream(self._device).wait_event(self._copied)
-        fields = [bufs[f][:rows].reshape(-1) for f in HOST_FIELDS]
-        torch.cat(fields + [flag.reshape(-1)[:1] if flag is not None else self._no_flag], out=self._packed[rows])
-
-    def copy_packed(self, rows: int, batch: int, flagged: bool) -> None:
-        """``copy`` of a step whose graph packed ``rows`` rows itself (``pack``), of which ``batch`` are real."""
-        self._to_host(self._packed[rows], rows, batch, flagged)
 
     def copy(self, result, batch: int, flag: torch.Tensor | None = None) -> None:
         """Pack ``result``'s host fields (and ``flag``) on the current stream, copy them to the host on the copy
@@ -118,29 +89,21 @@ class HostMirror:
         ``flag`` (a device tensor of shape ``(1,)``) is packed along.
         """
         slot = self._turn
-        main = self._api.current_stream(self._device)
+        self._turn ^= 1
+        main, copy = self._api.current_stream(self._device), self.copy_stream
         if self._used[slot]:
             main.wait_event(self._events[slot])  # the copy that last read this staging buffer
         n = packed_size(batch, self.width)
         fields = [getattr(result, f)[:batch].reshape(-1) for f in HOST_FIELDS]
         torch.cat(fields + [flag.reshape(-1)[:1] if flag is not None else self._no_flag], out=self._staging[slot][:n])
-        self._to_host(self._staging[slot], batch, batch, flag is not None)
-
-    def _to_host(self, packed: torch.Tensor, rows: int, batch: int, flagged: bool) -> None:
-        """Copy ``packed`` (``rows`` rows packed) to the next host slot on the copy stream, then its events."""
-        slot = self._turn
-        self._turn ^= 1
-        n, copy = packed_size(rows, self.width), self.copy_stream
-        copy.wait_stream(self._api.current_stream(self._device))
+        copy.wait_stream(main)
         with self._api.stream(copy):
-            self._host[slot][:n].copy_(packed[:n], non_blocking=True)
+            self._host[slot][:n].copy_(self._staging[slot][:n], non_blocking=True)
             self._events[slot].record(copy)
-            if self._copied is not None:
-                self._copied.record(copy)
         self._used[slot] = True
-        self._steps = (self._steps + [(slot, batch, rows)])[-2:]
+        self._steps = (self._steps + [(slot, batch)])[-2:]
         self.copies += 1
-        self._flag_copy[slot] = self.copies if flagged else 0
+        self._flag_copy[slot] = self.copies if flag is not None else 0
 
     def poll_flag(self, newer_than: int = 0) -> int:
         """The OR of the flags of complete copies made after copy number ``newer_than``; never blocks.
@@ -149,9 +112,9 @@ class HostMirror:
         (the device flag is sticky, so a later copy carries it too).
         """
         bits = 0
-        for slot, _, rows in self._steps:
+        for slot, batch in self._steps:
             if self._flag_copy[slot] > newer_than and self._events[slot].query():
-                bits |= int(self._host[slot][packed_size(rows, self.width) - 1])
+                bits |= int(self._host[slot][packed_size(batch, self.width) - 1])
         return bits
 
     def wait_latest(self) -> None:
@@ -169,6 +132,6 @@ class HostMirror:
             raise ValueError("steps_back must be 0 (latest step) or 1 (the one before)")
         if len(self._steps) <= steps_back:
             return None
-        slot, batch, rows = self._steps[-1 - steps_back]
+        slot, batch = self._steps[-1 - steps_back]
         self._events[slot].synchronize()
-        return HostResult(**{n: t[:batch] for n, t in _unpack(self._host[slot], rows, self.width).items()})
+        return HostResult(**_unpack(self._host[slot], batch, self.width))

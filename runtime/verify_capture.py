@@ -41,8 +41,6 @@ class StepCapture:
                 guard.join()
             if self.epilogue is not None:
                 self.epilogue()
-            if self._mirror is not None and self._mirror.packs_in_graph:  # the host fields, packed in the graph
-                self._mirror.pack(bufs, bucket, guard.flag if guard is not None else None)
 
         return run
 

@@ -188,11 +188,7 @@ class SpecVerifyRuntime(StepCapture):
                     fill_padding=True,
                 )
         self._graphs = BucketGraphs(self._api, self.device, self.warmup_iters) if self._api is not None else None
-        self._mirror = (
-            HostMirror(self._api, self.device, self.max_batch, self.width, buckets=tuple(self._bufs))
-            if self._api is not None
-            else None
-        )
+        self._mirror = HostMirror(self._api, self.device, self.max_batch, self.width) if self._api is not None else None
         self._guard = (
             DeviceGuard(DeviceGuardSpec.of(plan, self.width, self.scratch_block), self.device, self._api)
             if self._bufs and device_guard
@@ -311,11 +307,7 @@ class SpecVerifyRuntime(StepCapture):
         return result
 
     def _copy_to_host(self, result: StepResult, batch: int) -> None:
-        if self._mirror is None:
-            return
-        if result.fast_path and self._mirror.packs_in_graph:  # the replayed graph packed its bucket's fields
-            self._mirror.copy_packed(self._bucket(batch), batch, flagged=self._guard is not None)
-        else:
+        if self._mirror is not None:
             self._mirror.copy(result, batch, flag=self._guard.flag if self._guard is not None else None)
 
     def _device_trip(self) -> bool:

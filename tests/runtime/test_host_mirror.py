@@ -42,9 +42,6 @@ class FakeAPI:
         def synchronize(self):
             self.api.log.append(("host", "synchronize", self.name))
 
-        def query(self):
-            return True  # the CPU's copies are done when they return
-
     def new_stream(self, device):
         return self.Stream(self, "copy")
 
@@ -143,46 +140,3 @@ def test_the_step_before_stays_readable_while_the_next_is_copied(mirror):
             assert previous.accepted.tolist() == [k - 1] * MAX_BATCH
             assert previous.next_last_token.tolist() == [k - 1] * MAX_BATCH
             assert previous.next_seq_lens.data_ptr() != latest.next_seq_lens.data_ptr()
-
-
-class ExternalAPI(FakeAPI):
-    """A FakeAPI whose backend has external events (a graph can wait for work enqueued outside it)."""
-
-    def external_event(self):
-        return self.Event(self, "copied")
-
-
-def test_a_captured_step_packs_in_its_graph_and_only_copies_after_it():
-    """With external events, a step packs its bucket's rows itself (``pack``: wait for the latest copy, then the
-    fields, then the flag) and ``copy_packed`` only copies; results are sliced to the step's real batch."""
-    api = ExternalAPI()
-    m = HostMirror(api, "cpu", MAX_BATCH, W, pin=False, buckets=(1, 2, 4))
-    assert m.packs_in_graph and api.log == [("copy", "record", "copied")]  # made before any capture
-    api.log.clear()
-    bufs = {n: t for n, t in vars(result(7, 4)).items() if n in HOST_FIELDS}
-    bufs["accepted"][:3] = torch.tensor([0, 1, 2], dtype=I32)
-    m.pack(bufs, 4, flag=torch.tensor([5], dtype=I32))
-    assert api.log == [("main", "wait_event", "copied")]  # nothing else on the step's stream
-    api.log.clear()
-    m.copy_packed(4, 3, flagged=True)
-    assert api.log == [
-        ("copy", "wait_stream", "main"),
-        ("copy", "enter", None),
-        ("copy", "record", "event0"),
-        ("copy", "record", "copied"),  # the next graph's pack waits for this copy
-        ("copy", "exit", None),
-    ]
-    got = m.result(0)
-    assert got.accepted.tolist() == [0, 1, 2] and got.next_tokens.tolist() == [[7] * W] * 3
-    assert got.next_seq_lens.shape == (3,) and m.poll_flag() == 5
-    # an eager step between two captured ones packs into a staging slot, as without external events
-    m.copy(result(9, 2), 2)
-    assert m.result(0).accepted.tolist() == [9, 9] and m.result(1).accepted.tolist() == [0, 1, 2]
-
-
-def test_without_external_events_nothing_packs_in_a_graph(mirror):
-    m, _ = mirror
-    assert not m.packs_in_graph
-    api = FakeAPI()
-    api.external_event = lambda: None  # the NPU backend: no external events
-    assert not HostMirror(api, "cpu", MAX_BATCH, W, pin=False, buckets=(1, 2)).packs_in_graph
