@@ -12,10 +12,11 @@ to the next draft's inputs), and no op between them depends on them both ways.
 
     before:  greedy_prefix_verify{w4}; prepare_next_draft{w4_bt64_bs128}      (2 launches)
     after:   spec_verify_tail_update{w4_bt64_bs128}                          (1 launch)
-  The semantics are the members'
-composition.  Refusals are noted with their reason, like ``fuse``'s; a
-composite is not tried where the members the boundary has all belong to a
-smaller one (the hybrid head on a target without linear state).
+
+The semantics are the members' composition.  Refusals are noted with their
+reason, like ``fuse``'s; a composite is not tried where the members the
+boundary has are covered by another composite (the hybrid head on a target
+without linear state, the context tail where the next-draft tail applies).
 """
 
 from __future__ import annotations
