@@ -86,6 +86,9 @@ def figures(trace: dict, forward: list[str], draft: list[str] = ()) -> dict:
     out = kt.summarize(figs)
     out["kernel_attribution"] = method
     out["kernel_steps"] = sum(f["kernel_draft_to_verify_us"] is not None for f in figs)
+    # every profiled step's gaps, in step order: a median hides a gap that differs from step to step
+    for key in ("kernel_draft_to_verify_us", "kernel_verify_to_draft_us"):
+        out[key.replace("_us", "_steps_us")] = [round(f[key], 3) for f in figs if f[key] is not None]
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
 
 import pytest
 import torch
@@ -99,6 +100,9 @@ def test_saved_trace_round_trip_and_kernel_picture(tmp_path):
         row = {"mode": mode, "depth": 3, "batch": 1}
         row.update(bp.figures(_steps(d2v=d2v), FORWARD))
         assert row["kernel_draft_to_verify_us"] == pytest.approx(d2v) and row["kernel_steps"] == 3
+        assert row["kernel_draft_to_verify_steps_us"] == pytest.approx([d2v] * 3)
+        steps_v2d = row["kernel_verify_to_draft_steps_us"]  # the last step has no next draft
+        assert len(steps_v2d) == 2 and row["kernel_verify_to_draft_us"] == pytest.approx(statistics.median(steps_v2d))
         row["kernel_trace"] = bp.trace_name(row)
         bp.write_trace(tmp_path / row["kernel_trace"], _steps(d2v=d2v), FORWARD, row)
         runs.append(row)
