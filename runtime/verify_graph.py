@@ -3,7 +3,8 @@
 The sequence is the build's boundary plans (``runtime/step_plan.py``): the
 draft-to-verify graph ops (token, metadata and attention-tiling updates, then
 ``target_forward``) followed by the verify-to-draft ops after
-``target_forward`` (``greedy_prefix_verify``, ``prepare_next_draft``).  Each
+``target_forward`` (``spec_verify_tail_update``: ``greedy_prefix_verify``, then
+``prepare_next_draft``, one launch; their two launches where the build lacks it).  Each
 kernel op calls the built variant; ``target_forward`` calls the engine's
 ``model_forward(bufs) -> target_tokens[B, W]``, which reads the persistent
 buffers (``tokens``, ``positions``, ``slot_mapping``, ``kv_lens``,
