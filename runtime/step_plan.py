@@ -211,17 +211,21 @@ def hoist_split(
             rest.append(step)
             dirty |= {a.name for a in FAMILIES[v.family].outputs}
             continue
-        layout = Layout(v.width, v.block_table_width or 0, v.block_size or 0, v.draft_dtype)
-        member_step = lambda m: PlanStep.kernel(VariantSpec.of(m, layout, num_splits))  # noqa: E731
         if len(free) == len(members):
             hoisted.append(step)
             continue
-        hoisted += [member_step(m) for m in free]
+        hoisted += _member_steps(v, free, num_splits)
         for m, f in parts:
             if m not in free:
-                rest.append(member_step(m))
+                rest += _member_steps(v, (m,), num_splits)
                 dirty |= {a.name for a in f.outputs}
     return tuple(hoisted), tuple(rest)
+
+
+def _member_steps(v: VariantSpec, members, num_splits: int) -> list[PlanStep]:
+    """Kernel steps of a composite variant ``v``'s ``members`` at its layout."""
+    layout = Layout(v.width, v.block_table_width or 0, v.block_size or 0, v.draft_dtype)
+    return [PlanStep.kernel(VariantSpec.of(m, layout, num_splits)) for m in members]
 
 
 def _resolve(
@@ -267,9 +271,8 @@ def _members_where_unbuilt(library: KernelLibrary, steps, target: str) -> list[P
         if v is None or not FAMILIES[v.family].members or built(v):
             out.append(step)
             continue
-        layout = Layout(v.width, v.block_table_width or 0, v.block_size or 0, v.draft_dtype)
-        members = [VariantSpec.of(m, layout, v.num_splits or DEFAULT_NUM_SPLITS) for m in FAMILIES[v.family].members]
-        out += [PlanStep.kernel(m) for m in members] if all(map(built, members)) else [step]
+        members = _member_steps(v, FAMILIES[v.family].members, v.num_splits or DEFAULT_NUM_SPLITS)
+        out += members if all(built(m.variant) for m in members) else [step]
     return out
 
 

@@ -86,6 +86,7 @@ class Family:
     # inputs read only at the thread's own sequence (``x[b]``, ``x[b, ...]``): in a composite launched one
     # thread per sequence, an earlier member may write them (the thread reads back what it wrote)
     own_row_inputs: tuple[str, ...] = ()
+    carried: tuple[str, ...] = ()  # a composite's values passed from a member to a later one (``_composite``)
 
     def __post_init__(self):
         if self.threads_per not in THREADS_PER:
@@ -160,10 +161,13 @@ def _composite(name: str, members: tuple[str, ...], bases: dict[str, "Family"]) 
         raise ValueError(f"{name}: its members launch differently ({per}); one kernel has one launch")
     written: set[str] = set()
     read: set[str] = set()
+    carried: dict[str, None] = {}
     for f in fams:
         for a in f.inputs:
-            if a.name in written and (f.threads_per != "sequence" or a.name not in f.own_row_inputs):
-                raise ValueError(f"{name}: '{a.name}' is both read and written by its members")
+            if a.name in written:
+                if f.threads_per != "sequence" or a.name not in f.own_row_inputs:
+                    raise ValueError(f"{name}: '{a.name}' is both read and written by its members")
+                carried[a.name] = None
             read.add(a.name)
         for a in f.outputs:
             if a.name in written | read:
@@ -180,18 +184,14 @@ def _composite(name: str, members: tuple[str, ...], bases: dict[str, "Family"]) 
         any(f.has_draft_dtype for f in fams),
         tuple(members),
         threads_per=launches.pop(),
+        carried=tuple(carried),
     )
 
 
 def carried_values(name: str) -> frozenset[str]:
     """The values the composite ``name`` passes from one member to a later one within a thread (see
     ``_composite``); empty for a family that is no composite."""
-    members = FAMILIES[name].members
-    out: set[str] = set()
-    for i, m in enumerate(members):
-        written = {a.name for f in members[:i] for a in FAMILIES[f].outputs}
-        out |= {a.name for a in FAMILIES[m].inputs if a.name in written}
-    return frozenset(out)
+    return frozenset(FAMILIES[name].carried)
 
 
 FAMILIES: dict[str, Family] = {
