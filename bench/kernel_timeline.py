@@ -250,7 +250,8 @@ def forward_names(events: list[dict]) -> list[str]:
 
 
 def _is_copy(r: DeviceRecord) -> bool:
-    return r.cat != "kernel" or "memcpy" in r.name.lower() or "direct_copy_kernel" in r.name
+    # a multi-tensor copy (``torch._foreach_copy_``) is one kernel whose functor names it
+    return r.cat != "kernel" or "memcpy" in r.name.lower() or "direct_copy_kernel" in r.name or "CopyFunctor" in r.name
 
 
 def draft_signature(records: list[DeviceRecord], ordered: bool = False) -> list[str]:

@@ -130,9 +130,10 @@ class MTPProposer(Proposer):
     carry_writes = ("last_tokens", "seq_lens")
 
     def carry(self) -> None:
+        """One multi-tensor copy kernel: two ``copy_`` calls would be two device-to-device memcpy nodes in the
+        captured graph, which queue on the copy engines behind the host mirror's device-to-host copy."""
         b = self.engine.bufs
-        b["last_tokens"].copy_(b["next_last_token"])
-        b["seq_lens"].copy_(b["next_seq_lens"])
+        torch._foreach_copy_([b["last_tokens"], b["seq_lens"]], [b["next_last_token"], b["next_seq_lens"]])
 
     def propose(self) -> None:
         """The head over ``prepare_next_draft``'s two rows, then the chain; writes only ``draft_tokens``."""

@@ -154,3 +154,23 @@ def test_a_draft_signature_is_matched_without_its_leading_copies():
     assert [r.name for r in steps[1].draft] == ["draft_0", "draft_1", "draft_2"]
     assert kt.step_figures(steps, FORWARD)[0]["kernel_draft_to_verify_us"] == pytest.approx(expect[0][0])
     assert not kt.attribute(kt.load_trace(_fused(trace)), [kt.COPY])[0].draft  # nothing but copies: no draft
+
+
+def test_a_multi_tensor_copy_kernel_is_a_copy():
+    """The MTP carry is one ``torch._foreach_copy_`` kernel: a leading copy of the draft's signature, not a draft
+    kernel the fused step graph would have to show in the draft's own stream."""
+    rec = lambda name, cat="kernel": kt.DeviceRecord(name, cat, 0.0, 1.0, None, 7)  # noqa: E731
+    foreach = (
+        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+        "TensorListMetadata<2>, at::native::(anonymous namespace)::CopyFunctor<int, 2, 1, 1>, "
+        "at::native::Identity<int>>"
+    )
+    assert kt.draft_signature([rec(foreach), rec("draft_0")]) == [kt.COPY, "draft_0"]
+    other = foreach.replace("CopyFunctor", "BinaryOpListAlphaFunctor")  # a foreach add is work, not a copy
+    assert kt.draft_signature([rec(other)]) == [other]
+    trace, expect = _trace(steps=2, head=2.0, d2v_idle=3.0, v2d=20.0)
+    steps = kt.attribute(
+        kt.load_trace(_fused(trace)), kt.draft_signature([rec(foreach)]) + ["draft_0", "draft_1", "draft_2"]
+    )
+    assert [r.name for r in steps[1].draft] == ["draft_0", "draft_1", "draft_2"]
+    assert kt.step_figures(steps, FORWARD)[0]["kernel_draft_to_verify_us"] == pytest.approx(expect[0][0])
