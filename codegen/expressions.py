@@ -20,6 +20,7 @@ from typing import Callable
 import sympy as sp
 
 from ..specializations.families import DEFAULT_NUM_SPLITS
+from ..specializations.guard_check import GUARD_SLOTS
 from ..specializations.variants import VariantSpec
 from . import indexing as ix
 from .indexing import S, Sq, a, b, j, slot_entry, slot_from_entry, specialize, tl
@@ -220,3 +221,11 @@ def _context(v: Instance) -> dict:
 def _linear_state(v: Instance) -> dict:
     slots, accepted_row = _idx("state_slots"), _local("state_a")
     return _per_row(v) | {"own": v.expr(slots[b, j]), "committed": v.expr(slots[b, accepted_row])}
+
+
+@expressions("spec_verify_guard_check")
+def _guard_check(v: Instance) -> dict:
+    # an entry e maps slots e * BS .. e * BS + BS - 1, all inside int32 up to this one
+    at = {f"{name}_at": 2 * GUARD_SLOTS + k for k, name in enumerate(("reach", "scratch", "accepted"))}
+    bits = {f"{name}_bit": 1 << (GUARD_SLOTS + k) for k, name in enumerate(("entry", "accepted", "scratch"))}
+    return {"slots": GUARD_SLOTS, "max_entry": (ix.INT32_MAX + 1) // v.spec.block_size - 1} | at | bits

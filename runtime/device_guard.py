@@ -37,6 +37,8 @@ import torch
 
 from ..specializations.expr import GUARD_NAMES, safe_eval, validate_expression
 from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, GUARD_RULE_NAMES
+from ..specializations.guard_check import GUARD_BITS, GUARD_CHECK, GUARD_SLOTS
+from ..specializations.targets import TARGET_OF_DEVICE
 
 __all__ = [
     "BLOCK_ENTRY",
@@ -46,13 +48,13 @@ __all__ = [
     "DeviceGuardSpec",
     "device_eval",
     "kernel_guards",
+    "guard_kernel",
+    "row_bounds",
 ]
 
 I32 = torch.int32
-INT32_MAX = 2**31 - 1
-BLOCK_ENTRY = "block_table_entry"
-ACCEPTED_RANGE = "accepted_range"
-SCRATCH_ENTRY = "scratch_block_mapped"
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+BLOCK_ENTRY, ACCEPTED_RANGE, SCRATCH_ENTRY = GUARD_BITS
 _DATA_NAMES = ("min_seq_len", "max_seq_len")
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
@@ -169,6 +171,61 @@ def _reach(family: str, width: int, block_table_width: int, block_size: int) -> 
     return reach
 
 
+def guard_kernel(library, width: int, kv_layout: tuple[int, int], device):
+    """``library``'s ``spec_verify_guard_check`` at this layout for ``device``'s target (a ``KernelCallable``),
+    or None when the build lacks it (the guard then runs its tensor ops)."""
+    bt, bs = kv_layout
+    target = TARGET_OF_DEVICE.get(torch.device(device).type)
+    if target is None or not library.has(GUARD_CHECK, width, bt, bs, target=target):
+        return None
+    return library.get(GUARD_CHECK, width, bt, bs, target=target)
+
+
+def _probes(at: int) -> set[int]:
+    """Where a half-line's claim is checked: the int32 ends, 0, +-2**k and their neighbours, and ``at``'s."""
+    out = {INT32_MIN, INT32_MAX, 0, at - 1, at, at + 1}
+    for k in range(31):
+        out |= {2**k - 1, 2**k, 2**k + 1, -(2**k) - 1, -(2**k), -(2**k) + 1}
+    return {x for x in out if INT32_MIN <= x <= INT32_MAX}
+
+
+def row_bounds(expr: str, batch: int) -> tuple[int, int] | None:
+    """``(lo, hi)`` such that ``expr`` holds for a batch of ``batch`` rows exactly when every row's length
+    lies in ``lo .. hi`` (``lo > hi``: it never holds); None when no such bounds exist.
+
+    An expression over ``max_seq_len`` alone (``batch`` fixed) that holds on a half-line ``.. hi`` of the
+    int32 lengths holds for the batch exactly when every row's length is ``<= hi``; one over
+    ``min_seq_len`` alone on ``lo ..``, likewise.  The threshold is found by bisection over the expression
+    itself and the half-line checked at the int32 ends, around the threshold and at every +-2**k; an
+    expression naming both lengths, or not a half-line of the right side, gives None (the device guard then
+    keeps its tensor-op checks, which evaluate it over the batch's true minimum and maximum).
+    """
+    names = {n.id for n in ast.walk(_parsed(expr)) if isinstance(n, ast.Name)} & set(_DATA_NAMES)
+
+    def holds(mn: int, mx: int) -> bool:
+        return bool(safe_eval(expr, {"min_seq_len": mn, "max_seq_len": mx, "batch": batch}, GUARD_NAMES))
+
+    if not names:
+        return (INT32_MIN, INT32_MAX) if holds(0, 0) else (1, 0)
+    if len(names) == 2:
+        return None
+    upper = names == {"max_seq_len"}
+    f = (lambda x: holds(0, x)) if upper else (lambda x: holds(x, 0))  # noqa: E731
+    lo, hi = INT32_MIN, INT32_MAX
+    if f(hi if upper else lo):  # holds on the whole range
+        bound = hi if upper else lo
+    elif not f(lo if upper else hi):  # holds nowhere (on the right side, at least; the probes tell)
+        return (1, 0) if not any(f(x) for x in _probes(0)) else None
+    else:  # f(lo) != f(hi): the threshold, by bisection
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if f(mid) == upper else (lo, mid)
+        bound = lo if upper else hi
+    if not all(f(x) == (x <= bound if upper else x >= bound) for x in _probes(bound)):
+        return None
+    return (INT32_MIN, bound) if upper else (bound, INT32_MAX)
+
+
 @dataclass(frozen=True)
 class DeviceGuardSpec:
     """What the device checks for one verify width and layout (see the module docstring)."""
@@ -195,31 +252,71 @@ class DeviceGuardSpec:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The condition of each flag bit, bit 0 first."""
+        """Every condition: the guard expressions, then the table and count checks (``bits`` places them)."""
         return (*self.guards, BLOCK_ENTRY, ACCEPTED_RANGE, SCRATCH_ENTRY)
+
+    @property
+    def bits(self) -> tuple[int, ...]:
+        """The flag bit of each of ``names``: guard ``e`` at bit ``e``, the three checks after
+        ``GUARD_SLOTS`` (the kernel's layout, ``docs/kernels.md``), or after the guards when there are more."""
+        first = max(GUARD_SLOTS, len(self.guards))
+        if first + 3 > 31:
+            raise ValueError(f"{len(self.guards)} guard expressions do not fit the int32 flag")
+        return (*range(len(self.guards)), first, first + 1, first + 2)
+
+    def kernel_params(self, batch: int) -> list[int] | None:
+        """``spec_verify_guard_check``'s ``guard_params`` for a bucket of ``batch`` rows: each guard's row
+        bounds (``row_bounds``; unused slots admit every length), the reach, the scratch block and ``W - 1``;
+        None when the kernel cannot decide these guards (more than ``GUARD_SLOTS``, or one without row bounds).
+        """
+        if len(self.guards) > GUARD_SLOTS:
+            return None
+        bounds = [row_bounds(g, batch) for g in self.guards]
+        if any(b is None for b in bounds):
+            return None
+        bounds += [(INT32_MIN, INT32_MAX)] * (GUARD_SLOTS - len(bounds))
+        return [lo for lo, _ in bounds] + [hi for _, hi in bounds] + [self.reach, self.scratch_block, self.width - 1]
 
 
 class DeviceGuard:
     """The device-side checks of one runtime and their persistent ``flag`` (int32, shape ``(1,)``).
 
     ``api`` is a ``DeviceAPI`` (None on the CPU, where the checks run in line).
-    Every tensor the checks need besides the step buffers is made here, before
-    any capture.
+    ``kernel``: a built ``spec_verify_guard_check`` of the runtime's layout
+    (a ``KernelCallable``); with it, each bucket of ``buffers`` (bucket ->
+    its step buffers) whose guards have row bounds gets its ``guard_params``
+    written here and is checked by one launch, whose per-sequence bits
+    (``guard_bits``) four tensor ops fold into the flag, instead of about
+    thirty tensor ops.  Every tensor the checks need besides the step
+    buffers is made here, before any capture.
     """
 
-    def __init__(self, spec: DeviceGuardSpec, device, api=None):
+    def __init__(self, spec: DeviceGuardSpec, device, api=None, kernel=None, buffers=None):
         self.spec, self._api, self._device = spec, api, torch.device(device)
         self.flag = torch.zeros(1, dtype=I32, device=device)
-        self._weights = torch.tensor([1 << i for i in range(len(spec.names))], dtype=I32, device=device)
+        self._bit_of = spec.bits
+        self._weights = torch.tensor([1 << k for k in self._bit_of], dtype=I32, device=device)
         self._starts = torch.arange(spec.block_table_width, device=device) * spec.block_size  # block starts
         # an entry e maps slots e * BS .. e * BS + BS - 1; all must fit int32
         self._max_entry = (INT32_MAX + 1) // spec.block_size - 1
         self._side = api.new_stream(device) if api is not None else None
         self._forked = False
+        self._kernel = kernel
+        self._kernel_buckets: set[int] = set()
+        for bucket, bufs in (buffers or {}).items() if kernel is not None else ():
+            params = spec.kernel_params(bucket)
+            if params is not None:
+                bufs["guard_params"].copy_(torch.tensor(params, dtype=I32))
+                self._kernel_buckets.add(bucket)
+        self._masks = torch.tensor([1 << k for k in range(GUARD_SLOTS + 3)], dtype=I32, device=device)
 
     def names(self, bits: int) -> list[str]:
         """The conditions whose bits are set in ``bits``."""
-        return [n for i, n in enumerate(self.spec.names) if bits >> i & 1]
+        return [n for n, k in zip(self.spec.names, self._bit_of) if bits >> k & 1]
+
+    def uses_kernel(self, bucket: int) -> bool:
+        """Whether ``bucket``'s checks are the generated launch (else tensor ops)."""
+        return bucket in self._kernel_buckets
 
     def fork(self, bufs: Mapping[str, torch.Tensor], bucket: int) -> None:
         """Enqueue the checks of ``bufs`` (a bucket of ``bucket`` rows); on a device, on the side stream.
@@ -247,6 +344,16 @@ class DeviceGuard:
             self._forked = False
 
     def _check(self, bufs: Mapping[str, torch.Tensor], bucket: int) -> None:
+        if bucket in self._kernel_buckets:
+            rows = bufs["guard_bits"]
+            self._kernel(bufs["seq_lens"], bufs["block_table"], bufs["accepted"], bufs["guard_params"], rows)
+            # the OR over the sequences: each bit's mask where any sequence has it, summed
+            self.flag.bitwise_or_((rows[:, None] & self._masks).amax(0).sum(dtype=I32))
+            return
+        self._check_ops(bufs, bucket)
+
+    def _check_ops(self, bufs: Mapping[str, torch.Tensor], bucket: int) -> None:
+        """The checks as tensor ops: the guard expressions over the batch's true minimum and maximum."""
         spec = self.spec
         s = bufs["seq_lens"].long()
         lo, hi = torch.aminmax(s)

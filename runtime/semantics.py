@@ -27,6 +27,7 @@ from typing import Callable
 import torch
 
 from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, TAIL_COMPOSITES
+from ..specializations.guard_check import GUARD_SLOTS
 
 I32 = torch.int32
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -300,6 +301,33 @@ def register_semantics(fn: Callable[..., None], name: str | None = None) -> Call
     return fn
 
 
+def spec_verify_guard_check(seq_lens, block_table, accepted, guard_params, guard_bits, *, block_size: int) -> None:
+    """Sequence ``b``'s failed device-guard conditions as the bits of ``guard_bits[b]`` (``docs/kernels.md``).
+
+    ``guard_params`` holds ``GUARD_SLOTS`` lower then upper length bounds (bit ``e``: ``S`` outside the
+    ``e``-th), then the block reach ``R``, the scratch block and the largest accepted count.  Block ``c`` is
+    needed when ``R > 0`` and it maps one of ``S .. S + R - 1``; bit ``GUARD_SLOTS``: a needed entry is
+    negative or maps a slot past int32; ``GUARD_SLOTS + 1``: ``accepted[b]`` outside ``0 ..`` its largest;
+    ``GUARD_SLOTS + 2``: a needed entry is the scratch block while ``S > 0``.
+    """
+    g = GUARD_SLOTS
+    p = guard_params.long()
+    s = seq_lens.long()
+    bit = lambda k: torch.tensor(1 << k, dtype=torch.long, device=s.device)  # noqa: E731
+    out = torch.zeros_like(s)
+    for e in range(g):
+        out |= torch.where((s < p[e]) | (s > p[g + e]), bit(e), 0)
+    acc = accepted.long()
+    out |= torch.where((acc < 0) | (acc > p[2 * g + 2]), bit(g + 1), 0)
+    reach = p[2 * g]
+    d = torch.arange(block_table.shape[1], device=s.device)[None, :] * block_size - s[:, None]
+    need = (reach > 0) & (d > -block_size) & (d < reach)
+    t = block_table.long()
+    out |= torch.where((need & ((t < 0) | (t > (INT32_MAX + 1) // block_size - 1))).any(1), bit(g), 0)
+    out |= torch.where((need & (t == p[2 * g + 1]) & (s[:, None] > 0)).any(1), bit(g + 2), 0)
+    guard_bits.copy_(out)
+
+
 SEMANTICS: dict[str, Callable[..., None]] = {
     f.__name__: f
     for f in (
@@ -314,6 +342,7 @@ SEMANTICS: dict[str, Callable[..., None]] = {
         spec_batch_row_remap,
         spec_verify_head_update,
         spec_verify_hybrid_head_update,
+        spec_verify_guard_check,
     )
 }
 # the tails after the forward: verification, then the next draft's inputs or the context slots (one launch each)

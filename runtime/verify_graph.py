@@ -83,7 +83,7 @@ from . import fallback
 from .buffers import INPUTS, alloc_step_buffers, bucket_of, buckets_for
 from .capabilities import SpeculativeVerifyCapabilities
 from .device import BucketGraphs, DeviceAPI
-from .device_guard import DeviceGuard, DeviceGuardSpec
+from .device_guard import DeviceGuard, DeviceGuardSpec, guard_kernel
 from .fallback import FALLBACK_REASONS, FastPathUnavailable, fallback_reason, unavailable_message
 from .fallback import seq_len_bounds as bounds_of
 from .host_mirror import HOST_FIELDS, HostMirror, HostResult
@@ -191,7 +191,13 @@ class SpecVerifyRuntime(StepCapture):
         self._graphs = BucketGraphs(self._api, self.device, self.warmup_iters) if self._api is not None else None
         self._mirror = HostMirror(self._api, self.device, self.max_batch, self.width) if self._api is not None else None
         self._guard = (
-            DeviceGuard(DeviceGuardSpec.of(plan, self.width, self.scratch_block), self.device, self._api)
+            DeviceGuard(
+                DeviceGuardSpec.of(plan, self.width, self.scratch_block),
+                self.device,
+                self._api,
+                kernel=guard_kernel(library, self.width, self.kv_layout, self.device) if kernels == "built" else None,
+                buffers=self._bufs,
+            )
             if self._bufs and device_guard
             else None
         )

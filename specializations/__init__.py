@@ -21,6 +21,7 @@ from .families import (
     shape_of,
     unregister,
 )
+from .guard_check import GUARD_CHECK  # registers the device guard's family
 from .matrix import DEFAULT, Matrix, MatrixError, load_toml
 from .plan import (
     BOUNDARY_NAMES,
@@ -36,6 +37,7 @@ from .targets import TARGET_NAMES, TARGET_OF_DEVICE, TARGETS, Target, target
 from .variants import KeyFormatError, Layout, UnknownFamily, VariantSpec, build_command, family_of
 
 __all__ = [
+    "GUARD_CHECK",
     "ArgSpec",
     "BASE_GUARDS",
     "BLOCK_ENTRY",

@@ -166,6 +166,7 @@ BLOCK_FAMILIES = (
     "greedy_prefix_verify",
     "context_kv_update",
     "spec_batch_row_remap",
+    "spec_verify_guard_check",
 )
 
 
@@ -203,6 +204,7 @@ SAMPLING_FAMILIES = (
     "context_kv_update",
     "spec_rejection_tail_update",
     "spec_rejection_context_tail_update",
+    "spec_verify_guard_check",
 )
 
 

@@ -20,6 +20,7 @@ import pytest
 from specgen.codegen.batch import MAX_BATCH, batches
 from specgen.codegen.lower import compile_many, lower
 from specgen.codegen.templates import render_program
+from specgen.specializations.guard_check import GUARD_PARAMS
 from specgen.specializations.variants import VariantSpec
 
 
@@ -203,6 +204,8 @@ class KernelFuzz:
                 "draft_tokens": draft.to(getattr(torch, v[4])).contiguous(),
                 "last_tokens": i32(self._fill(g, batch, [], [token_edges, uniform])),
                 "scratch_slot": i32(self._fill(g, 1, [], [t(-1, 0, 7), uniform])),
+                # the device guard's bounds, reach, scratch block and largest count: the edges and anything
+                "guard_params": i32(self._fill(g, GUARD_PARAMS, [], [seq_edges, acc_edges, entry_edges, uniform])),
             }
         )
 

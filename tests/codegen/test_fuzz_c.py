@@ -63,6 +63,9 @@ VARIANTS = [
     ("spec_verify_hybrid_head_update", 4, 64, 128, "int64"),
     ("spec_verify_hybrid_head_update", 6, 3, 5, "int32"),
     ("spec_verify_hybrid_head_update", 16, 8, 16, "int32"),
+    # the device guard's checks over any lengths, tables, counts and bounds
+    ("spec_verify_guard_check", 4, 64, 128, "int32"),
+    ("spec_verify_guard_check", 6, 3, 5, "int32"),
 ]
 EXAMPLES = 500  # per variant, so 1000 per family
 

@@ -21,6 +21,7 @@ from specgen.codegen.lower import ToolchainMissing, compile_artifact, lower
 from specgen.codegen.templates import render_program
 from specgen.runtime.semantics import SEMANTICS
 from specgen.specializations.families import FAMILIES, TAIL_COMPOSITES, shape_of
+from specgen.specializations.guard_check import GUARD_CHECK, GUARD_SLOTS
 from specgen.specializations.variants import VariantSpec
 
 pytestmark = pytest.mark.slow
@@ -48,6 +49,7 @@ VARIANTS = (
     + [("spec_verify_hybrid_head_update", w, bt, bs, d) for (w, bt, bs), d in zip(LAYOUTS, ["int64", "int32"] * 3)]
     # the tails: verification, then the next draft's inputs or the context slots, the accepted count passed on
     + [(f, w, bt, bs, "int32") for f in TAIL_COMPOSITES for w, bt, bs in LAYOUTS[::2]]
+    + [(GUARD_CHECK, w, bt, bs, "int32") for w, bt, bs in LAYOUTS]
 )
 
 
@@ -114,6 +116,25 @@ def _inputs(v, batch, seed):
     }
 
 
+def _guard_inputs(ins: dict, v, g: torch.Generator) -> dict:
+    """The device guard's checks: bounds around the drawn lengths (some rows outside), a reach up to a few
+    blocks, table entries that are negative, past int32's last block or the scratch block in places, and some
+    accepted counts out of range: every bit is set in some rows and clear in others."""
+    family, w, bt, bs, _ = v
+    s, table = ins["seq_lens"], ins["block_table"]
+    rnd = lambda lo, hi, *shape: torch.randint(lo, hi, shape, generator=g, dtype=torch.int32)  # noqa: E731
+    mid = int(s.float().median())
+    lo = torch.where(rnd(0, 3, GUARD_SLOTS) == 0, -(2**31), mid - rnd(0, 40, GUARD_SLOTS))
+    hi = torch.where(rnd(0, 3, GUARD_SLOTS) == 0, 2**31 - 1, mid + rnd(0, 40, GUARD_SLOTS))
+    scratch = int(table.flatten()[0])
+    odd = rnd(0, 12, *table.shape)
+    table = torch.where(odd == 0, -1, torch.where(odd == 1, 2**31 // bs, torch.where(odd == 2, scratch, table)))
+    params = torch.cat([lo, hi, torch.tensor([int(rnd(-1, 2 * bs + w, 1)), scratch, w - 1], dtype=torch.int32)])
+    acc = ins["accepted"]
+    acc = torch.where(rnd(0, 8, *acc.shape) == 0, rnd(-3, 2 * w, *acc.shape), acc)  # some counts out of range
+    return ins | {"guard_params": params.to(torch.int32), "block_table": table.to(torch.int32), "accepted": acc}
+
+
 def _outputs(v, batch):
     fam = FAMILIES[v[0]]
     return {a.name: torch.full(shape_of(a, batch, v[1], v[2]), POISON, dtype=torch.int32) for a in fam.outputs}
@@ -131,6 +152,8 @@ def _reference_kwargs(v):
 def test_variant_matches_reference(built, variant, batch, seed):
     fam = FAMILIES[variant[0]]
     ins = _inputs(variant, batch, seed)
+    if variant[0] == GUARD_CHECK:
+        ins = _guard_inputs(ins, variant, torch.Generator().manual_seed(seed + 1))
     s = ins["seq_lens"]
     for g in guards(VariantSpec(*variant[:4])):
         assert eval_guard(g.expr, min_seq_len=int(s.min()), max_seq_len=int(s.max()), batch=batch), g

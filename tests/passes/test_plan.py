@@ -21,5 +21,6 @@ def test_variants_include_a_composites_members():
         "spec_verify_token_update",
         "spec_verify_metadata_update",
         "spec_verify_attention_tiling_update",
+        "spec_verify_guard_check",  # the device guard's checks: a companion of the head's plan
     }
     assert all(b == {"draft-to-verify"} for b in needed_by.values()) and len(plans) == 1

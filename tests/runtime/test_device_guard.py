@@ -19,11 +19,14 @@ from specgen.runtime.device_guard import (
     DeviceGuardSpec,
     device_eval,
     kernel_guards,
+    row_bounds,
 )
 from specgen.runtime.host_mirror import HostMirror
 from specgen.runtime.step_plan import eager_step
 from specgen.runtime.verify_graph import SpecVerifyRuntime
 from specgen.specializations.expr import safe_eval
+from specgen.specializations.families import FAMILIES
+from specgen.specializations.guard_check import GUARD_CHECK
 
 W, BT, BS = 4, 8, 16  # a layout of the engine_kernels fixture (tests/conftest.py)
 VOCAB = 50
@@ -107,6 +110,97 @@ def test_spec_comes_from_the_plan(engine_kernels):
     assert spec.names[-3:] == (BLOCK_ENTRY, ACCEPTED_RANGE, SCRATCH_ENTRY)
     torch_rt = SpecVerifyRuntime(engine_kernels, model_forward, CAPS, W, max_batch=4, kernels="torch")
     assert torch_rt._guard.spec.guards == () and torch_rt._guard.spec.reach == W + 1
+    # the build made the guard's kernel beside the head: every bucket is checked by one launch
+    assert all(rt._guard.uses_kernel(b) for b in rt.buckets)
+    assert not any(torch_rt._guard.uses_kernel(b) for b in torch_rt.buckets)
+
+
+# ------------------------------------------------------------ the row bounds of a guard
+def _registry_guards() -> list[str]:
+    """Every family's guard rules at a few layouts, as the manifest writes them (the layout substituted)."""
+    from specgen.codegen.guards import guards
+    from specgen.specializations.variants import Layout, VariantSpec
+
+    out = set()
+    for w, bt, bs in ((4, 64, 128), (6, 3, 5), (16, 8, 16)):
+        for f in FAMILIES:
+            out |= {g.expr for g in guards(VariantSpec.of(f, Layout(w, bt, bs)))}
+    return sorted(out)
+
+
+REGISTRY_GUARDS = _registry_guards()
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    expr=st.sampled_from(REGISTRY_GUARDS + ["max_seq_len // 7 - 3 < 1000", "-min_seq_len <= 5", "batch > 2"]),
+    batch=st.sampled_from([1, 2, 3, 8, 256, 2**20]),
+    lens=st.lists(
+        st.one_of(st.integers(-(2**31), 2**31 - 1), st.integers(-300, 9000), st.sampled_from([2**31 - 1, 268435324])),
+        min_size=1,
+        max_size=6,
+    ),
+)
+def test_row_bounds_decide_a_guard_row_by_row(expr, batch, lens):
+    """Where ``row_bounds`` gives bounds, the guard holds over a batch's minimum and maximum exactly when
+    every row's length lies within them: what the kernel checks one sequence at a time."""
+    bounds = row_bounds(expr, batch)
+    assert bounds is not None, expr  # every rule the families have decomposes
+    lo, hi = bounds
+    env = {"min_seq_len": min(lens), "max_seq_len": max(lens), "batch": batch}
+    assert bool(safe_eval(expr, env)) == all(lo <= s <= hi for s in lens), (expr, bounds)
+
+
+@pytest.mark.parametrize(
+    "expr", ["max_seq_len - min_seq_len <= 7", "max_seq_len >= 3", "min_seq_len * min_seq_len <= 100"]
+)
+def test_row_bounds_refuse_what_is_no_half_line(expr):
+    """Both lengths, or a condition that does not close downwards in the maximum (upwards in the minimum):
+    no per-row bounds (the guard keeps its tensor ops)."""
+    assert row_bounds(expr, 4) is None
+    spec = DeviceGuardSpec(W, BT, BS, ("min_seq_len >= 0", expr), W + 1)
+    assert spec.kernel_params(4) is None
+
+
+def test_row_bounds_of_a_batch_dependent_rule():
+    rule = "batch * 4 * ((max_seq_len + 4 + 127) // 128) <= 2147483647"
+    assert row_bounds(rule, 1) == (-(2**31), 2**31 - 1)  # every int32 length fits at B = 1
+    lo, hi = row_bounds(rule, 256)
+    assert lo == -(2**31) and safe_eval(rule, {"max_seq_len": hi, "batch": 256, "min_seq_len": 0})
+    assert not safe_eval(rule, {"max_seq_len": hi + 1, "batch": 256, "min_seq_len": 0})
+    assert row_bounds("batch >= 1", 0) == (1, 0)  # holds for no row: every row fails it
+
+
+# ------------------------------------------------ the generated check against the tensor ops
+@settings(max_examples=60, deadline=None)
+@given(
+    batch=st.sampled_from([1, 2, 3, 4]),
+    seed=st.integers(0, 2**31 - 1),
+    odd=st.sampled_from([0, 2, 6]),
+)
+def test_the_generated_check_sets_the_bits_the_tensor_ops_set(engine_kernels, batch, seed, odd):
+    """``spec_verify_guard_check`` (one launch, then a fold of its per-sequence bits) against the guard's
+    tensor ops, on lengths around the table's end, entries that are -1, past int32 or the scratch block, and
+    counts out of range: the same flag, bit for bit."""
+    kernel = engine_kernels.get(GUARD_CHECK, W, BT, BS)
+    guards = ("min_seq_len >= 0", f"max_seq_len <= {BT * BS - W - 1}", "max_seq_len + 4 <= 2147483647")
+    spec = DeviceGuardSpec(W, BT, BS, guards, W + 1, scratch_block=0)
+    bufs = _bufs(batch)
+    fast, ops = DeviceGuard(spec, "cpu", kernel=kernel, buffers={batch: bufs}), DeviceGuard(spec, "cpu")
+    assert fast.uses_kernel(batch) and not ops.uses_kernel(batch)
+    assert bufs["guard_params"].tolist() == spec.kernel_params(batch)
+    g = torch.Generator().manual_seed(seed)
+    rnd = lambda lo, hi, *shape: torch.randint(lo, hi, shape, generator=g, dtype=I32)  # noqa: E731
+    bufs["seq_lens"].copy_(rnd(-3, BT * BS + 3, batch))
+    table = rnd(1, 64, batch, BT)
+    if odd:
+        pick = rnd(0, odd + 4, batch, BT)
+        table = torch.where(pick == 0, -1, torch.where(pick == 1, 2**31 // BS, torch.where(pick == 2, 0, table)))
+    bufs["block_table"].copy_(table)
+    bufs["accepted"].copy_(torch.where(rnd(0, 4, batch) == 0, rnd(-2, 2 * W, batch), rnd(0, W, batch)))
+    for guard in (fast, ops):
+        guard.check(bufs, batch)
+    assert int(fast.flag[0]) == int(ops.flag[0]), (fast.names(int(fast.flag[0])), ops.names(int(ops.flag[0])))
 
 
 def _bufs(batch=4, accepted=0):

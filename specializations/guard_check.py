@@ -1,0 +1,38 @@
+"""The device guard's kernel family, ``spec_verify_guard_check`` (docs/kernels.md).
+
+The runtime's device guard (``runtime/device_guard.py``) launches it beside the
+draft: one thread per sequence writes the sequence's failed conditions as
+bits, which the runtime ORs into its flag.  No plan step launches it, so it is
+a companion of the heads' plans: a build makes it wherever it makes one.
+Importing ``specgen.specializations`` registers it.
+"""
+
+from __future__ import annotations
+
+from .families import COMPANIONS, ArgSpec, Family, register
+
+__all__ = ["GUARD_BITS", "GUARD_CHECK", "GUARD_PARAMS", "GUARD_SLOTS"]
+
+GUARD_CHECK = "spec_verify_guard_check"
+# ``guard_params``: GUARD_SLOTS lower length bounds, as many upper ones, then the block reach, the scratch
+# block and the largest accepted count; bit GUARD_SLOTS + k of ``guard_bits[b]`` is GUARD_BITS[k]
+GUARD_SLOTS = 8
+GUARD_PARAMS = 2 * GUARD_SLOTS + 3
+GUARD_BITS = ("block_table_entry", "accepted_range", "scratch_block_mapped")
+
+register(
+    Family(
+        GUARD_CHECK,
+        ("W", "BT", "BS"),
+        (
+            ArgSpec("seq_lens", "int32", "(B,)"),
+            ArgSpec("block_table", "int32", "(B, BT)"),
+            ArgSpec("accepted", "int32", "(B,)"),
+            ArgSpec("guard_params", "int32", f"({GUARD_PARAMS},)"),
+            ArgSpec("guard_bits", "int32", "(B,)", True),
+        ),
+        guards=(),  # the checker runs on whatever a step holds: every input is in its domain
+    )
+)
+for head in ("draft-to-verify", "draft-to-verify-linear"):
+    COMPANIONS[head] = (*COMPANIONS.get(head, ()), GUARD_CHECK)
