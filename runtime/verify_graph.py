@@ -80,7 +80,7 @@ import torch
 from ..specializations.plan import SAMPLED_TAILS, VERIFY_TO_DRAFT, PlanStep
 from . import buffers as sb
 from . import fallback
-from .buffers import INPUTS, alloc_step_buffers, bucket_of, buckets_for
+from .buffers import GUARD_STATE, INPUTS, alloc_step_buffers, bucket_of, buckets_for
 from .capabilities import SpeculativeVerifyCapabilities
 from .device import BucketGraphs, DeviceAPI
 from .device_guard import DeviceGuard, DeviceGuardSpec, guard_kernel
@@ -306,7 +306,7 @@ class SpecVerifyRuntime(StepCapture):
             self._left_fast_path(reason)
             # the engine reads every buffer of the step (results and the verify rows) in place
             for n, t in eager.items():
-                if n not in INPUTS and n in bufs:
+                if n not in INPUTS and n not in GUARD_STATE and n in bufs:
                     bufs[n].view(-1)[: t.numel()].copy_(t.view(-1))
             if self.epilogue is not None:
                 self.epilogue()
