@@ -38,6 +38,14 @@ runtime / driver calls on the host; only the last kind on the CPU):
   whole duration when nothing ended during it).
 * ``host_family.<family>``: the host-serial mode's own time for one
   family's torch semantics in one step (``profiling.host_range`` marks).
+* ``boundary.<mode>.<term>``: what the runtime of ``mode`` does at
+  verify->draft outside the boundary's plan (``boundary_terms.boundary_terms``,
+  ``BOUNDARY_TERMS``): the casting copy after the forward, the work queued
+  after the replay, the graph-to-graph switch, the host's turnaround after a
+  read-back.  ``pack_kernel`` and ``graph_switch_behind_copies`` stay under
+  ``measured`` only (``"loaded": false``): the first is part of
+  ``after_replay``, the second the switch's long case (the next graph's
+  draft behind its memcpy nodes), which the model does not take.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ import bisect
 import statistics
 
 from ..engine.profiling import HOST_RANGE_PREFIX
+from . import boundary_terms as bterms
 from . import kernel_timeline as kt
 
 __all__ = ["KERNEL_LAUNCHES", "METHODS", "SYNC_CALLS", "costs", "merge", "method_of", "samples"]
@@ -53,7 +62,7 @@ __all__ = ["KERNEL_LAUNCHES", "METHODS", "SYNC_CALLS", "costs", "merge", "method
 KERNEL_LAUNCHES = frozenset(
     {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchCooperativeKernel"}
 )
-SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize", "cudaMemcpy"})
+SYNC_CALLS = bterms.SYNC_CALLS
 ISSUE_CALLS = {
     "cudaEventRecord": "issue.event_record",
     "cudaEventRecordWithFlags": "issue.event_record",
@@ -77,6 +86,7 @@ SOURCES = {
     "in_graph_copy": "device time of copies launched by a graph replay",
     "run.host_sync": "host wake-up latency of synchronizing calls (call end - last device record end)",
 }
+NOT_LOADED_TERMS = frozenset({"pack_kernel", "graph_switch_behind_copies"})  # boundary terms for the reader only
 
 
 HOST_CLOCK = "host_clock"
@@ -88,6 +98,8 @@ METHODS = {
     "kernel_trace": "device records of the profiled steps' kernel trace (torch.profiler / CUPTI)",
     "profiled_sync": "profiled steps: a synchronizing call's end minus the last device record's end",
     "profiled_host_range": "profiled steps: host duration of the host-serial mode's marked family ranges",
+    "profiled_read_back": "profiled steps: a synchronizing call's return to the next step's first draft record "
+    "(the host's work under the profiler, which inflates it as it does the kernel-level bubbles)",
     PROFILED_CALL: "profiled steps: host duration of the API call under CUPTI, which inflates it; recorded "
     "as profiled.issue.* for comparison, never loaded",
 }
@@ -98,9 +110,13 @@ def _copy_kind(name: str) -> str | None:
 
 
 def samples(
-    events: list[dict], forward: list[str] | tuple[str, ...] = (), draft: list[str] | tuple[str, ...] = ()
+    events: list[dict],
+    forward: list[str] | tuple[str, ...] = (),
+    draft: list[str] | tuple[str, ...] = (),
+    mode: str | None = None,
 ) -> dict[str, list[float]]:
-    """One profiled run's figures (us), keyed like the cost file; see the module docstring."""
+    """One profiled run's figures (us), keyed like the cost file; see the module docstring.  ``mode``: the
+    run's mode, which keys its ``boundary.*`` figures (none without it or without ``forward``)."""
     out: dict[str, list[float]] = {}
     add = lambda key, us: out.setdefault(key, []).append(round(float(us), 3))  # noqa: E731
     calls = [e for e in events if e.get("cat") in kt.LAUNCH_CATS]
@@ -136,12 +152,16 @@ def samples(
                 add(f"run.{_copy_kind(r.name)}", r.dur)
     if forward:
         names = set(forward)
-        for step in kt.attribute(events, draft).values():
+        steps = kt.attribute(events, draft)
+        for step in steps.values():
             for r in step.verify:
                 if r.cat == "kernel" and r.name not in names:
                     add("run.device_kernel", r.dur)
                     if r.correlation in graph_corr:
                         add("in_graph_kernel", r.dur)
+        if mode:
+            for term, vals in bterms.boundary_terms(events, steps, list(forward)).items():
+                out.setdefault(f"boundary.{mode}.{term}", []).extend(vals)
     for e in events:
         name = str(e.get("name", ""))
         if name.startswith(HOST_RANGE_PREFIX) and e.get("cat") != "gpu_user_annotation":
@@ -168,6 +188,9 @@ def _loadable(pool: dict[str, list[float]]) -> dict:
             out.setdefault(part, {})[name] = med
         elif part == "host_family":
             out.setdefault("host_family", {})[name] = med
+        elif part == "boundary":
+            mode, _, term = name.partition(".")
+            out.setdefault("boundary", {}).setdefault(mode, {})[term] = med
         else:
             out[key] = med
     return out
@@ -183,14 +206,25 @@ def _measured(pool: dict[str, list[float]]) -> dict:
                 "samples": len(vals),
                 "p25": round(q[0], 3),
                 "p75": round(q[2], 3),
-                "from": SOURCES.get(
-                    key,
-                    "host duration of the host-serial mode's own torch semantics for this family in one step"
-                    if key.startswith("host_family.")
-                    else key,
-                ),
+                "from": SOURCES.get(key, _source(key)),
             }
     return out
+
+
+def _source(key: str) -> str:
+    if key.startswith("host_family."):
+        return "host duration of the host-serial mode's own torch semantics for this family in one step"
+    if key.startswith("boundary."):
+        return bterms.BOUNDARY_TERMS.get(key.rsplit(".", 1)[-1], key)
+    return key
+
+
+def _loaded(key: str) -> bool:
+    """Whether a profiled figure goes into the loadable part (``boundary.*.pack_kernel`` and the switch's long
+    case stay under ``measured``)."""
+    return not key.startswith("issue.") and not (
+        key.startswith("boundary.") and key.rsplit(".", 1)[-1] in NOT_LOADED_TERMS
+    )
 
 
 def method_of(key: str) -> str:
@@ -199,14 +233,17 @@ def method_of(key: str) -> str:
         return PROFILED_CALL
     if key.startswith("host_family."):
         return "profiled_host_range"
+    if key.startswith("boundary.") and key.endswith(".read_back"):
+        return "profiled_read_back"
     return "profiled_sync" if key == "run.host_sync" else "kernel_trace"
 
 
 def _document(profiled: dict[str, list[float]], clocked: dict[str, list[float]], how: dict[str, str]) -> dict:
     """Loadable medians, ``measured`` and ``method`` of one pool: the host clock's ``issue.*`` figures, the
     profile's others; the profile's ``issue.*`` only under ``measured`` (``profiled.issue.*``, not loaded)."""
-    kept = {k: v for k, v in profiled.items() if not k.startswith("issue.") and v}
+    kept = {k: v for k, v in profiled.items() if _loaded(k) and v}
     calls = {k: v for k, v in profiled.items() if k.startswith("issue.") and v}
+    aside = {k: v for k, v in profiled.items() if not _loaded(k) and not k.startswith("issue.") and v}
     loaded = merge(dict(kept), {k: v for k, v in clocked.items() if v})
     doc = _loadable(loaded)
     measured = _measured(loaded)
@@ -216,6 +253,8 @@ def _document(profiled: dict[str, list[float]], clocked: dict[str, list[float]],
             entry["from"] = how.get(k, entry["from"])
     for k, entry in _measured(calls).items():
         measured["profiled." + k] = dict(entry, method=PROFILED_CALL, loaded=False)
+    for k, entry in _measured(aside).items():
+        measured[k] = dict(entry, method=method_of(k), loaded=False)
     doc["measured"] = measured
     doc["method"] = {k: e["method"] for k, e in measured.items() if e.get("loaded", True)}
     return doc

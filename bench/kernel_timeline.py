@@ -36,6 +36,9 @@ elsewhere).  Per step::
     kernel_draft_to_verify_us  first forward kernel start - last draft record end
     head_us                    device time of the forward stream's verify-phase records before the forward
     kernel_verify_to_draft_us  next step's first draft record start - last forward kernel end
+
+``bench/boundary_terms.py`` splits the verify->draft gap into the work the
+runtime does outside the boundary's plan.
 """
 
 from __future__ import annotations
@@ -250,8 +253,9 @@ def forward_names(events: list[dict]) -> list[str]:
 
 
 def _is_copy(r: DeviceRecord) -> bool:
-    # a multi-tensor copy (``torch._foreach_copy_``) is one kernel whose functor names it
-    return r.cat != "kernel" or "memcpy" in r.name.lower() or "direct_copy_kernel" in r.name or "CopyFunctor" in r.name
+    # a multi-tensor copy (``torch._foreach_copy_``) is one kernel whose op names it: ``at::native::Copy<...>``
+    foreach_copy = "multi_tensor_apply_kernel" in r.name and "native::Copy<" in r.name
+    return r.cat != "kernel" or "memcpy" in r.name.lower() or "direct_copy_kernel" in r.name or foreach_copy
 
 
 def draft_signature(records: list[DeviceRecord], ordered: bool = False) -> list[str]:

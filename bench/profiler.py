@@ -215,7 +215,9 @@ class KernelPass:
             row.update(figures(res.trace, forward, draft))
             row["bare_kernel_draft_to_verify_us"] = self.bare.get((width, batch))
         if keep:
-            cal.merge(self.samples.setdefault(batch, {}), cal.samples(kt.load_trace(res.trace), forward, draft))
+            cal.merge(
+                self.samples.setdefault(batch, {}), cal.samples(kt.load_trace(res.trace), forward, draft, row["mode"])
+            )
             row["calibrated"] = True
         if self.trace_dir is not None:
             row["kernel_trace"] = trace_name(row)

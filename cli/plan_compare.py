@@ -35,22 +35,65 @@ How each mode is modelled:
   launch (``sync-to-event,hoist,fuse,capture``), and on verify-to-draft the
   host synchronizes on the step's result before it issues the next draft (a
   read-back each step, no lag).
+
+What the runtime does at verify->draft outside the plan (``OUT_OF_PLAN``,
+the cost file's ``boundary`` figures, ``bench/kernel_timeline.py``
+``boundary_terms``) is added to the planned bubble: for ``specgen`` and
+``inductor`` the casting copy of the forward's argmax after the forward
+(``cast``), the stream wait and host-field pack queued after the replay
+(``after_replay``) and the switch to the next step's graph, whose carry opens
+it, up to its first draft record (``graph_switch``, the case where the draft
+does not wait behind memcpy nodes); for ``compile`` the planned bubble up to
+the read-back's synchronization plus the host's measured turnaround from its
+return to the next draft's first record (``read_back``).  The figures come
+from ``--costs`` (by batch, else pooled); where it lacks them, from the runs'
+kernel traces the bench kept beside bench.json (``kernel_trace``, or its file
+name in bench.json's folder), measured the way the bench measures them.
+``inductor`` runs ``SpecVerifyRuntime`` unchanged (``FIGURES_OF``), so without
+figures of its own it takes specgen's.  ``WHY`` says, per mode and figure,
+what the model is known to miss; the markdown output lists it under the
+cells that miss.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
+import statistics
 from pathlib import Path
 
 from .common import UsageError
+from .plan_compare_markdown import WHY, cells_markdown, markdown, why_markdown
 
-__all__ = ["GOAL", "MODE_PIPELINES", "cells", "cells_markdown", "compare", "markdown", "run_compare", "summary"]
+__all__ = [
+    "FIGURES_OF",
+    "GOAL",
+    "MODE_PIPELINES",
+    "OUT_OF_PLAN",
+    "WHY",
+    "cells",
+    "cells_markdown",
+    "compare",
+    "markdown",
+    "run_compare",
+    "summary",
+    "trace_terms",
+    "why_markdown",
+]
 
 DEFAULT = "default"
 COMPILE_PIPELINE = "sync-to-event,hoist,fuse,capture"
 MODE_PIPELINES = {"baseline": None, "compile": COMPILE_PIPELINE, "inductor": DEFAULT, "specgen": DEFAULT}
 READ_BACK_FIRST = {"compile"}  # modes whose host waits for the step's result before the next draft
+# verify->draft work outside the plan, per mode (the cost file's ``boundary`` figures); ``read_back`` replaces
+# the planned bubble after the read-back's synchronization
+OUT_OF_PLAN = {
+    "specgen": ("cast", "after_replay", "graph_switch"),
+    "inductor": ("cast", "after_replay", "graph_switch"),
+    "compile": ("read_back",),
+}
+FIGURES_OF = {"inductor": "specgen"}  # runs the same runtime: takes specgen's figures when it has none of its own
 MEASURED = {
     "draft-to-verify": ("draft_to_verify_us", "kernel_draft_to_verify_us"),
     "verify-to-draft": ("verify_to_draft_us", "kernel_verify_to_draft_us"),
@@ -101,8 +144,66 @@ def _calibrated(costs: dict | None, batch: int):
     return CostModel.from_dict((costs.get("by_batch") or {}).get(str(batch), costs))
 
 
-def compare(result: dict, costs: dict | None = None) -> list[dict]:
-    """One row per finished run of ``result`` (a bench.json) with a modelled mode, per boundary."""
+def trace_terms(result: dict, folder: str | Path) -> dict:
+    """The ``boundary`` figures of the runs whose kernel trace lies in ``folder`` (bench.json's): per batch
+    and pooled, ``{mode: {term: median us}}``, and the traces read (``files``)."""
+    from ..bench import kernel_timeline as kt
+    from ..bench.boundary_terms import boundary_terms
+
+    folder, pooled, by_batch, files = Path(folder), {}, {}, []
+    for run in result.get("runs", []):
+        name = run.get("kernel_trace")
+        if not name or "error" in run or run.get("mode") not in OUT_OF_PLAN:
+            continue
+        path = next((p for p in (folder / name, folder / Path(name).name) if p.is_file()), None)
+        if path is None:
+            continue
+        data = json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
+        names = data.get("specgen") or {}
+        events, forward = kt.load_trace(data), list(names.get("forward_kernels") or [])
+        if not forward:
+            continue
+        terms = boundary_terms(events, kt.attribute(events, names.get("draft_kernels") or []), forward)
+        files.append(path.name)
+        for term in OUT_OF_PLAN[run["mode"]]:
+            if terms.get(term):
+                by_batch.setdefault(str(run["batch"]), {}).setdefault(run["mode"], {})[term] = terms[term]
+                pooled.setdefault(run["mode"], {}).setdefault(term, []).extend(terms[term])
+    med = lambda d: {m: {t: round(statistics.median(v), 3) for t, v in ts.items()} for m, ts in d.items()}  # noqa: E731
+    return {"by_batch": {b: med(d) for b, d in by_batch.items()}, "pooled": med(pooled), "files": files}
+
+
+def _terms(mode: str, batch: int, costs: dict | None, traces: dict | None) -> tuple[dict, str | None]:
+    """The out-of-plan figures a (mode, batch) cell adds and where they came from (None: none)."""
+    sources = []
+    if costs is not None:
+        sources += [((costs.get("by_batch") or {}).get(str(batch)) or {}, "costs, by batch"), (costs, "costs")]
+    if traces:
+        sources += [((traces["by_batch"].get(str(batch)) or {}), "trace"), (traces["pooled"], "trace, pooled")]
+    for owner in (mode, FIGURES_OF.get(mode)):
+        for figures, where in sources:
+            got = ((figures.get("boundary") if where.startswith("costs") else figures) or {}).get(owner) or {}
+            got = {t: float(got[t]) for t in OUT_OF_PLAN.get(mode, ()) if t in got}
+            if owner is not None and got:
+                return got, where + ("" if owner == mode else f", {owner}'s")
+    return {}, None
+
+
+def _until_sync(graph, model) -> float | None:
+    """The planned bubble up to the end of its last host synchronization (None: no sync)."""
+    from ..passes.ir.cost import simulate
+
+    syncs = [o.name for o in graph.ops if o.kind.value == "host_sync"]
+    if not syncs:
+        return None
+    s, start = simulate(graph, model), graph.op(graph.start)
+    tail = start.attr("tail_kernels", 0) * model.in_graph_kernel + start.attr("tail_copies", 0) * model.in_graph_copy
+    return max(0.0, s.finish[syncs[-1]] - (s.finish[graph.start] - tail))
+
+
+def compare(result: dict, costs: dict | None = None, traces: dict | None = None) -> list[dict]:
+    """One row per finished run of ``result`` (a bench.json) with a modelled mode, per boundary; ``traces``:
+    ``trace_terms``' figures, for what ``costs`` lacks."""
     from ..passes import CostModel, bubble_us
 
     layout, rows = result.get("layout") or {}, []
@@ -112,6 +213,17 @@ def compare(result: dict, costs: dict | None = None) -> list[dict]:
             g = _graph(boundary, run["mode"], run, layout)
             cal = _calibrated(costs, run["batch"])
             pipeline = MODE_PIPELINES[run["mode"]]
+            planned = round(bubble_us(g, cal), 2) if cal is not None else round(bubble_us(g, CostModel()), 2)
+            terms, where = {}, None
+            if boundary == "verify-to-draft":
+                terms, where = _terms(run["mode"], run["batch"], costs, traces)
+            predicted = planned + sum(v for t, v in terms.items() if t != "read_back")
+            if "read_back" in terms:
+                until = _until_sync(g, cal or CostModel())
+                if until is None:
+                    terms, where = {}, None
+                else:
+                    predicted = until + terms["read_back"]
             rows.append(
                 {
                     "boundary": boundary,
@@ -121,6 +233,9 @@ def compare(result: dict, costs: dict | None = None) -> list[dict]:
                     "pipeline": "none (before passes)" if pipeline is None else pipeline,
                     "predicted_default_us": round(bubble_us(g, CostModel()), 2),
                     "predicted_calibrated_us": round(bubble_us(g, cal), 2) if cal is not None else None,
+                    "out_of_plan_us": terms,
+                    "out_of_plan_from": where,
+                    "predicted_us": round(predicted, 2),
                     "measured_events_us": run.get(events_key),
                     "measured_kernel_us": run.get(kernel_key),
                 }
@@ -168,6 +283,7 @@ def cells(result: dict, rows: list[dict]) -> list[dict]:
     pred: dict[tuple, dict] = {}
     for r in rows:
         p = r["predicted_calibrated_us"] if r["predicted_calibrated_us"] is not None else r["predicted_default_us"]
+        p = r.get("predicted_us", p)  # with the out-of-plan figures
         pred.setdefault((r["mode"], r["depth"], r["batch"]), {})[r["boundary"]] = p
         pred[r["mode"], r["depth"], r["batch"]]["calibrated"] = r["predicted_calibrated_us"] is not None
     out = []
@@ -198,57 +314,6 @@ def summary(cells: list[dict]) -> dict:
     return out
 
 
-def _signed(v, unit: str, rel) -> str:
-    if v is None:
-        return "n/a"
-    pct = "" if rel is None else f" ({rel * 100:+.0f}%)"
-    return f"{v:+g} {unit}{pct}"
-
-
-def cells_markdown(cells: list[dict], on_cpu: bool = False) -> str:
-    """The cells as a markdown table: each figure predicted / measured and the error (``miss``: outside the goal)."""
-    head = (
-        "| mode | depth | B | costs | d->v predicted (us) | d->v measured, kernels (us) | d->v error | "
-        "v->d predicted (us) | v->d measured, kernels (us) | v->d error | TPOT predicted (ms) | "
-        "TPOT measured (ms) | TPOT error |"
-    )
-    out = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for c in cells:
-        parts = [c["mode"], str(c["depth"]), str(c["batch"]), c["costs"]]
-        for name, unit in (("draft_to_verify", "us"), ("verify_to_draft", "us"), ("tpot", "ms")):
-            f = c[name]
-            mark = {True: "", False: " miss", None: ""}[f["within_goal"]]
-            parts += [
-                _cell(f[f"predicted_{unit}"], "n/a"),
-                _cell(f[f"measured_{unit}"], "n/a (CPU)" if on_cpu and unit == "us" else "needs a trace"),
-                _signed(f[f"error_{unit}"], unit, f["error_rel"]) + mark,
-            ]
-        out.append("| " + " | ".join(parts) + " |")
-    return "\n".join(out)
-
-
-def _cell(v, missing: str) -> str:
-    return missing if v is None else f"{v:g}"
-
-
-def markdown(rows: list[dict], calibrated: bool, on_cpu: bool = False) -> str:
-    """The rows as a markdown table; empty cells say what would fill them (the CPU has no kernel figures)."""
-    no_kernels = "n/a (CPU)" if on_cpu else "needs a trace"
-    head = (
-        "| boundary | mode | depth | B | predicted, default costs (us) | predicted, calibrated (us) | "
-        "measured, events (us) | measured, kernels (us) |"
-    )
-    out = [head, "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        out.append(
-            f"| {r['boundary']} | {r['mode']} | {r['depth']} | {r['batch']} | "
-            f"{_cell(r['predicted_default_us'], '')} | "
-            f"{_cell(r['predicted_calibrated_us'], 'needs a trace' if not calibrated else 'n/a')} | "
-            f"{_cell(r['measured_events_us'], 'n/a')} | {_cell(r['measured_kernel_us'], no_kernels)} |"
-        )
-    return "\n".join(out)
-
-
 def _load(path: str, option: str):
     try:
         return json.loads(Path(path).read_text())
@@ -270,7 +335,8 @@ def run_compare(args, costs_check) -> int:
     if args.costs:
         costs_check(args.costs)  # the shape, with the --costs messages
         costs = _load(args.costs, "--costs")
-    rows = compare(result, costs)
+    traces = trace_terms(result, Path(args.compare).parent)
+    rows = compare(result, costs, traces)
     if not rows:
         raise UsageError(f"--compare {args.compare}: no finished run of a modelled mode ({', '.join(MODE_PIPELINES)})")
     out = Path(args.compare_json) if args.compare_json else Path(args.compare).with_name("compare.json")
@@ -279,6 +345,7 @@ def run_compare(args, costs_check) -> int:
         "bench": str(args.compare),
         "costs": args.costs,
         "mode_pipelines": MODE_PIPELINES,
+        "out_of_plan": {"terms": OUT_OF_PLAN, "figures_of": FIGURES_OF, "traces": traces["files"]},
         "goal": GOAL,
         "cells": table,
         "summary": summary(table),
@@ -298,6 +365,11 @@ def run_compare(args, costs_check) -> int:
         f"\nwithin the goal (bubbles max({GOAL['bubble_rel']:.0%}, {GOAL['bubble_us']:g} us), TPOT "
         f"{GOAL['tpot_rel']:.0%}), of the measured cells: {tally}\n"
     )
+    why = why_markdown(table)
+    if why:
+        print(why + "\n")
+    if traces["files"]:
+        print(f"out-of-plan figures the calibration lacks measured from: {', '.join(traces['files'])}\n")
     print(markdown(rows, costs is not None, on_cpu))
     print(f"wrote {out}")
     return 0

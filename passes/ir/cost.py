@@ -13,7 +13,11 @@ device costs from its profiled steps' kernel trace, host API costs (``issue``)
 from an unprofiled host clock around each call; besides ``run`` / ``issue`` / ``in_graph_*`` it may
 carry ``host_family`` (the host's time for one step of a kernel family's
 torch semantics, e.g. ``{"spec_verify_head_update": 180}``: the host compute
-ops of that family, or of a composite's members, share it evenly) and, for
+ops of that family, or of a composite's members, share it evenly),
+``boundary`` (per mode, what its runtime does at verify->draft outside the
+boundary's plan, ``BOUNDARY_TERMS``, e.g. ``{"specgen": {"graph_switch": 6.3}}``;
+the graph does not hold that work, so ``specgen plan --compare`` adds the
+figures to the predicted bubble; a file without them adds nothing) and, for
 the reader, ``measured`` / ``source`` / ``by_batch`` / ``method`` / ``methods`` /
 ``host_clock`` / ``not_measured`` / ``machine`` / ``model_shape`` (provenance,
 how each figure was taken and per-batch figures, which the model itself does
@@ -51,7 +55,9 @@ DEFAULT_ISSUE_US = {
 }
 IN_GRAPH_KERNEL_US = 1.5
 IN_GRAPH_COPY_US = 2.0
-COST_KEYS = frozenset({"run", "issue", "in_graph_kernel", "in_graph_copy", "host_family"})
+COST_KEYS = frozenset({"run", "issue", "in_graph_kernel", "in_graph_copy", "host_family", "boundary"})
+# verify->draft work outside the boundary's plan (bench/kernel_timeline.py measures each from a kernel trace)
+BOUNDARY_TERMS = ("cast", "after_replay", "graph_switch", "read_back")
 # for the reader (how each figure was taken, on what); the model ignores them
 PROVENANCE_KEYS = frozenset(
     {"measured", "source", "by_batch", "method", "methods", "host_clock", "not_measured", "machine", "model_shape"}
@@ -66,6 +72,7 @@ class CostModel:
     in_graph_copy: float = IN_GRAPH_COPY_US
 
     host_family: dict = field(default_factory=dict)  # family -> host us per step, shared by its host ops
+    boundary: dict = field(default_factory=dict)  # mode -> {BOUNDARY_TERMS key: us}, outside the plan
 
     @classmethod
     def from_json(cls, path: str | Path) -> "CostModel":
@@ -94,12 +101,24 @@ class CostModel:
                 f"{where}: 'host_family' must map kernel families to microseconds; unknown: "
                 f"{sorted(set(fams) - set(FAMILIES)) if isinstance(fams, dict) else fams}"
             )
+        terms = data.get("boundary", {})
+        bad = (
+            [f"{m}.{t}" for m, ts in terms.items() if isinstance(ts, dict) for t in ts if t not in BOUNDARY_TERMS]
+            if isinstance(terms, dict)
+            else [terms]
+        )
+        if bad or not all(isinstance(ts, dict) for ts in terms.values()):
+            raise ValueError(
+                f"{where}: 'boundary' must map modes to {{term: microseconds}} with terms among "
+                f"{', '.join(BOUNDARY_TERMS)}; unknown: {bad}"
+            )
         return cls(
             base.run,
             base.issue,
             float(data.get("in_graph_kernel", base.in_graph_kernel)),
             float(data.get("in_graph_copy", base.in_graph_copy)),
             {k: float(v) for k, v in fams.items()},
+            {m: {t: float(v) for t, v in ts.items()} for m, ts in terms.items()},
         )
 
     def host_costs(self, graph: BoundaryGraph) -> dict[str, float]:

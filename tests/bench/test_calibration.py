@@ -181,3 +181,28 @@ def test_a_tiny_cpu_bench_writes_the_host_calibration(tmp_path, capsys):
     del result["calibration"]  # a run without a calibration leaves no stale costs.json behind
     bench_report.write(result, tmp_path)
     assert not (tmp_path / "costs.json").exists()
+
+
+def test_boundary_terms_are_loaded_per_mode_and_the_long_switch_only_measured():
+    from specgen.passes import CostModel
+
+    ev = _trace()
+    assert not any(k.startswith("boundary.") for k in cal.samples(ev, FORWARD))  # no mode: no boundary figures
+    samples = {
+        "boundary.specgen.graph_switch": [6.0, 7.0],
+        "boundary.specgen.cast": [1.1],
+        "boundary.specgen.pack_kernel": [1.2],
+        "boundary.specgen.graph_switch_behind_copies": [14.0],
+    }
+    doc = cal.costs({8: samples}, {"model": "synthetic"})
+    assert doc["boundary"] == {"specgen": {"cast": 1.1, "graph_switch": 6.5}}
+    assert doc["by_batch"]["8"]["boundary"] == doc["boundary"]
+    m = doc["measured"]
+    assert m["boundary.specgen.graph_switch"]["method"] == "kernel_trace"
+    assert m["boundary.specgen.graph_switch_behind_copies"]["loaded"] is False
+    assert m["boundary.specgen.pack_kernel"]["loaded"] is False
+    assert "boundary.specgen.pack_kernel" not in doc["method"]
+    assert CostModel.from_dict(doc).boundary == {"specgen": {"cast": 1.1, "graph_switch": 6.5}}
+    assert CostModel.from_dict({}).boundary == {}  # a file without them: nothing added
+    with pytest.raises(ValueError, match="boundary"):
+        CostModel.from_dict({"boundary": {"specgen": {"no_such_term": 1.0}}})

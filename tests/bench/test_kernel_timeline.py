@@ -5,6 +5,7 @@ import json
 import pytest
 
 from specgen.bench import kernel_timeline as kt
+from specgen.bench.boundary_terms import boundary_terms
 
 FORWARD = ["embed", "gemm", "attn", "gemm", "lm_head"]
 
@@ -160,13 +161,14 @@ def test_a_multi_tensor_copy_kernel_is_a_copy():
     """The MTP carry is one ``torch._foreach_copy_`` kernel: a leading copy of the draft's signature, not a draft
     kernel the fused step graph would have to show in the draft's own stream."""
     rec = lambda name, cat="kernel": kt.DeviceRecord(name, cat, 0.0, 1.0, None, 7)  # noqa: E731
-    foreach = (
+    foreach = (  # as torch 2.11's profiler names it on the H200
         "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
-        "TensorListMetadata<2>, at::native::(anonymous namespace)::CopyFunctor<int, 2, 1, 1>, "
-        "at::native::Identity<int>>"
+        "TensorListMetadata<2>, at::native::(anonymous namespace)::UnaryOpFunctor<int, 2, 1, 1>, "
+        "at::native::Copy<int, int> >(at::native::(anonymous namespace)::TensorListMetadata<2>, "
+        "at::native::(anonymous namespace)::UnaryOpFunctor<int, 2, 1, 1>, at::native::Copy<int, int>)"
     )
     assert kt.draft_signature([rec(foreach), rec("draft_0")]) == [kt.COPY, "draft_0"]
-    other = foreach.replace("CopyFunctor", "BinaryOpListAlphaFunctor")  # a foreach add is work, not a copy
+    other = foreach.replace("native::Copy<", "native::Exp<")  # a foreach exp is work, not a copy
     assert kt.draft_signature([rec(other)]) == [other]
     trace, expect = _trace(steps=2, head=2.0, d2v_idle=3.0, v2d=20.0)
     steps = kt.attribute(
@@ -174,3 +176,75 @@ def test_a_multi_tensor_copy_kernel_is_a_copy():
     )
     assert [r.name for r in steps[1].draft] == ["draft_0", "draft_1", "draft_2"]
     assert kt.step_figures(steps, FORWARD)[0]["kernel_draft_to_verify_us"] == pytest.approx(expect[0][0])
+
+
+def _boundary_trace(behind_copies=False, sync=False):
+    """Two steps of a fused step graph with the verify->draft work outside the plan at known times (us).
+
+    Step 0's graph (correlation 1) ends its forward at 100, then a casting copy 100.5-101.5 and the tail
+    103-106; the host launched a pack (correlation 2) after the replay: 107-108.5.  Step 1's graph
+    (correlation 3, launched at 20, long before) opens with the carry at 110.5 (after a memcpy node at
+    110.5 when ``behind_copies``) and its draft's first kernel at 114.5 (122.5 behind copies).  ``sync``:
+    the host synchronizes in step 0's verify phase, returning at 109.
+    """
+    ev = [
+        _x("user_annotation", kt.phase_name("verify", 0), 0.0, 150.0 if sync else 15.0),
+        _x("cuda_runtime", "cudaGraphLaunch", 1.0, 3.0, 1),
+        _x("kernel", "spec_head_w4", 10.0, 2.0, 1),
+    ]
+    t = 20.0
+    for name in FORWARD:
+        ev.append(_x("kernel", name, t, 16.0, 1))
+        t += 16.0
+    ev += [
+        _x("kernel", "void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda>", 100.5, 1.0, 1),
+        _x("kernel", "spec_verify_tail_update", 103.0, 3.0, 1),
+        _x("cuda_runtime", "cudaLaunchKernel", 6.0, 4.0, 2),
+        _x("kernel", "CatArrayBatchedCopy", 107.0, 1.5, 2),
+    ]
+    if sync:
+        ev.append(_x("cuda_runtime", "cudaStreamSynchronize", 10.0, 99.0))
+    ev += [
+        _x("user_annotation", kt.phase_name("draft", 1), 160.0 if sync else 16.0, 1.0),
+        _x("user_annotation", kt.phase_name("verify", 1), 161.0 if sync else 18.0, 5.0),
+        _x("cuda_runtime", "cudaGraphLaunch", 162.0 if sync else 20.0, 3.0, 3),
+    ]
+    draft_at = 114.5
+    if behind_copies:
+        ev.append(_x("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 110.5, 1.0, 3))
+        draft_at = 122.5
+    ev.append(_x("kernel", "void at::native::direct_copy_kernel_cuda", draft_at - 4.0, 1.0, 3, tid=2))
+    for j in range(3):
+        ev.append(_x("kernel", f"draft_{j}", draft_at + 5.0 * j, 4.0, 3, tid=2))
+    t = draft_at + 20.0
+    for name in FORWARD:
+        ev.append(_x("kernel", name, t, 16.0, 3))
+        t += 16.0
+    return ev
+
+
+def test_boundary_terms_split_the_verify_to_draft_gap():
+    ev = _boundary_trace()
+    steps = kt.attribute(ev, ["draft_0", "draft_1", "draft_2"])
+    terms = boundary_terms(ev, steps, FORWARD)
+    assert terms["cast"] == [1.0]  # the copy kernel before the tail, not the tail
+    assert terms["after_replay"] == [2.5]  # the graph's last record ends at 106, the pack at 108.5
+    assert terms["pack_kernel"] == [1.5]
+    assert terms["graph_switch"] == [6.0]  # 108.5 -> the draft's first kernel at 114.5, the carry in between
+    assert "graph_switch_behind_copies" not in terms and "read_back" not in terms
+    # the graph's tail after the forward (100 -> 106: cast, tail, the gaps between), then the two terms after it
+    gap = kt.step_figures(steps, FORWARD)[0]["kernel_verify_to_draft_us"]
+    assert gap == pytest.approx(6.0 + 2.5 + 6.0)
+
+
+def test_a_switch_behind_memcpy_nodes_is_kept_apart():
+    ev = _boundary_trace(behind_copies=True)
+    terms = boundary_terms(ev, kt.attribute(ev, ["draft_0", "draft_1", "draft_2"]), FORWARD)
+    assert terms["graph_switch_behind_copies"] == [14.0] and "graph_switch" not in terms
+
+
+def test_a_read_back_is_the_turnaround_after_the_sync_and_a_late_launch_no_switch():
+    ev = _boundary_trace(sync=True)
+    terms = boundary_terms(ev, kt.attribute(ev, ["draft_0", "draft_1", "draft_2"]), FORWARD)
+    assert terms["read_back"] == [5.5]  # the sync returns at 109, the draft starts at 114.5
+    assert "graph_switch" not in terms  # the next graph was launched after the work before it ended

@@ -74,8 +74,8 @@ def test_bench_adds_its_kernels_to_a_bigger_folder_and_explains_its_output(base_
     (out / "timeline.png").write_bytes(b"an older picture")
     assert main(["bench", *TINY, "--modes", "baseline,specgen", "--kernels", str(folder), "--out", str(out)]) == 0
     after = keys(folder)
-    # the head's three families, the composite, prepare_next_draft, the tail composite and the serving row remap
-    # built beside the tail; greedy_prefix_verify__w4 was there already
+    # the head's three families, the composite, prepare_next_draft, the tail composite, the serving row remap
+    # built beside the tail and the device guard's check beside the head; greedy_prefix_verify__w4 was there already
     assert before < after and {f for f, _ in after - before} == {
         "spec_verify_token_update__w4",
         "spec_verify_metadata_update__w4_bt8_bs16",
@@ -84,6 +84,7 @@ def test_bench_adds_its_kernels_to_a_bigger_folder_and_explains_its_output(base_
         "prepare_next_draft__w4_bt8_bs16",
         "spec_verify_tail_update__w4_bt8_bs16",
         "spec_batch_row_remap__w4_bt8_bs16",
+        "spec_verify_guard_check__w4_bt8_bs16",
     }
     cap = capsys.readouterr()
     assert bench_report.LEGEND in cap.out

@@ -103,7 +103,7 @@ def test_compare_predicted_with_measured_before_and_after_calibration(tmp_path, 
     # compile reads the step back before the next draft: its verify-to-draft waits for a host sync
     v2d = {m: rows["verify-to-draft", m]["predicted_default_us"] for m in ("compile", "specgen", "baseline")}
     assert v2d["specgen"] < v2d["compile"] < v2d["baseline"]
-    assert "| draft-to-verify | baseline | 3 | 1 | 224 | needs a trace | 400 | needs a trace |" in out
+    assert "| draft-to-verify | baseline | 3 | 1 | 224 | needs a trace | - | 224 | 400 | needs a trace |" in out
     costs = tmp_path / "costs.json"
     costs.write_text(json.dumps({"run": {"host_sync": 500.0}, "by_batch": {"1": {"run": {"host_sync": 100.0}}}}))
     assert main(["plan", "--compare", str(bench), "--costs", str(costs), "--format", "json"]) == 0

@@ -1,0 +1,102 @@
+"""What the runtime does at verify->draft outside the boundary's plan, measured from a kernel trace.
+
+``boundary_terms(events, steps, forward)`` splits each profiled step's
+verify->draft gap into ``BOUNDARY_TERMS``: figures the cost model adds to the
+planned bubble (``specgen plan --compare``; the bench's ``costs.json`` keeps
+them under ``boundary``).
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from .kernel_timeline import LAUNCH_CATS, StepKernels, _is_copy, _locate, _phases
+
+__all__ = ["BOUNDARY_TERMS", "SYNC_CALLS", "boundary_terms"]
+
+# What the runtime does at verify->draft outside the boundary's plan, as measured from the device records
+# (and, for the read-back, the host's synchronizing call).  Each is one step's figure in microseconds.
+BOUNDARY_TERMS = {
+    "cast": "device time of the copy kernels the step graph runs right after the forward (the casting copy "
+    "of the forward's argmax into target_tokens), before its first other kernel",
+    "after_replay": "from the step graph's last record on the forward's stream to the end of the records the "
+    "host launched on that stream after the replay (a stream wait and the host-field pack)",
+    "pack_kernel": "device time of the kernels the host launched on the forward's stream after the replay",
+    "graph_switch": "from the end of that work to the next step's first draft record, where the next step's "
+    "graph launch call had returned before that work ended and no memcpy node of the next graph ran first",
+    "graph_switch_behind_copies": "the same gap in steps whose next graph ran a memcpy node (copy engine) "
+    "before its first draft record",
+    "read_back": "from the return of the last synchronizing call of the verify phase (the host reading the "
+    "step's result back) to the next step's first draft record",
+}
+SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize", "cudaMemcpy"})
+
+
+def boundary_terms(events: list[dict], steps: dict[int, StepKernels], forward: list[str]) -> dict[str, list[float]]:
+    """Per ``BOUNDARY_TERMS`` key, one figure per step that has it (us), from ``attribute``'s ``steps``.
+
+    The step graph is the graph replay that ran the forward (the forward's
+    last kernel's correlation id); the work after the replay is the verify
+    phase's records on the forward's stream launched by other calls, after
+    the graph's last record there.  A term a step lacks (no records after
+    the replay, no host-early next graph, no synchronizing call) is left out
+    for that step.
+    """
+    calls = {}
+    syncs = []
+    for e in events:
+        if e.get("cat") not in LAUNCH_CATS:
+            continue
+        corr = (e.get("args") or {}).get("correlation")
+        end = float(e["ts"]) + float(e.get("dur", 0.0))
+        if corr is not None:
+            calls[corr] = end
+        if e.get("name") in SYNC_CALLS:
+            syncs.append(end)
+    syncs.sort()
+    phases = {(p, k): (lo, hi) for lo, hi, p, k in _phases(events)}
+    out: dict[str, list[float]] = {}
+    add = lambda key, us: out.setdefault(key, []).append(round(us, 3))  # noqa: E731
+    keys = list(steps)
+    for k, step in enumerate(keys):
+        s, nxt = steps[step], steps.get(keys[k + 1]) if k + 1 < len(keys) else None
+        found = _locate(s.verify, forward)
+        if found is None:
+            continue
+        kernels, at = found
+        last = kernels[at + len(forward) - 1]
+        lane = sorted((r for r in s.verify if r.stream == last.stream and r.start >= last.end), key=lambda r: r.start)
+        graph = [r for r in lane if last.correlation is not None and r.correlation == last.correlation]
+        cast = 0.0
+        for r in graph:
+            if not _is_copy(r):
+                break
+            cast += r.dur
+        if graph and cast:
+            add("cast", cast)
+        graph_end = max((r.end for r in graph), default=last.end)
+        after = [r for r in lane if r.correlation != last.correlation and r.start >= graph_end]
+        if nxt is not None and nxt.draft:
+            first_draft = min(r.start for r in nxt.draft)
+            after = [r for r in after if r.start < first_draft]
+        work_end = max((r.end for r in after), default=graph_end)
+        if after:
+            add("after_replay", work_end - graph_end)
+            add("pack_kernel", sum(r.dur for r in after))
+        if nxt is None or not nxt.draft:
+            continue
+        first = min(nxt.draft, key=lambda r: r.start)
+        launched = calls.get(first.correlation)
+        if launched is not None and launched < work_end:  # the host was ahead: the device gap is the switch
+            ahead = [
+                r
+                for r in nxt.draft + nxt.verify
+                if r.correlation == first.correlation and r.start < first.start and r.cat == "gpu_memcpy"
+            ]
+            add("graph_switch_behind_copies" if ahead else "graph_switch", first.start - work_end)
+        lo, hi = phases.get(("verify", step), (None, None))
+        if lo is not None:
+            i = bisect.bisect_right(syncs, hi) - 1
+            if i >= 0 and lo <= syncs[i] and last.end <= syncs[i] <= first.start:
+                add("read_back", first.start - syncs[i])
+    return out

@@ -1,0 +1,107 @@
+"""The markdown of ``specgen plan --compare``: the cells, the rows and what the model is known to miss."""
+
+from __future__ import annotations
+
+__all__ = ["WHY", "cells_markdown", "markdown", "why_markdown"]
+
+MODES = ("baseline", "compile", "inductor", "specgen")
+# what the model is known to miss, per (mode, figure); the markdown lists it for the cells that miss
+WHY = {
+    ("baseline", "draft_to_verify"): "host-serial: the kernel-level bubble comes from profiled steps, where the "
+    "profiler inflates every host torch call; the model's host work is the marked family ranges "
+    "(host_family) only, and the host's work outside them is in no calibrated figure",
+    ("baseline", "verify_to_draft"): "as draft->verify; besides, the acceptance kernels' host time "
+    "(host_family.greedy_prefix_verify) is not charged: host_family prices host compute ops only, and the "
+    "baseline graph's acceptance ops are device kernels",
+    ("baseline", "tpot"): "TPOT is unprofiled, the host_family figures it is composed from are profiled "
+    "(inflated), and they differ from batch to batch more than the batch explains",
+    ("compile", "draft_to_verify"): "the draft and the verify are separate graph launches and the head "
+    "updates torch.compile'd kernels; the graph-to-graph start and those kernels' launches are not in the "
+    "plan, and no compile trace was kept to measure them",
+    ("compile", "verify_to_draft"): "after the read-back the host does its own work before it launches the "
+    "next draft; the model has that turnaround only from a calibration or trace holding boundary.compile."
+    "read_back (a compile run's trace)",
+    ("compile", "tpot"): "follows the verify->draft miss",
+    ("inductor", "draft_to_verify"): "the head families run as Inductor (Triton) kernels, more launches than "
+    "the plan's one composite; no inductor trace was kept to measure them",
+    ("inductor", "verify_to_draft"): "the tail families run as several Inductor (Triton) kernels in place of "
+    "the one composite launch the plan prices; the out-of-plan figures are specgen's unless an inductor "
+    "trace gave its own",
+    ("inductor", "tpot"): "follows the bubbles' misses",
+    ("specgen", "draft_to_verify"): "the head kernels and the draft graph's hand-over are priced by the "
+    "median in-graph kernel",
+    ("specgen", "verify_to_draft"): "the modelled graph switch is the short case; in steps where the next "
+    "graph's draft waits behind the carry's memcpy nodes (boundary.specgen.graph_switch_behind_copies, "
+    "measured, not loaded) the gap is longer; a carry of one kernel removes that case",
+    ("specgen", "tpot"): "follows the bubbles' misses",
+}
+
+
+def _signed(v, unit: str, rel) -> str:
+    if v is None:
+        return "n/a"
+    pct = "" if rel is None else f" ({rel * 100:+.0f}%)"
+    return f"{v:+g} {unit}{pct}"
+
+
+def cells_markdown(cells: list[dict], on_cpu: bool = False) -> str:
+    """The cells as a markdown table: each figure predicted / measured and the error (``miss``: outside the goal)."""
+    head = (
+        "| mode | depth | B | costs | d->v predicted (us) | d->v measured, kernels (us) | d->v error | "
+        "v->d predicted (us) | v->d measured, kernels (us) | v->d error | TPOT predicted (ms) | "
+        "TPOT measured (ms) | TPOT error |"
+    )
+    out = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cells:
+        parts = [c["mode"], str(c["depth"]), str(c["batch"]), c["costs"]]
+        for name, unit in (("draft_to_verify", "us"), ("verify_to_draft", "us"), ("tpot", "ms")):
+            f = c[name]
+            mark = {True: "", False: " miss", None: ""}[f["within_goal"]]
+            parts += [
+                _cell(f[f"predicted_{unit}"], "n/a"),
+                _cell(f[f"measured_{unit}"], "n/a (CPU)" if on_cpu and unit == "us" else "needs a trace"),
+                _signed(f[f"error_{unit}"], unit, f["error_rel"]) + mark,
+            ]
+        out.append("| " + " | ".join(parts) + " |")
+    return "\n".join(out)
+
+
+def _cell(v, missing: str) -> str:
+    return missing if v is None else f"{v:g}"
+
+
+def why_markdown(cells: list[dict]) -> str:
+    """The cells outside the goal, per mode and figure, with the known reason (``WHY``); empty if none."""
+    misses: dict[tuple[str, str], list[str]] = {}
+    for c in cells:
+        for part in ("draft_to_verify", "verify_to_draft", "tpot"):
+            if c[part]["within_goal"] is False:
+                misses.setdefault((c["mode"], part), []).append(f"d{c['depth']} B={c['batch']}")
+    names = {"draft_to_verify": "d->v", "verify_to_draft": "v->d", "tpot": "TPOT"}
+    order = sorted(misses, key=lambda k: (MODES.index(k[0]), list(names).index(k[1])))
+    out = [
+        f"- {mode} {names[part]} ({', '.join(misses[mode, part])}): {WHY.get((mode, part), 'not known')}"
+        for mode, part in order
+    ]
+    return ("Outside the goal, and why:\n\n" + "\n".join(out)) if out else ""
+
+
+def markdown(rows: list[dict], calibrated: bool, on_cpu: bool = False) -> str:
+    """The rows as a markdown table; empty cells say what would fill them (the CPU has no kernel figures)."""
+    no_kernels = "n/a (CPU)" if on_cpu else "needs a trace"
+    head = (
+        "| boundary | mode | depth | B | predicted, default costs (us) | predicted, calibrated (us) | "
+        "out of plan (us) | predicted (us) | measured, events (us) | measured, kernels (us) |"
+    )
+    out = [head, "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        extra = r.get("out_of_plan_us") or {}
+        terms = ", ".join(f"{t} {v:g}" for t, v in extra.items()) + (f" ({r['out_of_plan_from']})" if extra else "")
+        out.append(
+            f"| {r['boundary']} | {r['mode']} | {r['depth']} | {r['batch']} | "
+            f"{_cell(r['predicted_default_us'], '')} | "
+            f"{_cell(r['predicted_calibrated_us'], 'needs a trace' if not calibrated else 'n/a')} | "
+            f"{terms or '-'} | {_cell(r.get('predicted_us'), 'n/a')} | "
+            f"{_cell(r['measured_events_us'], 'n/a')} | {_cell(r['measured_kernel_us'], no_kernels)} |"
+        )
+    return "\n".join(out)
