@@ -72,6 +72,9 @@ class HostMirror:
         # two of each, so a step in flight never overwrites what the host reads
         self._staging = [torch.zeros(n, dtype=I32, device=device) for _ in range(2)]
         self._host = [torch.zeros(n, dtype=I32, pin_memory=pin) for _ in range(2)]
+        # the same pinned memory as numpy arrays: reading one flag there costs no torch op (the host's step
+        # loop pays every microsecond where the device step is short)
+        self._host_np = [h.numpy() for h in self._host]
         self._no_flag = torch.zeros(1, dtype=I32, device=device)
         self._events = [api.event() for _ in range(2)]
         self._used = [False, False]  # whether a copy was ever made from each slot
@@ -95,7 +98,8 @@ class HostMirror:
             main.wait_event(self._events[slot])  # the copy that last read this staging buffer
         n = packed_size(batch, self.width)
         fields = [getattr(result, f)[:batch].reshape(-1) for f in HOST_FIELDS]
-        torch.cat(fields + [flag.reshape(-1)[:1] if flag is not None else self._no_flag], out=self._staging[slot][:n])
+        packed_flag = self._no_flag if flag is None else flag if flag.shape == (1,) else flag.reshape(-1)[:1]
+        torch.cat(fields + [packed_flag], out=self._staging[slot][:n])
         copy.wait_stream(main)
         with self._api.stream(copy):
             self._host[slot][:n].copy_(self._staging[slot][:n], non_blocking=True)
@@ -114,7 +118,7 @@ class HostMirror:
         bits = 0
         for slot, batch in self._steps:
             if self._flag_copy[slot] > newer_than and self._events[slot].query():
-                bits |= int(self._host[slot][packed_size(batch, self.width) - 1])
+                bits |= int(self._host_np[slot][packed_size(batch, self.width) - 1])
         return bits
 
     def wait_latest(self) -> None:
