@@ -16,6 +16,7 @@ from specgen.runtime.library import VariantNotBuilt
 from specgen.runtime.semantics import SEMANTICS
 from specgen.specializations import DEFAULT
 from specgen.specializations.families import FAMILIES, shape_of
+from specgen.specializations.guard_check import GUARD_SLOTS
 
 pytestmark = pytest.mark.slow
 POISON = -777
@@ -136,6 +137,16 @@ def _inputs(family, W, BT, BS, B, dtype, draw):
         "target_draft_probs": torch.rand(B, W - 1, generator=g),
         "accept_uniforms": torch.randint(0, 2**24, (B, W - 1), generator=g).float() * 2**-24,
         "temperature": torch.where(torch.rand(B, generator=g) < 1 / 3, 0.0, torch.rand(B, generator=g) + 0.1),
+        # the device guard: bounds that the last valid positions and the rows below BS break, a reach of W + 1
+        # blocks' positions, block 0 as the scratch block
+        "guard_params": torch.tensor(
+            [BS, 0]
+            + [-(2**31)] * (GUARD_SLOTS - 2)
+            + [2**31 - 1, cap - W - 1]
+            + [2**31 - 1] * (GUARD_SLOTS - 2)
+            + [W + 1, 0, W - 1],
+            dtype=torch.int32,
+        ),
     }
     tensors = []
     for a in FAMILIES[family].args:

@@ -18,6 +18,7 @@ import pytest
 from specgen.codegen.lower import compile_many, lower
 from specgen.codegen.templates import render_variant
 from specgen.specializations.families import FAMILIES, TAIL_COMPOSITES
+from specgen.specializations.guard_check import GUARD_CHECK
 from specgen.specializations.variants import VariantSpec
 
 SPECS = [
@@ -41,8 +42,9 @@ def test_the_head_families_launch_one_thread_per_row(family, target):
     fam = FAMILIES[family]
     spec = VariantSpec(family, 16, 64 if "BT" in fam.key_params else None, 128 if "BS" in fam.key_params else None)
     text = render_variant(spec, target)
-    # the head and its members; the others (the tails after the forward too) stay per sequence
-    per_row = family.startswith("spec_verify_") and family not in TAIL_COMPOSITES
+    # the head and its members; the others (the tails after the forward and the device guard's check too) stay
+    # per sequence
+    per_row = family.startswith("spec_verify_") and family not in (*TAIL_COMPOSITES, GUARD_CHECK)
     assert fam.per_row == per_row
     assert ("T.ceildiv(B * W, THREADS)" in text) == per_row and ("T.ceildiv(B, THREADS)" in text) != per_row
     assert ("b = (r >> 4)" in text and "j = (r & 15)" in text) == per_row
