@@ -72,9 +72,9 @@ class HostMirror:
         # two of each, so a step in flight never overwrites what the host reads
         self._staging = [torch.zeros(n, dtype=I32, device=device) for _ in range(2)]
         self._host = [torch.zeros(n, dtype=I32, pin_memory=pin) for _ in range(2)]
-        # the same pinned memory as numpy arrays: reading one flag there costs no torch op (the host's step
-        # loop pays every microsecond where the device step is short)
-        self._host_np = [h.numpy() for h in self._host]
+        # (slot, batch) -> the one-element view of that packing's flag: a poll reads it with ``item`` and no
+        # indexing op (the host's step loop pays every microsecond where the device step is short)
+        self._flag_views: dict[tuple[int, int], torch.Tensor] = {}
         self._no_flag = torch.zeros(1, dtype=I32, device=device)
         self._events = [api.event() for _ in range(2)]
         self._used = [False, False]  # whether a copy was ever made from each slot
@@ -118,7 +118,11 @@ class HostMirror:
         bits = 0
         for slot, batch in self._steps:
             if self._flag_copy[slot] > newer_than and self._events[slot].query():
-                bits |= int(self._host_np[slot][packed_size(batch, self.width) - 1])
+                view = self._flag_views.get((slot, batch))
+                if view is None:
+                    at = packed_size(batch, self.width) - 1
+                    view = self._flag_views[slot, batch] = self._host[slot][at : at + 1]
+                bits |= int(view.item())
         return bits
 
     def wait_latest(self) -> None:
