@@ -19,8 +19,8 @@ from typing import Callable
 
 import sympy as sp
 
+from ..specializations import guard_check as gc
 from ..specializations.families import DEFAULT_NUM_SPLITS
-from ..specializations.guard_check import GUARD_SLOTS
 from ..specializations.variants import VariantSpec
 from . import indexing as ix
 from .indexing import S, Sq, a, b, j, slot_entry, slot_from_entry, specialize, tl
@@ -226,6 +226,6 @@ def _linear_state(v: Instance) -> dict:
 @expressions("spec_verify_guard_check")
 def _guard_check(v: Instance) -> dict:
     # an entry e maps slots e * BS .. e * BS + BS - 1, all inside int32 up to this one
-    at = {f"{name}_at": 2 * GUARD_SLOTS + k for k, name in enumerate(("reach", "scratch", "accepted"))}
-    bits = {f"{name}_bit": 1 << (GUARD_SLOTS + k) for k, name in enumerate(("entry", "accepted", "scratch"))}
-    return {"slots": GUARD_SLOTS, "max_entry": (ix.INT32_MAX + 1) // v.spec.block_size - 1} | at | bits
+    at = {"reach_at": gc.REACH_AT, "scratch_at": gc.SCRATCH_AT, "accepted_at": gc.ACCEPTED_AT}
+    bits = {"entry_bit": 1 << gc.ENTRY_BIT, "accepted_bit": 1 << gc.ACCEPTED_BIT, "scratch_bit": 1 << gc.SCRATCH_BIT}
+    return {"slots": gc.GUARD_SLOTS, "max_entry": (ix.INT32_MAX + 1) // v.spec.block_size - 1} | at | bits

@@ -26,8 +26,8 @@ from typing import Callable
 
 import torch
 
+from ..specializations import guard_check as gc
 from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, TAIL_COMPOSITES
-from ..specializations.guard_check import GUARD_SLOTS
 
 I32 = torch.int32
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -310,7 +310,7 @@ def spec_verify_guard_check(seq_lens, block_table, accepted, guard_params, guard
     negative or maps a slot past int32; ``GUARD_SLOTS + 1``: ``accepted[b]`` outside ``0 ..`` its largest;
     ``GUARD_SLOTS + 2``: a needed entry is the scratch block while ``S > 0``.
     """
-    g = GUARD_SLOTS
+    g = gc.GUARD_SLOTS
     p = guard_params.long()
     s = seq_lens.long()
     bit = lambda k: torch.tensor(1 << k, dtype=torch.long, device=s.device)  # noqa: E731
@@ -318,13 +318,13 @@ def spec_verify_guard_check(seq_lens, block_table, accepted, guard_params, guard
     for e in range(g):
         out |= torch.where((s < p[e]) | (s > p[g + e]), bit(e), 0)
     acc = accepted.long()
-    out |= torch.where((acc < 0) | (acc > p[2 * g + 2]), bit(g + 1), 0)
-    reach = p[2 * g]
+    out |= torch.where((acc < 0) | (acc > p[gc.ACCEPTED_AT]), bit(gc.ACCEPTED_BIT), 0)
+    reach = p[gc.REACH_AT]
     d = torch.arange(block_table.shape[1], device=s.device)[None, :] * block_size - s[:, None]
     need = (reach > 0) & (d > -block_size) & (d < reach)
     t = block_table.long()
-    out |= torch.where((need & ((t < 0) | (t > (INT32_MAX + 1) // block_size - 1))).any(1), bit(g), 0)
-    out |= torch.where((need & (t == p[2 * g + 1]) & (s[:, None] > 0)).any(1), bit(g + 2), 0)
+    out |= torch.where((need & ((t < 0) | (t > (INT32_MAX + 1) // block_size - 1))).any(1), bit(gc.ENTRY_BIT), 0)
+    out |= torch.where((need & (t == p[gc.SCRATCH_AT]) & (s[:, None] > 0)).any(1), bit(gc.SCRATCH_BIT), 0)
     guard_bits.copy_(out)
 
 

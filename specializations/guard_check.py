@@ -11,7 +11,18 @@ from __future__ import annotations
 
 from .families import COMPANIONS, ArgSpec, Family, register
 
-__all__ = ["GUARD_BITS", "GUARD_CHECK", "GUARD_PARAMS", "GUARD_SLOTS"]
+__all__ = [
+    "ACCEPTED_AT",
+    "ACCEPTED_BIT",
+    "ENTRY_BIT",
+    "GUARD_BITS",
+    "GUARD_CHECK",
+    "GUARD_PARAMS",
+    "GUARD_SLOTS",
+    "REACH_AT",
+    "SCRATCH_AT",
+    "SCRATCH_BIT",
+]
 
 GUARD_CHECK = "spec_verify_guard_check"
 # ``guard_params``: GUARD_SLOTS lower length bounds, as many upper ones, then the block reach, the scratch
@@ -19,6 +30,9 @@ GUARD_CHECK = "spec_verify_guard_check"
 GUARD_SLOTS = 8
 GUARD_PARAMS = 2 * GUARD_SLOTS + 3
 GUARD_BITS = ("block_table_entry", "accepted_range", "scratch_block_mapped")
+# the one statement of that layout, which the template, the reference and the runtime read
+REACH_AT, SCRATCH_AT, ACCEPTED_AT = range(2 * GUARD_SLOTS, GUARD_PARAMS)
+ENTRY_BIT, ACCEPTED_BIT, SCRATCH_BIT = range(GUARD_SLOTS, GUARD_SLOTS + len(GUARD_BITS))
 
 register(
     Family(
