@@ -23,7 +23,8 @@
 #       --families spec_verify_head_update,spec_verify_hybrid_head_update,spec_verify_linear_state_update,\
 #       spec_verify_token_update,spec_verify_metadata_update,spec_verify_attention_tiling_update,\
 #       spec_rejection_verify,prepare_next_draft,context_kv_update,spec_rejection_tail_update,\
-#       spec_rejection_context_tail_update,spec_verify_guard_check --out build/sampling_test_kernels
+#       spec_rejection_context_tail_update,spec_verify_guard_check,spec_target_sample,spec_target_sample_dense,\
+#       spec_draft_sample --out build/sampling_test_kernels
 # The serving loop's row remap (spec_batch_row_remap) is built beside the tails' plans (verify-to-draft, context-kv):
 # specgen_kernels, engine_test_kernels, block_test_kernels, hybrid_test_kernels and kbuild-cuda-edge hold it only
 # when built after it was added (commit 64e76d6); tests/engine/serving/test_loop_cuda.py and the CUDA fuzz need it

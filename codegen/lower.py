@@ -55,10 +55,10 @@ class Lowered:
     arch: str | None
     source: str
     entry: str
-    params: list[str]  # kernel parameter names in call order; "B" is the batch scalar
+    params: list[str]  # kernel parameter names in call order; "B" is the batch scalar, "V" the vocabulary
     pointer_params: list[str]
     threads: int
-    grid: str  # Python expression over B: blocks to launch
+    grid: str  # blocks to launch: a shape expression over B (and W, BT, NS, V; the runtime's env)
 
 
 def source_suffix(target: str) -> str:
@@ -173,8 +173,11 @@ def _lower(program_text: str, target: str, arch: str | None, symbol: str | None)
     entry = f"{symbol or namespace['ENTRY_NAME']}_kernel"
     params, pointers = parse_signature(art.kernel_source, entry)
     threads = int(namespace["THREADS"])
-    rows = int(namespace["W"]) if namespace.get("THREADS_PER") == "row" else 1
-    return Lowered(target, arch, art.kernel_source, entry, params, pointers, threads, launch_grid(threads, rows))
+    if namespace.get("THREADS_PER") == "block":  # one block per row: the grid is the rows
+        grid = str(namespace["ROWS"])
+    else:
+        grid = launch_grid(threads, int(namespace["W"]) if namespace.get("THREADS_PER") == "row" else 1)
+    return Lowered(target, arch, art.kernel_source, entry, params, pointers, threads, grid)
 
 
 def launch_grid(threads: int, rows_per_sequence: int = 1) -> str:

@@ -24,7 +24,9 @@ from pathlib import Path
 
 import jinja2
 import sympy as sp
+from jinja2 import pass_context
 
+from ..specializations.expr import expression_names
 from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES
 from ..specializations.targets import TARGETS
 from ..specializations.variants import VariantSpec, family_of
@@ -39,7 +41,7 @@ _EXTRA_DIRS: list[str] = []
 @lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
     root = str(files("specgen.templates"))
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader([root, *_EXTRA_DIRS], encoding="utf-8"),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -47,6 +49,38 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,
     )
+    env.filters["lanes"], env.filters["lane0"] = _lanes, _lane0
+    return env
+
+
+def _phase(text: str, head: str, tail: str) -> str:
+    """``text`` (a filter block's statements) under ``head`` and before ``tail``, where the template put it."""
+    body = textwrap.dedent(text).strip("\n")
+    first = text.strip("\n").split("\n")[0]
+    pad = first[: len(first) - len(first.lstrip())]
+    if head:
+        body = head + "\n" + textwrap.indent(body, "    ")
+    return textwrap.indent(body + ("\n" + tail if tail else ""), pad) + "\n"
+
+
+@pass_context
+def _lanes(ctx, text: str) -> str:
+    """``{% filter lanes %}...{% endfilter %}``: one phase of a block family, run by every lane ``i``.
+
+    On ``cuda`` each thread runs the statements as its lane ``i``, then the
+    block synchronises (``T.sync_threads()``); on ``c`` (no threads) they run
+    in ``for i in T.serial(THREADS):``, lane after lane.
+    """
+    if ctx["target"] == "c":
+        return _phase(text, "for i in T.serial(THREADS):", "")
+    return _phase(text, "", "T.sync_threads()")
+
+
+@pass_context
+def _lane0(ctx, text: str) -> str:
+    """``{% filter lane0 %}...{% endfilter %}``: statements run once per row of a block family (its results):
+    by lane 0 on ``cuda`` (``if i == 0:``), as they stand on ``c``; no lane ``i`` is bound on ``c`` there."""
+    return _phase(text, "if i == 0:" if ctx["target"] != "c" else "", "")
 
 
 def add_template_dir(path: str | Path) -> None:
@@ -71,7 +105,7 @@ def load_template(name: str) -> jinja2.Template:
 def _params(v: Instance) -> str:
     """The prim_func's arguments, one a line, shapes specialised; B stays symbolic."""
     s = v.spec
-    env = {"B": sp.Symbol("B"), "W": s.width, "BT": s.block_table_width or 0, "NS": v.num_splits}
+    env = {"B": sp.Symbol("B"), "V": sp.Symbol("V"), "W": s.width, "BT": s.block_table_width or 0, "NS": v.num_splits}
     lines = []
     for arg in FAMILIES[s.family].args:
         shape = sp.sympify(arg.shape, locals=env)
@@ -93,8 +127,17 @@ def _launch(v: Instance) -> tuple[str, int]:
     index expression) took ~40% of a variant's lowering and changed nothing in
     the generated source, which is the same text either way
     (``tests/codegen/test_launch.py``).
+
+    A block family runs one block per row, ``r = bx`` of its ``rows`` (a
+    ``"B * W"`` family's body sees ``b`` and ``j`` of ``r`` too).  ``cuda``
+    binds the lane ``i``; ``c`` binds none (TileLang's c target refuses a
+    thread index in ``T.Kernel``): the template walks the lanes itself,
+    ``{% filter lanes %}`` (``_lanes``).  The grid is the rows, so no guard.
     """
-    per_row = FAMILIES[v.spec.family].per_row
+    fam = FAMILIES[v.spec.family]
+    if fam.threads_per == "block":
+        return _block_launch(v, fam.rows)
+    per_row = fam.per_row
     count = "B * W" if per_row else "B"
     lines = [f"with T.Kernel(T.ceildiv({count}, THREADS), threads=THREADS) as bx:"]
     if v.target == "ascend":
@@ -125,6 +168,16 @@ def _launch(v: Instance) -> tuple[str, int]:
     return textwrap.indent("\n".join(lines), " " * _PARAM_INDENT), _PARAM_INDENT + 4 * (depth + 1)
 
 
+def _block_launch(v: Instance, rows: str) -> tuple[str, int]:
+    lines = [f"with T.Kernel({rows}, threads=THREADS) as bx:"]
+    if v.target == "cuda":
+        lines.append("    i = T.get_thread_binding()")
+    lines.append("    r = bx")
+    if "W" in expression_names(rows):
+        lines += [f"    b = {v.expr(ix.FloorDiv(ix.r, ix.W))}", f"    j = {v.expr(ix.Mod(ix.r, ix.W))}"]
+    return textwrap.indent("\n".join(lines), " " * _PARAM_INDENT), _PARAM_INDENT + 4
+
+
 def _constants(v: Instance) -> str:
     s = v.spec
     names = {"W": s.width, "BT": s.block_table_width, "BS": s.block_size}
@@ -138,14 +191,19 @@ def _constants(v: Instance) -> str:
 def _frame(v: Instance) -> dict:
     """What ``_kernel.py.jinja`` needs around a family's body."""
     launch, body_indent = _launch(v)
-    per_row = FAMILIES[v.spec.family].per_row
-    launch_doc = "One thread per verification row r = b * W + j" if per_row else "One thread per sequence"
+    fam = FAMILIES[v.spec.family]
+    launch_doc = {
+        "row": "One thread per verification row r = b * W + j",
+        "block": f"One block of THREADS threads per row r (rows = {fam.rows})",
+    }.get(fam.threads_per, "One thread per sequence")
     return dict(
         family=v.spec.family,
         target=v.target,
         threads=v.threads,
         key=v.spec.key,
-        threads_per=FAMILIES[v.spec.family].threads_per,
+        threads_per=fam.threads_per,
+        rows=fam.rows,
+        uses_vocab=fam.uses_vocab,
         launch_doc=launch_doc,
         dialect=TARGETS[v.target].dialect,
         constants=_constants(v),
@@ -163,6 +221,9 @@ def render_variant(spec: VariantSpec, target: str = "c", threads: int = 128) -> 
         raise ValueError(f"{spec.family}: no {spec.draft_dtype} draft variant")
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; one of {tuple(TARGETS)}")
+    if target == "ascend" and fam.threads_per == "block":
+        raise ValueError("block families are not rendered for ascend")
+    threads = fam.threads or threads  # a family that fixes its block (the vocabulary pass's lanes) keeps it
     if target == "cuda" and threads % 32:
         # the tiling scan's shuffle masks name whole warps' lanes
         raise ValueError(f"cuda blocks of whole warps only: {threads} threads is no multiple of 32")

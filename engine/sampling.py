@@ -24,24 +24,29 @@ temperature 0 is greedy, so one batch mixes greedy and sampled rows.  Without it
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 import torch
 
 from ..models.errors import EngineError
 from ..runtime.sampling import (
+    Filtered,
     SamplingParams,
     SamplingTensors,
     draft_sample,
     first_tokens,
     rejection_verify,
     sample_rows,
-    target_probs_of,
+    target_weights_of,
 )
+from ..specializations.vocab_sample import DRAFT_SAMPLE, MAX_VOCAB_TOKENS, TARGET_SAMPLE, TARGET_SAMPLE_DENSE
 
 __all__ = ["EngineSampling", "SamplingParams", "sampling_rows"]
 
 I32 = torch.int32
+VOCAB_KERNELS_ENV = "SPECGEN_VOCAB_KERNELS"  # 0: the vocabulary pass as torch ops in specgen mode too
+SAMPLE_PARAMS = ("temperature", "top_k", "top_p", "seed")
 
 
 def sampling_rows(sampling, batch: int) -> list[SamplingParams] | None:
@@ -69,13 +74,30 @@ class EngineSampling:
         return self.engine.proposer.samples and self.engine.acceptance is None
 
     def setup(self) -> None:
-        """The buffers a run needs (after the step buffers exist), and the parameters written into them."""
+        """The buffers a run needs (after the step buffers exist), and the parameters written into them.
+
+        In specgen mode, with a build that has them, the vocabulary pass and a sampling draft's draws are the
+        generated families (``spec_target_sample[_dense]``, ``spec_draft_sample``: one launch each); the other
+        modes, a build without them and ``SPECGEN_VOCAB_KERNELS=0`` run the same semantics as torch ops.
+        """
         e = self.engine
         vocab = e.model.config.vocab_size
-        dtype = e.model.embed_tokens.weight.dtype
-        self.logits = torch.zeros(e.batch * e.width, vocab, dtype=dtype, device=e.device)
-        if self.draft_samples:
-            self.dists = torch.zeros(e.batch, e.width - 1, vocab, dtype=torch.float32, device=e.device)
+        f32 = dict(dtype=torch.float32, device=e.device)
+        self.logits = torch.zeros(e.batch * e.width, vocab, **f32)  # the kernels read float32 logits
+        if self.draft_samples:  # draft j's rows are one contiguous block: what spec_target_sample_dense reads
+            self.dists = torch.zeros(e.width - 1, e.batch, vocab, **f32)
+        self.target_kernel = self.draft_kernel = None
+        wanted = os.environ.get(VOCAB_KERNELS_ENV, "1") != "0"
+        lib = e.library if e.strategy.name == "specgen" and wanted else None
+        family = TARGET_SAMPLE_DENSE if self.draft_samples else TARGET_SAMPLE
+        if lib is not None and vocab <= MAX_VOCAB_TOKENS and lib.has(family, e.width):
+            self.target_kernel = lib.get(family, e.width)
+            self.scratch = torch.zeros(e.batch * e.width, vocab, **f32)
+            if self.draft_samples and lib.has(DRAFT_SAMPLE, e.width):
+                self.draft_kernel = lib.get(DRAFT_SAMPLE, e.width)
+                self.draft_logits = torch.zeros(e.batch, vocab, **f32)
+                self.drawn = torch.zeros(e.batch, dtype=torch.int64, device=e.device)
+                self.drawn_probs = torch.zeros(e.batch, **f32)
         self.write(self.params)
 
     def write(self, params: Sequence[SamplingParams]) -> None:
@@ -90,8 +112,17 @@ class EngineSampling:
         self.logits[: logits.shape[0]].copy_(logits)
 
     def sampler(self, bufs) -> None:
-        """The sampling tail's vocabulary pass (``runtime.sampling.sample_rows``) over ``bufs``."""
-        sample_rows(bufs, self.logits, self.dists)
+        """The sampling tail's vocabulary pass over ``bufs``: the generated family, or
+        ``runtime.sampling.sample_rows`` (the same bits as torch ops)."""
+        batch, width = bufs["target_tokens"].shape
+        dists = None if self.dists is None else self.dists[:, :batch]
+        if self.target_kernel is None or (dists is not None and not dists.is_contiguous()):  # a bucket of a dense step
+            sample_rows(bufs, self.logits, None if dists is None else dists.transpose(0, 1))
+            return
+        names = ("draft_tokens",) + (("draft_probs",) if dists is None else ()) + SAMPLE_PARAMS + ("seq_lens",)
+        ins = [bufs[n] for n in names] + [self.logits[: batch * width]] + ([] if dists is None else [dists])
+        outs = [bufs[n] for n in ("target_tokens", "target_draft_probs", "accept_uniforms")]
+        self.target_kernel(*ins, *outs, self.scratch[: batch * width])
 
     def draft(self, logits: torch.Tensor, positions: torch.Tensor, index: int) -> torch.Tensor:
         """Draft ``index`` of every row from the draft's ``logits[B, V]`` at the drafted tokens' ``positions``:
@@ -99,10 +130,18 @@ class EngineSampling:
         ``q(x)`` and ``q`` go to ``draft_probs`` and ``dists``."""
         if not self.draft_samples:
             return logits.argmax(-1)
-        b = self.engine.bufs
+        b, n = self.engine.bufs, logits.shape[0]
+        if self.draft_kernel is not None and n == b["temperature"].shape[0] <= self.drawn.shape[0]:
+            self.draft_logits[:n].copy_(logits)
+            params = [b[k] for k in SAMPLE_PARAMS]
+            pos = positions.to(torch.int64).expand(n).contiguous()
+            drawn, probs, dist = self.drawn[:n], self.drawn_probs[:n], self.dists[index, :n]  # leading rows: contiguous
+            self.draft_kernel(*params, pos, self.draft_logits[:n], drawn, probs, dist)
+            b["draft_probs"][:, index].copy_(probs)
+            return drawn.clone()  # the next draft overwrites ``drawn``
         x, qx, q = draft_sample(logits, b, positions)
-        b["draft_probs"][: x.shape[0], index].copy_(qx)
-        self.dists[: x.shape[0], index].copy_(q)
+        b["draft_probs"][:n, index].copy_(qx)
+        self.dists[index, :n].copy_(q)
         return x
 
     def first_tokens(self, logits: torch.Tensor) -> torch.Tensor:
@@ -110,18 +149,18 @@ class EngineSampling:
         token (``runtime.sampling.first_tokens``: the argmax on a greedy row)."""
         return first_tokens(logits, self.engine.bufs, self.engine.prompt_lens)
 
-    def target_probs(self, bufs) -> torch.Tensor:
-        """``p_j`` of the verify rows (``baseline`` computes them on the device, then reads them)."""
-        return target_probs_of(bufs, self.logits)
+    def target_weights(self, bufs) -> Filtered:
+        """``p_j`` of the verify rows as weights (``baseline`` computes them on the device, then reads them)."""
+        return target_weights_of(bufs, self.logits)
 
-    def host_verify(self, h: dict, bufs: dict, probs: torch.Tensor) -> None:
-        """``baseline``'s acceptance on the host: the rule over the target's ``probs`` read back (a host sync),
+    def host_verify(self, h: dict, bufs: dict, weights: torch.Tensor, totals: torch.Tensor) -> None:
+        """``baseline``'s acceptance on the host: the rule over the target's weights read back (a host sync),
         the drafts' ``q`` and the rows' seeds at positions ``seq_lens``; leaves ``accepted``, ``next_tokens``
         and, at index ``accepted``, the new token in ``target_tokens`` in ``h``."""
-        p = probs.cpu()
-        dists = None if self.dists is None else self.dists.cpu()
+        target = Filtered(weights.cpu(), totals.cpu())
+        dists = None if self.dists is None else self.dists.transpose(0, 1).cpu()
         acc, emitted = rejection_verify(
-            h["draft_tokens"], bufs["draft_probs"].cpu(), dists, p, self.host.seed, h["seq_lens"]
+            h["draft_tokens"], bufs["draft_probs"].cpu(), dists, target, self.host.seed, h["seq_lens"]
         )
         h["accepted"].copy_(acc)
         h["next_tokens"].copy_(emitted)

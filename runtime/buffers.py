@@ -1,7 +1,8 @@
 """The persistent step buffers of a verify graph: one set per batch bucket, allocated once.
 
 Every family argument of the plan gets a stable-address tensor of its dtype (int32, and float32 for
-sampled verification's probabilities, uniforms and temperatures); padding
+sampled verification's probabilities, uniforms and temperatures), except the arguments of families
+over the vocabulary (a shape naming ``V``: the engine's sampling state holds those); padding
 rows of a bucket point at the scratch block so their writes land nowhere that
 matters.
 """
@@ -60,6 +61,8 @@ def alloc_step_buffers(
     """
     names: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
     for fam in FAMILIES.values():
+        if fam.uses_vocab:  # the vocabulary passes' tensors belong to the engine's sampling state
+            continue
         for a in fam.args:
             dtype = getattr(torch, a.dtype) if a.dtype != "draft" else I32
             names.setdefault(a.name, (shape_of(a, batch, width, block_table_width, num_splits), dtype))

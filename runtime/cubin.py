@@ -26,7 +26,8 @@ _STB_GLOBAL = 1
 _EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 2, 3, 4
 _EIATTR_MAX_THREADS = 0x05
 _EIATTR_KPARAM_INFO = 0x17
-POINTER_SIZE, BATCH_SIZE = 8, 4  # what the launcher packs: a device pointer per tensor, int32 B
+POINTER_SIZE, BATCH_SIZE = 8, 4  # what the launcher packs: a device pointer per tensor, int32 B (and V)
+SCALARS = ("B", "V")  # the int32 parameters: the batch, and the vocabulary where a shape names it
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,8 @@ def cubin_kernels(image: bytes) -> dict[str, CubinKernel]:
 def entry_problems(image: bytes, entry, kernels: dict[str, CubinKernel] | None = None) -> list[str]:
     """How the cubin ``image`` disagrees with manifest ``entry`` (its symbol, parameters, block size).
 
-    The launcher passes one device pointer per tensor and ``B`` as int32, in
-    the order of ``entry.params``, and launches ``entry.threads`` threads a
+    The launcher passes one device pointer per tensor and ``B`` (and ``V``) as
+    int32, in the order of ``entry.params``, and launches ``entry.threads`` threads a
     block.  ``kernels`` is ``cubin_kernels(image)`` where the caller has it.
     """
     try:
@@ -116,7 +117,7 @@ def entry_problems(image: bytes, entry, kernels: dict[str, CubinKernel] | None =
         return [f"has no kernel {entry.entry!r} (it holds {', '.join(sorted(kernels)) or 'none'})"]
     problems = []
     sizes = tuple(size for _, size in kernel.params)
-    want = tuple(BATCH_SIZE if p == "B" else POINTER_SIZE for p in entry.params)
+    want = tuple(BATCH_SIZE if p in SCALARS else POINTER_SIZE for p in entry.params)
     if sizes != want:
         problems.append(
             f"{entry.entry} takes parameters of {list(sizes)} bytes; the manifest's "

@@ -27,6 +27,7 @@ from ..specializations.expr import (
     eval_shape,
     safe_eval,
     validate_expression,
+    vocab_axis,
 )
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "guard_pair",
     "safe_eval",
     "validate_expression",
+    "vocab_of",
 ]
 
 
@@ -72,12 +74,27 @@ def check_guards(guards: Iterable, *, min_seq_len: int, max_seq_len: int, batch:
     return GuardResult(not failed, failed)
 
 
+def vocab_of(args: Sequence, tensors: Sequence) -> int | None:
+    """The vocabulary size ``V`` of a launch, read from its tensors; None when no shape names ``V``.
+
+    The first argument whose shape has the bare ``V`` at axis ``k`` (``(B, V)``:
+    ``k = 1``) gives it: ``tensors[i].shape[k]``.  A tensor with fewer axes gives
+    0, which its shape check then refuses.  The launchers pass the same value.
+    """
+    for a, t in zip(args, tensors):
+        k = vocab_axis(a.shape)
+        if k is not None:
+            return int(t.shape[k]) if t.dim() > k else 0
+    return None
+
+
 def check_tensors(args: Sequence, tensors: Sequence, *, W: int, BT: int | None, NS: int | None, key: str) -> int:
     """Check ``tensors`` against the variant's ``args``; return the batch B.
 
     ``args`` are manifest argument records (``name``, ``dtype``, ``shape``).
-    B is dim 0 of the first tensor.  Any mismatch raises ``KernelArgumentError``
-    naming the argument; nothing is launched.
+    B is dim 0 of the first tensor; a shape naming ``V`` is checked with the
+    ``V`` that ``vocab_of`` reads, which must be at least 1.  Any mismatch
+    raises ``KernelArgumentError`` naming the argument; nothing is launched.
     """
     import torch
 
@@ -92,16 +109,18 @@ def check_tensors(args: Sequence, tensors: Sequence, *, W: int, BT: int | None, 
         raise KernelArgumentError(f"{key}: {args[0].name} must have a batch dimension, got a scalar")
     B = int(first.shape[0])
     device = first.device
+    V = vocab_of(args, tensors)
     for a, t in zip(args, tensors):
         want_dtype = getattr(torch, a.dtype)
         if t.dtype != want_dtype:
             raise KernelArgumentError(
                 f"{key}: {a.name} dtype expected {a.dtype}, got {str(t.dtype).removeprefix('torch.')}"
             )
-        want_shape = eval_shape(a.shape, B=B, W=W, BT=BT, NS=NS)
+        want_shape = eval_shape(a.shape, B=B, W=W, BT=BT, NS=NS, V=V)
         if tuple(t.shape) != want_shape:
+            with_v = "" if V is None else f", V={V}"
             raise KernelArgumentError(
-                f"{key}: {a.name} shape expected {want_shape} ({a.shape} with B={B}), got {tuple(t.shape)}"
+                f"{key}: {a.name} shape expected {want_shape} ({a.shape} with B={B}{with_v}), got {tuple(t.shape)}"
             )
         if t.device != device:
             raise KernelArgumentError(
@@ -109,4 +128,6 @@ def check_tensors(args: Sequence, tensors: Sequence, *, W: int, BT: int | None, 
             )
         if not t.is_contiguous():
             raise KernelArgumentError(f"{key}: {a.name} must be contiguous, got strides {tuple(t.stride())}")
+    if V is not None and V < 1:
+        raise KernelArgumentError(f"{key}: the vocabulary V (read from the tensors) must be at least 1, got {V}")
     return B

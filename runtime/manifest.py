@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..specializations.expr import GUARD_NAMES, SHAPE_NAMES, UnsafeExpressionError, validate_expression
+from ..specializations.expr import GUARD_NAMES, SHAPE_NAMES, UnsafeExpressionError, validate_expression, vocab_axis
 from ..specializations.families import ARG_DTYPES
 from ..specializations.plan import Plan, PlanError
 from ..specializations.targets import TARGET_NAMES as TARGETS
 from ..specializations.targets import TARGETS as TARGET_ROWS
 from ..specializations.variants import Layout, VariantSpec, variants_command
-from .cubin import entry_problems
+from .cubin import SCALARS, entry_problems
 
 SCHEMA_VERSION = 2  # 2: plans carry structured steps and their layout
 MANIFEST_NAME = "manifest.json"
@@ -152,9 +152,11 @@ def _parse_variant(rec: Any, where: str) -> VariantEntry:
         args.append(arg)
     if not args:
         raise ManifestError(f"{where}: field 'args' is empty")
-    missing = [n for n in params if n != "B" and n not in {a.name for a in args}]
-    if missing or sorted(n for n in params if n != "B") != sorted(a.name for a in args):
+    missing = [n for n in params if n not in SCALARS and n not in {a.name for a in args}]
+    if missing or sorted(n for n in params if n not in SCALARS) != sorted(a.name for a in args):
         raise ManifestError(f"{where}: field 'params' {list(params)} does not match the args")
+    if "V" in params and all(vocab_axis(a.shape) is None for a in args):
+        raise ManifestError(f"{where}: field 'params' passes V, but no argument has an axis of extent V to read it")
     launch = rec.get("launch") or {}
     guards = []
     for i, g in enumerate(rec.get("guards") or []):

@@ -35,9 +35,11 @@ from .plan import (
 )
 from .targets import TARGET_NAMES, TARGET_OF_DEVICE, TARGETS, Target, target
 from .variants import KeyFormatError, Layout, UnknownFamily, VariantSpec, build_command, family_of
+from .vocab_sample import VOCAB_FAMILIES  # registers the vocabulary pass's families
 
 __all__ = [
     "GUARD_CHECK",
+    "VOCAB_FAMILIES",
     "ArgSpec",
     "BASE_GUARDS",
     "BLOCK_ENTRY",

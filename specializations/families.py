@@ -4,8 +4,8 @@ The semantics are those of ``docs/kernels.md`` (the kernel contract);
 ``specgen.runtime.semantics`` holds the torch implementation of each family,
 the ground truth for every generated variant.  Shapes are expressions over
 ``B`` (batch, a run-time dimension), ``W`` (verify width), ``BT`` (block-table
-width) and ``NS`` (split count of the attention tiling), evaluated by
-``specializations.expr`` only.
+width), ``NS`` (split count of the attention tiling) and ``V`` (the vocabulary, a
+run-time dimension read from the tensors), evaluated by ``specializations.expr`` only.
 
 Adding a family: ``register(Family(...))`` here (or from a plugin), a template
 ``templates/<name>.py.jinja`` (or one in a folder given to
@@ -19,50 +19,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .expr import GUARD_NAMES, eval_shape, validate_expression
+from .expr import SHAPE_NAMES, eval_shape, expression_names, validate_expression, vocab_axis
+from .guard_rules import BASE_GUARDS, BLOCK_ENTRY, GUARD_RULE_NAMES, GuardRule  # noqa: F401 - re-exported here
 
 MIN_WIDTH, MAX_WIDTH = 2, 16
 DEFAULT_NUM_SPLITS = 8
 DRAFT_DTYPES = ("int32", "int64")
 ARG_DTYPES = ("int32", "int64", "float32")  # what a kernel argument (and the manifest's record of it) may hold
-# A guard rule may also name the layout's parameters; codegen substitutes them per variant.
-GUARD_RULE_NAMES = GUARD_NAMES | {"W", "BT", "BS", "NS"}
 
 
 @dataclass(frozen=True, slots=True)
 class ArgSpec:
     name: str
     dtype: str  # "int32", "int64" or "float32"; "draft" means the variant's draft dtype
-    shape: str  # Python expression over B, W, BT, NS; a tuple for 2-D tensors
+    shape: str  # Python expression over B, W, BT, NS, V; a tuple for 2-D tensors
     output: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class GuardRule:
-    """A condition under which a family's variants equal its semantics, checked before every launch.
-
-    ``expr`` is integer Python over ``min_seq_len``, ``max_seq_len``, ``batch``
-    and the layout's ``W``, ``BT``, ``BS``; ``codegen.guards`` substitutes the
-    layout, so ``max_seq_len + W <= BT * BS`` becomes ``max_seq_len <= 8188``
-    for w4_bt64_bs128.
-    """
-
-    expr: str
-    why: str
-
-    def __post_init__(self):
-        validate_expression(self.expr, GUARD_RULE_NAMES)
-
-
-BASE_GUARDS = (
-    GuardRule("min_seq_len >= 0", "S >= 0: positions and slots are computed for non-negative lengths"),
-    GuardRule("batch >= 1", "B >= 1: a launch covers at least one sequence"),
-)
-# What a block_table argument implies: every position a variant writes, S .. S + W - 1, has an entry.
-BLOCK_ENTRY = GuardRule("max_seq_len + W <= BT * BS", "S + W <= BT * BS: every verify position has a block-table entry")
-
-
-THREADS_PER = ("sequence", "row")
+THREADS_PER = ("sequence", "row", "block")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +46,9 @@ class Family:
     ``threads_per`` is the launch: ``"sequence"`` runs one thread per sequence
     ``b`` (``B`` threads), ``"row"`` one per verification row ``r = b * W + j``
     (``B * W`` threads, so a thread's work does not grow with ``W``); a
-    per-row family needs ``W`` in its key.  A composite takes its members'
-    launch, which they must share.
+    per-row family needs ``W`` in its key.  ``"block"`` runs a block of ``THREADS``
+    threads per row ``r`` of ``rows`` (``"B"``, ``"B * W"``).  A composite takes its
+    members' launch, which they must share (never a block launch).
     """
 
     name: str
@@ -87,16 +62,27 @@ class Family:
     # thread per sequence, an earlier member may write them (the thread reads back what it wrote)
     own_row_inputs: tuple[str, ...] = ()
     carried: tuple[str, ...] = ()  # a composite's values passed from a member to a later one (``_composite``)
+    rows: str = ""  # a block launch's rows (= blocks), over B and W: "B" or "B * W"; empty for the others
+    threads: int = 0  # the threads of every variant's block; 0: the build's choice (128)
 
     def __post_init__(self):
         if self.threads_per not in THREADS_PER:
             raise ValueError(f"{self.name}: threads_per {self.threads_per!r} is not one of {', '.join(THREADS_PER)}")
-        if self.threads_per == "row" and "W" not in self.key_params:
-            raise ValueError(f"{self.name}: a per-row launch needs W in the key (B * W threads)")
+        if bool(self.rows) != (self.threads_per == "block"):
+            raise ValueError(f"{self.name}: a block launch, and only it, names its rows (rows={self.rows!r})")
+        validate_expression(self.rows or "B", SHAPE_NAMES)
+        if "W" not in self.key_params and (self.threads_per == "row" or "W" in expression_names(self.rows or "B")):
+            raise ValueError(f"{self.name}: a launch over B * W threads or rows needs W in the key")
+        if self.uses_vocab and all(vocab_axis(a.shape) is None for a in self.args):
+            raise ValueError(f"{self.name}: no argument has an axis of extent V, so V cannot be read at launch")
 
     @property
     def per_row(self) -> bool:
         return self.threads_per == "row"
+
+    @property
+    def uses_vocab(self) -> bool:  # an argument's shape names the vocabulary V (read from the tensors)
+        return any("V" in expression_names(a.shape) for a in self.args)
 
     @property
     def uses_num_splits(self) -> bool:
@@ -155,6 +141,8 @@ def _composite(name: str, members: tuple[str, ...], bases: dict[str, "Family"]) 
     draft's inputs from the accepted count).  Such a value is an output of the composite.
     """
     fams = [bases[m] for m in members]
+    if any(f.threads_per == "block" for f in fams):
+        raise ValueError(f"{name}: a block family (one block per row) is never a composite's member")
     launches = {f.threads_per for f in fams}
     if len(launches) != 1:
         per = ", ".join(f"{f.name}: one thread per {f.threads_per}" for f in fams)
@@ -394,5 +382,7 @@ def unregister(name: str) -> None:
     COMPOSITES.pop(name, None)
 
 
-def shape_of(arg: ArgSpec, B: int, W: int, BT: int | None = None, NS: int = DEFAULT_NUM_SPLITS) -> tuple[int, ...]:
-    return eval_shape(arg.shape, B=B, W=W, BT=BT, NS=NS)
+def shape_of(
+    arg: ArgSpec, B: int, W: int, BT: int | None = None, NS: int = DEFAULT_NUM_SPLITS, V: int | None = None
+) -> tuple[int, ...]:
+    return eval_shape(arg.shape, B=B, W=W, BT=BT, NS=NS, V=V)

@@ -62,12 +62,16 @@ class BaselineMode(Mode):
         if e.sampling is None:
             self.verify_graph = e.graph(e.forward_only)
             return
-        # a sampling engine's target also gives its filtered distributions p_j (on the device), which the host reads
-        self.probs = torch.zeros(e.batch, e.width, e.model.config.vocab_size, device=e.device)
+        # a sampling engine's target also gives its filtered distributions p_j (on the device, as integer weights and
+        # their totals), which the host reads
+        self.weights = torch.zeros(e.batch, e.width, e.model.config.vocab_size, dtype=torch.int64, device=e.device)
+        self.totals = torch.zeros(e.batch, e.width, dtype=torch.int64, device=e.device)
 
         def forward_and_probs() -> None:
             e.forward_only()
-            self.probs.copy_(e.sampling.target_probs(e.bufs))
+            target = e.sampling.target_weights(e.bufs)
+            self.weights.copy_(target.weights)
+            self.totals.copy_(target.totals)
 
         self.verify_graph = e.graph(forward_and_probs)
 
@@ -97,10 +101,10 @@ class BaselineMode(Mode):
         h["target_tokens"].copy_(bufs["target_tokens"].cpu())  # synchronizes
         if sampling is not None:
             with host_range("spec_rejection_verify"):  # the family the host stands in for
-                sampling.host_verify(h, bufs, self.probs)
+                sampling.host_verify(h, bufs, self.weights, self.totals)
         self.engine.proposer.host_tail(h, bufs, accept=sampling is None)
         self.h_last, self.h_seq = h["next_last_token"].clone(), h["next_seq_lens"].clone()
         return h["accepted"].clone(), h["next_tokens"].clone()
 
     def close(self) -> None:
-        self.verify_graph = self.h_bufs = self.probs = None
+        self.verify_graph = self.h_bufs = self.weights = self.totals = None

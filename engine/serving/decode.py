@@ -129,7 +129,7 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
             s = e.strategy
             s.h_bufs = {k: v for k, v in host.items() if not k.startswith("h_")}
             s.h_last, s.h_seq = host["h_last"].clone(), host["h_seq"].clone()
-            body = forward_body(loop, launched)  # a sampling engine: strategy.probs is this row count's
+            body = forward_body(loop, launched)  # a sampling engine: strategy.weights and .totals are this row count's
             # on a GPU the graph over these buffers, captured at set-up (row_graphs.py); eager on the CPU
             cuda = loop.device.type == "cuda"
             s.verify_graph = functools.partial(loop.row_graphs.forward, launched) if cuda else body

@@ -57,20 +57,24 @@ def write_rows(loop, ids: list[int], bufs: dict, launched: int) -> None:
 
 def forward_body(loop, rows: int):
     """``baseline``'s verify forward over ``rows`` rows (one per row count, kept): the target's; a sampling
-    engine's also leaves the rows' filtered target distributions in ``strategy.probs`` (a tensor per row count,
-    so a graph captured over it replays into it), which the host's rule reads."""
+    engine's also leaves the rows' filtered target distributions (integer weights and their totals) in
+    ``strategy.weights`` and ``strategy.totals`` (tensors per row count, so a graph captured over them replays
+    into them), which the host's rule reads."""
     e = loop.engine
     if e.sampling is None:
         return e.forward_only
     if rows not in loop._forwards:
-        probs = torch.zeros(rows, loop.width, e.model.config.vocab_size, device=loop.device)
+        weights = torch.zeros(rows, loop.width, e.model.config.vocab_size, dtype=torch.int64, device=loop.device)
+        totals = torch.zeros(rows, loop.width, dtype=torch.int64, device=loop.device)
 
         def fn() -> None:
             e.forward_only()
-            probs.copy_(e.sampling.target_probs(e.bufs))
+            target = e.sampling.target_weights(e.bufs)
+            weights.copy_(target.weights)
+            totals.copy_(target.totals)
 
-        loop._forwards[rows] = fn, probs
-    fn, e.strategy.probs = loop._forwards[rows]
+        loop._forwards[rows] = fn, weights, totals
+    fn, e.strategy.weights, e.strategy.totals = loop._forwards[rows]
     return fn
 
 

@@ -78,10 +78,14 @@ def test_the_manifest_grid_covers_a_thread_per_row_or_per_sequence(built):
     widths = {v["width"] for v in manifest["variants"] if v["family"] == "spec_verify_head_update"}
     assert {4, 5, 6, 16} <= widths  # the composite head at the widths of both drafts
     for v in manifest["variants"]:
-        threads, per_row = v["launch"]["threads"], FAMILIES[v["family"]].per_row
+        threads, fam = v["launch"]["threads"], FAMILIES[v["family"]]
         for B in (1, 8, 9, 26, 256, 1000):
-            threads_needed = B * v["width"] if per_row else B
-            grid = safe_eval(v["launch"]["grid"], {"B": B, "W": v["width"], "BT": 0, "NS": 0}, SHAPE_NAMES)
+            env = {"B": B, "W": v["width"], "BT": 0, "NS": 0, "V": 37}
+            grid = safe_eval(v["launch"]["grid"], env, SHAPE_NAMES)
+            if fam.threads_per == "block":  # a block per row
+                assert grid == safe_eval(fam.rows, env, SHAPE_NAMES), (v["key"], B)
+                continue
+            threads_needed = B * v["width"] if fam.per_row else B
             assert grid == -(-threads_needed // threads), (v["key"], B)
 
 

@@ -1,33 +1,84 @@
-"""A plain host loop of sampled speculative decoding: the tokens every engine mode must emit for a fixed seed.
+"""Sampled verification as plain host loops: the rule per row (``reference_rejection_verify``) and a host loop of
+sampled speculative decoding (``sampled_speculative_generate``), the tokens every engine mode must emit for a fixed
+seed.
 
-It shares no code with the engine's sampling path besides ``filtered_probs`` and the keyed uniforms: the target
-runs one verify forward of ``W`` rows per step (token ``t_0`` then the drafts, at positions ``S .. S + W - 1``),
-the rule is ``reference_rejection_verify`` (per-row Python loops), the drafts come from an ``AcceptanceMix``
-(deterministic, so each is the one-hot case ``q(x) = 1``), and the committed tokens are appended on the host.
-The token after the prompt is drawn from the prefill's last row with the uniform of stream 1 at ``P - 1``.
+It shares no code with the engine's sampling path besides ``row_weights`` (a row's filtered distribution as integer
+weights) and the keyed Philox words. The rule is ``reference_rejection_verify``: per-row Python loops, Python
+integers for the weights, the residual and the draw, float64 for the acceptance. The host loop runs the target's
+verify forward of ``W`` rows per step (token ``t_0`` then the drafts, at positions ``S .. S + W - 1``), takes its
+drafts from an ``AcceptanceMix`` (deterministic, so each is the one-hot case ``q(x) = 1``) and appends the committed
+tokens on the host. The token after the prompt is drawn from the prefill's last row with the word of stream 1 at
+``P - 1``.
 """
 
 from __future__ import annotations
+
+import math
+import struct
 
 import torch
 
 from specgen.engine.acceptance import AcceptanceMix
 from specgen.models.paged_kv import BlockAllocator, make_block_table, slot
-from specgen.runtime.philox import philox_uniform
-from specgen.runtime.sampling import TOKEN_STREAM, filtered_probs, reference_rejection_verify
+from specgen.runtime.philox import philox_bits, philox_uniform
+from specgen.runtime.sampling import ACCEPT_STREAM, TOKEN_STREAM, Filtered, row_weights
 
-__all__ = ["sampled_speculative_generate"]
+__all__ = ["reference_rejection_verify", "sampled_speculative_generate"]
 
 
-def _draw(dist: list[float], u: float) -> int:
-    """Inverse CDF over a float64 prefix sum, left to right, capped at the last token of positive mass."""
-    total, cdf = 0.0, []
-    for w in dist:
-        total += w
-        cdf.append(total)
-    token = next((i for i, c in enumerate(cdf) if c > u * total), len(dist))
-    positive = [i for i, w in enumerate(dist) if w > 0]
-    return min(token, positive[-1])
+def _f32(x: float) -> float:
+    """``x`` rounded to float32 (to nearest, ties to even), as a Python float."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def _draw(weights: list[int], bits: int) -> int:
+    """Inverse CDF over integer weights with a Philox word: with ``U = bits >> 8`` and ``T`` the total, the first
+    token whose running sum exceeds ``floor(U * T / 2**24)``; token 0 when there is no mass."""
+    total = sum(weights)
+    target = (bits >> 8) * total >> 24
+    run = 0
+    for token, w in enumerate(weights):
+        run += w
+        if run > target:
+            return token
+    return 0
+
+
+def reference_rejection_verify(draft_tokens, draft_probs, draft_dists, target: Filtered, seeds, positions):
+    """``rejection_verify`` as plain per-row Python loops over the same keyed Philox words (Python integers for
+    the weights, float64 for the acceptance)."""
+    batch, width, vocab = target.weights.shape
+    w_all, z_all = target.weights.tolist(), target.totals.tolist()
+    q_all = draft_probs.double().tolist()
+    dists = None if draft_dists is None else draft_dists.float().double().tolist()
+    xs_all, seeds_l, pos_l = draft_tokens.tolist(), seeds.tolist(), positions.tolist()
+    accepted, emitted = [], []
+    for b in range(batch):
+        xs, seed, pos = xs_all[b], seeds_l[b], pos_l[b]
+        a = 0
+        while a < width - 1:
+            x, z = xs[a], z_all[b][a]
+            p_x = _f32(w_all[b][a][x] / float(z)) if 0 <= x < vocab and z > 0 else 0.0
+            u = float(philox_uniform(seed, pos + a, ACCEPT_STREAM))
+            if not u * _f32(q_all[b][a]) < p_x:
+                break
+            a += 1
+        w, z = w_all[b][a], z_all[b][a]
+        dist = w
+        if a < width - 1:
+            if dists is not None:
+                q = dists[b][a]
+            else:
+                q = [0.0] * vocab
+                if 0 <= xs[a] < vocab:
+                    q[xs[a]] = _f32(q_all[b][a])
+            big = [int(min(math.floor(qi * float(z)), float(z))) if qi > 0 else 0 for qi in q]
+            res = [max(wi - qi, 0) for wi, qi in zip(w, big)]
+            dist = res if any(res) else w
+        token = _draw(dist, int(philox_bits(seed, pos + a, TOKEN_STREAM)))
+        accepted.append(a)
+        emitted.append(xs[:a] + [token] + [-1] * (width - 1 - a))
+    return torch.tensor(accepted, dtype=torch.int32), torch.tensor(emitted, dtype=torch.int32).reshape(batch, width)
 
 
 @torch.inference_mode()
@@ -51,8 +102,8 @@ def sampled_speculative_generate(model, mix: AcceptanceMix, prompts, params, max
     qsl = torch.arange(len(prompts) + 1, device=dev) * r
     _, logits = model(toks.reshape(-1), pos.reshape(-1), slots.reshape(-1), table, plens, qsl, r)
     last = torch.arange(len(prompts), device=dev) * r + plens - 1
-    first = filtered_probs(logits[last].float().cpu(), temp, top_k, top_p).double().tolist()
-    out = [[_draw(d, float(philox_uniform(p.seed, n - 1, TOKEN_STREAM)))] for d, p, n in zip(first, params, lens)]
+    first = row_weights(logits[last].float().cpu(), temp, top_k, top_p).weights.tolist()
+    out = [[_draw(w, int(philox_bits(p.seed, n - 1, TOKEN_STREAM)))] for w, p, n in zip(first, params, lens)]
     seq = list(lens)  # KV written: every committed token but the newest
     qsl = torch.arange(len(prompts) + 1, device=dev) * width
     while min(len(o) for o in out) < max_new_tokens:
@@ -63,14 +114,14 @@ def sampled_speculative_generate(model, mix: AcceptanceMix, prompts, params, max
         positions = s[:, None] + torch.arange(width, device=dev)
         slots = slot(table, positions, bs)
         _, logits = model(rows.reshape(-1), positions.reshape(-1), slots.reshape(-1), table, s + width, qsl, width)
-        probs = filtered_probs(
+        target = row_weights(
             logits.float().cpu(),
             temp.repeat_interleave(width),
             top_k.repeat_interleave(width),
             top_p.repeat_interleave(width),
-        ).view(len(prompts), width, -1)
+        ).view(len(prompts), width)
         ones = torch.ones(len(prompts), width - 1)
-        acc, emitted = reference_rejection_verify(drafts.cpu(), ones, None, probs, seeds, torch.tensor(seq))
+        acc, emitted = reference_rejection_verify(drafts.cpu(), ones, None, target, seeds, torch.tensor(seq))
         for b, (a, row) in enumerate(zip(acc.tolist(), emitted.tolist())):
             out[b].extend(row[: a + 1])
             seq[b] += a + 1

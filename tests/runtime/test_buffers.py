@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from specgen.runtime.buffers import SAMPLING_EXTRA, alloc_step_buffers, bucket_of, buckets_for, load_inputs, pad_rows
-from specgen.specializations.families import FAMILIES
+from specgen.specializations.families import FAMILIES, ArgSpec, Family, register, unregister
 
 I32 = torch.int32
 
@@ -17,7 +17,9 @@ def test_buckets():
 
 def test_alloc_covers_every_family_argument():
     bufs = alloc_step_buffers(4, 3, 8, block_size=16, scratch_block=2, num_splits=5, fill_padding=True)
-    assert {a.name for f in FAMILIES.values() for a in f.args} | set(SAMPLING_EXTRA) == set(bufs)
+    # the vocabulary families' tensors (a shape naming V) are the engine's sampling state, not step buffers
+    steps = {a.name for f in FAMILIES.values() if not f.uses_vocab for a in f.args}
+    assert steps | set(SAMPLING_EXTRA) == set(bufs)
     floats = {"draft_probs", "target_draft_probs", "accept_uniforms", "temperature", "top_p"}  # sampling's
     dtype = {"seed": torch.int64}
     assert all(t.dtype == dtype.get(n, torch.float32 if n in floats else I32) for n, t in bufs.items())
@@ -26,6 +28,16 @@ def test_alloc_covers_every_family_argument():
     assert bufs["tokens"].shape == (12,) and bufs["block_table"].shape == (4, 8)
     assert bufs["scratch_slot"].tolist() == [32] and (bufs["block_table"] == 2).all()
     assert (alloc_step_buffers(2, 3, 8, block_size=16)["block_table"] == 0).all()
+
+
+def test_a_vocabulary_family_gets_no_step_buffers():
+    args = (ArgSpec("toy_logits", "float32", "(B, V)"), ArgSpec("toy_token", "int32", "(B,)", output=True))
+    register(Family("toy_vocab_pass", ("W",), args, threads_per="block", rows="B"))
+    try:
+        bufs = alloc_step_buffers(2, 3, 8, block_size=16)
+    finally:
+        unregister("toy_vocab_pass")
+    assert "toy_logits" not in bufs and "toy_token" not in bufs and "tokens" in bufs
 
 
 def test_load_inputs_pads_the_rows_after_the_batch():

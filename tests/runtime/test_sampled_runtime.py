@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specgen.runtime.capabilities import SpeculativeVerifyCapabilities
-from specgen.runtime.sampling import SamplingParams, SamplingTensors, rejection_verify, sample_rows, target_probs_of
+from specgen.runtime.sampling import SamplingParams, SamplingTensors, rejection_verify, sample_rows, target_weights_of
 from specgen.runtime.verify_graph import SpecVerifyRuntime
 
 W, BT, BS, VOCAB = 4, 8, 16, 24
@@ -66,12 +66,12 @@ def test_fast_path_eager_path_and_host_rule_agree(sampling_kernels):
         assert fast.fast_path
         fast = {n: getattr(fast, n).clone() for n in ("accepted", "next_tokens", "next_last_token", "next_seq_lens")}
         # the host rule over the same logits, drafts, q(x) and keys
-        probs = target_probs_of({n: t[:batch] for n, t in bufs.items()}, toy.logits)
+        target = target_weights_of({n: t[:batch] for n, t in bufs.items()}, toy.logits)
         acc, emitted = rejection_verify(
             saved["draft_tokens"][:batch],
             saved["draft_probs"][:batch],
             None,
-            probs,
+            target,
             saved["seed"][:batch],
             saved["seq_lens"][:batch],
         )

@@ -1,0 +1,92 @@
+"""The vocabulary pass of sampled verification as kernel families (docs/kernels.md, "The vocabulary pass").
+
+One block of ``VOCAB_THREADS`` threads per row reads the row's logits a few times and writes
+its filtered distribution and its draw; every sum is an integer sum of the weights of
+``runtime/sampling.py`` (``row_weights``, ``draw``, ``residual_weights``), so the kernels equal
+that torch semantics bit for bit whatever order their lanes add in.
+
+* ``spec_target_sample``: a sampling verify step's ``B * W`` rows; drafts given as the one-hot
+  ``q(x)`` (greedy, block and mixed drafts).
+* ``spec_target_sample_dense``: the same with each draft's whole distribution ``draft_dists``
+  (a sampling draft) in place of ``draft_probs``, laid out ``(W - 1, B, V)`` so that draft ``j``'s
+  rows are one block.
+* ``spec_draft_sample``: a sampling draft's own draw (``runtime.sampling.draft_sample``) for ``B``
+  rows, its distribution written in place (one ``draft_dists[j]``).
+
+No plan step launches them: the sampling engine's vocabulary pass does, so they are companions of
+the sampled tails' plans. Importing ``specgen.specializations`` registers them.
+"""
+
+from __future__ import annotations
+
+from .families import COMPANIONS, ArgSpec, Family, register
+
+__all__ = [
+    "DRAFT_SAMPLE",
+    "MAX_VOCAB_TOKENS",
+    "TARGET_SAMPLE",
+    "TARGET_SAMPLE_DENSE",
+    "VOCAB_FAMILIES",
+    "VOCAB_THREADS",
+]
+
+TARGET_SAMPLE, TARGET_SAMPLE_DENSE, DRAFT_SAMPLE = "spec_target_sample", "spec_target_sample_dense", "spec_draft_sample"
+VOCAB_FAMILIES = (TARGET_SAMPLE, TARGET_SAMPLE_DENSE, DRAFT_SAMPLE)
+VOCAB_THREADS = 1024  # lanes per row: one histogram bin per lane (10 bits of a weight per round)
+MAX_TILES = 512  # the draw's per-tile sums of THREADS tokens each, in shared memory
+MAX_VOCAB_TOKENS = MAX_TILES * VOCAB_THREADS  # a longer vocabulary is refused; the kernels write nothing
+
+_PARAMS = (
+    ArgSpec("temperature", "float32", "(B,)"),
+    ArgSpec("top_k", "int32", "(B,)"),
+    ArgSpec("top_p", "float32", "(B,)"),
+    ArgSpec("seed", "int64", "(B,)"),
+)
+_DRAFTS = ArgSpec("draft_tokens", "int32", "(B, W - 1)")
+_TARGET_IN = (*_PARAMS, ArgSpec("seq_lens", "int32", "(B,)"), ArgSpec("logits", "float32", "(B * W, V)"))
+_TARGET_OUT = (
+    ArgSpec("target_tokens", "int32", "(B, W)", True),
+    ArgSpec("target_draft_probs", "float32", "(B, W - 1)", True),
+    ArgSpec("accept_uniforms", "float32", "(B, W - 1)", True),
+    ArgSpec("sample_probs", "float32", "(B * W, V)", True),
+)
+
+for _family in (
+    Family(
+        TARGET_SAMPLE,
+        ("W",),
+        (_DRAFTS, ArgSpec("draft_probs", "float32", "(B, W - 1)"), *_TARGET_IN, *_TARGET_OUT),
+        guards=(),
+        threads_per="block",
+        rows="B * W",
+        threads=VOCAB_THREADS,
+    ),
+    Family(
+        TARGET_SAMPLE_DENSE,
+        ("W",),
+        (_DRAFTS, *_TARGET_IN, ArgSpec("draft_dists", "float32", "(W - 1, B, V)"), *_TARGET_OUT),
+        guards=(),
+        threads_per="block",
+        rows="B * W",
+        threads=VOCAB_THREADS,
+    ),
+    Family(
+        DRAFT_SAMPLE,
+        ("W",),
+        (
+            *_PARAMS,
+            ArgSpec("sample_positions", "int64", "(B,)"),
+            ArgSpec("draft_logits", "float32", "(B, V)"),
+            ArgSpec("sampled_tokens", "int64", "(B,)", True),
+            ArgSpec("sampled_probs", "float32", "(B,)", True),
+            ArgSpec("draft_dist", "float32", "(B, V)", True),
+        ),
+        guards=(),
+        threads_per="block",
+        rows="B",
+        threads=VOCAB_THREADS,
+    ),
+):
+    register(_family)
+for _tail in ("verify-to-draft-sampled", "context-kv-sampled"):
+    COMPANIONS[_tail] = (*COMPANIONS.get(_tail, ()), *VOCAB_FAMILIES)

@@ -1,0 +1,132 @@
+"""The vocabulary pass's generated families (``spec_target_sample``, ``spec_target_sample_dense``,
+``spec_draft_sample``) against their torch semantics (``runtime/vocab_semantics.py``), bit for bit: every output,
+on fresh random rows and on the edges (one token, a vocabulary one past and one short of the block's lanes and
+of a tile, ties, NaN and -inf logits, top-k at 1 and past the valid tokens, top-p at 1, tiny and NaN, greedy rows
+with NaN, draft tokens outside the vocabulary, the largest batch of the layout and the Qwen3 vocabulary on the GPU).
+
+The c variants come from the sampling engine tests' build (``sampling_kernels``); the cuda ones, on the lent GPU,
+from the same build's cuda target, through the runtime's launcher.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specgen.runtime.semantics import SEMANTICS
+from specgen.specializations.vocab_sample import DRAFT_SAMPLE, MAX_VOCAB_TOKENS, TARGET_SAMPLE, TARGET_SAMPLE_DENSE
+
+W = 4
+EDGE_VOCABS = (1, 2, 1023, 1024, 1025, 8191, 8193)
+
+
+def _params(batch: int, gen: torch.Generator, vocab: int, setting: str | None = None):
+    t = torch.rand(batch, generator=gen) * 1.5
+    t[torch.rand(batch, generator=gen) < 0.25] = 0.0
+    k = torch.randint(0, vocab + 2, (batch,), generator=gen, dtype=torch.int32)
+    k[torch.rand(batch, generator=gen) < 0.4] = 0
+    k[torch.rand(batch, generator=gen) < 0.1] = 1
+    p = torch.rand(batch, generator=gen)
+    p[torch.rand(batch, generator=gen) < 0.3] = 1.0
+    p[torch.rand(batch, generator=gen) < 0.05] = float("nan")
+    p[torch.rand(batch, generator=gen) < 0.05] = 1e-9
+    if setting == "nucleus":
+        t, k, p = torch.full((batch,), 0.7), torch.zeros(batch, dtype=torch.int32), torch.full((batch,), 0.9)
+    seed = torch.randint(-(2**62), 2**62, (batch,), generator=gen)
+    return {"temperature": t.float(), "top_k": k, "top_p": p.float(), "seed": seed}
+
+
+def _logits(rows: int, vocab: int, gen: torch.Generator) -> torch.Tensor:
+    x = torch.randn(rows, vocab, generator=gen) * (torch.rand(1, generator=gen).item() * 8)
+    if vocab > 4:
+        x[:, 1] = x[:, 0]  # a tie
+        x[0, 2] = float("-inf")
+        x[-1, 3] = float("nan")  # the last row's argmax is this NaN; its sampled rows weigh it 0
+    if rows > 2:
+        x[1] = 0.0  # a whole row tied (+0.0), one -0.0
+        x[1, -1] = -0.0
+    return x
+
+
+def _args(family: str, batch: int, vocab: int, gen: torch.Generator, device, setting=None) -> dict:
+    a = _params(batch, gen, vocab, setting)
+    if family == DRAFT_SAMPLE:
+        a["sample_positions"] = torch.randint(-10, 10**6, (batch,), generator=gen)
+        a["draft_logits"] = _logits(batch, vocab, gen)
+        outs = {"sampled_tokens": (batch,), "sampled_probs": (batch,), "draft_dist": (batch, vocab)}
+    else:
+        a["draft_tokens"] = torch.randint(-2, vocab + 2, (batch, W - 1), generator=gen, dtype=torch.int32)
+        if family == TARGET_SAMPLE:
+            a["draft_probs"] = torch.rand(batch, W - 1, generator=gen)
+        a["seq_lens"] = torch.randint(0, 5000, (batch,), generator=gen, dtype=torch.int32)
+        a["logits"] = _logits(batch * W, vocab, gen)
+        if family == TARGET_SAMPLE_DENSE:
+            a["draft_dists"] = torch.softmax(torch.randn(W - 1, batch, vocab, generator=gen) * 3, -1)
+        outs = {
+            "target_tokens": (batch, W),
+            "target_draft_probs": (batch, W - 1),
+            "accept_uniforms": (batch, W - 1),
+            "sample_probs": (batch * W, vocab),
+        }
+    from specgen.specializations import FAMILIES
+
+    for name, shape in outs.items():
+        dtype = getattr(torch, next(x.dtype for x in FAMILIES[family].args if x.name == name))
+        a[name] = torch.full(shape, -7, dtype=dtype)
+    return {n: v.to(device) for n, v in a.items()}
+
+
+def _check(kernel, family: str, args: dict) -> None:
+    from specgen.specializations import FAMILIES
+
+    names = [a.name for a in FAMILIES[family].args]
+    want = {n: v.clone() for n, v in args.items()}
+    SEMANTICS[family](*(want[n] for n in names))
+    kernel(*(args[n] for n in names))
+    for a in FAMILIES[family].outputs:
+        got, exp = args[a.name], want[a.name]
+        same = torch.equal(got.view(torch.int32), exp.view(torch.int32)) if got.is_floating_point() else torch.equal(got, exp)
+        assert same, f"{family} {a.name}: {(got != exp).nonzero()[:5].tolist()}"
+
+
+FAMILIES_UNDER_TEST = (TARGET_SAMPLE, TARGET_SAMPLE_DENSE, DRAFT_SAMPLE)
+
+
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+@pytest.mark.parametrize("vocab", EDGE_VOCABS)
+def test_c_variant_equals_the_semantics_on_the_edges(sampling_kernels, family, vocab):
+    gen = torch.Generator().manual_seed(vocab)
+    kernel = sampling_kernels.get(family, W, target="c")
+    for batch in (1, 3):
+        _check(kernel, family, _args(family, batch, vocab, gen, "cpu"))
+
+
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**31 - 1), vocab=st.integers(1, 3000), batch=st.integers(1, 4))
+def test_c_variant_equals_the_semantics_on_random_rows(sampling_kernels, family, seed, vocab, batch):
+    kernel = sampling_kernels.get(family, W, target="c")
+    _check(kernel, family, _args(family, batch, vocab, torch.Generator().manual_seed(seed), "cpu"))
+
+
+def test_a_vocabulary_past_the_tiles_is_left_alone(sampling_kernels):
+    """Past ``MAX_VOCAB_TOKENS`` the kernel writes nothing (the engine refuses such a model up front)."""
+    gen = torch.Generator().manual_seed(0)
+    args = _args(DRAFT_SAMPLE, 1, MAX_VOCAB_TOKENS + 1, gen, "cpu")
+    sampling_kernels.get(DRAFT_SAMPLE, W, target="c")(*args.values())
+    assert (args["sampled_tokens"] == -7).all() and (args["draft_dist"] == -7).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+def test_cuda_variant_equals_the_semantics(sampling_kernels, family):
+    kernel = sampling_kernels.get(family, W, target="cuda")
+    gen = torch.Generator().manual_seed(1)
+    for vocab in (*EDGE_VOCABS, 5000, 151936):
+        for batch in (1, 3, 32):
+            if vocab == 151936 and batch == 32 and family != DRAFT_SAMPLE:
+                batch = 8
+            _check(kernel, family, _args(family, batch, vocab, gen, "cuda"))
+    _check(kernel, family, _args(family, 32, 151936, gen, "cuda", setting="nucleus"))
