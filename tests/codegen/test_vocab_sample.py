@@ -87,7 +87,9 @@ def _check(kernel, family: str, args: dict) -> None:
     kernel(*(args[n] for n in names))
     for a in FAMILIES[family].outputs:
         got, exp = args[a.name], want[a.name]
-        same = torch.equal(got.view(torch.int32), exp.view(torch.int32)) if got.is_floating_point() else torch.equal(got, exp)
+        if got.is_floating_point():  # bit for bit: -0.0 and NaN payloads included
+            got, exp = got.view(torch.int32), exp.view(torch.int32)
+        same = torch.equal(got, exp)
         assert same, f"{family} {a.name}: {(got != exp).nonzero()[:5].tolist()}"
 
 
