@@ -88,5 +88,6 @@ for _family in (
     ),
 ):
     register(_family)
-for _tail in ("verify-to-draft-sampled", "context-kv-sampled"):
-    COMPANIONS[_tail] = (*COMPANIONS.get(_tail, ()), *VOCAB_FAMILIES)
+# a sampling draft (MTP: verify-to-draft) needs all three; a block draft's drafts are one-hot (context-kv)
+COMPANIONS["verify-to-draft-sampled"] = (*COMPANIONS.get("verify-to-draft-sampled", ()), *VOCAB_FAMILIES)
+COMPANIONS["context-kv-sampled"] = (*COMPANIONS.get("context-kv-sampled", ()), TARGET_SAMPLE)

@@ -177,7 +177,7 @@ def test_every_family_compiles_for_cuda(tmp_path):
             low = lower(render_program(family, 4, 64, 128), "cuda", "sm_90")
             scalars = ["B", "V"] if FAMILIES[family].uses_vocab else ["B"]
             assert low.params[-len(scalars) :] == scalars
-            assert f"void __launch_bounds__(128, 1) {low.entry}(" in low.source
+            assert f"void __launch_bounds__({FAMILIES[family].threads or 128}, 1) {low.entry}(" in low.source
             jobs.append(pool.submit(compile_artifact, low, tmp_path / f"{family}.cubin"))
         for job in jobs:
             assert job.result()[0] == "nvcc"
