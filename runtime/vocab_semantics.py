@@ -34,8 +34,7 @@ def spec_target_sample_dense(
 ) -> None:
     """``spec_target_sample`` with each draft's whole distribution ``draft_dists[j, b]`` for its one-hot ``q``."""
     dists = draft_dists.transpose(0, 1)
-    probs = dists.gather(2, draft_tokens.long().clamp(0, dists.shape[2] - 1)[..., None])[..., 0]  # unused: q is dense
-    _target(draft_tokens, probs, temperature, top_k, top_p, seed, seq_lens, logits, dists, outs)
+    _target(draft_tokens, None, temperature, top_k, top_p, seed, seq_lens, logits, dists, outs)  # q(x): in dists
 
 
 def spec_draft_sample(

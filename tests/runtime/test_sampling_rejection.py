@@ -97,11 +97,12 @@ def test_rejection_verify_equals_the_host_reference_on_large_totals():
     assert torch.equal(acc, ref_acc) and torch.equal(emitted, ref_emitted) and acc.any()
 
 
-@pytest.mark.parametrize("width", [2, 5])
-def test_temperature_zero_reproduces_greedy_prefix_verify(width):
-    g = torch.Generator().manual_seed(width)
+def _greedy_case(width: int, seed: int):
+    """Temperature-0 rows (ties: lowest index wins) and drafts that mostly match: ``(target, drafts, seeds,
+    positions, accepted, next_tokens)``, the last two ``greedy_prefix_verify``'s."""
+    g = torch.Generator().manual_seed(seed)
     batch, vocab = 500, 6
-    logits = torch.randint(0, 3, (batch * width, vocab), generator=g).float()  # ties: lowest index wins
+    logits = torch.randint(0, 3, (batch * width, vocab), generator=g).float()
     zeros = torch.zeros(batch * width)
     target = row_weights(logits, zeros, zeros.int(), zeros + 1).view(batch, width)
     target_tokens = torch.argmax(logits, -1).reshape(batch, width).int()
@@ -111,6 +112,13 @@ def test_temperature_zero_reproduces_greedy_prefix_verify(width):
     seeds, pos = torch.randint(0, 2**62, (batch,), generator=g), torch.randint(0, 2**31, (batch,), generator=g)
     want_acc, want_next = torch.zeros(batch, dtype=torch.int32), torch.zeros(batch, width, dtype=torch.int32)
     greedy_prefix_verify(drafts, target_tokens, want_acc, want_next)
+    return target, drafts, seeds, pos, want_acc, want_next
+
+
+@pytest.mark.parametrize("width", [2, 5])
+def test_temperature_zero_reproduces_greedy_prefix_verify(width):
+    target, drafts, seeds, pos, want_acc, want_next = _greedy_case(width, width)
+    batch, vocab = drafts.shape[0], target.weights.shape[-1]
     ones = torch.ones(batch, width - 1)
     for dists in (None, torch.nn.functional.one_hot(drafts.long(), vocab).float()):
         acc, emitted = rejection_verify(drafts, ones, dists, target, seeds, pos)
@@ -148,18 +156,8 @@ def test_the_kernel_family_on_rejection_inputs_is_rejection_verify(width, dists)
 
 @pytest.mark.parametrize("width", [2, 5])
 def test_the_kernel_family_at_temperature_zero_is_greedy_prefix_verify(width):
-    g = torch.Generator().manual_seed(7 + width)
-    batch, vocab = 500, 6
-    logits = torch.randint(0, 3, (batch * width, vocab), generator=g).float()
-    zeros = torch.zeros(batch * width)
-    target = row_weights(logits, zeros, zeros.int(), zeros + 1).view(batch, width)
-    target_tokens = torch.argmax(logits, -1).reshape(batch, width).int()
-    drafts = target_tokens[:, :-1].clone()
-    wrong = torch.rand(drafts.shape, generator=g) < 0.3
-    drafts[wrong] = torch.randint(0, vocab, (int(wrong.sum()),), generator=g, dtype=torch.int32)
-    seeds, pos = torch.randint(0, 2**62, (batch,), generator=g), torch.randint(0, 2**31, (batch,), generator=g)
-    want_acc, want_next = torch.zeros(batch, dtype=torch.int32), torch.zeros(batch, width, dtype=torch.int32)
-    greedy_prefix_verify(drafts, target_tokens, want_acc, want_next)
+    target, drafts, seeds, pos, want_acc, want_next = _greedy_case(width, 7 + width)
+    batch = drafts.shape[0]
     ones = torch.ones(batch, width - 1)
     acc, nxt = family(drafts, ones, None, target, seeds, pos, torch.zeros(batch))
     assert torch.equal(acc, want_acc) and torch.equal(nxt, want_next)
