@@ -55,10 +55,10 @@ class Lowered:
     arch: str | None
     source: str
     entry: str
-    params: list[str]  # kernel parameter names in call order; "B" is the batch scalar, "V" the vocabulary
+    params: list[str]  # kernel parameter names in call order; scalars "B" (batch), "V" (vocabulary), "C" (chunks)
     pointer_params: list[str]
     threads: int
-    grid: str  # blocks to launch: a shape expression over B (and W, BT, NS, V; the runtime's env)
+    grid: str  # blocks to launch: a shape expression over B (and W, BT, NS, V, C; the runtime's env)
 
 
 def source_suffix(target: str) -> str:
@@ -173,7 +173,7 @@ def _lower(program_text: str, target: str, arch: str | None, symbol: str | None)
     entry = f"{symbol or namespace['ENTRY_NAME']}_kernel"
     params, pointers = parse_signature(art.kernel_source, entry)
     threads = int(namespace["THREADS"])
-    if namespace.get("THREADS_PER") == "block":  # one block per row: the grid is the rows
+    if namespace.get("THREADS_PER") == "block":  # one block per row (per chunk on cuda): the module's ROWS
         grid = str(namespace["ROWS"])
     else:
         grid = launch_grid(threads, int(namespace["W"]) if namespace.get("THREADS_PER") == "row" else 1)

@@ -49,7 +49,7 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,
     )
-    env.filters["lanes"], env.filters["lane0"] = _lanes, _lane0
+    env.filters["lanes"], env.filters["lane0"], env.filters["chunks"] = _lanes, _lane0, _chunks
     return env
 
 
@@ -83,6 +83,14 @@ def _lane0(ctx, text: str) -> str:
     return _phase(text, "if i == 0:" if ctx["target"] != "c" else "", "")
 
 
+@pass_context
+def _chunks(ctx, text: str) -> str:
+    """``{% filter chunks %}...{% endfilter %}``: statements run for every chunk ``ch`` of a row of a block family
+    whose shapes name ``C``: on ``cuda`` the launch binds ``ch`` (each chunk its own block), on ``c`` (one block a
+    row) they run in ``for ch in T.serial(C):``."""
+    return _phase(text, "for ch in T.serial(C):" if ctx["target"] == "c" else "", "")
+
+
 def add_template_dir(path: str | Path) -> None:
     """Look for templates in ``path`` too, after the package's own folder."""
     if str(path) not in _EXTRA_DIRS:
@@ -103,9 +111,9 @@ def load_template(name: str) -> jinja2.Template:
 
 
 def _params(v: Instance) -> str:
-    """The prim_func's arguments, one a line, shapes specialised; B stays symbolic."""
+    """The prim_func's arguments, one a line, shapes specialised; B (and V, C) stay symbolic."""
     s = v.spec
-    env = {"B": sp.Symbol("B"), "V": sp.Symbol("V"), "W": s.width, "BT": s.block_table_width or 0, "NS": v.num_splits}
+    env = {"W": s.width, "BT": s.block_table_width or 0, "NS": v.num_splits, **{n: sp.Symbol(n) for n in "BVC"}}
     lines = []
     for arg in FAMILIES[s.family].args:
         shape = sp.sympify(arg.shape, locals=env)
@@ -133,10 +141,13 @@ def _launch(v: Instance) -> tuple[str, int]:
     binds the lane ``i``; ``c`` binds none (TileLang's c target refuses a
     thread index in ``T.Kernel``): the template walks the lanes itself,
     ``{% filter lanes %}`` (``_lanes``).  The grid is the rows, so no guard.
+    A family whose shapes name ``C`` (chunks per row) runs ``C`` blocks a row
+    on ``cuda``, ``r = bx // C`` and its chunk ``ch = bx % C``; on ``c`` one
+    block a row walks the chunks itself (``{% filter chunks %}``, ``_chunks``).
     """
     fam = FAMILIES[v.spec.family]
     if fam.threads_per == "block":
-        return _block_launch(v, fam.rows)
+        return _block_launch(v, fam.rows, fam.uses_chunks)
     per_row = fam.per_row
     count = "B * W" if per_row else "B"
     lines = [f"with T.Kernel(T.ceildiv({count}, THREADS), threads=THREADS) as bx:"]
@@ -168,11 +179,16 @@ def _launch(v: Instance) -> tuple[str, int]:
     return textwrap.indent("\n".join(lines), " " * _PARAM_INDENT), _PARAM_INDENT + 4 * (depth + 1)
 
 
-def _block_launch(v: Instance, rows: str) -> tuple[str, int]:
-    lines = [f"with T.Kernel({rows}, threads=THREADS) as bx:"]
+def _block_grid(v: Instance, rows: str, chunks: bool) -> str:
+    """The blocks of a block family: its rows, times ``C`` for a chunked family on ``cuda`` (a block a chunk)."""
+    return f"({rows}) * C" if chunks and v.target == "cuda" else rows
+
+
+def _block_launch(v: Instance, rows: str, chunks: bool) -> tuple[str, int]:
+    lines = [f"with T.Kernel({_block_grid(v, rows, chunks)}, threads=THREADS) as bx:"]
     if v.target == "cuda":
         lines.append("    i = T.get_thread_binding()")
-    lines.append("    r = bx")
+    lines += ["    r = bx // C", "    ch = bx % C"] if chunks and v.target == "cuda" else ["    r = bx"]
     if "W" in expression_names(rows):
         lines += [f"    b = {v.expr(ix.FloorDiv(ix.r, ix.W))}", f"    j = {v.expr(ix.Mod(ix.r, ix.W))}"]
     return textwrap.indent("\n".join(lines), " " * _PARAM_INDENT), _PARAM_INDENT + 4
@@ -196,6 +212,13 @@ def _frame(v: Instance) -> dict:
         "row": "One thread per verification row r = b * W + j",
         "block": f"One block of THREADS threads per row r (rows = {fam.rows})",
     }.get(fam.threads_per, "One thread per sequence")
+    if fam.uses_chunks:
+        launch_doc = (
+            f"C blocks of THREADS threads per row r (rows = {fam.rows}), chunk ch = bx % C"
+            if v.target == "cuda"
+            else f"One block of THREADS threads per row r (rows = {fam.rows}) walking its C chunks"
+        )
+    bound = ["batch B"] + ["vocabulary V"] * fam.uses_vocab + ["chunks per row C"] * fam.uses_chunks
     return dict(
         family=v.spec.family,
         target=v.target,
@@ -203,8 +226,11 @@ def _frame(v: Instance) -> dict:
         key=v.spec.key,
         threads_per=fam.threads_per,
         rows=fam.rows,
+        grid=_block_grid(v, fam.rows, fam.uses_chunks),  # the blocks: the module's ROWS, the runtime's grid
         uses_vocab=fam.uses_vocab,
+        uses_chunks=fam.uses_chunks,
         launch_doc=launch_doc,
+        bound=", ".join(bound[:-1]) + " and " + bound[-1] if len(bound) > 1 else bound[0],
         dialect=TARGETS[v.target].dialect,
         constants=_constants(v),
         params=_params(v),

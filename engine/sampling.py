@@ -40,7 +40,14 @@ from ..runtime.sampling import (
     sample_rows,
     target_weights_of,
 )
-from ..specializations.vocab_sample import DRAFT_SAMPLE, MAX_VOCAB_TOKENS, TARGET_SAMPLE, TARGET_SAMPLE_DENSE
+from ..specializations.vocab_sample import (
+    DRAFT_SAMPLE,
+    MAX_VOCAB_TOKENS,
+    TARGET_SAMPLE,
+    TARGET_SAMPLE_DENSE,
+    VOCAB_SUMS,
+    vocab_chunks,
+)
 
 __all__ = ["EngineSampling", "SamplingParams", "sampling_rows"]
 
@@ -93,11 +100,13 @@ class EngineSampling:
         if lib is not None and vocab <= MAX_VOCAB_TOKENS and lib.has(family, e.width):
             self.target_kernel = lib.get(family, e.width)
             self.scratch = torch.zeros(e.batch * e.width, vocab, **f32)
+            self.workspace = _workspace(e.batch * e.width, vocab, e.device)
             if self.draft_samples and lib.has(DRAFT_SAMPLE, e.width):
                 self.draft_kernel = lib.get(DRAFT_SAMPLE, e.width)
                 self.draft_logits = torch.zeros(e.batch, vocab, **f32)
                 self.drawn = torch.zeros(e.batch, dtype=torch.int64, device=e.device)
                 self.drawn_probs = torch.zeros(e.batch, **f32)
+                self.draft_workspace = _workspace(e.batch, vocab, e.device)
         self.write(self.params)
 
     def write(self, params: Sequence[SamplingParams]) -> None:
@@ -122,7 +131,9 @@ class EngineSampling:
         names = ("draft_tokens",) + (("draft_probs",) if dists is None else ()) + SAMPLE_PARAMS + ("seq_lens",)
         ins = [bufs[n] for n in names] + [self.logits[: batch * width]] + ([] if dists is None else [dists])
         outs = [bufs[n] for n in ("target_tokens", "target_draft_probs", "accept_uniforms")]
-        self.target_kernel(*ins, *outs, self.scratch[: batch * width])
+        parts, sums = self.workspace
+        rows = batch * width
+        self.target_kernel(*ins, *outs, self.scratch[:rows], parts[:rows], sums[:rows])
 
     def draft(self, logits: torch.Tensor, positions: torch.Tensor, index: int) -> torch.Tensor:
         """Draft ``index`` of every row from the draft's ``logits[B, V]`` at the drafted tokens' ``positions``:
@@ -136,7 +147,8 @@ class EngineSampling:
             params = [b[k] for k in SAMPLE_PARAMS]
             pos = positions.to(torch.int64).expand(n).contiguous()
             drawn, probs, dist = self.drawn[:n], self.drawn_probs[:n], self.dists[index, :n]  # leading rows: contiguous
-            self.draft_kernel(*params, pos, self.draft_logits[:n], drawn, probs, dist)
+            parts, sums = self.draft_workspace
+            self.draft_kernel(*params, pos, self.draft_logits[:n], drawn, probs, dist, parts[:n], sums[:n])
             b["draft_probs"][:, index].copy_(probs)
             return drawn.clone()  # the next draft overwrites ``drawn``
         x, qx, q = draft_sample(logits, b, positions)
@@ -165,3 +177,14 @@ class EngineSampling:
         h["accepted"].copy_(acc)
         h["next_tokens"].copy_(emitted)
         h["target_tokens"].scatter_(1, acc.long()[:, None], emitted.gather(1, acc.long()[:, None]))
+
+
+def _workspace(rows: int, vocab: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The vocabulary pass's workspace for up to ``rows`` rows: ``vocab_parts`` (its shape says ``C``, the blocks
+    per row: on a CUDA device as many as are resident with every row's blocks at once, one per SM; on the CPU
+    one) and ``vocab_sums``, zero as the kernels leave it.  A bucket's leading rows keep the same ``C``, so
+    the blocks of a smaller batch stay resident too."""
+    blocks = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else rows
+    chunks = vocab_chunks(rows, vocab, blocks)
+    parts = torch.zeros(rows, chunks, 4, dtype=torch.int64, device=device)
+    return parts, torch.zeros(rows, VOCAB_SUMS, dtype=torch.int64, device=device)

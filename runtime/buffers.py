@@ -2,7 +2,7 @@
 
 Every family argument of the plan gets a stable-address tensor of its dtype (int32, and float32 for
 sampled verification's probabilities, uniforms and temperatures), except the arguments of families
-over the vocabulary (a shape naming ``V``: the engine's sampling state holds those); padding
+over the vocabulary (a shape naming ``V`` or ``C``: the engine's sampling state holds those); padding
 rows of a bucket point at the scratch block so their writes land nowhere that
 matters.
 """
@@ -61,7 +61,7 @@ def alloc_step_buffers(
     """
     names: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
     for fam in FAMILIES.values():
-        if fam.uses_vocab:  # the vocabulary passes' tensors belong to the engine's sampling state
+        if fam.uses_vocab or fam.uses_chunks:  # shapes over V or C: the engine's sampling state holds those
             continue
         for a in fam.args:
             dtype = getattr(torch, a.dtype) if a.dtype != "draft" else I32

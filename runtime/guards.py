@@ -24,10 +24,10 @@ from ..specializations.expr import (
     GUARD_NAMES,
     SHAPE_NAMES,
     UnsafeExpressionError,
+    bare_axis,
     eval_shape,
     safe_eval,
     validate_expression,
-    vocab_axis,
 )
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "UnsafeExpressionError",
     "check_guards",
     "check_tensors",
+    "chunks_of",
     "guard_pair",
     "safe_eval",
     "validate_expression",
@@ -74,6 +75,14 @@ def check_guards(guards: Iterable, *, min_seq_len: int, max_seq_len: int, batch:
     return GuardResult(not failed, failed)
 
 
+def _bare_of(args: Sequence, tensors: Sequence, name: str) -> int | None:
+    for a, t in zip(args, tensors):
+        k = bare_axis(a.shape, name)
+        if k is not None:
+            return int(t.shape[k]) if t.dim() > k else 0
+    return None
+
+
 def vocab_of(args: Sequence, tensors: Sequence) -> int | None:
     """The vocabulary size ``V`` of a launch, read from its tensors; None when no shape names ``V``.
 
@@ -81,11 +90,13 @@ def vocab_of(args: Sequence, tensors: Sequence) -> int | None:
     ``k = 1``) gives it: ``tensors[i].shape[k]``.  A tensor with fewer axes gives
     0, which its shape check then refuses.  The launchers pass the same value.
     """
-    for a, t in zip(args, tensors):
-        k = vocab_axis(a.shape)
-        if k is not None:
-            return int(t.shape[k]) if t.dim() > k else 0
-    return None
+    return _bare_of(args, tensors, "V")
+
+
+def chunks_of(args: Sequence, tensors: Sequence) -> int | None:
+    """The chunks ``C`` of a launch (the blocks that share a block family's row), read from its tensors
+    as ``vocab_of`` reads ``V`` (``(B, C, 2)``: axis 1); None when no shape names ``C``."""
+    return _bare_of(args, tensors, "C")
 
 
 def check_tensors(args: Sequence, tensors: Sequence, *, W: int, BT: int | None, NS: int | None, key: str) -> int:
@@ -93,8 +104,9 @@ def check_tensors(args: Sequence, tensors: Sequence, *, W: int, BT: int | None, 
 
     ``args`` are manifest argument records (``name``, ``dtype``, ``shape``).
     B is dim 0 of the first tensor; a shape naming ``V`` is checked with the
-    ``V`` that ``vocab_of`` reads, which must be at least 1.  Any mismatch
-    raises ``KernelArgumentError`` naming the argument; nothing is launched.
+    ``V`` that ``vocab_of`` reads, one naming ``C`` with the ``C`` of
+    ``chunks_of``; each must be at least 1.  Any mismatch raises
+    ``KernelArgumentError`` naming the argument; nothing is launched.
     """
     import torch
 
@@ -109,18 +121,18 @@ def check_tensors(args: Sequence, tensors: Sequence, *, W: int, BT: int | None, 
         raise KernelArgumentError(f"{key}: {args[0].name} must have a batch dimension, got a scalar")
     B = int(first.shape[0])
     device = first.device
-    V = vocab_of(args, tensors)
+    V, C = vocab_of(args, tensors), chunks_of(args, tensors)
     for a, t in zip(args, tensors):
         want_dtype = getattr(torch, a.dtype)
         if t.dtype != want_dtype:
             raise KernelArgumentError(
                 f"{key}: {a.name} dtype expected {a.dtype}, got {str(t.dtype).removeprefix('torch.')}"
             )
-        want_shape = eval_shape(a.shape, B=B, W=W, BT=BT, NS=NS, V=V)
+        want_shape = eval_shape(a.shape, B=B, W=W, BT=BT, NS=NS, V=V, C=C)
         if tuple(t.shape) != want_shape:
-            with_v = "" if V is None else f", V={V}"
+            with_vc = "".join(f", {n}={d}" for n, d in (("V", V), ("C", C)) if d is not None)
             raise KernelArgumentError(
-                f"{key}: {a.name} shape expected {want_shape} ({a.shape} with B={B}{with_v}), got {tuple(t.shape)}"
+                f"{key}: {a.name} shape expected {want_shape} ({a.shape} with B={B}{with_vc}), got {tuple(t.shape)}"
             )
         if t.device != device:
             raise KernelArgumentError(
@@ -130,4 +142,6 @@ def check_tensors(args: Sequence, tensors: Sequence, *, W: int, BT: int | None, 
             raise KernelArgumentError(f"{key}: {a.name} must be contiguous, got strides {tuple(t.stride())}")
     if V is not None and V < 1:
         raise KernelArgumentError(f"{key}: the vocabulary V (read from the tensors) must be at least 1, got {V}")
+    if C is not None and C < 1:
+        raise KernelArgumentError(f"{key}: the chunks per row C (read from the tensors) must be at least 1, got {C}")
     return B

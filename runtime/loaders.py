@@ -9,9 +9,11 @@ parameter order (``params``) is applied here.
   per batch of a family's variants (the entry ``<key>_kernel`` names the
   variant), each entry taking one ``void*`` per tensor, ``int32_t B`` (and
   ``int32_t V``, the vocabulary read from the tensors by ``guards.vocab_of``,
-  where a shape names it) and returning 0 on success; it is called through
-  ctypes on the calling thread (synchronous).  Entries of one library share
-  the ``dlopen`` handle.
+  and ``int32_t C``, a block family's chunks per row read by ``guards.chunks_of``,
+  where a shape names them) and returning 0 on success; it is called through
+  ctypes on the calling thread (synchronous; the entry walks its grid, a
+  chunked block family's chunks within each row's block).  Entries of one
+  library share the ``dlopen`` handle.
 - ``cuda``: the cubin is loaded with ``cuModuleLoadData`` once per device
   (variants that share one cubin share the module; each takes its own entry
   with ``cuModuleGetFunction``), into the device's primary context (the one
@@ -19,12 +21,14 @@ parameter order (``params``) is applied here.
   ``cuLaunchKernel`` on ``torch.cuda.current_stream()``: no synchronisation
   and no device allocation, so it records into ``torch.cuda.graph`` captures.
   The driver copies parameter values at launch (or capture); the host
-  buffers holding them are cached per (pointers, B, V) all the same.
+  buffers holding them are cached per (pointers, B, V, C) all the same; the
+  grid is the entry's ``grid`` evaluated with the launch's B (and V and C,
+  read from the tensors, where it names them).
   ``cuda.bindings`` is imported on first use only.  Before any of that, the
   entry is checked against the cubin itself (``runtime/cubin.py``: the
   symbol is there, its parameters are the pointers and int32 ``B`` (and
-  ``V``) the launch packs, in that order, and its block bound admits the
-  launch's threads).
+  ``V``, ``C``) the launch packs, in that order, and its block bound admits
+  the launch's threads).
 - ``ascend``: TileLang lowers the families to Ascend C on any machine, but
   compiling that needs CANN's bisheng, which the build machines here lack.
   The launcher verifies the artifact and torch_npu (imported only here) and
@@ -42,7 +46,7 @@ from typing import Sequence
 from ..specializations.expr import SHAPE_NAMES, expression_names, safe_eval
 from ..specializations.targets import TARGETS
 from .cubin import cubin_kernels, entry_problems
-from .guards import vocab_of
+from .guards import chunks_of, vocab_of
 from .manifest import ArtifactError, KernelLaunchError, VariantEntry, read_artifact
 
 _ARCH = re.compile(r"^sm_(\d+)(\d)([af]?)$")
@@ -57,18 +61,27 @@ class TargetUnavailableError(ArtifactError):
 
 
 VOCAB = -1  # the slot of the parameter ``V``: the vocabulary size, read from the tensors (``vocab_of``)
+CHUNKS = -2  # the slot of the parameter ``C``: a block family's chunks per row, read from the tensors (``chunks_of``)
+_SCALARS = {"B": None, "V": VOCAB, "C": CHUNKS}  # the int32 parameters' slots
 
 
 def param_slots(entry: VariantEntry) -> tuple[int | None, ...]:
-    """Per entry parameter: the index of its tensor in ``entry.args``; None for ``B``, ``VOCAB`` for ``V``."""
+    """Per entry parameter: the index of its tensor in ``entry.args``; None for ``B``, ``VOCAB`` for ``V``,
+    ``CHUNKS`` for ``C``."""
     index = {a.name: i for i, a in enumerate(entry.args)}
-    return tuple(None if p == "B" else VOCAB if p == "V" else index[p] for p in entry.params)
+    return tuple(_SCALARS[p] if p in _SCALARS else index[p] for p in entry.params)
+
+
+def _int32(slot: int | None) -> bool:
+    return slot is None or slot == VOCAB or slot == CHUNKS
 
 
 def _values(slots: tuple[int | None, ...], args: Sequence, tensors: Sequence, batch: int) -> tuple[int, ...]:
-    """The entry's parameters as ints, in its order: pointers, ``B`` and ``V``."""
+    """The entry's parameters as ints, in its order: pointers, ``B``, ``V`` and ``C``."""
     vocab = vocab_of(args, tensors) if VOCAB in slots else None
-    return tuple(batch if s is None else vocab if s == VOCAB else tensors[s].data_ptr() for s in slots)
+    chunks = chunks_of(args, tensors) if CHUNKS in slots else None
+    scalars = {None: batch, VOCAB: vocab, CHUNKS: chunks}
+    return tuple(scalars[s] if s in scalars else tensors[s].data_ptr() for s in slots)
 
 
 class CLauncher:
@@ -89,7 +102,7 @@ class CLauncher:
         except AttributeError:
             raise ArtifactError(f"{self.path}: has no symbol {entry.entry!r} ({entry.key})") from None
         self._slots = param_slots(entry)
-        fn.argtypes = [ctypes.c_int32 if s is None or s == VOCAB else ctypes.c_void_p for s in self._slots]
+        fn.argtypes = [ctypes.c_int32 if _int32(s) else ctypes.c_void_p for s in self._slots]
         fn.restype = ctypes.c_int32
         self._fn = fn
 
@@ -158,9 +171,10 @@ class CudaLauncher:
         self._slots = param_slots(entry)
         self._per_device: dict[int, tuple[object, object, object]] = {}  # index -> (ctx, module, function)
         self._packed: dict[tuple, tuple] = {}
-        self._grids: dict[tuple[int, int], int] = {}  # (B, V) -> blocks (V is 0 where no shape names it)
+        self._grids: dict[tuple[int, int, int], int] = {}  # (B, V, C) -> blocks (V, C: 0 where the grid lacks them)
         self._env = {"W": entry.width, "BT": entry.block_table_width or 0, "NS": entry.num_splits or 0}
-        self._grid_vocab = "V" in expression_names(entry.grid)
+        names = expression_names(entry.grid)
+        self._grid_vocab, self._grid_chunks = "V" in names, "C" in names
 
     def _load(self, index: int):
         import torch
@@ -198,12 +212,10 @@ class CudaLauncher:
         return ctx
 
     def _pack(self, tensors: Sequence, batch: int) -> int:
-        ptrs = _values(self._slots, self.entry.args, tensors, batch)  # B and V among them: the cache's key
+        ptrs = _values(self._slots, self.entry.args, tensors, batch)  # B, V and C among them: the cache's key
         packed = self._packed.get(ptrs)
         if packed is None:
-            values = [
-                ctypes.c_int32(v) if s is None or s == VOCAB else ctypes.c_void_p(v) for s, v in zip(self._slots, ptrs)
-            ]
+            values = [ctypes.c_int32(v) if _int32(s) else ctypes.c_void_p(v) for s, v in zip(self._slots, ptrs)]
             array = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
             if len(self._packed) >= _PACK_CACHE_SIZE:
                 self._packed.clear()
@@ -222,10 +234,11 @@ class CudaLauncher:
         if current is None or int(current) != int(ctx):
             check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
         vocab = (vocab_of(self.entry.args, tensors) or 0) if self._grid_vocab else 0
-        grid = self._grids.get((batch, vocab))
+        chunks = (chunks_of(self.entry.args, tensors) or 0) if self._grid_chunks else 0
+        grid = self._grids.get((batch, vocab, chunks))
         if grid is None:
-            env = {**self._env, "B": batch, "V": vocab}
-            grid = self._grids[(batch, vocab)] = int(safe_eval(self.entry.grid, env, SHAPE_NAMES))
+            env = {**self._env, "B": batch, "V": vocab, "C": chunks}
+            grid = self._grids[(batch, vocab, chunks)] = int(safe_eval(self.entry.grid, env, SHAPE_NAMES))
         if grid <= 0:
             return
         stream = torch.cuda.current_stream(index).cuda_stream

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..specializations.expr import GUARD_NAMES, SHAPE_NAMES, UnsafeExpressionError, validate_expression, vocab_axis
+from ..specializations.expr import GUARD_NAMES, SHAPE_NAMES, UnsafeExpressionError, bare_axis, validate_expression
 from ..specializations.families import ARG_DTYPES
 from ..specializations.plan import Plan, PlanError
 from ..specializations.targets import TARGET_NAMES as TARGETS
@@ -155,8 +155,11 @@ def _parse_variant(rec: Any, where: str) -> VariantEntry:
     missing = [n for n in params if n not in SCALARS and n not in {a.name for a in args}]
     if missing or sorted(n for n in params if n not in SCALARS) != sorted(a.name for a in args):
         raise ManifestError(f"{where}: field 'params' {list(params)} does not match the args")
-    if "V" in params and all(vocab_axis(a.shape) is None for a in args):
-        raise ManifestError(f"{where}: field 'params' passes V, but no argument has an axis of extent V to read it")
+    for dim in ("V", "C"):
+        if dim in params and all(bare_axis(a.shape, dim) is None for a in args):
+            raise ManifestError(
+                f"{where}: field 'params' passes {dim}, but no argument has an axis of extent {dim} to read it"
+            )
     launch = rec.get("launch") or {}
     guards = []
     for i, g in enumerate(rec.get("guards") or []):

@@ -9,7 +9,7 @@ from .sampling import draft_sample, rejection_inputs, row_params, row_weights
 
 
 def _target(draft_tokens, draft_probs, temperature, top_k, top_p, seed, seq_lens, logits, dists, outs) -> None:
-    target_tokens, target_draft_probs, accept_uniforms, sample_probs = outs
+    target_tokens, target_draft_probs, accept_uniforms, sample_probs, _parts, sums = outs
     batch, width = target_tokens.shape
     vocab = logits.shape[1]
     if batch == 0 or vocab > MAX_VOCAB_TOKENS:  # past the kernels' shared tiles: they write nothing
@@ -20,6 +20,7 @@ def _target(draft_tokens, draft_probs, temperature, top_k, top_p, seed, seq_lens
     for dst, src in zip((target_tokens, target_draft_probs, accept_uniforms), got):
         dst.copy_(src)
     sample_probs.copy_(target.probs.view(batch * width, vocab))
+    sums.zero_()  # the workspace: zero on return (vocab_parts: no result)
 
 
 def spec_target_sample(draft_tokens, draft_probs, temperature, top_k, top_p, seed, seq_lens, logits, *outs) -> None:
@@ -38,7 +39,17 @@ def spec_target_sample_dense(
 
 
 def spec_draft_sample(
-    temperature, top_k, top_p, seed, sample_positions, draft_logits, sampled_tokens, sampled_probs, draft_dist
+    temperature,
+    top_k,
+    top_p,
+    seed,
+    sample_positions,
+    draft_logits,
+    sampled_tokens,
+    sampled_probs,
+    draft_dist,
+    vocab_parts,
+    vocab_sums,
 ) -> None:
     """A sampling draft's draw (``runtime.sampling.draft_sample``, stream 2 at ``sample_positions``): the token,
     its ``q(x)`` and the row's ``q`` into ``draft_dist``."""
@@ -49,3 +60,4 @@ def spec_draft_sample(
     sampled_tokens.copy_(x)
     sampled_probs.copy_(qx)
     draft_dist.copy_(q)
+    vocab_sums.zero_()

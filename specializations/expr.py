@@ -21,7 +21,8 @@ import operator
 from typing import Mapping
 
 GUARD_NAMES = frozenset({"min_seq_len", "max_seq_len", "batch"})
-SHAPE_NAMES = frozenset({"B", "W", "BT", "NS", "V"})  # V: the vocabulary, a run-time dimension like B
+# V: the vocabulary, C: the blocks (chunks) that share a block family's row; run-time dimensions like B
+SHAPE_NAMES = frozenset({"B", "W", "BT", "NS", "V", "C"})
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
 _CMPOPS = {
@@ -91,10 +92,18 @@ def validate_expression(text: str, names: frozenset[str] = GUARD_NAMES) -> None:
 
 @functools.lru_cache(maxsize=4096)  # launches repeat a few batch sizes; keep the check cheap
 def eval_shape(
-    shape: str, *, B: int, W: int, BT: int | None = None, NS: int | None = None, V: int | None = None
+    shape: str,
+    *,
+    B: int,
+    W: int,
+    BT: int | None = None,
+    NS: int | None = None,
+    V: int | None = None,
+    C: int | None = None,
 ) -> tuple[int, ...]:
-    """A shape expression (``"(B * W,)"``, ``"(B, V)"``) as a tuple of ints."""
-    value = safe_eval(shape, {"B": B, "W": W, "BT": BT or 0, "NS": NS or 0, "V": V or 0}, SHAPE_NAMES)
+    """A shape expression (``"(B * W,)"``, ``"(B, V)"``, ``"(B, C, 2)"``) as a tuple of ints."""
+    env = {"B": B, "W": W, "BT": BT or 0, "NS": NS or 0, "V": V or 0, "C": C or 0}
+    value = safe_eval(shape, env, SHAPE_NAMES)
     return tuple(int(v) for v in value) if isinstance(value, tuple) else (int(value),)
 
 
@@ -105,10 +114,15 @@ def expression_names(text: str) -> frozenset[str]:
 
 
 @functools.lru_cache(maxsize=1024)
-def vocab_axis(shape: str) -> int | None:
-    """The axis of a shape whose extent is the bare name ``V`` (``"(W - 1, B, V)"`` -> 2), or None.
+def bare_axis(shape: str, name: str) -> int | None:
+    """The axis of a shape whose extent is the bare ``name`` (``"(B, C, 2)"``, ``"C"`` -> 1), or None.
 
-    A tensor with such an axis tells the runtime the vocabulary size of a launch."""
+    A tensor with such an axis tells the runtime that run-time dimension of a launch (``V``, ``C``)."""
     body = _parse(shape).body
     dims = body.elts if isinstance(body, ast.Tuple) else [body]
-    return next((k for k, d in enumerate(dims) if isinstance(d, ast.Name) and d.id == "V"), None)
+    return next((k for k, d in enumerate(dims) if isinstance(d, ast.Name) and d.id == name), None)
+
+
+def vocab_axis(shape: str) -> int | None:
+    """The axis of a shape whose extent is the bare name ``V`` (``"(W - 1, B, V)"`` -> 2), or None."""
+    return bare_axis(shape, "V")

@@ -4,8 +4,9 @@ The semantics are those of ``docs/kernels.md`` (the kernel contract);
 ``specgen.runtime.semantics`` holds the torch implementation of each family,
 the ground truth for every generated variant.  Shapes are expressions over
 ``B`` (batch, a run-time dimension), ``W`` (verify width), ``BT`` (block-table
-width), ``NS`` (split count of the attention tiling) and ``V`` (the vocabulary, a
-run-time dimension read from the tensors), evaluated by ``specializations.expr`` only.
+width), ``NS`` (split count of the attention tiling), ``V`` (the vocabulary) and ``C``
+(a block family's chunks per row), the last two run-time dimensions read from the
+tensors, evaluated by ``specializations.expr`` only.
 
 Adding a family: ``register(Family(...))`` here (or from a plugin), a template
 ``templates/<name>.py.jinja`` (or one in a folder given to
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .expr import SHAPE_NAMES, eval_shape, expression_names, validate_expression, vocab_axis
+from .expr import SHAPE_NAMES, bare_axis, eval_shape, expression_names, validate_expression
 from .guard_rules import BASE_GUARDS, BLOCK_ENTRY, GUARD_RULE_NAMES, GuardRule  # noqa: F401 - re-exported here
 
 MIN_WIDTH, MAX_WIDTH = 2, 16
@@ -32,7 +33,7 @@ ARG_DTYPES = ("int32", "int64", "float32")  # what a kernel argument (and the ma
 class ArgSpec:
     name: str
     dtype: str  # "int32", "int64" or "float32"; "draft" means the variant's draft dtype
-    shape: str  # Python expression over B, W, BT, NS, V; a tuple for 2-D tensors
+    shape: str  # Python expression over B, W, BT, NS, V, C; a tuple for 2-D tensors
     output: bool = False
 
 
@@ -47,8 +48,9 @@ class Family:
     ``b`` (``B`` threads), ``"row"`` one per verification row ``r = b * W + j``
     (``B * W`` threads, so a thread's work does not grow with ``W``); a
     per-row family needs ``W`` in its key.  ``"block"`` runs a block of ``THREADS``
-    threads per row ``r`` of ``rows`` (``"B"``, ``"B * W"``).  A composite takes its
-    members' launch, which they must share (never a block launch).
+    threads per row ``r`` of ``rows`` (``"B"``, ``"B * W"``); where shapes name ``C``, one
+    per chunk ``ch`` of the row's ``C`` (on ``c`` the row's block walks them).  A
+    composite takes its members' launch, which they must share (never a block launch).
     """
 
     name: str
@@ -73,8 +75,11 @@ class Family:
         validate_expression(self.rows or "B", SHAPE_NAMES)
         if "W" not in self.key_params and (self.threads_per == "row" or "W" in expression_names(self.rows or "B")):
             raise ValueError(f"{self.name}: a launch over B * W threads or rows needs W in the key")
-        if self.uses_vocab and all(vocab_axis(a.shape) is None for a in self.args):
-            raise ValueError(f"{self.name}: no argument has an axis of extent V, so V cannot be read at launch")
+        for dim, used in (("V", self.uses_vocab), ("C", self.uses_chunks)):
+            if used and all(bare_axis(a.shape, dim) is None for a in self.args):
+                raise ValueError(f"{self.name}: no argument has an axis of extent {dim}: it cannot be read at launch")
+        if "C" in expression_names(self.rows or "B") or self.uses_chunks and self.threads_per != "block":
+            raise ValueError(f"{self.name}: only a block family's shapes name C (its chunks per row), never its rows")
 
     @property
     def per_row(self) -> bool:
@@ -83,6 +88,10 @@ class Family:
     @property
     def uses_vocab(self) -> bool:  # an argument's shape names the vocabulary V (read from the tensors)
         return any("V" in expression_names(a.shape) for a in self.args)
+
+    @property
+    def uses_chunks(self) -> bool:  # an argument's shape names C, the blocks (chunks) that share a row
+        return any("C" in expression_names(a.shape) for a in self.args)
 
     @property
     def uses_num_splits(self) -> bool:
@@ -383,6 +392,7 @@ def unregister(name: str) -> None:
 
 
 def shape_of(
-    arg: ArgSpec, B: int, W: int, BT: int | None = None, NS: int = DEFAULT_NUM_SPLITS, V: int | None = None
+    arg: ArgSpec, B: int, W: int, BT: int | None = None, NS: int = DEFAULT_NUM_SPLITS, **run: int | None
 ) -> tuple[int, ...]:
-    return eval_shape(arg.shape, B=B, W=W, BT=BT, NS=NS, V=V)
+    """``run``: the run-time ``V`` and ``C`` (``eval_shape``'s keywords), where the shape names them."""
+    return eval_shape(arg.shape, B=B, W=W, BT=BT, NS=NS, **run)

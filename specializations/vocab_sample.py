@@ -1,9 +1,10 @@
 """The vocabulary pass of sampled verification as kernel families (docs/kernels.md, "The vocabulary pass").
 
-One block of ``VOCAB_THREADS`` threads per row reads the row's logits a few times and writes
-its filtered distribution and its draw; every sum is an integer sum of the weights of
-``runtime/sampling.py`` (``row_weights``, ``draw``, ``residual_weights``), so the kernels equal
-that torch semantics bit for bit whatever order their lanes add in.
+``C`` blocks of ``VOCAB_THREADS`` threads per row (``C``, a run-time dimension read from the
+``vocab_parts`` workspace, is the caller's choice) read the row's logits a few times, each block its
+chunk of the row's tiles, and write its filtered distribution and its draw; every sum is an integer
+sum of the weights of ``runtime/sampling.py`` (``row_weights``, ``draw``, ``residual_weights``), so the
+kernels equal that torch semantics bit for bit whatever order their lanes and chunks add in.
 
 * ``spec_target_sample``: a sampling verify step's ``B * W`` rows; drafts given as the one-hot
   ``q(x)`` (greedy, block and mixed drafts).
@@ -27,7 +28,10 @@ __all__ = [
     "TARGET_SAMPLE",
     "TARGET_SAMPLE_DENSE",
     "VOCAB_FAMILIES",
+    "VOCAB_SUMS",
     "VOCAB_THREADS",
+    "WORKSPACE",
+    "vocab_chunks",
 ]
 
 TARGET_SAMPLE, TARGET_SAMPLE_DENSE, DRAFT_SAMPLE = "spec_target_sample", "spec_target_sample_dense", "spec_draft_sample"
@@ -35,6 +39,19 @@ VOCAB_FAMILIES = (TARGET_SAMPLE, TARGET_SAMPLE_DENSE, DRAFT_SAMPLE)
 VOCAB_THREADS = 1024  # lanes per row: one histogram bin per lane (10 bits of a weight per round)
 MAX_TILES = 512  # the draw's per-tile sums of THREADS tokens each, in shared memory
 MAX_VOCAB_TOKENS = MAX_TILES * VOCAB_THREADS  # a longer vocabulary is refused; the kernels write nothing
+# a row's int64 sums (the template's slots): the barrier count, the blocks done, Z, 4 top-k and 4 top-p
+# histograms of VOCAB_THREADS bins, the tiles' D and W sums
+VOCAB_SUMS = 2 * VOCAB_THREADS + 8 * VOCAB_THREADS
+WORKSPACE = ("vocab_parts", "vocab_sums")  # written by the kernels, no result: see docs/kernels.md
+
+
+def vocab_chunks(rows: int, vocab: int, blocks: int) -> int:
+    """``C``, the blocks per row for ``rows`` rows of ``vocab`` tokens when ``blocks`` blocks of
+    ``VOCAB_THREADS`` lanes can be resident at once (a CUDA device: one per SM): each row's blocks wait
+    for each other, so ``rows * C`` must not pass ``blocks``; a chunk gets at least two tiles."""
+    tiles = -(-max(vocab, 1) // VOCAB_THREADS)
+    return max(1, min(tiles // 2, blocks // max(rows, 1)))
+
 
 _PARAMS = (
     ArgSpec("temperature", "float32", "(B,)"),
@@ -49,6 +66,8 @@ _TARGET_OUT = (
     ArgSpec("target_draft_probs", "float32", "(B, W - 1)", True),
     ArgSpec("accept_uniforms", "float32", "(B, W - 1)", True),
     ArgSpec("sample_probs", "float32", "(B * W, V)", True),
+    ArgSpec("vocab_parts", "int64", "(B * W, C, 4)", True),
+    ArgSpec("vocab_sums", "int64", f"(B * W, {VOCAB_SUMS})", True),
 )
 
 for _family in (
@@ -80,6 +99,8 @@ for _family in (
             ArgSpec("sampled_tokens", "int64", "(B,)", True),
             ArgSpec("sampled_probs", "float32", "(B,)", True),
             ArgSpec("draft_dist", "float32", "(B, V)", True),
+            ArgSpec("vocab_parts", "int64", "(B, C, 4)", True),
+            ArgSpec("vocab_sums", "int64", f"(B, {VOCAB_SUMS})", True),
         ),
         guards=(),
         threads_per="block",

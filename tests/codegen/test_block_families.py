@@ -310,7 +310,7 @@ def test_the_cuda_launcher_packs_v_and_launches_a_block_per_row(folder, monkeypa
         args = tensors.setdefault((batch, vocab), [torch.zeros(batch, vocab), torch.zeros(batch), torch.zeros(batch)])
         launcher.launch(args, batch)
         assert drv.launches[-1] == (batch, 128, [batch, vocab])
-    assert len(launcher._packed) == 3 and sorted(launcher._grids) == [(1, 0), (3, 0)]  # the grid does not name V
+    assert len(launcher._packed) == 3 and sorted(launcher._grids) == [(1, 0, 0), (3, 0, 0)]  # no V, C in the grid
 
 
 class _Null:

@@ -16,7 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specgen.runtime.semantics import SEMANTICS
-from specgen.specializations.vocab_sample import DRAFT_SAMPLE, MAX_VOCAB_TOKENS, TARGET_SAMPLE, TARGET_SAMPLE_DENSE
+from specgen.specializations.vocab_sample import (
+    DRAFT_SAMPLE,
+    MAX_VOCAB_TOKENS,
+    TARGET_SAMPLE,
+    TARGET_SAMPLE_DENSE,
+    VOCAB_SUMS,
+    vocab_chunks,
+)
 
 W = 4
 EDGE_VOCABS = (1, 2, 1023, 1024, 1025, 8191, 8193)
@@ -50,7 +57,8 @@ def _logits(rows: int, vocab: int, gen: torch.Generator) -> torch.Tensor:
     return x
 
 
-def _args(family: str, batch: int, vocab: int, gen: torch.Generator, device, setting=None) -> dict:
+def _args(family: str, batch: int, vocab: int, gen: torch.Generator, device, setting=None, chunks: int = 1) -> dict:
+    """The family's arguments, outputs filled with -7 and the workspace for ``chunks`` blocks per row."""
     a = _params(batch, gen, vocab, setting)
     if family == DRAFT_SAMPLE:
         a["sample_positions"] = torch.randint(-10, 10**6, (batch,), generator=gen)
@@ -75,6 +83,9 @@ def _args(family: str, batch: int, vocab: int, gen: torch.Generator, device, set
     for name, shape in outs.items():
         dtype = getattr(torch, next(x.dtype for x in FAMILIES[family].args if x.name == name))
         a[name] = torch.full(shape, -7, dtype=dtype)
+    rows = batch if family == DRAFT_SAMPLE else batch * W
+    a["vocab_parts"] = torch.full((rows, chunks, 4), -7, dtype=torch.int64)  # no result: any contents
+    a["vocab_sums"] = torch.zeros(rows, VOCAB_SUMS, dtype=torch.int64)  # zero on entry
     return {n: v.to(device) for n, v in a.items()}
 
 
@@ -86,6 +97,8 @@ def _check(kernel, family: str, args: dict) -> None:
     SEMANTICS[family](*(want[n] for n in names))
     kernel(*(args[n] for n in names))
     for a in FAMILIES[family].outputs:
+        if a.name == "vocab_parts":  # the chunks' partial results: no result
+            continue
         got, exp = args[a.name], want[a.name]
         if got.is_floating_point():  # bit for bit: -0.0 and NaN payloads included
             got, exp = got.view(torch.int32), exp.view(torch.int32)
@@ -99,18 +112,21 @@ FAMILIES_UNDER_TEST = (TARGET_SAMPLE, TARGET_SAMPLE_DENSE, DRAFT_SAMPLE)
 @pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
 @pytest.mark.parametrize("vocab", EDGE_VOCABS)
 def test_c_variant_equals_the_semantics_on_the_edges(sampling_kernels, family, vocab):
+    """One block per row, and the row split into chunks: two, three (a vocabulary of 8193 tokens is 9 tiles:
+    chunks of 3) and more chunks than tiles (chunks with no token); the workspace is zero again after each."""
     gen = torch.Generator().manual_seed(vocab)
     kernel = sampling_kernels.get(family, W, target="c")
-    for batch in (1, 3):
-        _check(kernel, family, _args(family, batch, vocab, gen, "cpu"))
+    for batch, chunks in ((1, 1), (3, 1), (1, 3), (3, 2), (1, 12)):
+        _check(kernel, family, _args(family, batch, vocab, gen, "cpu", chunks=chunks))
 
 
 @pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 2**31 - 1), vocab=st.integers(1, 3000), batch=st.integers(1, 4))
-def test_c_variant_equals_the_semantics_on_random_rows(sampling_kernels, family, seed, vocab, batch):
+@given(seed=st.integers(0, 2**31 - 1), vocab=st.integers(1, 5000), batch=st.integers(1, 4), chunks=st.integers(1, 6))
+def test_c_variant_equals_the_semantics_on_random_rows(sampling_kernels, family, seed, vocab, batch, chunks):
     kernel = sampling_kernels.get(family, W, target="c")
-    _check(kernel, family, _args(family, batch, vocab, torch.Generator().manual_seed(seed), "cpu"))
+    gen = torch.Generator().manual_seed(seed)
+    _check(kernel, family, _args(family, batch, vocab, gen, "cpu", chunks=chunks))
 
 
 def test_a_vocabulary_past_the_tiles_is_left_alone(sampling_kernels):
@@ -130,5 +146,11 @@ def test_cuda_variant_equals_the_semantics(sampling_kernels, family):
         for batch in (1, 3, 32):
             if vocab == 151936 and batch == 32 and family != DRAFT_SAMPLE:
                 batch = 8
-            _check(kernel, family, _args(family, batch, vocab, gen, "cuda"))
-    _check(kernel, family, _args(family, 32, 151936, gen, "cuda", setting="nucleus"))
+            rows = batch if family == DRAFT_SAMPLE else batch * W
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
+            for chunks in sorted({1, 2, vocab_chunks(rows, vocab, sms)}):  # what the engine picks, and 1 and 2
+                args = _args(family, batch, vocab, gen, "cuda", chunks=chunks)
+                _check(kernel, family, args)
+                _check(kernel, family, args)  # the workspace is zero again: a second launch is the same
+    for chunks in (1, vocab_chunks(32 * W, 151936, 132), vocab_chunks(W, 151936, 132)):
+        _check(kernel, family, _args(family, 32 if chunks < 8 else 1, 151936, gen, "cuda", "nucleus", chunks))

@@ -70,8 +70,8 @@ def test_the_integer_subset_evaluates():
 
 def test_every_shape_evaluates():
     for fam in FAMILIES.values():
-        for arg in fam.args:  # V: a vocabulary family's run-time dimension
-            assert all(d > 0 for d in shape_of(arg, 3, 4, 64, V=37)), (fam.name, arg.name)
+        for arg in fam.args:  # V, C: a block family's run-time dimensions (the vocabulary, the chunks per row)
+            assert all(d > 0 for d in shape_of(arg, 3, 4, 64, V=37, C=2)), (fam.name, arg.name)
 
 
 def test_guard_rules_follow_the_definition():
