@@ -39,8 +39,8 @@ class Instance:
         return self.spec.num_splits or DEFAULT_NUM_SPLITS
 
     def specialize(self, expr) -> sp.Expr:
-        s = self.spec
-        return specialize(expr, s.width, s.block_table_width, s.block_size, self.num_splits)
+        s = self.spec  # a width-free variant keeps W: a run-time dimension like B
+        return specialize(expr, s.fixed_width, s.block_table_width, s.block_size, self.num_splits)
 
     def expr(self, expr) -> str:
         """``expr`` with the variant's constants substituted, as TileLang text."""

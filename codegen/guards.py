@@ -101,9 +101,9 @@ def guards(spec: VariantSpec) -> list[Guard]:
     """Run-time conditions under which the variant ``spec`` equals its family's semantics."""
     out: dict[str, Guard] = {}
     for rule in FAMILIES[spec.family].guard_rules:
-        rel = specialize(relation(rule.expr), spec.width, spec.block_table_width, spec.block_size)
+        rel = specialize(relation(rule.expr), spec.fixed_width, spec.block_table_width, spec.block_size)
         if rel == sp.false:
-            raise ValueError(f"{spec.family} w{spec.width}: no sequence satisfies {rule.why}")
+            raise ValueError(f"{spec.key}: no sequence satisfies {rule.why}")
         if rel == sp.true:
             continue
         if rel.free_symbols - {min_seq_len, max_seq_len, batch}:

@@ -111,9 +111,11 @@ def load_template(name: str) -> jinja2.Template:
 
 
 def _params(v: Instance) -> str:
-    """The prim_func's arguments, one a line, shapes specialised; B (and V, C) stay symbolic."""
+    """The prim_func's arguments, one a line, shapes specialised; B (and V, C, a width-free W) stay symbolic."""
     s = v.spec
-    env = {"W": s.width, "BT": s.block_table_width or 0, "NS": v.num_splits, **{n: sp.Symbol(n) for n in "BVC"}}
+    env = {"BT": s.block_table_width or 0, "NS": v.num_splits, **{n: sp.Symbol(n) for n in "BVCW"}}
+    if s.fixed_width is not None:
+        env["W"] = s.fixed_width
     lines = []
     for arg in FAMILIES[s.family].args:
         shape = sp.sympify(arg.shape, locals=env)
@@ -144,6 +146,7 @@ def _launch(v: Instance) -> tuple[str, int]:
     A family whose shapes name ``C`` (chunks per row) runs ``C`` blocks a row
     on ``cuda``, ``r = bx // C`` and its chunk ``ch = bx % C``; on ``c`` one
     block a row walks the chunks itself (``{% filter chunks %}``, ``_chunks``).
+    A width-free family's ``b`` and ``j`` divide by the run-time ``W``.
     """
     fam = FAMILIES[v.spec.family]
     if fam.threads_per == "block":
@@ -219,6 +222,7 @@ def _frame(v: Instance) -> dict:
             else f"One block of THREADS threads per row r (rows = {fam.rows}) walking its C chunks"
         )
     bound = ["batch B"] + ["vocabulary V"] * fam.uses_vocab + ["chunks per row C"] * fam.uses_chunks
+    bound += ["width W"] * fam.width_free
     return dict(
         family=v.spec.family,
         target=v.target,
@@ -229,6 +233,7 @@ def _frame(v: Instance) -> dict:
         grid=_block_grid(v, fam.rows, fam.uses_chunks),  # the blocks: the module's ROWS, the runtime's grid
         uses_vocab=fam.uses_vocab,
         uses_chunks=fam.uses_chunks,
+        uses_width=fam.width_free,
         launch_doc=launch_doc,
         bound=", ".join(bound[:-1]) + " and " + bound[-1] if len(bound) > 1 else bound[0],
         dialect=TARGETS[v.target].dialect,

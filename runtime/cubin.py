@@ -26,9 +26,10 @@ _STB_GLOBAL = 1
 _EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 2, 3, 4
 _EIATTR_MAX_THREADS = 0x05
 _EIATTR_KPARAM_INFO = 0x17
-POINTER_SIZE, BATCH_SIZE = 8, 4  # what the launcher packs: a device pointer per tensor, int32 B (and V, C)
-# the int32 parameters: the batch, and the vocabulary and a block family's chunks per row where a shape names them
-SCALARS = ("B", "V", "C")
+POINTER_SIZE, BATCH_SIZE = 8, 4  # what the launcher packs: a device pointer per tensor, int32 B (and V, C, W)
+# the int32 parameters: the batch, and the vocabulary and a block family's chunks per row where a shape names them,
+# and the verify width of a width-free variant (its key lacks W)
+SCALARS = ("B", "V", "C", "W")
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ def cubin_kernels(image: bytes) -> dict[str, CubinKernel]:
 def entry_problems(image: bytes, entry, kernels: dict[str, CubinKernel] | None = None) -> list[str]:
     """How the cubin ``image`` disagrees with manifest ``entry`` (its symbol, parameters, block size).
 
-    The launcher passes one device pointer per tensor and ``B`` (and ``V``, ``C``) as
+    The launcher passes one device pointer per tensor and ``B`` (and ``V``, ``C``, ``W``) as
     int32, in the order of ``entry.params``, and launches ``entry.threads`` threads a
     block.  ``kernels`` is ``cubin_kernels(image)`` where the caller has it.
     """

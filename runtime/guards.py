@@ -29,6 +29,7 @@ from ..specializations.expr import (
     safe_eval,
     validate_expression,
 )
+from ..specializations.families import MIN_WIDTH
 
 __all__ = [
     "GUARD_NAMES",
@@ -43,6 +44,7 @@ __all__ = [
     "safe_eval",
     "validate_expression",
     "vocab_of",
+    "width_of",
 ]
 
 
@@ -99,13 +101,20 @@ def chunks_of(args: Sequence, tensors: Sequence) -> int | None:
     return _bare_of(args, tensors, "C")
 
 
-def check_tensors(args: Sequence, tensors: Sequence, *, W: int, BT: int | None, NS: int | None, key: str) -> int:
+def width_of(args: Sequence, tensors: Sequence) -> int | None:
+    """The verify width ``W`` of a launch of a width-free variant (one whose key lacks ``W``), read from
+    its tensors as ``vocab_of`` reads ``V`` (``(B, W)``: axis 1); None when no shape has a bare ``W``."""
+    return _bare_of(args, tensors, "W")
+
+
+def check_tensors(args: Sequence, tensors: Sequence, *, W: int | None, BT: int | None, NS: int | None, key: str) -> int:
     """Check ``tensors`` against the variant's ``args``; return the batch B.
 
     ``args`` are manifest argument records (``name``, ``dtype``, ``shape``).
     B is dim 0 of the first tensor; a shape naming ``V`` is checked with the
     ``V`` that ``vocab_of`` reads, one naming ``C`` with the ``C`` of
-    ``chunks_of``; each must be at least 1.  Any mismatch raises
+    ``chunks_of``; each must be at least 1.  ``W`` None (a width-free variant):
+    the ``W`` that ``width_of`` reads, at least ``MIN_WIDTH``.  Any mismatch raises
     ``KernelArgumentError`` naming the argument; nothing is launched.
     """
     import torch
@@ -122,17 +131,19 @@ def check_tensors(args: Sequence, tensors: Sequence, *, W: int, BT: int | None, 
     B = int(first.shape[0])
     device = first.device
     V, C = vocab_of(args, tensors), chunks_of(args, tensors)
+    read = (("W", width_of(args, tensors)),) if W is None else ()  # the dimensions read from the tensors
+    W = read[0][1] if read else W
     for a, t in zip(args, tensors):
         want_dtype = getattr(torch, a.dtype)
         if t.dtype != want_dtype:
             raise KernelArgumentError(
                 f"{key}: {a.name} dtype expected {a.dtype}, got {str(t.dtype).removeprefix('torch.')}"
             )
-        want_shape = eval_shape(a.shape, B=B, W=W, BT=BT, NS=NS, V=V, C=C)
+        want_shape = eval_shape(a.shape, B=B, W=W or 0, BT=BT, NS=NS, V=V, C=C)
         if tuple(t.shape) != want_shape:
-            with_vc = "".join(f", {n}={d}" for n, d in (("V", V), ("C", C)) if d is not None)
+            with_read = "".join(f", {n}={d}" for n, d in (*read, ("V", V), ("C", C)) if d is not None)
             raise KernelArgumentError(
-                f"{key}: {a.name} shape expected {want_shape} ({a.shape} with B={B}{with_vc}), got {tuple(t.shape)}"
+                f"{key}: {a.name} shape expected {want_shape} ({a.shape} with B={B}{with_read}), got {tuple(t.shape)}"
             )
         if t.device != device:
             raise KernelArgumentError(
@@ -144,4 +155,6 @@ def check_tensors(args: Sequence, tensors: Sequence, *, W: int, BT: int | None, 
         raise KernelArgumentError(f"{key}: the vocabulary V (read from the tensors) must be at least 1, got {V}")
     if C is not None and C < 1:
         raise KernelArgumentError(f"{key}: the chunks per row C (read from the tensors) must be at least 1, got {C}")
+    if read and W is not None and W < MIN_WIDTH:
+        raise KernelArgumentError(f"{key}: the width W (read from the tensors) must be at least {MIN_WIDTH}, got {W}")
     return B

@@ -10,7 +10,9 @@ variant for the tensors' device (cpu -> ``c``, cuda -> ``cuda``, npu ->
 (``KernelArgumentError``, never a launch on a mismatch), loads the artifact on
 first use (sha256 checked once) and launches.  A specialization that was not
 built raises ``VariantNotBuilt`` with the ``specgen build`` command that
-makes it.
+makes it.  A family whose key lacks ``W`` has one variant for every width:
+``get`` finds it at whatever width the caller passes, and each launch reads
+``W`` from the tensors.
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ class VariantNotBuilt(LookupError):
 def _spec(
     family: str, width: int, block_table_width: int | None, block_size: int | None, draft_dtype: str = "int32"
 ) -> VariantSpec:
-    """``family`` at these parameters, keeping only those its key names (like ``VariantSpec.of``)."""
+    """``family`` at these parameters, keeping only those its key names (like ``VariantSpec.of``; a family
+    whose key lacks ``W`` gets the variant for every width)."""
     fam = family_of(family)
     return VariantSpec(
         family,
@@ -112,6 +115,7 @@ class KernelCallable:
                 self.key(draft_dtype),
                 target,
                 draft_dtype=draft_dtype,
+                width=self.width,
                 block_table_width=self.block_table_width,
                 block_size=self.block_size,
             )
@@ -130,8 +134,8 @@ class KernelCallable:
             raise KernelArgumentError(f"{self.key()}: tensors on {device} cannot run target {target or '(none)'}")
         draft_dtype = self._draft_dtype(tensors)
         entry, launcher = self.resolve(target, draft_dtype)
-        batch = check_tensors(
-            entry.args, tensors, W=entry.width, BT=entry.block_table_width, NS=entry.num_splits, key=entry.key
+        batch = check_tensors(  # W None: a variant for every width reads the tensors' W
+            entry.args, tensors, W=entry.fixed_width, BT=entry.block_table_width, NS=entry.num_splits, key=entry.key
         )
         if not batch:
             return  # nothing to do; the artifact is not even loaded
@@ -200,7 +204,7 @@ class KernelLibrary:
             spec = _spec(family, width, block_table_width, block_size)
             raise VariantNotBuilt(
                 f"{spec.key} is not built{f' for target {target}' if target else ''}: run "
-                f"`{build_command(spec, target or 'c')} --out {self.root}`"
+                f"`{build_command(spec, target or 'c', width)} --out {self.root}`"
             )
         return KernelCallable(self, family, width, block_table_width, block_size, target)
 
@@ -210,13 +214,14 @@ class KernelLibrary:
         target: str,
         *,
         draft_dtype: str = "int32",
+        width: int | None = None,
         block_table_width: int | None = None,
         block_size: int | None = None,
     ) -> VariantEntry:
         """The manifest entry of ``key`` for ``target``; ``VariantNotBuilt`` with the build that makes it.
 
-        ``block_table_width`` / ``block_size``: the caller's layout, which the suggested build uses for a
-        family whose key does not name them.
+        ``width`` / ``block_table_width`` / ``block_size``: the caller's layout, which the suggested build
+        uses for a family whose key does not name them.
         """
         hit = self._by_key.get((key, target))
         if hit is None:
@@ -226,7 +231,9 @@ class KernelLibrary:
             except (KeyFormatError, LookupError):  # not a key of specgen's families
                 spec = None
             cmd = (
-                variants_command([spec], target, block_table_width=block_table_width, block_size=block_size)
+                variants_command(
+                    [spec], target, width=width, block_table_width=block_table_width, block_size=block_size
+                )
                 if spec is not None
                 else f"specgen build --target {target}"
             ) + f" --out {self.root}"

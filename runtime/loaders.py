@@ -9,8 +9,9 @@ parameter order (``params``) is applied here.
   per batch of a family's variants (the entry ``<key>_kernel`` names the
   variant), each entry taking one ``void*`` per tensor, ``int32_t B`` (and
   ``int32_t V``, the vocabulary read from the tensors by ``guards.vocab_of``,
-  and ``int32_t C``, a block family's chunks per row read by ``guards.chunks_of``,
-  where a shape names them) and returning 0 on success; it is called through
+  ``int32_t C``, a block family's chunks per row read by ``guards.chunks_of``,
+  where a shape names them, and ``int32_t W``, the width read by ``guards.width_of``,
+  where the variant serves every width) and returning 0 on success; it is called through
   ctypes on the calling thread (synchronous; the entry walks its grid, a
   chunked block family's chunks within each row's block).  Entries of one
   library share the ``dlopen`` handle.
@@ -21,13 +22,13 @@ parameter order (``params``) is applied here.
   ``cuLaunchKernel`` on ``torch.cuda.current_stream()``: no synchronisation
   and no device allocation, so it records into ``torch.cuda.graph`` captures.
   The driver copies parameter values at launch (or capture); the host
-  buffers holding them are cached per (pointers, B, V, C) all the same; the
-  grid is the entry's ``grid`` evaluated with the launch's B (and V and C,
-  read from the tensors, where it names them).
+  buffers holding them are cached per (pointers, B, V, C, W) all the same; the
+  grid is the entry's ``grid`` evaluated with the launch's B (and V, C and a
+  width-free variant's W, read from the tensors, where it names them).
   ``cuda.bindings`` is imported on first use only.  Before any of that, the
   entry is checked against the cubin itself (``runtime/cubin.py``: the
   symbol is there, its parameters are the pointers and int32 ``B`` (and
-  ``V``, ``C``) the launch packs, in that order, and its block bound admits
+  ``V``, ``C``, ``W``) the launch packs, in that order, and its block bound admits
   the launch's threads).
 - ``ascend``: TileLang lowers the families to Ascend C on any machine, but
   compiling that needs CANN's bisheng, which the build machines here lack.
@@ -46,7 +47,7 @@ from typing import Sequence
 from ..specializations.expr import SHAPE_NAMES, expression_names, safe_eval
 from ..specializations.targets import TARGETS
 from .cubin import cubin_kernels, entry_problems
-from .guards import chunks_of, vocab_of
+from .guards import chunks_of, vocab_of, width_of
 from .manifest import ArtifactError, KernelLaunchError, VariantEntry, read_artifact
 
 _ARCH = re.compile(r"^sm_(\d+)(\d)([af]?)$")
@@ -62,25 +63,25 @@ class TargetUnavailableError(ArtifactError):
 
 VOCAB = -1  # the slot of the parameter ``V``: the vocabulary size, read from the tensors (``vocab_of``)
 CHUNKS = -2  # the slot of the parameter ``C``: a block family's chunks per row, read from the tensors (``chunks_of``)
-_SCALARS = {"B": None, "V": VOCAB, "C": CHUNKS}  # the int32 parameters' slots
+WIDTH = -3  # the slot of the parameter ``W``: a width-free variant's verify width, read from the tensors (``width_of``)
+_SCALARS = {"B": None, "V": VOCAB, "C": CHUNKS, "W": WIDTH}  # the int32 parameters' slots
+_READ = {VOCAB: vocab_of, CHUNKS: chunks_of, WIDTH: width_of}  # a slot -> how a launch reads it from its tensors
 
 
 def param_slots(entry: VariantEntry) -> tuple[int | None, ...]:
     """Per entry parameter: the index of its tensor in ``entry.args``; None for ``B``, ``VOCAB`` for ``V``,
-    ``CHUNKS`` for ``C``."""
+    ``CHUNKS`` for ``C``, ``WIDTH`` for ``W``."""
     index = {a.name: i for i, a in enumerate(entry.args)}
     return tuple(_SCALARS[p] if p in _SCALARS else index[p] for p in entry.params)
 
 
 def _int32(slot: int | None) -> bool:
-    return slot is None or slot == VOCAB or slot == CHUNKS
+    return slot is None or slot in _READ
 
 
 def _values(slots: tuple[int | None, ...], args: Sequence, tensors: Sequence, batch: int) -> tuple[int, ...]:
-    """The entry's parameters as ints, in its order: pointers, ``B``, ``V`` and ``C``."""
-    vocab = vocab_of(args, tensors) if VOCAB in slots else None
-    chunks = chunks_of(args, tensors) if CHUNKS in slots else None
-    scalars = {None: batch, VOCAB: vocab, CHUNKS: chunks}
+    """The entry's parameters as ints, in its order: pointers, ``B`` (and ``V``, ``C``, ``W``)."""
+    scalars = {s: read(args, tensors) for s, read in _READ.items() if s in slots} | {None: batch}
     return tuple(scalars[s] if s in scalars else tensors[s].data_ptr() for s in slots)
 
 
@@ -171,10 +172,15 @@ class CudaLauncher:
         self._slots = param_slots(entry)
         self._per_device: dict[int, tuple[object, object, object]] = {}  # index -> (ctx, module, function)
         self._packed: dict[tuple, tuple] = {}
-        self._grids: dict[tuple[int, int, int], int] = {}  # (B, V, C) -> blocks (V, C: 0 where the grid lacks them)
-        self._env = {"W": entry.width, "BT": entry.block_table_width or 0, "NS": entry.num_splits or 0}
+        self._grids: dict[tuple[int, ...], int] = {}  # (B, V, C, W) -> blocks (V, C, W: 0 where not read)
+        self._env = {"W": entry.width, "BT": entry.block_table_width or 0, "NS": entry.num_splits or 0, "V": 0, "C": 0}
         names = expression_names(entry.grid)
-        self._grid_vocab, self._grid_chunks = "V" in names, "C" in names
+        # what the grid reads from the tensors: V, C, and W for a variant of every width
+        self._grid_reads = tuple(
+            (dim, read)
+            for dim, read in (("V", vocab_of), ("C", chunks_of), ("W", width_of))
+            if dim in names and (dim != "W" or entry.fixed_width is None)
+        )
 
     def _load(self, index: int):
         import torch
@@ -212,7 +218,7 @@ class CudaLauncher:
         return ctx
 
     def _pack(self, tensors: Sequence, batch: int) -> int:
-        ptrs = _values(self._slots, self.entry.args, tensors, batch)  # B, V and C among them: the cache's key
+        ptrs = _values(self._slots, self.entry.args, tensors, batch)  # B, V, C and W among them: the cache's key
         packed = self._packed.get(ptrs)
         if packed is None:
             values = [ctypes.c_int32(v) if _int32(s) else ctypes.c_void_p(v) for s, v in zip(self._slots, ptrs)]
@@ -233,12 +239,12 @@ class CudaLauncher:
         current = check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
         if current is None or int(current) != int(ctx):
             check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-        vocab = (vocab_of(self.entry.args, tensors) or 0) if self._grid_vocab else 0
-        chunks = (chunks_of(self.entry.args, tensors) or 0) if self._grid_chunks else 0
-        grid = self._grids.get((batch, vocab, chunks))
+        dims = {dim: read(self.entry.args, tensors) or 0 for dim, read in self._grid_reads}
+        at = (batch, dims.get("V", 0), dims.get("C", 0), dims.get("W", 0))
+        grid = self._grids.get(at)
         if grid is None:
-            env = {**self._env, "B": batch, "V": vocab, "C": chunks}
-            grid = self._grids[(batch, vocab, chunks)] = int(safe_eval(self.entry.grid, env, SHAPE_NAMES))
+            env = {**self._env, **dims, "B": batch}
+            grid = self._grids[at] = int(safe_eval(self.entry.grid, env, SHAPE_NAMES))
         if grid <= 0:
             return
         stream = torch.cuda.current_stream(index).cuda_stream

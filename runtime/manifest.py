@@ -17,12 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..specializations.expr import GUARD_NAMES, SHAPE_NAMES, UnsafeExpressionError, bare_axis, validate_expression
+from ..specializations.expr import (
+    GUARD_NAMES,
+    SHAPE_NAMES,
+    UnsafeExpressionError,
+    bare_axis,
+    expression_names,
+    validate_expression,
+)
 from ..specializations.families import ARG_DTYPES
 from ..specializations.plan import Plan, PlanError
 from ..specializations.targets import TARGET_NAMES as TARGETS
 from ..specializations.targets import TARGETS as TARGET_ROWS
-from ..specializations.variants import Layout, VariantSpec, variants_command
+from ..specializations.variants import ANY_WIDTH, Layout, VariantSpec, variants_command
 from .cubin import SCALARS, entry_problems
 
 SCHEMA_VERSION = 2  # 2: plans carry structured steps and their layout
@@ -72,6 +79,12 @@ class VariantEntry:
     @property
     def outputs(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.args if a.output)
+
+    @property
+    def fixed_width(self) -> int | None:
+        """The width the variant is specialized for; None for one that serves every width (its key lacks W),
+        whose launches read ``W`` from the tensors (``guards.width_of``) where its shapes name it."""
+        return None if self.width == ANY_WIDTH else self.width
 
     @property
     def variant(self) -> VariantSpec:
@@ -155,10 +168,19 @@ def _parse_variant(rec: Any, where: str) -> VariantEntry:
     missing = [n for n in params if n not in SCALARS and n not in {a.name for a in args}]
     if missing or sorted(n for n in params if n not in SCALARS) != sorted(a.name for a in args):
         raise ManifestError(f"{where}: field 'params' {list(params)} does not match the args")
-    for dim in ("V", "C"):
+    for dim in ("V", "C", "W"):
         if dim in params and all(bare_axis(a.shape, dim) is None for a in args):
             raise ManifestError(
                 f"{where}: field 'params' passes {dim}, but no argument has an axis of extent {dim} to read it"
+            )
+    width = _need(rec, "width", where, int)
+    if width < 0:
+        raise ManifestError(f"{where}: field 'width' must be a width, or {ANY_WIDTH} for every width; got {width}")
+    if width == ANY_WIDTH and any("W" in expression_names(a.shape) for a in args):
+        if all(bare_axis(a.shape, "W") is None for a in args):
+            raise ManifestError(
+                f"{where}: field 'width' is {ANY_WIDTH} (every width), but no argument has an axis of extent W "
+                "to read it"
             )
     launch = rec.get("launch") or {}
     guards = []
@@ -175,7 +197,7 @@ def _parse_variant(rec: Any, where: str) -> VariantEntry:
         key=key,
         family=_need(rec, "family", where, str),
         target=target,
-        width=_need(rec, "width", where, int),
+        width=width,
         block_table_width=_opt_int(rec, "block_table_width", where),
         block_size=_opt_int(rec, "block_size", where),
         draft_dtype=str(rec.get("draft_dtype") or "int32"),

@@ -6,7 +6,8 @@ the ground truth for every generated variant.  Shapes are expressions over
 ``B`` (batch, a run-time dimension), ``W`` (verify width), ``BT`` (block-table
 width), ``NS`` (split count of the attention tiling), ``V`` (the vocabulary) and ``C``
 (a block family's chunks per row), the last two run-time dimensions read from the
-tensors, evaluated by ``specializations.expr`` only.
+tensors (and ``W`` too where the key lacks it: ``family_rules``), evaluated by
+``specializations.expr`` only.
 
 Adding a family: ``register(Family(...))`` here (or from a plugin), a template
 ``templates/<name>.py.jinja`` (or one in a folder given to
@@ -20,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .expr import SHAPE_NAMES, bare_axis, eval_shape, expression_names, validate_expression
+from .expr import eval_shape, expression_names
+from .family_rules import THREADS_PER, check_family, names_width  # noqa: F401 - THREADS_PER re-exported here
 from .guard_rules import BASE_GUARDS, BLOCK_ENTRY, GUARD_RULE_NAMES, GuardRule  # noqa: F401 - re-exported here
 
 MIN_WIDTH, MAX_WIDTH = 2, 16
@@ -37,9 +39,6 @@ class ArgSpec:
     output: bool = False
 
 
-THREADS_PER = ("sequence", "row", "block")
-
-
 @dataclass(frozen=True, slots=True)
 class Family:
     """A kernel family.
@@ -51,6 +50,8 @@ class Family:
     threads per row ``r`` of ``rows`` (``"B"``, ``"B * W"``); where shapes name ``C``, one
     per chunk ``ch`` of the row's ``C`` (on ``c`` the row's block walks them).  A
     composite takes its members' launch, which they must share (never a block launch).
+    A family whose key lacks ``W`` has one variant for every width; where its shapes or
+    rows name ``W`` it is width-free (``width_free``): ``W`` is read from the tensors.
     """
 
     name: str
@@ -68,18 +69,7 @@ class Family:
     threads: int = 0  # the threads of every variant's block; 0: the build's choice (128)
 
     def __post_init__(self):
-        if self.threads_per not in THREADS_PER:
-            raise ValueError(f"{self.name}: threads_per {self.threads_per!r} is not one of {', '.join(THREADS_PER)}")
-        if bool(self.rows) != (self.threads_per == "block"):
-            raise ValueError(f"{self.name}: a block launch, and only it, names its rows (rows={self.rows!r})")
-        validate_expression(self.rows or "B", SHAPE_NAMES)
-        if "W" not in self.key_params and (self.threads_per == "row" or "W" in expression_names(self.rows or "B")):
-            raise ValueError(f"{self.name}: a launch over B * W threads or rows needs W in the key")
-        for dim, used in (("V", self.uses_vocab), ("C", self.uses_chunks)):
-            if used and all(bare_axis(a.shape, dim) is None for a in self.args):
-                raise ValueError(f"{self.name}: no argument has an axis of extent {dim}: it cannot be read at launch")
-        if "C" in expression_names(self.rows or "B") or self.uses_chunks and self.threads_per != "block":
-            raise ValueError(f"{self.name}: only a block family's shapes name C (its chunks per row), never its rows")
+        check_family(self)  # family_rules: the launch, and where the run-time dimensions are read
 
     @property
     def per_row(self) -> bool:
@@ -92,6 +82,10 @@ class Family:
     @property
     def uses_chunks(self) -> bool:  # an argument's shape names C, the blocks (chunks) that share a row
         return any("C" in expression_names(a.shape) for a in self.args)
+
+    @property
+    def width_free(self) -> bool:  # W is not in the key, yet the shapes or rows name it: read from the tensors
+        return "W" not in self.key_params and names_width(self)
 
     @property
     def uses_num_splits(self) -> bool:

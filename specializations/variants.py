@@ -12,6 +12,12 @@ at a layout, keeping only the parameters its key names (``docs/kernels.md``)::
     >>> VariantSpec.parse("spec_verify_metadata_update__w4_bt64_bs128").block_size
     128
 
+A family whose key lacks ``W`` has one variant for every width: its records hold
+``ANY_WIDTH`` whatever width they are made with, and its key says ``any``::
+
+    >>> VariantSpec.of("spec_target_sample", Layout(4, 64, 128)).key
+    'spec_target_sample__any'
+
 Every other layer formats and parses keys through these two records.
 """
 
@@ -20,13 +26,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from .families import DEFAULT_NUM_SPLITS, DRAFT_DTYPES, FAMILIES, Family
+from .families import DEFAULT_NUM_SPLITS, DRAFT_DTYPES, FAMILIES, MIN_WIDTH, Family
 
 _LAYOUT_KEY = re.compile(r"^w(\d+)_bt(\d+)_bs(\d+)_(int32|int64)$")
 _PART = re.compile(r"^(w|bt|bs)(\d+)$")
 _PARAM_FIELD = {"W": ("w", "width"), "BT": ("bt", "block_table_width"), "BS": ("bs", "block_size")}
 # a key parameter (W, BT, BS) -> the VariantSpec field that holds it
 KEY_PARAM_FIELDS = {p: name for p, (_, name) in _PARAM_FIELD.items()}
+# the width of a variant whose family's key lacks W (one variant serves every width; a width-free
+# family reads W from its tensors), and the key part that says so: ``spec_target_sample__any``
+ANY_WIDTH, ANY = 0, "any"
 
 
 class KeyFormatError(ValueError):
@@ -71,6 +80,8 @@ class VariantSpec:
 
     def __post_init__(self):
         fam = family_of(self.family)
+        if "W" not in fam.key_params and self.width != ANY_WIDTH:
+            object.__setattr__(self, "width", ANY_WIDTH)  # one variant serves every width
         for p, (_, name) in _PARAM_FIELD.items():
             if p in fam.key_params and getattr(self, name) is None:
                 raise KeyFormatError(f"{self.family} needs {name} for its key")
@@ -95,9 +106,15 @@ class VariantSpec:
         return FAMILIES[self.family]
 
     @property
+    def fixed_width(self) -> int | None:
+        """The width the variant is specialized for; None where one variant serves every width."""
+        return None if self.width == ANY_WIDTH else self.width
+
+    @property
     def suffix(self) -> str:
-        """``w4_bt64_bs128``; int64 drafts add ``_i64``."""
-        parts = [f"{_PARAM_FIELD[p][0]}{getattr(self, _PARAM_FIELD[p][1])}" for p in self.spec.key_params]
+        """``w4_bt64_bs128``; int64 drafts add ``_i64``; ``any`` in place of ``w4`` where the key lacks W."""
+        parts = [] if "W" in self.spec.key_params else [ANY]
+        parts += [f"{_PARAM_FIELD[p][0]}{getattr(self, _PARAM_FIELD[p][1])}" for p in self.spec.key_params]
         if self.spec.has_draft_dtype and self.draft_dtype != "int32":
             parts.append("i64")
         return "_".join(parts)
@@ -120,6 +137,8 @@ class VariantSpec:
             m = _PART.match(part)
             if m:
                 values[next(f for k, f in _PARAM_FIELD.values() if k == m[1])] = int(m[2])
+            elif part == ANY:
+                values["width"] = ANY_WIDTH
             elif part == "i64":
                 dtype = "int64"
             else:
@@ -143,9 +162,13 @@ class UnknownFamily(LookupError):
     """The family name is not one of specgen's kernel families."""
 
 
-def build_command(spec: VariantSpec, target: str = "c") -> str:
-    """The ``specgen build`` command line that makes ``spec`` for ``target``."""
-    cmd = f"specgen build --widths {spec.width}"
+def build_command(spec: VariantSpec, target: str = "c", width: int | None = None) -> str:
+    """The ``specgen build`` command line that makes ``spec`` for ``target``.
+
+    A variant for every width is made by a build at any width: ``width`` (the
+    caller's), else ``MIN_WIDTH``.
+    """
+    cmd = f"specgen build --widths {spec.fixed_width or width or MIN_WIDTH}"
     if spec.block_table_width is not None:
         cmd += f" --block-table-widths {spec.block_table_width}"
     if spec.block_size is not None:
@@ -158,7 +181,12 @@ def build_command(spec: VariantSpec, target: str = "c") -> str:
 
 
 def variants_command(
-    specs, target: str = "c", *, block_table_width: int | None = None, block_size: int | None = None
+    specs,
+    target: str = "c",
+    *,
+    width: int | None = None,
+    block_table_width: int | None = None,
+    block_size: int | None = None,
 ) -> str:
     """The ``specgen build`` command that makes ``specs`` for ``target`` and as little else as it can.
 
@@ -166,7 +194,8 @@ def variants_command(
     families (a build adds to its folder, so what else is there stays).  A
     family whose key has no block-table width or block size builds at the
     ``block_table_width`` / ``block_size`` given, where the caller knows its
-    layout (the layout of the plans recorded beside it)::
+    layout (the layout of the plans recorded beside it); a variant for every
+    width, at ``width`` where no other spec names one (else ``MIN_WIDTH``)::
 
         >>> variants_command([VariantSpec("spec_verify_token_update", 8, draft_dtype="int64")], block_size=16)
         'specgen build --widths 8 --block-sizes 16 --draft-dtypes int64 --families spec_verify_token_update'
@@ -177,7 +206,8 @@ def variants_command(
         found = {getattr(s, field) for s in specs if getattr(s, field) is not None}
         return sorted(found or ({given} if given is not None else set()))
 
-    cmd = "specgen build --widths " + ",".join(str(w) for w in sorted({s.width for s in specs}))
+    widths = sorted({s.fixed_width for s in specs if s.fixed_width is not None}) or [width or MIN_WIDTH]
+    cmd = "specgen build --widths " + ",".join(map(str, widths))
     for option, field, given in (
         ("--block-table-widths", "block_table_width", block_table_width),
         ("--block-sizes", "block_size", block_size),

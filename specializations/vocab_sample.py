@@ -73,7 +73,7 @@ _TARGET_OUT = (
 for _family in (
     Family(
         TARGET_SAMPLE,
-        ("W",),
+        (),
         (_DRAFTS, ArgSpec("draft_probs", "float32", "(B, W - 1)"), *_TARGET_IN, *_TARGET_OUT),
         guards=(),
         threads_per="block",
@@ -82,7 +82,7 @@ for _family in (
     ),
     Family(
         TARGET_SAMPLE_DENSE,
-        ("W",),
+        (),
         (_DRAFTS, *_TARGET_IN, ArgSpec("draft_dists", "float32", "(W - 1, B, V)"), *_TARGET_OUT),
         guards=(),
         threads_per="block",
@@ -91,7 +91,7 @@ for _family in (
     ),
     Family(
         DRAFT_SAMPLE,
-        ("W",),
+        (),
         (
             *_PARAMS,
             ArgSpec("sample_positions", "int64", "(B,)"),

@@ -240,4 +240,4 @@ def test_the_cuda_launcher_packs_c_and_launches_rows_times_c_blocks(folder, monk
         tensors = [torch.zeros(batch, vocab), torch.zeros(batch, chunks, 2, dtype=torch.int64), torch.zeros(batch)]
         launcher.launch(tensors, batch)
         assert launches[-1] == (batch * chunks, 128, [batch, chunks, vocab])
-    assert sorted(launcher._grids) == [(2, 0, 4), (3, 0, 1), (3, 0, 4)]  # the grid names C, not V
+    assert sorted(launcher._grids) == [(2, 0, 4, 0), (3, 0, 1, 0), (3, 0, 4, 0)]  # the grid names C, not V or W

@@ -113,8 +113,12 @@ def test_a_block_family_names_its_rows_and_reads_v_from_a_bare_axis(toy):
         Family("t_block", ("W",), ARGS, threads_per="block")
     with pytest.raises(ValueError, match="names its rows"):
         Family("t_block", ("W",), ARGS, rows="B")
-    with pytest.raises(ValueError, match="needs W in the key"):
+    # a block family may read W from the tensors (width-free) where an argument has a bare W axis
+    with pytest.raises(ValueError, match=r"no argument has an axis of extent W: .*\(or name W in the key\)"):
         Family("t_block", ("BS",), ARGS, threads_per="block", rows="B * W")
+    assert Family("t_block", (), (*ARGS, ArgSpec("w", "int32", "(B, W)")), threads_per="block", rows="B * W").width_free
+    with pytest.raises(ValueError, match="one thread per row .* needs W in the key"):
+        Family("t_row", (), (ArgSpec("w", "int32", "(B, W)"),), threads_per="row")
     with pytest.raises(ValueError, match="not one of"):
         Family("t_block", ("W",), ARGS, threads_per="block", rows="B * S")
     with pytest.raises(ValueError, match="no argument has an axis of extent V"):
@@ -310,7 +314,7 @@ def test_the_cuda_launcher_packs_v_and_launches_a_block_per_row(folder, monkeypa
         args = tensors.setdefault((batch, vocab), [torch.zeros(batch, vocab), torch.zeros(batch), torch.zeros(batch)])
         launcher.launch(args, batch)
         assert drv.launches[-1] == (batch, 128, [batch, vocab])
-    assert len(launcher._packed) == 3 and sorted(launcher._grids) == [(1, 0, 0), (3, 0, 0)]  # no V, C in the grid
+    assert len(launcher._packed) == 3 and sorted(launcher._grids) == [(1, 0, 0, 0), (3, 0, 0, 0)]  # no V, C, W in it
 
 
 class _Null:

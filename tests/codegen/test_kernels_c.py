@@ -175,8 +175,9 @@ def test_every_family_compiles_for_cuda(tmp_path):
         jobs = []
         for family in FAMILIES:
             low = lower(render_program(family, 4, 64, 128), "cuda", "sm_90")
-            scalars = ["B", "V"] if FAMILIES[family].uses_vocab else ["B"]
-            assert low.params[-len(scalars) :] == scalars
+            fam = FAMILIES[family]  # the int32 scalars after the pointers, by name: B, C, V, a width-free W
+            scalars = ["B"] + ["C"] * fam.uses_chunks + ["V"] * fam.uses_vocab + ["W"] * fam.width_free
+            assert low.params[-len(scalars) :] == scalars == [p for p in low.params if p in ("B", "C", "V", "W")]
             assert f"void __launch_bounds__({FAMILIES[family].threads or 128}, 1) {low.entry}(" in low.source
             jobs.append(pool.submit(compile_artifact, low, tmp_path / f"{family}.cubin"))
         for job in jobs:

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specgen.specializations import DRAFT_DTYPES, FAMILIES, KeyFormatError, Layout, UnknownFamily, VariantSpec
-from specgen.specializations.variants import build_command, family_of
+from specgen.specializations.variants import ANY_WIDTH, build_command, family_of, variants_command
+from specgen.specializations.vocab_sample import VOCAB_FAMILIES
 
 layouts = st.builds(
     Layout, st.integers(2, 16), st.integers(1, 4096), st.integers(1, 4096), st.sampled_from(DRAFT_DTYPES)
@@ -25,9 +26,30 @@ def test_layout_key_roundtrip(layout):
 @given(layouts, st.sampled_from(sorted(FAMILIES)))
 def test_variant_key_roundtrip(layout, family):
     spec = VariantSpec.of(family, layout)
-    assert spec.key.startswith(f"{family}__w{layout.width}")
+    width_part = f"w{layout.width}" if "W" in FAMILIES[family].key_params else "any"
+    assert spec.key.startswith(f"{family}__{width_part}")
     # the key does not carry the split count; everything else comes back
     assert VariantSpec.parse(spec.key) == dataclasses.replace(spec, num_splits=None)
+
+
+@pytest.mark.parametrize("family", VOCAB_FAMILIES)
+def test_a_family_whose_key_lacks_w_has_one_variant_for_every_width(family):
+    """Every constructor gives the one record: ``of`` at any layout, a width given directly, its key parsed."""
+    specs = {VariantSpec.of(family, Layout(w, 64, 128, d)) for w in (2, 4, 16) for d in DRAFT_DTYPES}
+    specs |= {VariantSpec(family, 5), VariantSpec(family, ANY_WIDTH)}
+    assert specs == {VariantSpec(family, 0)}
+    spec = specs.pop()
+    assert spec.key == f"{family}__any" and spec.width == ANY_WIDTH and spec.fixed_width is None
+    assert VariantSpec.parse(spec.key) == spec
+    assert FAMILIES[family].width_free == (family != "spec_draft_sample")  # the draft's draw never names W
+    for key in (f"{family}__w4", f"{family}__any_w4", f"{family}__any_any", "greedy_prefix_verify__any"):
+        with pytest.raises(KeyFormatError):
+            VariantSpec.parse(key)
+    # a build at any width makes it: the caller's, else the smallest
+    assert build_command(spec) == "specgen build --widths 2"
+    assert build_command(spec, "cuda", 5) == "specgen build --widths 5 --target cuda"
+    assert variants_command([spec, VariantSpec("greedy_prefix_verify", 4)]).startswith("specgen build --widths 4 ")
+    assert variants_command([spec], width=6).startswith("specgen build --widths 6 ")
 
 
 def test_of_keeps_only_what_the_key_names():
