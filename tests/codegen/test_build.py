@@ -197,6 +197,13 @@ def test_the_default_variants_compile_for_cuda_at_the_widths_ends(tmp_path):
     summary = build(ends, ("cuda",), tmp_path / "k", arch="sm_90", jobs=2, progress=None)
     assert summary.built > 0 and not summary.failed
     manifest = json.loads((tmp_path / "k" / "manifest.json").read_text())
+    vocab = set()
     for v in manifest["variants"]:
         data = (tmp_path / "k" / v["artifact"]).read_bytes()
         assert v["artifact"].endswith(".cubin") and data[:4] == b"\x7fELF" and v["arch"] == "sm_90"
+        fam = FAMILIES[v["family"]]
+        if fam.uses_vocab and "W" not in fam.key_params:  # (test_kernels_c checks the other families' scalars)
+            vocab.add(v["family"])
+            scalars = ["B"] + ["C"] * fam.uses_chunks + ["V"] + ["W"] * fam.width_free
+            assert [p for p in v["params"] if p in ("B", "C", "V", "W")] == scalars == v["params"][-len(scalars) :]
+    assert vocab == {f for f, fam in FAMILIES.items() if fam.uses_vocab and "W" not in fam.key_params} != set()

@@ -173,7 +173,10 @@ def test_every_family_is_covered():
 def test_every_family_compiles_for_cuda(tmp_path):
     with ThreadPoolExecutor(max_workers=2) as pool:
         jobs = []
-        for family in FAMILIES:
+        # the vocabulary families (one variant for every width, 40 s of lowering each) are compiled once, by
+        # test_build.py's widths-ends build, which checks their scalars the same way
+        compiled = [f for f, fam in FAMILIES.items() if "W" in fam.key_params or not fam.uses_vocab]
+        for family in compiled:
             low = lower(render_program(family, 4, 64, 128), "cuda", "sm_90")
             fam = FAMILIES[family]  # the int32 scalars after the pointers, by name: B, C, V, a width-free W
             scalars = ["B"] + ["C"] * fam.uses_chunks + ["V"] * fam.uses_vocab + ["W"] * fam.width_free
@@ -182,7 +185,7 @@ def test_every_family_compiles_for_cuda(tmp_path):
             jobs.append(pool.submit(compile_artifact, low, tmp_path / f"{family}.cubin"))
         for job in jobs:
             assert job.result()[0] == "nvcc"
-    assert all((tmp_path / f"{f}.cubin").stat().st_size > 0 for f in FAMILIES)
+    assert all((tmp_path / f"{f}.cubin").stat().st_size > 0 for f in compiled)
 
 
 def test_every_family_lowers_to_ascend_c(tmp_path):
