@@ -19,17 +19,16 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from oracles.toy_builds import build_c_folder, parsed, stamp_of
 
-from specgen.codegen.batch import compile_job, lower_job
-from specgen.codegen.build import SCHEMA_VERSION, _entry
+from specgen.codegen.build import _entry
 from specgen.codegen.lower import compile_artifact, lower
 from specgen.codegen.templates import add_template_dir, remove_template_dir, render_variant
-from specgen.codegen.toolchain import toolchain
 from specgen.runtime import loaders
 from specgen.runtime.cubin import cubin_kernels, entry_problems
 from specgen.runtime.guards import KernelArgumentError, check_tensors, chunks_of
 from specgen.runtime.library import KernelLibrary
-from specgen.runtime.manifest import ManifestError, load_manifest, parse_manifest
+from specgen.runtime.manifest import ManifestError, load_manifest
 from specgen.specializations.expr import bare_axis, eval_shape, vocab_axis
 from specgen.specializations.families import FAMILIES, ArgSpec, Family, register, unregister
 from specgen.specializations.variants import VariantSpec
@@ -137,38 +136,18 @@ def test_cuda_lowers_compiles_and_takes_int32_b_c_v(toy, tmp_path):
     compile_artifact(low, cubin)
     image = cubin.read_bytes()
     assert [size for _, size in cubin_kernels(image)[low.entry].params] == [8, 8, 8, 4, 4, 4]
-    stamp = {"artifact": "cuda/chunks.cubin", "sha256": "0" * 64, **_stamp(low)}
-    entry = _parsed(tmp_path, [_entry(spec, "cuda", stamp, set())]).variants[0]
+    stamp = {"artifact": "cuda/chunks.cubin", "sha256": "0" * 64, **stamp_of(low)}
+    entry = parsed(tmp_path, [_entry(spec, "cuda", stamp, set())]).variants[0]
     assert entry.grid == "(B) * C" and entry.params == tuple(PARAMS) and entry_problems(image, entry) == []
     assert "takes parameters of" in entry_problems(image, dataclasses.replace(entry, params=entry.params[:-1]))[0]
 
 
-def _stamp(low) -> dict:
-    return {"entry": low.entry, "params": low.params, "threads": low.threads, "grid": low.grid, "arch": low.arch}
-
-
-def _parsed(root, variants):
-    manifest = {"schema_version": SCHEMA_VERSION, "specgen_version": "0", "variants": variants, "plans": {}}
-    return parse_manifest(json.loads(json.dumps(manifest)), root / "manifest.json")
-
-
 @pytest.fixture(scope="module")
 def folder(toy, tmp_path_factory):
-    """The toy built for c as ``specgen build`` builds a variant (its workers' jobs, run here: a worker
-    process would not know a family registered by a test) and listed in a manifest."""
+    """The toy built for c as ``specgen build`` builds a variant, and listed in a manifest."""
     out = tmp_path_factory.mktemp("chunk_build") / "kernels"
     out.mkdir()
-    spec = VariantSpec(NAME, W)
-    job = {"spec": spec, "target": "c", "tool": toolchain("c", None), "key": spec.key}
-    member = dict(job, **lower_job(job))
-    made = compile_job(
-        {"out": str(out), "stage": str(out / ".stage"), "target": "c", "family": NAME, "members": [member]}
-    )
-    assert not made["failed"]
-    variants = [_entry(spec, "c", made["stamps"][spec.key], {"sampling"})]
-    manifest = {"schema_version": SCHEMA_VERSION, "specgen_version": "0", "targets": ["c"], "variants": variants}
-    (out / "manifest.json").write_text(json.dumps(manifest | {"plans": {}}, sort_keys=True, indent=1))
-    return out
+    return build_c_folder(out, NAME, VariantSpec(NAME, W))
 
 
 def test_the_manifest_passes_c_and_refuses_c_without_a_bare_axis(folder):
@@ -177,7 +156,7 @@ def test_the_manifest_passes_c_and_refuses_c_without_a_bare_axis(folder):
     assert load_manifest(folder).variants[0].params == tuple(PARAMS)
     without = dict(record, args=[dict(a, shape="(B, 3, 2)") if a["name"] == "parts" else a for a in record["args"]])
     with pytest.raises(ManifestError, match="passes C, but no argument has an axis of extent C"):
-        _parsed(folder, [without])
+        parsed(folder, [without])
 
 
 @pytest.mark.parametrize("vocab", [1, 37, 300])

@@ -19,17 +19,16 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from oracles.toy_builds import build_c_folder, parsed, stamp_of
 
-from specgen.codegen.batch import compile_job, lower_job
-from specgen.codegen.build import SCHEMA_VERSION, _entry
+from specgen.codegen.build import _entry
 from specgen.codegen.lower import compile_artifact, lower
 from specgen.codegen.templates import add_template_dir, remove_template_dir, render_variant
-from specgen.codegen.toolchain import toolchain
 from specgen.runtime import loaders
 from specgen.runtime.cubin import cubin_kernels, entry_problems
 from specgen.runtime.guards import KernelArgumentError, check_tensors, vocab_of
 from specgen.runtime.library import KernelLibrary
-from specgen.runtime.manifest import ManifestError, load_manifest, parse_manifest
+from specgen.runtime.manifest import ManifestError, load_manifest
 from specgen.runtime.semantics import SEMANTICS, register_semantics
 from specgen.specializations.expr import eval_shape, vocab_axis
 from specgen.specializations.families import FAMILIES, ArgSpec, Family, register, shape_of, unregister
@@ -167,43 +166,18 @@ def test_cuda_lowers_compiles_and_takes_int32_v(toy, tmp_path):
     compile_artifact(low, cubin)
     image = cubin.read_bytes()
     assert [size for _, size in cubin_kernels(image)[low.entry].params] == [8, 8, 8, 4, 4]
-    stamp = {"artifact": "cuda/toy.cubin", "sha256": "0" * 64, **_stamp(low)}
-    entry = _parsed(tmp_path, [_entry(spec, "cuda", stamp, set())]).variants[0]
+    stamp = {"artifact": "cuda/toy.cubin", "sha256": "0" * 64, **stamp_of(low)}
+    entry = parsed(tmp_path, [_entry(spec, "cuda", stamp, set())]).variants[0]
     assert entry_problems(image, entry) == []
     assert "takes parameters of" in entry_problems(image, dataclasses.replace(entry, params=entry.params[:-1]))[0]
 
 
-def _stamp(low) -> dict:
-    return {"entry": low.entry, "params": low.params, "threads": low.threads, "grid": low.grid, "arch": low.arch}
-
-
-def _parsed(root, variants):
-    manifest = {"schema_version": SCHEMA_VERSION, "specgen_version": "0", "variants": variants, "plans": {}}
-    return parse_manifest(json.loads(json.dumps(manifest)), root / "manifest.json")
-
-
 @pytest.fixture(scope="module")
 def folder(toy, tmp_path_factory):
-    """The toy built for c as ``specgen build`` builds a variant (its workers' jobs, run here: a worker
-    process would not know a family registered by a test) and listed in a manifest."""
+    """The toy built for c as ``specgen build`` builds a variant, and listed in a manifest."""
     out = tmp_path_factory.mktemp("block_build") / "kernels"
     out.mkdir()
-    spec = VariantSpec(NAME, W)
-    job = {"spec": spec, "target": "c", "tool": toolchain("c", None), "key": spec.key}
-    member = dict(job, **lower_job(job))
-    made = compile_job(
-        {"out": str(out), "stage": str(out / ".stage"), "target": "c", "family": NAME, "members": [member]}
-    )
-    assert not made["failed"]
-    manifest = {
-        "schema_version": SCHEMA_VERSION,
-        "specgen_version": "0",
-        "targets": ["c"],
-        "variants": [_entry(spec, "c", made["stamps"][spec.key], {"sampling"})],
-        "plans": {},
-    }
-    (out / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=1))
-    return out
+    return build_c_folder(out, NAME, VariantSpec(NAME, W))
 
 
 def test_the_manifest_records_the_rows_as_the_grid_and_v_in_the_shapes(folder):
@@ -213,10 +187,10 @@ def test_the_manifest_records_the_rows_as_the_grid_and_v_in_the_shapes(folder):
     assert record["params"] == ["arg", "out", "x", "B", "V"]
     entry = load_manifest(folder).variants[0]
     assert entry.grid == "B" and entry.args[0].shape == "(B, V)" and entry.params[-1] == "V"
-    assert _parsed(folder, [record]).variants[0] == entry  # what the build wrote reads back the same
+    assert parsed(folder, [record]).variants[0] == entry  # what the build wrote reads back the same
     without = dict(record, args=[dict(a, shape="(B, 7)") if a["name"] == "x" else a for a in record["args"]])
     with pytest.raises(ManifestError, match="passes V, but no argument has an axis of extent V"):
-        _parsed(folder, [without])
+        parsed(folder, [without])
 
 
 @pytest.mark.parametrize("batch", [1, 3])

@@ -19,11 +19,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from oracles.toy_builds import build_c_folder
 
-from specgen.codegen.batch import compile_job, lower_job
-from specgen.codegen.build import SCHEMA_VERSION, _entry
 from specgen.codegen.templates import add_template_dir, remove_template_dir, render_variant
-from specgen.codegen.toolchain import toolchain
 from specgen.runtime import loaders
 from specgen.runtime.guards import KernelArgumentError, check_tensors, width_of
 from specgen.runtime.library import KernelLibrary, load_library
@@ -71,18 +69,7 @@ def toy(tmp_path_factory):
 @pytest.fixture(scope="module")
 def folder(toy, tmp_path_factory):
     """A build folder holding the toy's one c variant, made the way ``specgen build`` makes one."""
-    out = tmp_path_factory.mktemp("width_free_build")
-    spec = VariantSpec(NAME, 4)
-    job = {"spec": spec, "target": "c", "tool": toolchain("c", None), "key": spec.key}
-    member = dict(job, **lower_job(job))
-    made = compile_job(
-        {"out": str(out), "stage": str(out / ".stage"), "target": "c", "family": NAME, "members": [member]}
-    )
-    assert not made["failed"]
-    variants = [_entry(spec, "c", made["stamps"][spec.key], {"sampling"})]
-    manifest = {"schema_version": SCHEMA_VERSION, "specgen_version": "0", "targets": ["c"], "variants": variants}
-    (out / "manifest.json").write_text(json.dumps(manifest | {"plans": {}}, sort_keys=True, indent=1))
-    return out
+    return build_c_folder(tmp_path_factory.mktemp("width_free_build"), NAME, VariantSpec(NAME, 4))
 
 
 def test_a_block_family_without_w_in_its_key_is_width_free(toy):

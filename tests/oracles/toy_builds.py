@@ -1,0 +1,39 @@
+"""Build folders and manifest records for the toy families that tests register (``test_block_families``,
+``test_block_chunks``, ``test_width_free``): one variant, built for c the way ``specgen build`` builds it
+(its workers' jobs, run in the test's process: a worker process would not know a family a test registered)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specgen.codegen.batch import compile_job, lower_job
+from specgen.codegen.build import SCHEMA_VERSION, _entry
+from specgen.codegen.toolchain import toolchain
+from specgen.runtime.manifest import parse_manifest
+from specgen.specializations.variants import VariantSpec
+
+
+def stamp_of(low) -> dict:
+    """A lowering's part of a manifest record."""
+    return {"entry": low.entry, "params": low.params, "threads": low.threads, "grid": low.grid, "arch": low.arch}
+
+
+def parsed(root: Path, variants: list):
+    """``variants`` (manifest records) read back as a manifest in ``root``."""
+    manifest = {"schema_version": SCHEMA_VERSION, "specgen_version": "0", "variants": variants, "plans": {}}
+    return parse_manifest(json.loads(json.dumps(manifest)), root / "manifest.json")
+
+
+def build_c_folder(out: Path, family: str, spec: VariantSpec) -> Path:
+    """``out`` holding ``spec`` built for c and its manifest (boundary ``sampling``)."""
+    job = {"spec": spec, "target": "c", "tool": toolchain("c", None), "key": spec.key}
+    member = dict(job, **lower_job(job))
+    made = compile_job(
+        {"out": str(out), "stage": str(out / ".stage"), "target": "c", "family": family, "members": [member]}
+    )
+    assert not made["failed"]
+    variants = [_entry(spec, "c", made["stamps"][spec.key], {"sampling"})]
+    manifest = {"schema_version": SCHEMA_VERSION, "specgen_version": "0", "targets": ["c"], "variants": variants}
+    (out / "manifest.json").write_text(json.dumps(manifest | {"plans": {}}, sort_keys=True, indent=1))
+    return out
