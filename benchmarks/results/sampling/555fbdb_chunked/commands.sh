@@ -38,3 +38,15 @@ VOCAB_LIB=build/sampling_test_kernels OUT=/tmp/a timeout 200 python3 .snap/vocab
 cp /tmp/a/vocab_gpu.json $OUT/vocab_gpu_u8.json
 VOCAB_LIB=build/u4_vocab OUT=/tmp/b timeout 200 python3 .snap/vocab_gpu.py all > /tmp/b/log.txt 2>&1; echo "u4 $?"; grep checks /tmp/b/log.txt
 cp /tmp/b/vocab_gpu.json $OUT/vocab_gpu_u4.json
+
+## call 3 (at 0c1bd75, no GPU code changed since 555fbdb): the whole GPU suite -> gpu_tests_all_0c1bd75.txt
+# the other build/ folders: benchmarks/build_gpu_kernels.sh verify_test_kernels engine_test_kernels block_test_kernels kbuild-cuda-edge hybrid_test_kernels specgen_kernels
+# the whole GPU suite at the final code
+python3 -m pip install -q --no-deps --no-build-isolation -e . > /tmp/pip.txt 2>&1
+cp .snap/commit.txt $OUT/
+export SPECGEN_TEST_CUDA_KERNELS=build/verify_test_kernels SPECGEN_TEST_CUDA_DEFAULT_KERNELS=build/specgen_kernels
+export SPECGEN_TEST_ENGINE_KERNELS=build/engine_test_kernels SPECGEN_TEST_BLOCK_KERNELS=build/block_test_kernels
+export SPECGEN_TEST_HYBRID_KERNELS=build/hybrid_test_kernels SPECGEN_TEST_SAMPLING_KERNELS=build/sampling_test_kernels
+export SPECGEN_TEST_CUDA_FUZZ_KERNELS=build/specgen_kernels:build/kbuild-cuda-edge SPECGEN_FUZZ_EXAMPLES=20
+SPECGEN_FAILURES_TO=$OUT/gpu_failures.txt timeout 545 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider --durations=15 tests/ > $OUT/gpu_tests_all.txt 2>&1
+echo "rc $?"; tail -25 $OUT/gpu_tests_all.txt
