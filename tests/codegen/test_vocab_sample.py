@@ -14,8 +14,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from oracles.vocab_check import check_against_semantics
 
-from specgen.runtime.semantics import SEMANTICS
 from specgen.specializations.vocab_sample import (
     DRAFT_SAMPLE,
     MAX_VOCAB_TOKENS,
@@ -89,23 +89,6 @@ def _args(family: str, batch: int, vocab: int, gen: torch.Generator, device, set
     return {n: v.to(device) for n, v in a.items()}
 
 
-def _check(kernel, family: str, args: dict) -> None:
-    from specgen.specializations import FAMILIES
-
-    names = [a.name for a in FAMILIES[family].args]
-    want = {n: v.clone() for n, v in args.items()}
-    SEMANTICS[family](*(want[n] for n in names))
-    kernel(*(args[n] for n in names))
-    for a in FAMILIES[family].outputs:
-        if a.name == "vocab_parts":  # the chunks' partial results: no result
-            continue
-        got, exp = args[a.name], want[a.name]
-        if got.is_floating_point():  # bit for bit: -0.0 and NaN payloads included
-            got, exp = got.view(torch.int32), exp.view(torch.int32)
-        same = torch.equal(got, exp)
-        assert same, f"{family} {a.name}: {(got != exp).nonzero()[:5].tolist()}"
-
-
 FAMILIES_UNDER_TEST = (TARGET_SAMPLE, TARGET_SAMPLE_DENSE, DRAFT_SAMPLE)
 
 
@@ -117,7 +100,7 @@ def test_c_variant_equals_the_semantics_on_the_edges(sampling_kernels, family, v
     gen = torch.Generator().manual_seed(vocab)
     kernel = sampling_kernels.get(family, W, target="c")
     for batch, chunks in ((1, 1), (3, 1), (1, 3), (3, 2), (1, 12)):
-        _check(kernel, family, _args(family, batch, vocab, gen, "cpu", chunks=chunks))
+        check_against_semantics(kernel, family, _args(family, batch, vocab, gen, "cpu", chunks=chunks))
 
 
 @pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
@@ -126,7 +109,7 @@ def test_c_variant_equals_the_semantics_on_the_edges(sampling_kernels, family, v
 def test_c_variant_equals_the_semantics_on_random_rows(sampling_kernels, family, seed, vocab, batch, chunks):
     kernel = sampling_kernels.get(family, W, target="c")
     gen = torch.Generator().manual_seed(seed)
-    _check(kernel, family, _args(family, batch, vocab, gen, "cpu", chunks=chunks))
+    check_against_semantics(kernel, family, _args(family, batch, vocab, gen, "cpu", chunks=chunks))
 
 
 def test_a_vocabulary_past_the_tiles_is_left_alone(sampling_kernels):
@@ -150,7 +133,11 @@ def test_cuda_variant_equals_the_semantics(sampling_kernels, family):
             sms = torch.cuda.get_device_properties(0).multi_processor_count
             for chunks in sorted({1, 2, vocab_chunks(rows, vocab, sms)}):  # what the engine picks, and 1 and 2
                 args = _args(family, batch, vocab, gen, "cuda", chunks=chunks)
-                _check(kernel, family, args)
-                _check(kernel, family, args)  # the workspace is zero again: a second launch is the same
+                check_against_semantics(kernel, family, args)
+                check_against_semantics(
+                    kernel, family, args
+                )  # the workspace is zero again: a second launch is the same
     for chunks in (1, vocab_chunks(32 * W, 151936, 132), vocab_chunks(W, 151936, 132)):
-        _check(kernel, family, _args(family, 32 if chunks < 8 else 1, 151936, gen, "cuda", "nucleus", chunks))
+        check_against_semantics(
+            kernel, family, _args(family, 32 if chunks < 8 else 1, 151936, gen, "cuda", "nucleus", chunks)
+        )

@@ -20,13 +20,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 from oracles.toy_builds import build_c_folder
+from oracles.vocab_check import check_against_semantics
 
 from specgen.codegen.templates import add_template_dir, remove_template_dir, render_variant
 from specgen.runtime import loaders
 from specgen.runtime.guards import KernelArgumentError, check_tensors, width_of
 from specgen.runtime.library import KernelLibrary, load_library
 from specgen.runtime.manifest import ManifestError, load_manifest, parse_manifest
-from specgen.runtime.semantics import SEMANTICS
 from specgen.specializations.families import FAMILIES, ArgSpec, Family, register, shape_of, unregister
 from specgen.specializations.variants import ANY_WIDTH, VariantSpec
 from specgen.specializations.vocab_sample import DRAFT_SAMPLE, TARGET_SAMPLE, VOCAB_FAMILIES
@@ -231,21 +231,10 @@ def test_a_build_at_two_widths_makes_one_variant_of_each_vocabulary_family(vocab
 def test_the_one_vocabulary_variant_equals_the_semantics_at_both_widths(vocab_lib, family):
     kernels = {w: vocab_lib.get(family, w) for w in (3, 4)}
     assert {k.key() for k in kernels.values()} == {f"{family}__any"}
-    names = [a.name for a in FAMILIES[family].args]
     for width, kernel in kernels.items():
         gen = torch.Generator().manual_seed(width)
         for batch, vocab, chunks in ((1, 5, 1), (2, 1500, 2)):
-            args = _vocab_args(family, batch, width, vocab, chunks, gen)
-            want = {n: t.clone() for n, t in args.items()}
-            SEMANTICS[family](*(want[n] for n in names))
-            kernel(*(args[n] for n in names))
-            for a in FAMILIES[family].outputs:
-                if a.name == "vocab_parts":  # the chunks' partial results: no result
-                    continue
-                got, exp = args[a.name], want[a.name]
-                if got.is_floating_point():  # bit for bit
-                    got, exp = got.view(torch.int32), exp.view(torch.int32)
-                assert torch.equal(got, exp), (family, width, batch, vocab, a.name)
+            check_against_semantics(kernel, family, _vocab_args(family, batch, width, vocab, chunks, gen))
 
 
 @pytest.mark.slow
