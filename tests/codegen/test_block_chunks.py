@@ -10,16 +10,13 @@ walks its chunks, ``{% filter chunks %}``: ``for ch in T.serial(C):`` around the
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import dataclasses
 import json
 import shutil
-from types import SimpleNamespace
 
 import pytest
 import torch
-from oracles.toy_builds import build_c_folder, parsed, stamp_of
+from oracles.toy_builds import build_c_folder, fake_cuda_launcher, parsed, stamp_of
 
 from specgen.codegen.build import _entry
 from specgen.codegen.lower import compile_artifact, lower
@@ -195,25 +192,7 @@ def test_a_wrong_c_or_shape_is_refused_before_a_launch(folder):
 def test_the_cuda_launcher_packs_c_and_launches_rows_times_c_blocks(folder, monkeypatch):
     entry = load_manifest(folder).variants[0]
     cuda = dataclasses.replace(entry, target="cuda", arch="sm_90", grid="(B) * C")  # the cuda build's grid
-    launches = []
-
-    def launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        array = (ctypes.c_void_p * len(PARAMS)).from_address(params)
-        launches.append((gx, bx, [ctypes.c_int32.from_address(array[k]).value for k in (3, 4, 5)]))
-        return (0,)
-
-    drv = SimpleNamespace(CUresult=SimpleNamespace(CUDA_SUCCESS=0), cuLaunchKernel=launch, cuInit=lambda f: (0,))
-    drv.cuCtxGetCurrent, drv.cuModuleLoadData = lambda: (0, 1), lambda image: (0, "module")
-    drv.cuModuleGetFunction = lambda module, name: (0, name.decode())
-    monkeypatch.setattr(loaders, "_driver", lambda: drv)
-    monkeypatch.setattr(loaders, "entry_problems", lambda *a: [])  # the entry is checked against a cubin above
-    monkeypatch.setattr(loaders, "_KERNELS", {entry.sha256: {}})
-    monkeypatch.setattr(loaders, "_MODULES", {})
-    fake = {"get_device_capability": lambda i=None: (9, 0), "current_device": lambda: 0, "init": lambda: None}
-    fake |= {"current_stream": lambda i=None: SimpleNamespace(cuda_stream=5), "device": contextlib.nullcontext}
-    for name, fn in fake.items():
-        monkeypatch.setattr(torch.cuda, name, fn)
-    launcher = loaders.CudaLauncher(cuda, folder)
+    launcher, launches = fake_cuda_launcher(monkeypatch, cuda, folder, (3, 4, 5))
     assert loaders.param_slots(cuda) == (2, 1, 0, None, loaders.CHUNKS, loaders.VOCAB)
     for batch, chunks, vocab in ((3, 4, 37), (3, 1, 37), (2, 4, 5000), (3, 4, 5000)):
         tensors = [torch.zeros(batch, vocab), torch.zeros(batch, chunks, 2, dtype=torch.int64), torch.zeros(batch)]

@@ -11,15 +11,12 @@ which runs at both widths against its torch semantics.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import dataclasses
 import json
-from types import SimpleNamespace
 
 import pytest
 import torch
-from oracles.toy_builds import build_c_folder
+from oracles.toy_builds import build_c_folder, fake_cuda_launcher
 from oracles.vocab_check import check_against_semantics
 
 from specgen.codegen.templates import add_template_dir, remove_template_dir, render_variant
@@ -141,30 +138,12 @@ def _parsed(folder, variants):
 def test_the_cuda_launcher_packs_w_and_evaluates_the_grid_with_it(folder, monkeypatch):
     entry = load_manifest(folder).variants[0]
     cuda = dataclasses.replace(entry, target="cuda", arch="sm_90")
-    launches = []
-
-    def launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        array = (ctypes.c_void_p * len(PARAMS)).from_address(params)
-        launches.append((gx, [ctypes.c_int32.from_address(array[k]).value for k in (3, 4, 5)]))
-        return (0,)
-
-    drv = SimpleNamespace(CUresult=SimpleNamespace(CUDA_SUCCESS=0), cuLaunchKernel=launch, cuInit=lambda f: (0,))
-    drv.cuCtxGetCurrent, drv.cuModuleLoadData = lambda: (0, 1), lambda image: (0, "module")
-    drv.cuModuleGetFunction = lambda module, name: (0, name.decode())
-    monkeypatch.setattr(loaders, "_driver", lambda: drv)
-    monkeypatch.setattr(loaders, "entry_problems", lambda *a: [])  # a cubin's parameters: test_block_families.py
-    monkeypatch.setattr(loaders, "_KERNELS", {entry.sha256: {}})
-    monkeypatch.setattr(loaders, "_MODULES", {})
-    fake = {"get_device_capability": lambda i=None: (9, 0), "current_device": lambda: 0, "init": lambda: None}
-    fake |= {"current_stream": lambda i=None: SimpleNamespace(cuda_stream=5), "device": contextlib.nullcontext}
-    for name, fn in fake.items():
-        monkeypatch.setattr(torch.cuda, name, fn)
-    launcher = loaders.CudaLauncher(cuda, folder)
+    launcher, launches = fake_cuda_launcher(monkeypatch, cuda, folder, (3, 4, 5))
     assert loaders.param_slots(cuda) == (0, 2, 1, None, loaders.VOCAB, loaders.WIDTH)
     for batch, width, vocab in ((3, 4, 37), (3, 2, 37), (2, 16, 5)):
         tokens = torch.zeros(batch, width, dtype=torch.int32)
         launcher.launch([tokens, torch.zeros(batch * width, vocab), tokens], batch)
-        assert launches[-1] == (batch * width, [batch, vocab, width])
+        assert launches[-1] == (batch * width, 128, [batch, vocab, width])
     assert sorted(launcher._grids) == [(2, 0, 0, 16), (3, 0, 0, 2), (3, 0, 0, 4)]  # the grid names W, not V
 
 

@@ -37,3 +37,36 @@ def build_c_folder(out: Path, family: str, spec: VariantSpec) -> Path:
     manifest = {"schema_version": SCHEMA_VERSION, "specgen_version": "0", "targets": ["c"], "variants": variants}
     (out / "manifest.json").write_text(json.dumps(manifest | {"plans": {}}, sort_keys=True, indent=1))
     return out
+
+
+def fake_cuda_launcher(monkeypatch, entry, folder, scalars: tuple[int, ...]):
+    """A ``CudaLauncher`` of ``entry`` (a cuda record; its cubin's parameters are checked elsewhere) on a fake
+    driver and a fake ``torch.cuda``, and the launches it makes: ``(blocks, threads, [the int32 parameters at
+    positions scalars])`` each."""
+    import contextlib
+    import ctypes
+    from types import SimpleNamespace
+
+    import torch
+
+    from specgen.runtime import loaders
+
+    launches = []
+
+    def launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        array = (ctypes.c_void_p * len(entry.params)).from_address(params)
+        launches.append((gx, bx, [ctypes.c_int32.from_address(array[k]).value for k in scalars]))
+        return (0,)
+
+    drv = SimpleNamespace(CUresult=SimpleNamespace(CUDA_SUCCESS=0), cuLaunchKernel=launch, cuInit=lambda f: (0,))
+    drv.cuCtxGetCurrent, drv.cuModuleLoadData = lambda: (0, 1), lambda image: (0, "module")
+    drv.cuModuleGetFunction = lambda module, name: (0, name.decode())
+    monkeypatch.setattr(loaders, "_driver", lambda: drv)
+    monkeypatch.setattr(loaders, "entry_problems", lambda *a: [])
+    monkeypatch.setattr(loaders, "_KERNELS", {entry.sha256: {}})
+    monkeypatch.setattr(loaders, "_MODULES", {})
+    fake = {"get_device_capability": lambda i=None: (9, 0), "current_device": lambda: 0, "init": lambda: None}
+    fake |= {"current_stream": lambda i=None: SimpleNamespace(cuda_stream=5), "device": contextlib.nullcontext}
+    for name, fn in fake.items():
+        monkeypatch.setattr(torch.cuda, name, fn)
+    return loaders.CudaLauncher(entry, folder), launches
