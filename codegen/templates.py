@@ -191,7 +191,12 @@ def _block_launch(v: Instance, rows: str, chunks: bool) -> tuple[str, int]:
     lines = [f"with T.Kernel({_block_grid(v, rows, chunks)}, threads=THREADS) as bx:"]
     if v.target == "cuda":
         lines.append("    i = T.get_thread_binding()")
-    lines += ["    r = bx // C", "    ch = bx % C"] if chunks and v.target == "cuda" else ["    r = bx"]
+    if chunks and v.target == "cuda":
+        # clamped (a no-op on the grid the runtime launches) so that TileLang proves every r- and ch-indexed
+        # access in bounds and adds no check of its own to the body's loops
+        lines += [f"    r = T.max(T.min(bx // C, {rows} - 1), 0)", "    ch = T.max(T.min(bx % C, C - 1), 0)"]
+    else:
+        lines += ["    r = bx"]
     if "W" in expression_names(rows):
         lines += [f"    b = {v.expr(ix.FloorDiv(ix.r, ix.W))}", f"    j = {v.expr(ix.Mod(ix.r, ix.W))}"]
     return textwrap.indent("\n".join(lines), " " * _PARAM_INDENT), _PARAM_INDENT + 4

@@ -112,6 +112,28 @@ def test_c_variant_equals_the_semantics_on_random_rows(sampling_kernels, family,
     check_against_semantics(kernel, family, _args(family, batch, vocab, gen, "cpu", chunks=chunks))
 
 
+def _crowded_bin(family: str, vocab: int, spread: float, chunks: int, device) -> dict:
+    """Top-p 0.5 over rows whose tokens share round 0's bin: every logit within ``spread`` of 0 (e of every token
+    above 1 - 2**-10 at spread 0.0005), so that round 1 keeps every token of the row as a candidate."""
+    gen = torch.Generator().manual_seed(vocab + chunks)
+    args = _args(family, 2, vocab, gen, device, "nucleus", chunks=chunks)
+    args["top_p"].fill_(0.5)
+    name = "draft_logits" if family == DRAFT_SAMPLE else "logits"
+    args[name].copy_((torch.rand(args[name].shape, generator=gen) * spread).to(device))
+    return args
+
+
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+def test_top_p_candidates_that_fit_and_that_do_not(sampling_kernels, family):
+    """Top-p's rounds 2 and 3 read the candidates that round 1 kept when they fit (CAND = 1536 per block) and the
+    row again when they do not: 1500 tokens in one bin fit, 1537 and 8193 do not (one block per row), and three
+    chunks of 8193 tokens (3072 tokens a block) do not either; each equals the semantics."""
+    kernel = sampling_kernels.get(family, W, target="c")
+    for vocab, chunks in ((1500, 1), (1537, 1), (8193, 1), (8193, 3)):
+        check_against_semantics(kernel, family, _crowded_bin(family, vocab, 0.0005, chunks, "cpu"))
+        check_against_semantics(kernel, family, _crowded_bin(family, vocab, 0.05, chunks, "cpu"))
+
+
 def test_a_vocabulary_past_the_tiles_is_left_alone(sampling_kernels):
     """Past ``MAX_VOCAB_TOKENS`` the kernel writes nothing (the engine refuses such a model up front)."""
     gen = torch.Generator().manual_seed(0)
@@ -137,6 +159,8 @@ def test_cuda_variant_equals_the_semantics(sampling_kernels, family):
                 check_against_semantics(
                     kernel, family, args
                 )  # the workspace is zero again: a second launch is the same
+    for vocab, chunks in ((1500, 1), (1537, 1), (8193, 1), (8193, 3), (151936, 1), (151936, 33)):
+        check_against_semantics(kernel, family, _crowded_bin(family, vocab, 0.0005, chunks, "cuda"))
     for chunks in (1, vocab_chunks(32 * W, 151936, 132), vocab_chunks(W, 151936, 132)):
         check_against_semantics(
             kernel, family, _args(family, 32 if chunks < 8 else 1, 151936, gen, "cuda", "nucleus", chunks)
