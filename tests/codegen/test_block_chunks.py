@@ -111,16 +111,18 @@ def test_cuda_launches_rows_times_c_blocks_and_c_walks_the_chunks_in_a_row_block
     assert "One block of THREADS threads per row r (rows = B) walking its C chunks" in c and "bx % C" not in c
     assert 'ROWS = "(B) * C"\n' in cuda and "        with T.Kernel((B) * C, threads=THREADS) as bx:\n" in cuda
     assert (
-        "            i = T.get_thread_binding()\n            r = T.max(T.min(bx // C, B - 1), 0)\n"
-        "            ch = T.max(T.min(bx % C, C - 1), 0)\n" in cuda
+        '            i = T.get_thread_binding()\n            rv = T.alloc_var("int32", init=bx // C)\n'
+        '            cv = T.alloc_var("int32", init=bx % C)\n            r = T.max(T.min(rv, B - 1), 0)\n'
+        "            ch = T.max(T.min(cv, C - 1), 0)\n" in cuda
     )
     assert "C blocks of THREADS threads per row r (rows = B), chunk ch = bx % C" in cuda
     assert "T.serial(C)" not in cuda and cuda.count("T.sync_threads()") == 1
     rows = render_variant(VariantSpec(ROWS_NAME, W), "cuda")
     assert 'ROWS = "(B * W) * C"\n' in rows and "with T.Kernel((B * W) * C, threads=THREADS) as bx:\n" in rows
     assert (
-        "            r = T.max(T.min(bx // C, B * W - 1), 0)\n            ch = T.max(T.min(bx % C, C - 1), 0)\n"
-        "            b = (r >> 2)\n            j = (r & 3)\n" in rows
+        "            r = T.max(T.min(rv, B * W - 1), 0)\n            ch = T.max(T.min(cv, C - 1), 0)\n"
+        '            bv = T.alloc_var("int32", init=(r >> 2))\n            jv = T.alloc_var("int32", init=(r & 3))\n'
+        "            b = T.max(T.min(bv, B - 1), 0)\n            j = T.max(T.min(jv, W - 1), 0)\n" in rows
     )
     rows_c = render_variant(VariantSpec(ROWS_NAME, W), "c")
     assert 'ROWS = "B * W"\n' in rows_c and "bx:\n            r = bx\n            b = (r >> 2)\n" in rows_c

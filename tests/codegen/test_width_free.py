@@ -81,8 +81,9 @@ def test_a_block_family_without_w_in_its_key_is_width_free(toy):
         assert 'tokens: T.Tensor((B, W), "int32")' in text and 'ROWS = "B * W"' in text
     # a chunked one (the vocabulary pass) on cuda: the row of the block first, then b and j of the row
     text = render_variant(VariantSpec(TARGET_SAMPLE, 4), "cuda")
-    assert "r = T.max(T.min(bx // C, B * W - 1), 0)\n            ch = T.max(T.min(bx % C, C - 1), 0)\n" in text
-    assert "ch = T.max(T.min(bx % C, C - 1), 0)\n            b = T.floordiv(r, W)\n" in text
+    assert "r = T.max(T.min(rv, B * W - 1), 0)\n            ch = T.max(T.min(cv, C - 1), 0)\n" in text
+    assert 'ch = T.max(T.min(cv, C - 1), 0)\n            bv = T.alloc_var("int32", init=T.floordiv(r, W))\n' in text
+    assert 'jv = T.alloc_var("int32", init=T.floormod(r, W))\n' in text
     assert "T.Kernel((B * W) * C, threads=THREADS)" in text
 
 
