@@ -196,11 +196,11 @@ def _block_launch(v: Instance, rows: str, chunks: bool) -> tuple[str, int]:
         # the divisions once, into registers; the names the body reads are those registers clamped into the
         # grid (a no-op on the grid the runtime launches), so that TileLang proves every access in bounds and
         # adds no check of its own to the body's loops, and no index re-divides by C or W
-        lines += ["    rv = T.alloc_var(\"int32\", init=bx // C)", "    cv = T.alloc_var(\"int32\", init=bx % C)"]
+        lines += ['    rv = T.alloc_var("int32", init=bx // C)', '    cv = T.alloc_var("int32", init=bx % C)']
         lines += [f"    r = T.max(T.min(rv, {rows} - 1), 0)", "    ch = T.max(T.min(cv, C - 1), 0)"]
         if per_width:
-            lines += [f"    bv = T.alloc_var(\"int32\", init={v.expr(ix.FloorDiv(ix.r, ix.W))})"]
-            lines += [f"    jv = T.alloc_var(\"int32\", init={v.expr(ix.Mod(ix.r, ix.W))})"]
+            lines += [f'    bv = T.alloc_var("int32", init={v.expr(ix.FloorDiv(ix.r, ix.W))})']
+            lines += [f'    jv = T.alloc_var("int32", init={v.expr(ix.Mod(ix.r, ix.W))})']
             lines += ["    b = T.max(T.min(bv, B - 1), 0)", "    j = T.max(T.min(jv, W - 1), 0)"]
         return textwrap.indent("\n".join(lines), " " * _PARAM_INDENT), _PARAM_INDENT + 4
     lines += ["    r = bx"]

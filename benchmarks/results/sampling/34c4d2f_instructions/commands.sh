@@ -1,17 +1,19 @@
 # 34c4d2f: the vocabulary pass with fewer instructions per token and top-p's candidate list.
+# The scripts: benchmarks/vocab_gpu.py, benchmarks/vocab_ab.py and benchmarks/lineinfo_copy.py (the calls ran the same
+# code from a copy, before it moved there; vocab_ab.py then took its arguments as `DIR time` / `DIR`).
 # Kernel folders, made on the build machine first (the codegen cache shares the vocabulary variants between them):
 #   SPECGEN_CODEGEN_CACHE=/tmp/cgcache bash benchmarks/build_gpu_kernels.sh sampling_test_kernels specgen_kernels kbuild-cuda-edge verify_test_kernels
 #   python3 -m specgen build --target cuda --widths 4 --block-table-widths 64 --block-sizes 128 --draft-dtypes int32 --out build/bench_w4 --replace
 # kernel_ab_*.json and ncu_b32.json: the same template before (the kernel folder built at 555fbdb) and after, in one call, each
-# folder copied with its vocabulary cubins recompiled with -lineinfo (lineinfo.py):
-#   for k in prof_base prof_opt; do python3 prof.py build/$k time; done
-#   ncu --set full --import-source yes -k regex:spec_target_sample --launch-skip 2 --launch-count 1 -o OUT/k python3 prof.py build/k
+# folder copied with its vocabulary cubins recompiled with -lineinfo (python3 benchmarks/lineinfo_copy.py SRC DST):
+#   for k in prof_base prof_opt; do python3 benchmarks/vocab_ab.py time build/$k; done
+#   ncu --set full --import-source yes -k regex:spec_target_sample --launch-skip 2 --launch-count 1 -o OUT/k python3 benchmarks/vocab_ab.py ncu build/k
 
 ## call 1 (at 34c4d2f): checks, kernel timings, memcheck, the GPU tests of the sampling path
 python3 -m pip install -q --no-deps --no-build-isolation -e .
 export VOCAB_LIB=build/sampling_test_kernels
-OUT=$OUT python3 vocab_gpu.py all > $OUT/vocab_all.txt      # -> vocab_gpu.json
-OUT=/tmp/mc compute-sanitizer --tool memcheck --report-api-errors no python3 vocab_gpu.py check   # -> sanitizers.txt
+OUT=$OUT python3 benchmarks/vocab_gpu.py all > $OUT/vocab_all.txt      # -> vocab_gpu.json
+OUT=/tmp/mc compute-sanitizer --tool memcheck --report-api-errors no python3 benchmarks/vocab_gpu.py check   # -> sanitizers.txt
 export SPECGEN_TEST_CUDA_KERNELS=build/verify_test_kernels SPECGEN_TEST_CUDA_DEFAULT_KERNELS=build/specgen_kernels
 export SPECGEN_TEST_SAMPLING_KERNELS=build/sampling_test_kernels
 export SPECGEN_TEST_CUDA_FUZZ_KERNELS=build/specgen_kernels:build/kbuild-cuda-edge SPECGEN_FUZZ_EXAMPLES=20

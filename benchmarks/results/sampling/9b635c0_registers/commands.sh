@@ -1,19 +1,21 @@
 # 9b635c0: the vocabulary pass with the block's row, chunk, batch and width in registers and redux tile sums.
+# The scripts: benchmarks/vocab_gpu.py, benchmarks/vocab_ab.py and benchmarks/lineinfo_copy.py (the calls ran the same
+# code from a copy, before it moved there; vocab_ab.py then took its arguments as `DIR time` / `DIR`).
 # Kernel folders (build machine): the codegen cache shares the vocabulary variants between them
 #   SPECGEN_CODEGEN_CACHE=/tmp/cgcache bash benchmarks/build_gpu_kernels.sh sampling_test_kernels specgen_kernels kbuild-cuda-edge verify_test_kernels
 #   python3 -m specgen build --target cuda --widths 4 --block-table-widths 64 --block-sizes 128 --draft-dtypes int32 --out build/bench_w4 --replace
 # The A/B folders: the vocabulary families alone (--families spec_target_sample,spec_target_sample_dense,spec_draft_sample
-# --boundary verify-to-draft-sampled) built at 555fbdb, 34c4d2f and 9b635c0, each copied with -lineinfo cubins (lineinfo.py)
+# --boundary verify-to-draft-sampled) built at 555fbdb, 34c4d2f and 9b635c0, each copied with -lineinfo cubins (python3 benchmarks/lineinfo_copy.py SRC DST)
 
 ## call A: kernel A/B of the three commits in one call (kernel_ab_*.json), checks of 9b635c0, ncu of 9b635c0 (ncu_b32.json)
-for k in prof_base prof_34c prof_opt; do python3 prof.py build/$k time; done
-ncu --set full --import-source yes -k regex:spec_target_sample --launch-skip 2 --launch-count 1 -o OUT/prof_opt python3 prof.py build/prof_opt
+for k in prof_base prof_34c prof_opt; do python3 benchmarks/vocab_ab.py time build/$k; done
+ncu --set full --import-source yes -k regex:spec_target_sample --launch-skip 2 --launch-count 1 -o OUT/prof_opt python3 benchmarks/vocab_ab.py ncu build/prof_opt
 
 ## call B: 9b635c0 against the same template with a 32 ns __nanosleep per barrier poll (barrier_backoff_ab.json), two runs each
-for k in prof_opt prof_opt2 prof_opt prof_opt2; do python3 prof.py build/$k time; done
+for k in prof_opt prof_opt2 prof_opt prof_opt2; do python3 benchmarks/vocab_ab.py time build/$k; done
 
 ## call C (at 9b635c0): memcheck, the GPU tests of the sampling path, the step-level benches
-OUT=/tmp/mc compute-sanitizer --tool memcheck --report-api-errors no python3 vocab_gpu.py check     # sanitizers.txt
+OUT=/tmp/mc compute-sanitizer --tool memcheck --report-api-errors no python3 benchmarks/vocab_gpu.py check     # sanitizers.txt
 export SPECGEN_TEST_CUDA_KERNELS=build/verify_test_kernels SPECGEN_TEST_CUDA_DEFAULT_KERNELS=build/specgen_kernels
 export SPECGEN_TEST_SAMPLING_KERNELS=build/sampling_test_kernels
 export SPECGEN_TEST_CUDA_FUZZ_KERNELS=build/specgen_kernels:build/kbuild-cuda-edge SPECGEN_FUZZ_EXAMPLES=20
@@ -29,4 +31,4 @@ $B $S --modes specgen                                            # bench_draft_s
 SPECGEN_VOCAB_KERNELS=0 $B $S --acceptance 0.7 --modes specgen   # bench_torch.json
 
 ## call D (at 9b635c0, right after C on the same machine): checks and kernel timings
-VOCAB_LIB=build/sampling_test_kernels OUT=$OUT python3 vocab_gpu.py all > $OUT/vocab_all.txt     # vocab_gpu.json
+VOCAB_LIB=build/sampling_test_kernels OUT=$OUT python3 benchmarks/vocab_gpu.py all > $OUT/vocab_all.txt     # vocab_gpu.json

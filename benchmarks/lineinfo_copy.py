@@ -1,0 +1,44 @@
+"""Copy a kernel folder for Nsight Compute's source view: its cuda variants only, the vocabulary pass's
+cubins recompiled from their sources with ``-lineinfo`` and their sha256 in the manifest renewed.
+
+Usage: python benchmarks/lineinfo_copy.py SRC DST   (DST is replaced)
+
+The copy loads through the runtime like any build folder; ncu's ``--import-source yes`` then attributes
+instructions and stall samples to the generated ``.cu`` lines (``benchmarks/vocab_ab.py`` is the launch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from specgen.codegen.lower import include_dirs
+
+VOCAB = ("spec_target_sample", "spec_target_sample_dense", "spec_draft_sample")
+
+
+def main(src: Path, dst: Path) -> None:
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("c"))
+    manifest = json.loads((dst / "manifest.json").read_text())
+    manifest["variants"] = [v for v in manifest["variants"] if v["target"] == "cuda"]
+    for v in manifest["variants"]:
+        if v["family"] in VOCAB:
+            art = dst / v["artifact"]
+            inc = [f"-I{d}" for d in include_dirs()]
+            cmd = ["nvcc", "-cubin", f"-arch={v['arch']}", "-std=c++17", "-w", "-lineinfo", *inc]
+            subprocess.run([*cmd, "-o", str(art), str(dst / v["source"])], check=True)
+            v["sha256"] = hashlib.sha256(art.read_bytes()).hexdigest()
+    (dst / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    print(f"{dst}: {len(manifest['variants'])} cuda variants")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -1,0 +1,118 @@
+"""Kernel-level A/B of the vocabulary pass: the same rows through the kernels of one or more build folders.
+
+Usage:
+    python benchmarks/vocab_ab.py time DIR [DIR ...]   each folder's spec_target_sample and spec_draft_sample,
+                                                       temperature 0.7 with top-p 0.9, greedy, and temperature 1.0,
+                                                       B = 1, 8, 32, at C = 1 and at the engine's C; the median of
+                                                       7 repeats of 10 launches; OUT/time_<folder>.json per folder
+    python benchmarks/vocab_ab.py ncu DIR              three launches of spec_target_sample at B = 32, C = 1,
+                                                       temperature 0.7, top-p 0.9: the launch to profile, e.g.
+    ncu --set full --import-source yes -k regex:spec_target_sample --launch-skip 2 --launch-count 1 -o R \\
+        python benchmarks/vocab_ab.py ncu DIR
+
+Logits are N(0, 1) * 4 over V = 151936 (Qwen3's vocabulary), W = 4; every folder sees the same rows. Timings
+of short launches move between machine starts: compare folders inside one run (folders in turn).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from specgen.runtime.library import load_library
+from specgen.specializations import FAMILIES
+from specgen.specializations.vocab_sample import VOCAB_SUMS, vocab_chunks
+
+V, W = 151936, 4
+SETTINGS = {"t0.7_p0.9": (0.7, 0.9), "greedy": (0.0, 1.0), "t1.0": (1.0, 1.0)}
+FAMS = ("spec_target_sample", "spec_draft_sample")
+
+
+def rows_of(fam: str, batch: int, temp: float, top_p: float) -> dict:
+    """The family's arguments for ``batch`` sequences (the workspace is added per C)."""
+    g = torch.Generator().manual_seed(batch)
+    rows = batch if fam == "spec_draft_sample" else batch * W
+    d = {
+        "temperature": torch.full((batch,), temp),
+        "top_k": torch.zeros(batch, dtype=torch.int32),
+        "top_p": torch.full((batch,), top_p),
+        "seed": torch.randint(0, 2**62, (batch,), generator=g),
+        "seq_lens": torch.randint(0, 5000, (batch,), generator=g).int(),
+        "draft_tokens": torch.randint(0, V, (batch, W - 1), generator=g).int(),
+        "draft_probs": torch.rand(batch, W - 1, generator=g),
+        "sample_positions": torch.randint(0, 10**6, (batch,), generator=g),
+        "target_tokens": torch.zeros(batch, W, dtype=torch.int32),
+        "target_draft_probs": torch.zeros(batch, W - 1),
+        "accept_uniforms": torch.zeros(batch, W - 1),
+        "sampled_tokens": torch.zeros(batch, dtype=torch.int64),
+        "sampled_probs": torch.zeros(batch),
+    }
+    d["logits"] = d["draft_logits"] = torch.randn(rows, V, generator=g) * 4
+    d["sample_probs"] = d["draft_dist"] = torch.zeros(rows, V)
+    return {k: v.cuda() for k, v in d.items()}
+
+
+def launcher(kernel, fam: str, d: dict, rows: int, chunks: int):
+    d = {**d, "vocab_parts": torch.zeros(rows, chunks, 4, dtype=torch.int64, device="cuda")}
+    d["vocab_sums"] = torch.zeros(rows, VOCAB_SUMS, dtype=torch.int64, device="cuda")
+    names = [a.name for a in FAMILIES[fam].args]
+    return lambda: kernel(*(d[n] for n in names))
+
+
+def median_us(fn, reps: int = 7, inner: int = 10) -> float:
+    fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(inner):
+            fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) * 1000 / inner)
+    return round(statistics.median(ts), 1)
+
+
+def time_folder(folder: str) -> list[dict]:
+    lib = load_library(folder)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    res = []
+    for setting, (temp, top_p) in SETTINGS.items():
+        for fam in FAMS:
+            kernel = lib.get(fam, W, target="cuda")
+            for batch in (1, 8, 32):
+                rows = batch if fam == "spec_draft_sample" else batch * W
+                d = rows_of(fam, batch, temp, top_p)
+                for chunks in (1, vocab_chunks(rows, V, sms)):
+                    us = median_us(launcher(kernel, fam, d, rows, chunks))
+                    res.append({"family": fam, "setting": setting, "B": batch, "C": chunks, "us": us})
+                    print(res[-1], flush=True)
+    return res
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 2 or argv[0] not in ("time", "ncu") or (argv[0] == "ncu" and len(argv) != 2):
+        sys.exit(__doc__)
+    torch.cuda.init()
+    if argv[0] == "ncu":
+        fn = launcher(
+            load_library(argv[1]).get(FAMS[0], W, target="cuda"), FAMS[0], rows_of(FAMS[0], 32, 0.7, 0.9), 32 * W, 1
+        )
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        return
+    out = Path(os.environ.get("OUT", "."))
+    for folder in argv[1:]:
+        res = time_folder(folder)
+        (out / f"time_{Path(folder).name}.json").write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
