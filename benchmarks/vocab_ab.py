@@ -65,6 +65,7 @@ def launcher(kernel, fam: str, d: dict, rows: int, chunks: int):
 
 
 def median_us(fn, reps: int = 7, inner: int = 10) -> float:
+    """The median over ``reps`` of the mean launch time (us) of ``inner`` launches of ``fn``, by CUDA events."""
     fn()
     torch.cuda.synchronize()
     ts = []
@@ -76,7 +77,7 @@ def median_us(fn, reps: int = 7, inner: int = 10) -> float:
         b.record()
         b.synchronize()
         ts.append(a.elapsed_time(b) * 1000 / inner)
-    return round(statistics.median(ts), 1)
+    return statistics.median(ts)
 
 
 def time_folder(folder: str) -> list[dict]:
@@ -90,7 +91,7 @@ def time_folder(folder: str) -> list[dict]:
                 rows = batch if fam == "spec_draft_sample" else batch * W
                 d = rows_of(fam, batch, temp, top_p)
                 for chunks in (1, vocab_chunks(rows, V, sms)):
-                    us = median_us(launcher(kernel, fam, d, rows, chunks))
+                    us = round(median_us(launcher(kernel, fam, d, rows, chunks)), 1)
                     res.append({"family": fam, "setting": setting, "B": batch, "C": chunks, "us": us})
                     print(res[-1], flush=True)
     return res

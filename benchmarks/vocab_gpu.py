@@ -12,7 +12,6 @@ one workspace: the second finds it as the first left it (zero).
 
 import json
 import os
-import statistics
 import sys
 
 import torch
@@ -21,6 +20,9 @@ from specgen.runtime import sampling as S
 from specgen.runtime.library import load_library
 from specgen.specializations import FAMILIES
 from specgen.specializations.vocab_sample import VOCAB_SUMS, vocab_chunks
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vocab_ab import median_us  # noqa: E402  (benchmarks/ is not a package)
 
 OUT = os.environ.get("OUT", "/tmp")
 torch.cuda.init()
@@ -136,19 +138,7 @@ def draft(B, V, gen, p_all=None, check=True, chunks=None):
     return bad, run_k, run_t, ("spec_draft_sample", t, B)
 
 
-def timeit(fn, reps=7, inner=10):
-    fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(inner):
-            fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1000 / inner)
-    return statistics.median(ts)
+timeit = median_us  # benchmarks/vocab_ab.py's event timing
 
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "all"
