@@ -218,7 +218,9 @@ class SpecDecodeEngine:
 
     def forward_only(self) -> None:
         """The bare verification: the target forward into ``target_tokens``, no boundary work."""
-        self.bufs["target_tokens"].copy_(self.target_forward(self.bufs))
+        out, dst = self.target_forward(self.bufs), self.bufs["target_tokens"]
+        if out.data_ptr() != dst.data_ptr() or out.dtype != dst.dtype:  # the forward may write it in place
+            dst.copy_(out.reshape(dst.shape))
 
     def graph(self, fn: Callable[[], None]) -> CapturedGraph:
         """``fn`` as a captured graph in the engine's pool (eager on the CPU)."""

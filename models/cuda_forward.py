@@ -78,6 +78,25 @@ def projection(module: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:
     return module(h)
 
 
+def argmax(logits: torch.Tensor, choice: str, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``logits.argmax(-1)`` (lowest index on ties, a NaN above every number), into ``out`` when given (an
+    integer tensor with one element per row, e.g. a verify step's int32 ``target_tokens``: no casting copy).
+
+    With the Triton kernels (``use_triton(choice, ...)``) the two launches of ``triton_argmax``; otherwise
+    ``torch.argmax``, copied into ``out``.  Both give the same indices.
+    """
+    if use_triton(choice, logits.device) and logits.shape[-1] > 0:
+        from .triton_argmax import argmax_rows
+
+        if out is None or (out.is_contiguous() and out.dtype in (torch.int32, torch.int64)):
+            return argmax_rows(logits, out)
+    idx = logits.argmax(-1)
+    if out is None:
+        return idx
+    out.copy_(idx.reshape(out.shape))
+    return out
+
+
 def materialize(x: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
     """``x + delta`` where ``delta`` is an output or float32 partials ``[splits, N, hidden]``."""
     if delta.dim() == 3:

@@ -321,10 +321,12 @@ class Qwen3Model(nn.Module):
         """The LM head alone, on the final norm's output ``h``."""
         return F.linear(h, self.lm_head_weight)
 
-    def greedy_tokens(self, logits: torch.Tensor) -> torch.Tensor:
+    def greedy_tokens(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Greedy tokens from ``forward``'s logits: the argmax over the whole vocabulary, lowest index
-        on ties.  Decode loops call this rather than ``argmax``, so a sharded LM head works too."""
-        return logits.argmax(-1)
+        on ties.  Decode loops call this rather than ``argmax``, so a sharded LM head works too.  ``out``
+        (one integer per row, any integer dtype) takes the tokens and is returned; the forward's kernels
+        (``forward_kernels``) pick the argmax's (``cuda_forward.argmax``)."""
+        return cuda_forward.argmax(logits, self.forward_kernels, out)
 
     def load_hf_state_dict(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Copy Hugging Face Qwen3 tensors (``model.layers.N.self_attn.q_proj.weight``, ... with or

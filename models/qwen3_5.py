@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import qwen3_5_fast
+from . import cuda_forward, qwen3_5_fast
 from .checkpoint import load_folder
 from .cuda_forward import FastBatch, materialize
 from .gated_deltanet import GatedDeltaNet, LinearStatePool
@@ -368,6 +368,6 @@ class Qwen35Model(nn.Module):
         """The LM head alone, on the final norm's output ``h``."""
         return F.linear(h, self.lm_head_weight)
 
-    def greedy_tokens(self, logits: torch.Tensor) -> torch.Tensor:
-        """The argmax over the vocabulary, lowest index on ties (as ``Qwen3Model``)."""
-        return logits.argmax(-1)
+    def greedy_tokens(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The argmax over the vocabulary, lowest index on ties, into ``out`` when given (as ``Qwen3Model``)."""
+        return cuda_forward.argmax(logits, self.forward_kernels, out)

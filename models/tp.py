@@ -201,7 +201,7 @@ class VocabParallelHead:
         """``[N, V / tp]``: the logits of this rank's vocabulary range (a row slice of the head, no copy)."""
         return F.linear(h, self.lm_head_weight[self.vocab_lo : self.vocab_hi])
 
-    def greedy_tokens(self, logits: torch.Tensor) -> torch.Tensor:
+    def greedy_tokens(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """The argmax over the whole vocabulary from every rank's share; the lowest index wins a tie.
 
         Each rank's local argmax is its lowest maximal index; the ranks' ranges
@@ -212,7 +212,8 @@ class VocabParallelHead:
         best = logits.gather(-1, idx[..., None]).squeeze(-1).float()
         pairs = self.tp.all_gather(torch.stack([best, (idx + self.vocab_lo).float()], -1))  # [tp, ..., 2]
         winner = pairs[..., 0].argmax(0, keepdim=True)
-        return pairs[..., 1].gather(0, winner).squeeze(0).long()
+        tokens = pairs[..., 1].gather(0, winner).squeeze(0).long()
+        return tokens if out is None else out.copy_(tokens.reshape(out.shape))
 
 
 class TensorParallelQwen3(VocabParallelHead, Qwen3Model):

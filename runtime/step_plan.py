@@ -341,8 +341,9 @@ def run_steps(
                 raise ValueError("a sampling tail's sample_rows step needs the runtime's sampler")
             sampler(bufs)
         elif step.kind == "forward":
-            out = model_forward(bufs)
-            bufs["target_tokens"].copy_(out.reshape(bufs["target_tokens"].shape))
+            out, dst = model_forward(bufs), bufs["target_tokens"]
+            if out.data_ptr() != dst.data_ptr() or out.dtype != dst.dtype:  # a forward may write it in place
+                dst.copy_(out.reshape(dst.shape))
             if after_forward is not None:
                 after_forward()
         else:

@@ -8,7 +8,8 @@ draft-to-verify graph ops (token, metadata and attention-tiling updates, then
 kernel op calls the built variant; ``target_forward`` calls the engine's
 ``model_forward(bufs) -> target_tokens[B, W]``, which reads the persistent
 buffers (``tokens``, ``positions``, ``slot_mapping``, ``kv_lens``,
-``query_start_loc``, ``block_table``, the ``row_*`` tiling fields, ...).
+``query_start_loc``, ``block_table``, the ``row_*`` tiling fields, ...); it may
+return ``target_tokens`` itself, written in place, and no copy follows.
 
     rt = SpecVerifyRuntime(lib, model_forward, capabilities_of(model), width=4)
     res = rt.step(last_tokens, draft_tokens, seq_lens, block_table, seq_len_bounds=(lo, hi))

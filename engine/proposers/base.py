@@ -91,8 +91,19 @@ class Proposer:
 
     def target_forward(self, bufs) -> torch.Tensor:
         """The target over the verify rows of ``bufs``; returns ``target[B, W]`` (any integer dtype: callers copy
-        it into the int32 ``target_tokens``)."""
+        it into the int32 ``target_tokens`` unless it is that buffer)."""
         raise NotImplementedError
+
+    def greedy_into(self, logits: torch.Tensor, bufs) -> torch.Tensor:
+        """The target's greedy tokens of ``logits`` as ``[rows, W]``: written straight into ``bufs``'
+        ``target_tokens`` (and returned as it) when that buffer has one entry per logits row, so the caller's
+        copy is skipped and no casting kernel runs; otherwise the model's int64 tokens."""
+        e = self.engine
+        dst = bufs.get("target_tokens") if hasattr(bufs, "get") else None
+        rows = logits.numel() // max(logits.shape[-1], 1)
+        if dst is not None and dst.is_contiguous() and dst.numel() == rows and dst.shape[-1] == e.width:
+            return e.model.greedy_tokens(logits, out=dst.view(-1)).view(dst.shape)
+        return e.model.greedy_tokens(logits).view(-1, e.width)
 
     # the step buffers ``carry`` writes: the runtime runs it beside the draft when ``propose`` reads none of them
     # (the default, every step input, keeps it before the draft)

@@ -119,7 +119,7 @@ class BlockProposer(Proposer):
         )
         e.verify_hidden[: taps.shape[0]].copy_(taps)
         self.keep_logits(logits)
-        return e.model.greedy_tokens(logits).view(-1, e.width)  # int64: the caller's copy casts
+        return self.greedy_into(logits, bufs)
 
     def propose(self) -> None:
         """One block forward from the anchor; writes the verification's draft tokens, last token and length."""

@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from ...models import cuda_forward
 from ...models.mtp_head import MTPHead
 from ...runtime.semantics import slot
 from ...specializations.plan import VERIFY_TO_DRAFT
@@ -49,6 +50,7 @@ class MTPProposer(Proposer):
     def __init__(self, head: MTPHead):
         super().__init__(head)
         self.head = head
+        self._range_cache: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
     @property
     def reads(self) -> tuple[str, ...]:
@@ -124,8 +126,7 @@ class MTPProposer(Proposer):
         )
         e.verify_hidden[: hidden.shape[0]].copy_(self.head.from_target(hidden))
         self.keep_logits(logits)
-        # int64: the caller's copy into the int32 ``target_tokens`` casts as it copies (one kernel, not two)
-        return e.model.greedy_tokens(logits).view(-1, e.width)
+        return self.greedy_into(logits, bufs)
 
     carry_writes = ("last_tokens", "seq_lens")
 
@@ -140,23 +141,15 @@ class MTPProposer(Proposer):
         e = self.engine
         b, B, W, BS, bt = e.bufs, e.batch, e.width, e.block_size, e.bufs["block_table"]
         dev = bt.device
-        acc = b["accepted"].long()
-        base = torch.arange(B, device=dev) * W
-        toks = torch.stack([b["tokens"][base + acc], b["next_last_token"]], 1).reshape(-1)
-        hid = e.verify_hidden[b["hidden_rows"].reshape(-1).long()]
+        base, qsl2, qsl = self._ranges(B, W, dev)
+        toks = torch.stack([b["tokens"][base + b["accepted"]], b["next_last_token"]], 1).reshape(-1)
+        hid = e.verify_hidden[b["hidden_rows"].reshape(-1)]
         new_len = b["next_seq_lens"]
         h, logits = self.head(
-            toks,
-            b["draft_positions"].reshape(-1),
-            b["draft_slots"].reshape(-1),
-            hid,
-            bt,
-            new_len + 1,
-            torch.arange(B + 1, device=dev) * 2,
-            2,
+            toks, b["draft_positions"].reshape(-1), b["draft_slots"].reshape(-1), hid, bt, new_len + 1, qsl2, 2
         )
         d, h = self._pick(logits.view(B, 2, -1)[:, 1], new_len + 1, 0), h.view(B, 2, -1)[:, 1]
-        drafts, pos, qsl = [d], new_len, torch.arange(B + 1, device=dev)
+        drafts, pos = [d], new_len
         for i in range(1, W - 1):
             pos = pos + 1
             h, logits = self.head(d, pos, slot(bt, pos[:, None], BS).reshape(-1), h, bt, pos + 1, qsl, 1)
@@ -167,10 +160,25 @@ class MTPProposer(Proposer):
             out = e.acceptance.apply(out, new_len, e.prompt_lens)
         b["draft_tokens"].copy_(out)
 
+    def _ranges(self, B: int, W: int, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(arange(B) * W, arange(B + 1) * 2, arange(B + 1))``, made once per shape outside a graph capture
+        (a capture records no values, so one made inside it is used there and not kept)."""
+        key = (B, W, str(dev))
+        got = self._range_cache.get(key)
+        if got is None:
+            qsl = torch.arange(B + 1, device=dev)
+            got = (torch.arange(B, device=dev) * W, qsl * 2, qsl)
+            capturing = dev.type == "cuda" and torch.cuda.is_current_stream_capturing()
+            if not capturing:
+                self._range_cache[key] = got
+        return got
+
     def _pick(self, logits: torch.Tensor, positions: torch.Tensor, index: int) -> torch.Tensor:
         """Draft ``index`` for the tokens at ``positions``: the argmax, or a sampling engine's draw."""
         sampling = self.engine.sampling
-        return logits.argmax(-1) if sampling is None else sampling.draft(logits, positions, index)
+        if sampling is not None:
+            return sampling.draft(logits, positions, index)
+        return cuda_forward.argmax(logits, self.engine.model.forward_kernels)
 
     def host_tail(self, h: dict, bufs: dict, accept: bool = True) -> None:
         for family in TAIL_FAMILIES if accept else TAIL_FAMILIES[1:]:

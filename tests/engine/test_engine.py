@@ -196,3 +196,24 @@ def test_capture_warmup_leaves_state_alone(model, engine_kernels, monkeypatch):
     for mode in ("compile", "baseline"):
         res = engine(model, engine_kernels, mode, 4, 3).run(prompts, max_new_tokens=NEW)
         assert res.outputs == greedy(model[0], prompts), mode
+
+
+@pytest.mark.parametrize("mode", ["baseline", "specgen"])
+def test_forward_writes_target_tokens_in_place(model, engine_kernels, mode, monkeypatch):
+    """The target's greedy tokens go straight into the step's int32 ``target_tokens`` (no int64 result and
+    casting copy after the forward), and the decode stays greedy decoding's."""
+    from specgen.engine.proposers import MTPProposer
+
+    seen = []
+    original = MTPProposer.target_forward
+
+    def spy(self, bufs):
+        out = original(self, bufs)
+        seen.append(out.data_ptr() == bufs["target_tokens"].data_ptr() and out.dtype == torch.int32)
+        return out
+
+    monkeypatch.setattr(MTPProposer, "target_forward", spy)
+    prompts = prompts_for(3, seed=9)
+    res = engine(model, engine_kernels, mode, 4, 3).run(prompts, steps=4)
+    assert seen and all(seen)
+    assert res.outputs == [g[: len(o)] for o, g in zip(res.outputs, greedy(model[0], prompts, 30))]
