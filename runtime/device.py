@@ -61,8 +61,10 @@ class DeviceAPI:
     def stream(self, s):
         return self.mod.stream(s)
 
-    def event(self):
-        return self.mod.Event()
+    def event(self, external: bool = False):
+        """A new event; ``external``: captured as event record / wait nodes rather than a dependency inside the
+        graph, so a graph can wait on work recorded outside it (CUDA only)."""
+        return self.mod.Event(external=True) if external else self.mod.Event()
 
     def graph(self, g, pool):
         return self.mod.graph(g, pool=pool)

@@ -20,6 +20,16 @@ two steps back, which the host has normally consumed already).
 ``poll_flag`` reads the flags of the copies already complete
 (``Event.query``, which never blocks) and so sees a step's flag one or two
 steps late, with no host synchronization of its own.
+
+A captured step packs inside its own graph instead (``in_graph``, CUDA):
+``pack_in_graph`` is the last work of the step's sequence and writes a bucket's
+rows into one graph staging buffer, so no kernel is launched between one step's
+graph and the next; ``copy_packed`` then copies it after the replay.  The
+graph's next pack must not overwrite that buffer while its copy is in flight:
+every copy of it records the external event ``copied``, and the sequence waits
+on that event (``wait_copied``, an event wait node, on the step's side stream
+early in the step where it has one) before it packs.  A graph-packed step's
+fields sit at its bucket's row count, not its batch (``packed_size(rows, W)``).
 """
 
 from __future__ import annotations
@@ -39,13 +49,13 @@ def packed_size(rows: int, width: int) -> int:
     return rows * (width + 3) + 1
 
 
-def _unpack(flat: torch.Tensor, batch: int, width: int) -> dict[str, torch.Tensor]:
-    """The host fields of a step packed for ``batch`` sequences."""
+def _unpack(flat: torch.Tensor, rows: int, batch: int, width: int) -> dict[str, torch.Tensor]:
+    """The host fields of the first ``batch`` sequences of a step packed at ``rows`` rows per field."""
     out, at = {}, 0
     for n in HOST_FIELDS:
-        size = batch * width if n == "next_tokens" else batch
+        size = rows * width if n == "next_tokens" else rows
         t = flat[at : at + size]
-        out[n] = t.view(batch, width) if n == "next_tokens" else t
+        out[n] = t.view(rows, width)[:batch] if n == "next_tokens" else t[:batch]
         at += size
     return out
 
@@ -65,23 +75,31 @@ class HostMirror:
     ``current_stream``, ``stream`` and ``event``).
     """
 
-    def __init__(self, api, device, max_batch: int, width: int, *, pin: bool = True):
+    def __init__(self, api, device, max_batch: int, width: int, *, pin: bool = True, in_graph: bool | None = None):
         self._api, self._device, self.width = api, device, int(width)
         self.copy_stream = api.new_stream(device)
         n = packed_size(max_batch, width)
+        # a captured step packs in its graph (CUDA: external events); ``copied`` is recorded once here so that
+        # it exists before any capture waits on it (an event never recorded makes no wait node)
+        self.in_graph = torch.device(device).type == "cuda" if in_graph is None else bool(in_graph)
+        self._graph_staging = torch.zeros(n, dtype=I32, device=device) if self.in_graph else None
+        self._copied = api.event(external=True) if self.in_graph else None
+        if self._copied is not None:
+            self._copied.record(self.copy_stream)
         # two of each, so a step in flight never overwrites what the host reads
         self._staging = [torch.zeros(n, dtype=I32, device=device) for _ in range(2)]
         self._host = [torch.zeros(n, dtype=I32, pin_memory=pin) for _ in range(2)]
-        # (slot, batch) -> the one-element view of that packing's flag: a poll reads it with ``item`` and no
+        # (slot, rows) -> the one-element view of that packing's flag: a poll reads it with ``item`` and no
         # indexing op (the host's step loop pays every microsecond where the device step is short)
         self._flag_views: dict[tuple[int, int], torch.Tensor] = {}
         self._no_flag = torch.zeros(1, dtype=I32, device=device)
         self._events = [api.event() for _ in range(2)]
         self._used = [False, False]  # whether a copy was ever made from each slot
         self._turn = 0
-        self._steps: list[tuple[int, int]] = []  # (slot, batch) of the latest two steps, newest last
+        self._steps: list[tuple[int, int, int]] = []  # (slot, rows, batch) of the latest two steps, newest last
         self._flag_copy = [0, 0]  # which copy (1, 2, ...) each slot's flag belongs to; 0: none
         self.copies = 0  # copies made so far
+        self._graph_flagged = False  # whether the last pack_in_graph packed a flag
 
     def copy(self, result, batch: int, flag: torch.Tensor | None = None) -> None:
         """Pack ``result``'s host fields (and ``flag``) on the current stream, copy them to the host on the copy
@@ -93,21 +111,54 @@ class HostMirror:
         """
         slot = self._turn
         self._turn ^= 1
-        main, copy = self._api.current_stream(self._device), self.copy_stream
+        main = self._api.current_stream(self._device)
         if self._used[slot]:
             main.wait_event(self._events[slot])  # the copy that last read this staging buffer
         n = packed_size(batch, self.width)
         fields = [getattr(result, f)[:batch].reshape(-1) for f in HOST_FIELDS]
         packed_flag = self._no_flag if flag is None else flag if flag.shape == (1,) else flag.reshape(-1)[:1]
         torch.cat(fields + [packed_flag], out=self._staging[slot][:n])
-        copy.wait_stream(main)
+        self._copy(self._staging[slot], slot, batch, batch, flag is not None)
+
+    def _copy(self, staging: torch.Tensor, slot: int, rows: int, batch: int, flagged: bool) -> None:
+        """``staging``'s packed step (``rows`` per field) to host slot ``slot`` on the copy stream, then its
+        event (and ``copied`` for the graph staging)."""
+        n = packed_size(rows, self.width)
+        copy = self.copy_stream
+        copy.wait_stream(self._api.current_stream(self._device))
         with self._api.stream(copy):
-            self._host[slot][:n].copy_(self._staging[slot][:n], non_blocking=True)
+            self._host[slot][:n].copy_(staging[:n], non_blocking=True)
             self._events[slot].record(copy)
+            if staging is self._graph_staging:
+                self._copied.record(copy)
         self._used[slot] = True
-        self._steps = (self._steps + [(slot, batch)])[-2:]
+        self._steps = (self._steps + [(slot, rows, batch)])[-2:]
         self.copies += 1
-        self._flag_copy[slot] = self.copies if flag is not None else 0
+        self._flag_copy[slot] = self.copies if flagged else 0
+
+    def wait_copied(self, stream) -> None:
+        """Order ``stream``'s next work (captured: an event wait node) after the latest copy of the graph
+        staging, which ``pack_in_graph`` overwrites."""
+        stream.wait_event(self._copied)
+
+    def pack_in_graph(self, bufs, rows: int, flag: torch.Tensor | None = None, waited: bool = False) -> None:
+        """Inside a step's sequence, as its last work: the host fields of ``bufs``' first ``rows`` rows (a
+        bucket's; and ``flag``) into the graph staging, after the copy of the previous step packed there
+        (``waited``: the sequence already ordered this stream after ``wait_copied``)."""
+        main = self._api.current_stream(self._device)
+        if not waited:
+            self.wait_copied(main)
+        fields = [bufs[f][:rows].reshape(-1) for f in HOST_FIELDS]
+        packed_flag = self._no_flag if flag is None else flag if flag.shape == (1,) else flag.reshape(-1)[:1]
+        torch.cat(fields + [packed_flag], out=self._graph_staging[: packed_size(rows, self.width)])
+        self._graph_flagged = flag is not None
+
+    def copy_packed(self, rows: int, batch: int) -> None:
+        """After a replay whose sequence ran ``pack_in_graph(bufs, rows, ...)``: its staging to the host (the
+        first ``batch`` rows are the step's)."""
+        slot = self._turn
+        self._turn ^= 1
+        self._copy(self._graph_staging, slot, rows, batch, self._graph_flagged)
 
     def poll_flag(self, newer_than: int = 0) -> int:
         """The OR of the flags of complete copies made after copy number ``newer_than``; never blocks.
@@ -116,12 +167,12 @@ class HostMirror:
         (the device flag is sticky, so a later copy carries it too).
         """
         bits = 0
-        for slot, batch in self._steps:
+        for slot, rows, _ in self._steps:
             if self._flag_copy[slot] > newer_than and self._events[slot].query():
-                view = self._flag_views.get((slot, batch))
+                view = self._flag_views.get((slot, rows))
                 if view is None:
-                    at = packed_size(batch, self.width) - 1
-                    view = self._flag_views[slot, batch] = self._host[slot][at : at + 1]
+                    at = packed_size(rows, self.width) - 1
+                    view = self._flag_views[slot, rows] = self._host[slot][at : at + 1]
                 bits |= int(view.item())
         return bits
 
@@ -140,6 +191,6 @@ class HostMirror:
             raise ValueError("steps_back must be 0 (latest step) or 1 (the one before)")
         if len(self._steps) <= steps_back:
             return None
-        slot, batch = self._steps[-1 - steps_back]
+        slot, rows, batch = self._steps[-1 - steps_back]
         self._events[slot].synchronize()
-        return HostResult(**_unpack(self._host[slot], batch, self.width))
+        return HostResult(**_unpack(self._host[slot], rows, batch, self.width))

@@ -22,10 +22,14 @@ class StepCapture:
         """The bucket's whole step as one call: the device guard forks, the steps run, the guard joins."""
         bufs, guard = self._bufs[bucket], self._guard
 
+        mirror = self._mirror if self._mirror is not None and self._mirror.in_graph else None
+        # the prologue's side stream waits for the last copy of the graph staging early in the step (off the draft)
+        side_waits = self.prologue is not None and bool(self.hoisted) and self._hoist_stream is not None
+
         def run() -> None:
             checked = False  # whether the guard's checks ran beside the draft
             if self.prologue is not None:  # the draft writes the inputs the guard and the head read
-                checked = self._run_prologue(bufs, bucket)
+                checked = self._run_prologue(bufs, bucket, mirror)
             if guard is None or checked:  # the device guard turned off (``device_guard=False``), or done
                 run_steps(bufs, self.sequence, self.model_forward, self._call_kernel, sampler=self.sampler)
             else:
@@ -41,6 +45,9 @@ class StepCapture:
                 guard.join()
             if self.epilogue is not None:
                 self.epilogue()
+            if mirror is not None:  # the host fields packed in the graph: no launch between this step and the next
+                flag = guard.flag if guard is not None else None
+                mirror.pack_in_graph(bufs, bucket, flag, waited=side_waits)
 
         return run
 
@@ -80,12 +87,14 @@ class StepCapture:
                 stacklevel=3,
             )
 
-    def _run_prologue(self, bufs: Mapping[str, torch.Tensor], bucket: int) -> bool:
+    def _run_prologue(self, bufs: Mapping[str, torch.Tensor], bucket: int, mirror=None) -> bool:
         """The prologue's setup, then its run with the hoisted head work beside it (a side stream on a device);
         a setup that the run does not depend on (``Prologue.setup_beside``) goes to the side stream too, and so
         do the device guard's checks, after the head work: they read the step's lengths, its table and the last
         step's counts, which the draft does not write, and so run in the draft's shadow instead of beside the
-        forward, with no join before the tail.  Returns whether the guard's checks ran here."""
+        forward, with no join before the tail.  The side stream then waits for the host copy of the last step's
+        graph staging (``mirror``), which this step's pack overwrites at its end.  Returns whether the guard's
+        checks ran here."""
         p, side = self.prologue, self._hoist_stream
         if not self.hoisted:
             p()
@@ -106,6 +115,8 @@ class StepCapture:
             hoisted()
             if self._guard is not None:
                 self._guard.check(bufs, bucket)
+            if mirror is not None:
+                mirror.wait_copied(side)
         p.run()
         main.wait_stream(side)
         return self._guard is not None

@@ -315,7 +315,11 @@ class SpecVerifyRuntime(StepCapture):
         return result
 
     def _copy_to_host(self, result: StepResult, batch: int) -> None:
-        if self._mirror is not None:
+        if self._mirror is None:
+            return
+        if result.fast_path and self._mirror.in_graph:  # the replayed graph packed its bucket's rows
+            self._mirror.copy_packed(self._bucket(batch), batch)
+        else:
             self._mirror.copy(result, batch, flag=self._guard.flag if self._guard is not None else None)
 
     def _device_trip(self) -> bool:

@@ -42,6 +42,9 @@ class FakeAPI:
         def synchronize(self):
             self.api.log.append(("host", "synchronize", self.name))
 
+        def query(self):
+            return False
+
     def new_stream(self, device):
         return self.Stream(self, "copy")
 
@@ -54,9 +57,9 @@ class FakeAPI:
         yield
         self.log.append((s.name, "exit", None))
 
-    def event(self):
+    def event(self, external=False):
         self.events += 1
-        return self.Event(self, f"event{self.events - 1}")
+        return self.Event(self, f"{'external' if external else 'event'}{self.events - 1}")
 
 
 def result(k, batch, fast_path=True):
@@ -140,3 +143,54 @@ def test_the_step_before_stays_readable_while_the_next_is_copied(mirror):
             assert previous.accepted.tolist() == [k - 1] * MAX_BATCH
             assert previous.next_last_token.tolist() == [k - 1] * MAX_BATCH
             assert previous.next_seq_lens.data_ptr() != latest.next_seq_lens.data_ptr()
+
+
+def bucket_bufs(k, rows):
+    """A bucket's step buffers (``rows`` rows) whose host fields hold ``k`` in row ``i`` as ``k + i``."""
+    col = torch.arange(rows, dtype=I32) + k
+    return {n: (col[:, None].expand(rows, W).contiguous() if n == "next_tokens" else col.clone()) for n in HOST_FIELDS}
+
+
+def test_a_graph_packs_its_bucket_and_the_copy_follows_the_replay():
+    """``in_graph``: the step's sequence packs its bucket's rows (waiting first for the last copy of the graph
+    staging, unless its side stream did); after the replay the copy reads that staging, records the slot's event
+    and ``copied``; the host reads the step's first ``batch`` rows and the flag at the bucket's layout."""
+    api = FakeAPI()
+    m = HostMirror(api, "cpu", MAX_BATCH, W, pin=False, in_graph=True)
+    assert api.log == [("copy", "record", "external0")]  # made before any capture waits on it
+    api.log.clear()
+    m.pack_in_graph(bucket_bufs(10, 4), 4, flag=torch.tensor([0], dtype=I32))
+    assert api.log == [("main", "wait_event", "external0")]
+    api.log.clear()
+    m.copy_packed(4, 2)
+    assert api.log == [
+        ("copy", "wait_stream", "main"),
+        ("copy", "enter", None),
+        ("copy", "record", "event1"),
+        ("copy", "record", "external0"),
+        ("copy", "exit", None),
+    ]
+    got = m.result(0)
+    assert got.accepted.tolist() == [10, 11] and got.next_tokens.tolist() == [[10] * W, [11] * W]
+    assert got.next_seq_lens.tolist() == [10, 11]
+    api.log.clear()
+    m.pack_in_graph(bucket_bufs(20, 4), 4, flag=torch.tensor([4], dtype=I32), waited=True)
+    assert api.log == []  # the side stream waited earlier in the step
+    m.copy_packed(4, 3)
+    assert m.poll_flag(0) == 0  # the fake's events never complete: nothing read yet
+    m._events[1].query = lambda: True
+    assert m.poll_flag(0) == 4  # the flag sits after the bucket's four rows, not the batch's three
+    assert m.result(0).next_last_token.tolist() == [20, 21, 22] and m.result(1).accepted.tolist() == [10, 11]
+
+
+def test_graph_packed_and_eager_copies_mix():
+    """An eager step (a fallback) between replays packs its batch into its own staging; both stay readable."""
+    api = FakeAPI()
+    m = HostMirror(api, "cpu", MAX_BATCH, W, pin=False, in_graph=True)
+    m.pack_in_graph(bucket_bufs(1, 4), 4)
+    m.copy_packed(4, 4)
+    m.copy(result(7, 2, fast_path=False), 2)
+    assert m.result(0).accepted.tolist() == [7, 7] and m.result(1).accepted.tolist() == [1, 2, 3, 4]
+    m.pack_in_graph(bucket_bufs(30, 4), 4)
+    m.copy_packed(4, 1)
+    assert m.result(0).next_tokens.tolist() == [[30] * W] and m.result(1).next_seq_lens.tolist() == [7, 7]
