@@ -109,6 +109,10 @@ class StepCapture:
             return False
         main = self._api.current_stream(self.device)
         side.wait_stream(main)
+        # the draft first: a replay launches a graph's independent branches in the order they were captured,
+        # and the draft is the step's critical path (its first kernel then starts with the graph, not behind
+        # the side stream's first launches)
+        p.run()
         with self._api.stream(side):
             if beside:
                 p.setup()
@@ -117,7 +121,6 @@ class StepCapture:
                 self._guard.check(bufs, bucket)
             if mirror is not None:
                 mirror.wait_copied(side)
-        p.run()
         main.wait_stream(side)
         return self._guard is not None
 
