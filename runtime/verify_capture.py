@@ -92,9 +92,10 @@ class StepCapture:
         a setup that the run does not depend on (``Prologue.setup_beside``) goes to the side stream too, and so
         do the device guard's checks, after the head work: they read the step's lengths, its table and the last
         step's counts, which the draft does not write, and so run in the draft's shadow instead of beside the
-        forward, with no join before the tail.  The side stream then waits for the host copy of the last step's
-        graph staging (``mirror``), which this step's pack overwrites at its end.  Returns whether the guard's
-        checks ran here."""
+        forward, with no join before the tail.  The side stream first waits for the host copy of the last step's
+        graph staging (``mirror``), which this step's pack overwrites at its end (the copy is in flight when the
+        step starts; the wait holds back only the side stream's work, in the draft's shadow).  Returns whether the
+        guard's checks ran here."""
         p, side = self.prologue, self._hoist_stream
         if not self.hoisted:
             p()
@@ -114,13 +115,13 @@ class StepCapture:
         # the side stream's first launches)
         p.run()
         with self._api.stream(side):
+            if mirror is not None:  # first: the side stream's launches then start after the draft's first ones
+                mirror.wait_copied(side)
             if beside:
                 p.setup()
             hoisted()
             if self._guard is not None:
                 self._guard.check(bufs, bucket)
-            if mirror is not None:
-                mirror.wait_copied(side)
         main.wait_stream(side)
         return self._guard is not None
 
