@@ -19,6 +19,8 @@ __all__ = ["BOUNDARY_TERMS", "SYNC_CALLS", "boundary_terms"]
 BOUNDARY_TERMS = {
     "cast": "device time of the copy kernels the step graph runs right after the forward (the casting copy "
     "of the forward's argmax into target_tokens), before its first other kernel",
+    "graph_pack": "from the end of the step graph's last other record after the forward, on the forward's "
+    "stream, to the end of the copy records after it in the graph (the host-field pack inside the step graph)",
     "after_replay": "from the step graph's last record on the forward's stream to the end of the records the "
     "host launched on that stream after the replay (a stream wait and the host-field pack)",
     "pack_kernel": "device time of the kernels the host launched on the forward's stream after the replay",
@@ -74,6 +76,12 @@ def boundary_terms(events: list[dict], steps: dict[int, StepKernels], forward: l
             cast += r.dur
         if graph and cast:
             add("cast", cast)
+        trailing = 0
+        while trailing < len(graph) and _is_copy(graph[len(graph) - 1 - trailing]):
+            trailing += 1
+        if 0 < trailing < len(graph):  # copies after the graph's last other record: the pack in the graph
+            work = graph[len(graph) - 1 - trailing]
+            add("graph_pack", max(r.end for r in graph[len(graph) - trailing :]) - work.end)
         graph_end = max((r.end for r in graph), default=last.end)
         after = [r for r in lane if r.correlation != last.correlation and r.start >= graph_end]
         if nxt is not None and nxt.draft:

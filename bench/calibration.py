@@ -40,8 +40,8 @@ runtime / driver calls on the host; only the last kind on the CPU):
   family's torch semantics in one step (``profiling.host_range`` marks).
 * ``boundary.<mode>.<term>``: what the runtime of ``mode`` does at
   verify->draft outside the boundary's plan (``boundary_terms.boundary_terms``,
-  ``BOUNDARY_TERMS``): the casting copy after the forward, the work queued
-  after the replay, the graph-to-graph switch, the host's turnaround after a
+  ``BOUNDARY_TERMS``): the casting copy after the forward, the host-field
+  pack in the step graph, the work queued after the replay, the graph-to-graph switch, the host's turnaround after a
   read-back.  ``pack_kernel`` and ``graph_switch_behind_copies`` stay under
   ``measured`` only (``"loaded": false``): the first is part of
   ``after_replay``, the second the switch's long case (the next graph's

@@ -40,8 +40,9 @@ What the runtime does at verify->draft outside the plan (``OUT_OF_PLAN``,
 the cost file's ``boundary`` figures, ``bench/kernel_timeline.py``
 ``boundary_terms``) is added to the planned bubble: for ``specgen`` and
 ``inductor`` the casting copy of the forward's argmax after the forward
-(``cast``), the stream wait and host-field pack queued after the replay
-(``after_replay``) and the switch to the next step's graph, whose carry opens
+(``cast``), the host-field pack inside the step graph after the tail
+(``graph_pack``), the stream wait and host-field pack queued after the replay
+(``after_replay``, where the pack is not in the graph) and the switch to the next step's graph, whose carry opens
 it, up to its first draft record (``graph_switch``, the case where the draft
 does not wait behind memcpy nodes); for ``compile`` the planned bubble up to
 the read-back's synchronization plus the host's measured turnaround from its
@@ -89,8 +90,8 @@ READ_BACK_FIRST = {"compile"}  # modes whose host waits for the step's result be
 # verify->draft work outside the plan, per mode (the cost file's ``boundary`` figures); ``read_back`` replaces
 # the planned bubble after the read-back's synchronization
 OUT_OF_PLAN = {
-    "specgen": ("cast", "after_replay", "graph_switch"),
-    "inductor": ("cast", "after_replay", "graph_switch"),
+    "specgen": ("cast", "graph_pack", "after_replay", "graph_switch"),
+    "inductor": ("cast", "graph_pack", "after_replay", "graph_switch"),
     "compile": ("read_back",),
 }
 FIGURES_OF = {"inductor": "specgen"}  # runs the same runtime: takes specgen's figures when it has none of its own
@@ -180,13 +181,22 @@ def _terms(mode: str, batch: int, costs: dict | None, traces: dict | None) -> tu
         sources += [((costs.get("by_batch") or {}).get(str(batch)) or {}, "costs, by batch"), (costs, "costs")]
     if traces:
         sources += [((traces["by_batch"].get(str(batch)) or {}), "trace"), (traces["pooled"], "trace, pooled")]
-    for owner in (mode, FIGURES_OF.get(mode)):
-        for figures, where in sources:
-            got = ((figures.get("boundary") if where.startswith("costs") else figures) or {}).get(owner) or {}
-            got = {t: float(got[t]) for t in OUT_OF_PLAN.get(mode, ()) if t in got}
-            if owner is not None and got:
-                return got, where + ("" if owner == mode else f", {owner}'s")
-    return {}, None
+    # each term from the first source that has it: a cost file made before a term existed lacks it, and the
+    # traces beside bench.json can still give it
+    got, used = {}, []
+    for term in OUT_OF_PLAN.get(mode, ()):
+        for owner in (mode, FIGURES_OF.get(mode)):
+            found = None
+            for figures, where in sources:
+                have = ((figures.get("boundary") if where.startswith("costs") else figures) or {}).get(owner) or {}
+                if owner is not None and term in have:
+                    found = float(have[term]), where + ("" if owner == mode else f", {owner}'s")
+                    break
+            if found is not None:
+                got[term] = found[0]
+                used += [found[1]] if found[1] not in used else []
+                break
+    return got, "; ".join(used) if used else None
 
 
 def _until_sync(graph, model) -> float | None:

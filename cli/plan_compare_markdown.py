@@ -31,8 +31,8 @@ WHY = {
     ("specgen", "draft_to_verify"): "the head kernels and the draft graph's hand-over are priced by the "
     "median in-graph kernel",
     ("specgen", "verify_to_draft"): "the modelled graph switch is the short case; in steps where the next "
-    "graph's draft waits behind the carry's memcpy nodes (boundary.specgen.graph_switch_behind_copies, "
-    "measured, not loaded) the gap is longer; a carry of one kernel removes that case",
+    "graph's draft waits behind memcpy nodes (boundary.specgen.graph_switch_behind_copies, measured, not "
+    "loaded) or its first kernel is launched behind the side stream's, the gap is longer",
     ("specgen", "tpot"): "follows the bubbles' misses",
 }
 

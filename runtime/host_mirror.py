@@ -109,8 +109,7 @@ class HostMirror:
         fields may be views of persistent buffers with at least ``batch`` rows.
         ``flag`` (a device tensor of shape ``(1,)``) is packed along.
         """
-        slot = self._turn
-        self._turn ^= 1
+        slot = self._next_slot()
         main = self._api.current_stream(self._device)
         if self._used[slot]:
             main.wait_event(self._events[slot])  # the copy that last read this staging buffer
@@ -161,9 +160,13 @@ class HostMirror:
     def copy_packed(self, rows: int, batch: int) -> None:
         """After a replay whose sequence ran ``pack_in_graph(bufs, rows, ...)``: its staging to the host (the
         first ``batch`` rows are the step's)."""
+        self._copy(self._graph_staging, self._next_slot(), rows, batch, self._graph_flagged)
+
+    def _next_slot(self) -> int:
+        """The host slot (and eager staging buffer) of the next copy: the two alternate."""
         slot = self._turn
         self._turn ^= 1
-        self._copy(self._graph_staging, slot, rows, batch, self._graph_flagged)
+        return slot
 
     def poll_flag(self, newer_than: int = 0) -> int:
         """The OR of the flags of complete copies made after copy number ``newer_than``; never blocks.

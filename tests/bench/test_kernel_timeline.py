@@ -178,14 +178,15 @@ def test_a_multi_tensor_copy_kernel_is_a_copy():
     assert kt.step_figures(steps, FORWARD)[0]["kernel_draft_to_verify_us"] == pytest.approx(expect[0][0])
 
 
-def _boundary_trace(behind_copies=False, sync=False):
+def _boundary_trace(behind_copies=False, sync=False, in_graph_pack=False):
     """Two steps of a fused step graph with the verify->draft work outside the plan at known times (us).
 
     Step 0's graph (correlation 1) ends its forward at 100, then a casting copy 100.5-101.5 and the tail
     103-106; the host launched a pack (correlation 2) after the replay: 107-108.5.  Step 1's graph
     (correlation 3, launched at 20, long before) opens with the carry at 110.5 (after a memcpy node at
     110.5 when ``behind_copies``) and its draft's first kernel at 114.5 (122.5 behind copies).  ``sync``:
-    the host synchronizes in step 0's verify phase, returning at 109.
+    the host synchronizes in step 0's verify phase, returning at 109.  ``in_graph_pack``: no casting copy, and
+    the pack is a multi-tensor copy kernel of step 0's graph, 106.5-108, not a launch after the replay.
     """
     ev = [
         _x("user_annotation", kt.phase_name("verify", 0), 0.0, 150.0 if sync else 15.0),
@@ -196,12 +197,16 @@ def _boundary_trace(behind_copies=False, sync=False):
     for name in FORWARD:
         ev.append(_x("kernel", name, t, 16.0, 1))
         t += 16.0
-    ev += [
-        _x("kernel", "void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda>", 100.5, 1.0, 1),
-        _x("kernel", "spec_verify_tail_update", 103.0, 3.0, 1),
-        _x("cuda_runtime", "cudaLaunchKernel", 6.0, 4.0, 2),
-        _x("kernel", "CatArrayBatchedCopy", 107.0, 1.5, 2),
-    ]
+    if in_graph_pack:
+        pack = "void at::native::multi_tensor_apply_kernel<at::native::Copy<int, int>>"
+        ev += [_x("kernel", "spec_verify_tail_update", 103.0, 3.0, 1), _x("kernel", pack, 106.5, 1.5, 1)]
+    else:
+        ev += [
+            _x("kernel", "void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda>", 100.5, 1.0, 1),
+            _x("kernel", "spec_verify_tail_update", 103.0, 3.0, 1),
+            _x("cuda_runtime", "cudaLaunchKernel", 6.0, 4.0, 2),
+            _x("kernel", "CatArrayBatchedCopy", 107.0, 1.5, 2),
+        ]
     if sync:
         ev.append(_x("cuda_runtime", "cudaStreamSynchronize", 10.0, 99.0))
     ev += [
@@ -235,6 +240,17 @@ def test_boundary_terms_split_the_verify_to_draft_gap():
     # the graph's tail after the forward (100 -> 106: cast, tail, the gaps between), then the two terms after it
     gap = kt.step_figures(steps, FORWARD)[0]["kernel_verify_to_draft_us"]
     assert gap == pytest.approx(6.0 + 2.5 + 6.0)
+
+
+def test_a_pack_inside_the_step_graph_is_its_own_term():
+    ev = _boundary_trace(in_graph_pack=True)
+    steps = kt.attribute(ev, ["draft_0", "draft_1", "draft_2"])
+    terms = boundary_terms(ev, steps, FORWARD)
+    assert terms["graph_pack"] == [2.0]  # the tail ends at 106, the pack at 108
+    assert "cast" not in terms and "after_replay" not in terms and "pack_kernel" not in terms
+    assert terms["graph_switch"] == [6.5]  # 108 -> the draft's first kernel at 114.5
+    gap = kt.step_figures(steps, FORWARD)[0]["kernel_verify_to_draft_us"]
+    assert gap == pytest.approx(6.0 + 2.0 + 6.5)  # the tail (100 -> 106), the pack, the switch
 
 
 def test_a_switch_behind_memcpy_nodes_is_kept_apart():
