@@ -19,6 +19,8 @@ __all__ = ["BOUNDARY_TERMS", "SYNC_CALLS", "boundary_terms"]
 BOUNDARY_TERMS = {
     "cast": "device time of the copy kernels the step graph runs right after the forward (the casting copy "
     "of the forward's argmax into target_tokens), before its first other kernel",
+    "graph_tail": "from the forward's last kernel to the end of the step graph's last record after it on the "
+    "forward's stream that is not a trailing copy (the verify tail's kernels as they ran, casting copies included)",
     "graph_pack": "from the end of the step graph's last other record after the forward, on the forward's "
     "stream, to the end of the copy records after it in the graph (the host-field pack inside the step graph)",
     "after_replay": "from the step graph's last record on the forward's stream to the end of the records the "
@@ -79,9 +81,11 @@ def boundary_terms(events: list[dict], steps: dict[int, StepKernels], forward: l
         trailing = 0
         while trailing < len(graph) and _is_copy(graph[len(graph) - 1 - trailing]):
             trailing += 1
-        if 0 < trailing < len(graph):  # copies after the graph's last other record: the pack in the graph
+        if trailing < len(graph):  # the tail's kernels, then the copies after them: the pack in the graph
             work = graph[len(graph) - 1 - trailing]
-            add("graph_pack", max(r.end for r in graph[len(graph) - trailing :]) - work.end)
+            add("graph_tail", work.end - last.end)
+            if trailing:
+                add("graph_pack", max(r.end for r in graph[len(graph) - trailing :]) - work.end)
         graph_end = max((r.end for r in graph), default=last.end)
         after = [r for r in lane if r.correlation != last.correlation and r.start >= graph_end]
         if nxt is not None and nxt.draft:

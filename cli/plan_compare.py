@@ -41,7 +41,9 @@ the cost file's ``boundary`` figures, ``bench/kernel_timeline.py``
 ``boundary_terms``) is added to the planned bubble: for ``specgen`` and
 ``inductor`` the casting copy of the forward's argmax after the forward
 (``cast``), the host-field pack inside the step graph after the tail
-(``graph_pack``), the stream wait and host-field pack queued after the replay
+(``graph_pack``); for ``inductor`` the tail as its own kernels ran
+(``graph_tail``, from its own trace only) stands in for the planned tail and
+the casting copy, the stream wait and host-field pack queued after the replay
 (``after_replay``, where the pack is not in the graph) and the switch to the next step's graph, whose carry opens
 it, up to its first draft record (``graph_switch``, the case where the draft
 does not wait behind memcpy nodes); for ``compile`` the planned bubble up to
@@ -91,10 +93,15 @@ READ_BACK_FIRST = {"compile"}  # modes whose host waits for the step's result be
 # the planned bubble after the read-back's synchronization
 OUT_OF_PLAN = {
     "specgen": ("cast", "graph_pack", "after_replay", "graph_switch"),
-    "inductor": ("cast", "graph_pack", "after_replay", "graph_switch"),
+    "inductor": ("graph_tail", "cast", "graph_pack", "after_replay", "graph_switch"),
     "compile": ("read_back",),
 }
 FIGURES_OF = {"inductor": "specgen"}  # runs the same runtime: takes specgen's figures when it has none of its own
+# a term measured for the mode's own kernels, never borrowed from FIGURES_OF
+OWN_ONLY = frozenset({"graph_tail"})
+# terms that stand in for the planned bubble (and for the terms whose time they hold): ``graph_tail`` is
+# inductor's tail as its several Triton kernels ran, where the plan prices one composite launch
+REPLACES_PLAN = {"graph_tail": ("cast",)}
 MEASURED = {
     "draft-to-verify": ("draft_to_verify_us", "kernel_draft_to_verify_us"),
     "verify-to-draft": ("verify_to_draft_us", "kernel_verify_to_draft_us"),
@@ -185,7 +192,7 @@ def _terms(mode: str, batch: int, costs: dict | None, traces: dict | None) -> tu
     # traces beside bench.json can still give it
     got, used = {}, []
     for term in OUT_OF_PLAN.get(mode, ()):
-        for owner in (mode, FIGURES_OF.get(mode)):
+        for owner in (mode,) if term in OWN_ONLY else (mode, FIGURES_OF.get(mode)):
             found = None
             for figures, where in sources:
                 have = ((figures.get("boundary") if where.startswith("costs") else figures) or {}).get(owner) or {}
@@ -227,7 +234,12 @@ def compare(result: dict, costs: dict | None = None, traces: dict | None = None)
             terms, where = {}, None
             if boundary == "verify-to-draft":
                 terms, where = _terms(run["mode"], run["batch"], costs, traces)
-            predicted = planned + sum(v for t, v in terms.items() if t != "read_back")
+            base = planned
+            for term, held in REPLACES_PLAN.items():
+                if term in terms:  # the measured tail replaces the planned one and the terms it holds
+                    base = terms[term]
+                    terms = {t: v for t, v in terms.items() if t not in held}
+            predicted = base + sum(v for t, v in terms.items() if t != "read_back" and t not in REPLACES_PLAN)
             if "read_back" in terms:
                 until = _until_sync(g, cal or CostModel())
                 if until is None:

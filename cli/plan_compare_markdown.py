@@ -25,8 +25,8 @@ WHY = {
     ("inductor", "draft_to_verify"): "the head families run as Inductor (Triton) kernels, more launches than "
     "the plan's one composite; no inductor trace was kept to measure them",
     ("inductor", "verify_to_draft"): "the tail families run as several Inductor (Triton) kernels in place of "
-    "the one composite launch the plan prices; the out-of-plan figures are specgen's unless an inductor "
-    "trace gave its own",
+    "the one composite launch the plan prices; without an inductor trace (graph_tail) the planned tail and "
+    "specgen's out-of-plan figures stand for them",
     ("inductor", "tpot"): "follows the bubbles' misses",
     ("specgen", "draft_to_verify"): "the head kernels and the draft graph's hand-over are priced by the "
     "median in-graph kernel",

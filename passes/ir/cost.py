@@ -57,7 +57,7 @@ IN_GRAPH_KERNEL_US = 1.5
 IN_GRAPH_COPY_US = 2.0
 COST_KEYS = frozenset({"run", "issue", "in_graph_kernel", "in_graph_copy", "host_family", "boundary"})
 # verify->draft work outside the boundary's plan (bench/kernel_timeline.py measures each from a kernel trace)
-BOUNDARY_TERMS = ("cast", "graph_pack", "after_replay", "graph_switch", "read_back")
+BOUNDARY_TERMS = ("cast", "graph_tail", "graph_pack", "after_replay", "graph_switch", "read_back")
 # for the reader (how each figure was taken, on what); the model ignores them
 PROVENANCE_KEYS = frozenset(
     {"measured", "source", "by_batch", "method", "methods", "host_clock", "not_measured", "machine", "model_shape"}
