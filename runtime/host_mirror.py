@@ -114,10 +114,14 @@ class HostMirror:
         if self._used[slot]:
             main.wait_event(self._events[slot])  # the copy that last read this staging buffer
         n = packed_size(batch, self.width)
-        fields = [getattr(result, f)[:batch].reshape(-1) for f in HOST_FIELDS]
-        packed_flag = self._no_flag if flag is None else flag if flag.shape == (1,) else flag.reshape(-1)[:1]
-        torch.cat(fields + [packed_flag], out=self._staging[slot][:n])
+        torch.cat(self._packed([getattr(result, f) for f in HOST_FIELDS], batch, flag), out=self._staging[slot][:n])
         self._copy(self._staging[slot], slot, batch, batch, flag is not None)
+
+    def _packed(self, fields: list[torch.Tensor], rows: int, flag: torch.Tensor | None) -> list[torch.Tensor]:
+        """The packed layout's pieces, in order: each host field's first ``rows`` rows flat, then the flag (a
+        zero when none)."""
+        packed_flag = self._no_flag if flag is None else flag if flag.shape == (1,) else flag.reshape(-1)[:1]
+        return [t[:rows].reshape(-1) for t in fields] + [packed_flag]
 
     def _copy(self, staging: torch.Tensor, slot: int, rows: int, batch: int, flagged: bool) -> None:
         """``staging``'s packed step (``rows`` per field) to host slot ``slot`` on the copy stream, then its
@@ -147,8 +151,7 @@ class HostMirror:
         main = self._api.current_stream(self._device)
         if not waited:
             self.wait_copied(main)
-        fields = [bufs[f][:rows].reshape(-1) for f in HOST_FIELDS]
-        fields.append(self._no_flag if flag is None else flag if flag.shape == (1,) else flag.reshape(-1)[:1])
+        fields = self._packed([bufs[f] for f in HOST_FIELDS], rows, flag)
         # one multi-tensor copy kernel into the staging's field views (a ``cat`` is a slower kernel)
         views, at = [], 0
         for t in fields:
