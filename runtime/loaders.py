@@ -244,7 +244,10 @@ class CudaLauncher:
         grid = self._grids.get(at)
         if grid is None:
             env = {**self._env, **dims, "B": batch}
-            grid = self._grids[at] = int(safe_eval(self.entry.grid, env, SHAPE_NAMES))
+            grid = int(safe_eval(self.entry.grid, env, SHAPE_NAMES))
+            if dims.get("C", 0) > 1:
+                self._check_resident(dims["C"], fn, index)
+            self._grids[at] = grid
         if grid <= 0:
             return
         stream = torch.cuda.current_stream(index).cuda_stream
@@ -252,6 +255,24 @@ class CudaLauncher:
             drv.cuLaunchKernel(fn, grid, 1, 1, self.entry.threads, 1, 1, 0, stream, self._pack(tensors, batch), 0),
             f"cuLaunchKernel({self.entry.entry}, grid={grid}, block={self.entry.threads})",
         )
+
+    def _check_resident(self, chunks: int, fn, index: int) -> None:
+        """Refuse ``C`` blocks per row beyond what the device holds at once: a row's blocks wait for each other
+        (``vocab_sums``' count), so a block that cannot start until another ends would wait out its polls and
+        leave wrong results.  Checked once per grid (a cache miss), not per launch."""
+        import torch
+
+        drv = _driver()
+        per_sm = check(
+            drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, self.entry.threads, 0),
+            f"cuOccupancyMaxActiveBlocksPerMultiprocessor({self.entry.entry})",
+        )
+        resident = int(per_sm) * torch.cuda.get_device_properties(index).multi_processor_count
+        if chunks > resident:
+            raise ValueError(
+                f"{self.entry.key}: C = {chunks} blocks per row must be resident together, and this device holds "
+                f"{resident} of these blocks at once ({int(per_sm)} per SM); launch it with C <= {resident}"
+            )
 
     def __repr__(self) -> str:
         return f"CudaLauncher({self.entry.key}, {self.entry.arch}, {self.path})"

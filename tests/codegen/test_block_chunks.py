@@ -205,3 +205,18 @@ def test_the_cuda_launcher_packs_c_and_launches_rows_times_c_blocks(folder, monk
         launcher.launch(tensors, batch)
         assert launches[-1] == (batch * chunks, 128, [batch, chunks, vocab])
     assert sorted(launcher._grids) == [(2, 0, 4, 0), (3, 0, 1, 0), (3, 0, 4, 0)]  # the grid names C, not V or W
+
+
+def test_the_cuda_launcher_refuses_more_chunks_than_the_device_holds_at_once(folder, monkeypatch):
+    """A row's blocks wait for each other, so ``C`` may not exceed the resident blocks (here 2 per SM x 3 SMs);
+    more rows than that are fine (blocks start in order); the check runs once per grid."""
+    entry = load_manifest(folder).variants[0]
+    cuda = dataclasses.replace(entry, target="cuda", arch="sm_90", grid="(B) * C")
+    launcher, launches = fake_cuda_launcher(monkeypatch, cuda, folder, (3, 4, 5))
+    ok = [torch.zeros(5, 37), torch.zeros(5, 6, 2, dtype=torch.int64), torch.zeros(5)]
+    launcher.launch(ok, 5)  # 30 blocks in all, 6 per row
+    assert launches[-1][0] == 30
+    wide = [torch.zeros(1, 37), torch.zeros(1, 7, 2, dtype=torch.int64), torch.zeros(1)]
+    with pytest.raises(ValueError, match=r"C = 7 blocks per row .* holds 6 of these blocks"):
+        launcher.launch(wide, 1)
+    assert len(launches) == 1 and (1, 0, 7, 0) not in launcher._grids  # nothing launched, nothing cached

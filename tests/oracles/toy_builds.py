@@ -61,11 +61,13 @@ def fake_cuda_launcher(monkeypatch, entry, folder, scalars: tuple[int, ...]):
     drv = SimpleNamespace(CUresult=SimpleNamespace(CUDA_SUCCESS=0), cuLaunchKernel=launch, cuInit=lambda f: (0,))
     drv.cuCtxGetCurrent, drv.cuModuleLoadData = lambda: (0, 1), lambda image: (0, "module")
     drv.cuModuleGetFunction = lambda module, name: (0, name.decode())
+    drv.cuOccupancyMaxActiveBlocksPerMultiprocessor = lambda fn, threads, smem: (0, 2)  # two blocks per SM
     monkeypatch.setattr(loaders, "_driver", lambda: drv)
     monkeypatch.setattr(loaders, "entry_problems", lambda *a: [])
     monkeypatch.setattr(loaders, "_KERNELS", {entry.sha256: {}})
     monkeypatch.setattr(loaders, "_MODULES", {})
     fake = {"get_device_capability": lambda i=None: (9, 0), "current_device": lambda: 0, "init": lambda: None}
+    fake |= {"get_device_properties": lambda i=None: SimpleNamespace(multi_processor_count=3)}  # 6 resident
     fake |= {"current_stream": lambda i=None: SimpleNamespace(cuda_stream=5), "device": contextlib.nullcontext}
     for name, fn in fake.items():
         monkeypatch.setattr(torch.cuda, name, fn)
