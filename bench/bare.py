@@ -2,7 +2,7 @@
 
 ``bare_spans`` times them back to back with events, as a step's spans are
 timed, so a mode's ``verify_span_us - bare verify`` is its draft-to-verify
-boundary; ``forward_trace`` and ``bare_trace`` profile them with
+boundary; ``forward_trace`` and ``bare_trace`` profile them (``work_trace`` any other part of a step) with
 ``torch.profiler`` for the kernel-level figures (``bench/profiler.py``).
 Each restores the step buffers and the verify hidden states afterwards.
 """
@@ -16,7 +16,7 @@ import torch
 from ..engine.clock import stamp_factory
 from ..engine.profiling import activities, chrome_trace, phase_name
 
-__all__ = ["bare_spans", "bare_trace", "forward_trace"]
+__all__ = ["bare_spans", "bare_trace", "forward_trace", "work_trace"]
 
 
 @torch.inference_mode()
@@ -58,16 +58,22 @@ def _time_bare(engine, repeats: int) -> tuple[float, float]:
     )
 
 
-@torch.inference_mode()  # the step buffers are inference tensors (made under the engine's run)
 def forward_trace(engine) -> dict:
     """One replay of ``engine``'s bare target forward, captured as a graph, profiled alone (CUDA).
 
     The step buffers and verify hidden states are restored afterwards (the KV
     entries written are the last verification's, with the same values).
     """
-    bufs = engine.bufs
+    return work_trace(engine, lambda: engine.target_forward(engine.bufs))
+
+
+@torch.inference_mode()  # the step buffers are inference tensors (made under the engine's run)
+def work_trace(engine, fn) -> dict:
+    """One replay of ``fn`` (work of ``engine``'s step over its step buffers: the target forward, the block
+    draft's context projection), captured as a graph, profiled alone (CUDA); the step buffers and verify
+    hidden states are restored afterwards (KV entries it writes get the values the last step wrote)."""
     with engine.state_kept():
-        g = engine.graph(lambda: engine.target_forward(bufs))
+        g = engine.graph(fn)
         torch.cuda.synchronize(engine.device)
         with torch.profiler.profile(activities=activities(engine.device)) as prof:
             g()

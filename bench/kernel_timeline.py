@@ -37,6 +37,16 @@ elsewhere).  Per step::
     head_us                    device time of the forward stream's verify-phase records before the forward
     kernel_verify_to_draft_us  next step's first draft record start - last forward kernel end
 
+A draft whose own computation runs after the verification, inside the step
+graph (the block drafts' context projection: ``Proposer.draft_work_after_verify``),
+is found the same way, by its kernel names (profiled alone) among the forward
+stream's kernels after the forward; the verify->draft gap less its span is the
+boundary's own part of the gap::
+
+    projection_us              last projection kernel end - first projection kernel start
+    kernel_post_verify_us      kernel_verify_to_draft_us - projection_us
+    post_verify_idle_us        the part of the verify->draft gap in which no device record runs
+
 ``bench/boundary_terms.py`` splits the verify->draft gap into the work the
 runtime does outside the boundary's plan.
 """
@@ -71,6 +81,8 @@ __all__ = [
     "step_figures",
     "summarize",
     "classify",
+    "STEP_FIGURES",
+    "PROJECTION_FIGURES",
 ]
 
 _PHASE = re.compile(r"^specgen::(?P<phase>[a-z_]+)#(?P<step>\d+)$")
@@ -296,17 +308,32 @@ def _locate(records: list[DeviceRecord], forward: list[str]) -> tuple[list[Devic
     return None
 
 
-def step_figures(steps: dict[int, StepKernels], forward: list[str]) -> list[dict]:
-    """Per step: the kernel-level draft->verify and verify->draft gaps and the head time (us).
+STEP_FIGURES = (
+    "kernel_draft_to_verify_us",
+    "head_us",
+    "kernel_verify_to_draft_us",
+    "projection_us",
+    "kernel_post_verify_us",
+    "post_verify_idle_us",
+)
+PROJECTION_FIGURES = STEP_FIGURES[3:]  # only where the draft's own work after the verification was given
+
+
+def step_figures(
+    steps: dict[int, StepKernels], forward: list[str], projection: list[str] | tuple[str, ...] = ()
+) -> list[dict]:
+    """Per step: the kernel-level draft->verify and verify->draft gaps and the head time (us); with
+    ``projection`` (the kernel names of the draft's own work after the verification, profiled alone) also
+    ``PROJECTION_FIGURES`` (see the module docstring).
 
     A figure is ``None`` where the step lacks the records it needs (no
-    draft kernels, forward not found, or no following step).
+    draft kernels, forward or projection not found, or no following step).
     """
     out = []
     keys = list(steps)
     for k, step in enumerate(keys):
         s = steps[step]
-        fig = {"step": step, "kernel_draft_to_verify_us": None, "head_us": None, "kernel_verify_to_draft_us": None}
+        fig = {"step": step, **dict.fromkeys(STEP_FIGURES[: 3 + 3 * bool(projection)])}
         found = _locate(s.verify, forward)
         if found is not None:
             kernels, at = found
@@ -316,8 +343,31 @@ def step_figures(steps: dict[int, StepKernels], forward: list[str]) -> list[dict
                 fig["kernel_draft_to_verify_us"] = fwd_first.start - max(r.end for r in s.draft)
             nxt = steps.get(keys[k + 1]) if k + 1 < len(keys) else None
             if nxt is not None and nxt.draft:
-                fig["kernel_verify_to_draft_us"] = min(r.start for r in nxt.draft) - fwd_last.end
+                first_draft = min(r.start for r in nxt.draft)
+                gap = fig["kernel_verify_to_draft_us"] = first_draft - fwd_last.end
+                if projection:
+                    fig.update(_post_verify(kernels[at + len(forward) :], projection, s, nxt, fwd_last.end, gap))
         out.append(fig)
+    return out
+
+
+def _post_verify(after: list[DeviceRecord], projection, step: StepKernels, nxt: StepKernels, lo: float, gap: float):
+    """``PROJECTION_FIGURES`` of one verify->draft gap from ``lo`` (the forward's end), ``gap`` us long;
+    ``after``: the forward stream's kernels after the forward."""
+    hi = lo + gap
+    busy, idle = lo, 0.0  # a sweep over every device record of the two steps, clipped to the gap
+    for r in sorted(step.draft + step.verify + nxt.draft + nxt.verify, key=lambda r: r.start):
+        if r.end <= lo or r.start >= hi:
+            continue
+        idle += max(0.0, r.start - busy)
+        busy = max(busy, min(r.end, hi))
+    out = {"post_verify_idle_us": idle + max(0.0, hi - busy)}
+    at = _find([r.name for r in after], list(projection))
+    if at is not None:
+        first, last = after[at], after[at + len(projection) - 1]
+        if last.end <= hi:
+            span = last.end - first.start
+            out |= {"projection_us": span, "kernel_post_verify_us": gap - span}
     return out
 
 
@@ -342,7 +392,8 @@ def classify(step: StepKernels, forward: list[str]) -> list[tuple[DeviceRecord, 
 def summarize(figures: list[dict]) -> dict:
     """Medians of each figure over the steps that have it (``None`` where none does)."""
     out = {}
-    for key in ("kernel_draft_to_verify_us", "head_us", "kernel_verify_to_draft_us"):
-        vals = [f[key] for f in figures if f[key] is not None]
+    keys = [key for key in STEP_FIGURES if any(key in f for f in figures)] or list(STEP_FIGURES[:3])
+    for key in keys:
+        vals = [f[key] for f in figures if f.get(key) is not None]
         out[key] = round(statistics.median(vals), 3) if vals else None
     return out

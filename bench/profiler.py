@@ -15,7 +15,11 @@ Each run's row gains the medians ``kernel_draft_to_verify_us``, ``head_us``
 and ``kernel_verify_to_draft_us``, how the records were attributed, the bare
 reference, and the name of its trace: the profiled steps' Chrome trace,
 gzipped, with the forward's and the draft's kernel names under ``"specgen"``
-so the figures can be recomputed from the file alone.
+so the figures can be recomputed from the file alone.  A draft whose own
+computation follows the verification inside the step (the block drafts'
+context projection, ``Proposer.draft_work_after_verify``) has that work
+profiled alone too; its rows also get ``POST_VERIFY_FIELDS``: the
+projection's span, the verify->draft gap outside it and the gap's device idle.
 
 Every profiled run also gives the cost model's figures (``calibration``):
 launch, copy, sync and in-graph costs, and the host-serial mode's host
@@ -39,12 +43,22 @@ from ..engine.acceptance import AcceptanceMix
 from ..models.errors import EngineError
 from . import calibration as cal
 from . import kernel_timeline as kt
-from .bare import bare_trace, forward_trace
+from .bare import bare_trace, forward_trace, work_trace
 from .support import log, quiet_profiler
 
-__all__ = ["KERNEL_FIELDS", "KernelPass", "read_trace", "trace_name", "write_trace"]
+__all__ = [
+    "KERNEL_FIELDS",
+    "POST_VERIFY_FIELDS",
+    "KernelPass",
+    "read_trace",
+    "trace_name",
+    "trace_projection",
+    "write_trace",
+]
 
 KERNEL_FIELDS = ("kernel_draft_to_verify_us", "head_us", "kernel_verify_to_draft_us")
+# a draft with its own work after the verification (the block drafts' context projection) also gets these
+POST_VERIFY_FIELDS = kt.PROJECTION_FIGURES
 HOST_SERIAL = "baseline"  # the mode whose host computes the boundary updates (profiled on the CPU too)
 
 
@@ -53,15 +67,18 @@ def trace_name(row: dict) -> str:
     return f"traces/trace_{row['mode']}_d{row['depth']}_b{row['batch']}.json.gz"
 
 
-def write_trace(path: Path, trace: dict, forward: list[str], row: dict, draft: list[str] = ()) -> None:
-    """``trace`` gzipped at ``path``, with the forward's and the draft's kernel names and the run's key
-    under ``"specgen"``."""
+def write_trace(
+    path: Path, trace: dict, forward: list[str], row: dict, draft: list[str] = (), projection: list[str] = ()
+) -> None:
+    """``trace`` gzipped at ``path``, with the forward's, the draft's and the draft's post-verify work's
+    (``projection``) kernel names and the run's key under ``"specgen"``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = dict(
         trace,
         specgen={
             "forward_kernels": forward,
             "draft_kernels": list(draft),
+            "projection_kernels": list(projection),
             "mode": row["mode"],
             "depth": row["depth"],
             "batch": row["batch"],
@@ -79,16 +96,25 @@ def read_trace(path: Path) -> tuple[list[dict], list[str], list[str]]:
     return kt.load_trace(data), list(names.get("forward_kernels") or []), list(names.get("draft_kernels") or [])
 
 
-def figures(trace: dict, forward: list[str], draft: list[str] = ()) -> dict:
-    """The kernel-level medians of one profiled run, how its records were attributed, and the step count."""
+def trace_projection(path: Path) -> list[str]:
+    """A saved trace's kernel names of the draft's own work after the verification (empty: none, or an older
+    trace)."""
+    data = json.loads(gzip.decompress(Path(path).read_bytes()))
+    return list((data.get("specgen") or {}).get("projection_kernels") or [])
+
+
+def figures(trace: dict, forward: list[str], draft: list[str] = (), projection: list[str] = ()) -> dict:
+    """The kernel-level medians of one profiled run, how its records were attributed, and the step count;
+    with ``projection`` also ``POST_VERIFY_FIELDS`` (``kernel_timeline.step_figures``)."""
     steps, method = kt.attribute_with_method(kt.load_trace(trace), draft)
-    figs = kt.step_figures(steps, forward)
+    figs = kt.step_figures(steps, forward, projection)
     out = kt.summarize(figs)
     out["kernel_attribution"] = method
     out["kernel_steps"] = sum(f["kernel_draft_to_verify_us"] is not None for f in figs)
     # every profiled step's gaps, in step order: a median hides a gap that differs from step to step
-    for key in ("kernel_draft_to_verify_us", "kernel_verify_to_draft_us"):
-        out[key.replace("_us", "_steps_us")] = [round(f[key], 3) for f in figs if f[key] is not None]
+    for key in ("kernel_draft_to_verify_us", "kernel_verify_to_draft_us", "kernel_post_verify_us"):
+        if key in out:
+            out[key.replace("_us", "_steps_us")] = [round(f[key], 3) for f in figs if f.get(key) is not None]
     return out
 
 
@@ -126,6 +152,7 @@ class KernelPass:
         self.sweep, self.trace_dir = sweep, trace_dir
         self.forward: dict[tuple[int, int], list[str]] = {}
         self.draft: dict[tuple[int, int], list[str]] = {}  # the draft graph's kt.draft_signature
+        self.projection: dict[tuple[int, int], list[str]] = {}  # the draft's own post-verify work, profiled alone
         self.bare: dict[tuple[int, int], float | None] = {}  # bare_kernel_draft_to_verify_us
         self.samples: dict[int, dict[str, list[float]]] = {}  # batch -> calibration samples
 
@@ -177,7 +204,7 @@ class KernelPass:
                 if not s._device_ok():
                     return
                 continue
-            figures = ", ".join(f"{f} {row[f]}" for f in KERNEL_FIELDS if row.get(f) is not None)
+            figures = ", ".join(f"{f} {row[f]}" for f in KERNEL_FIELDS + POST_VERIFY_FIELDS if row.get(f) is not None)
             log(
                 f"bench: [{k + 1}/{len(rows)}] profiled depth {row['depth']} batch {row['batch']} {row['mode']}"
                 + (f": {figures}" if figures else " (host calibration)" if not s.config.cuda else ": no kernel figures")
@@ -211,8 +238,9 @@ class KernelPass:
         if c.cuda:
             torch.cuda.synchronize(c.device)
         forward, draft = self.forward.get((width, batch), []), self.draft.get((width, batch), [])
+        projection = self.projection.get((width, batch), [])
         if c.cuda:
-            row.update(figures(res.trace, forward, draft))
+            row.update(figures(res.trace, forward, draft, projection))
             row["bare_kernel_draft_to_verify_us"] = self.bare.get((width, batch))
         if keep:
             cal.merge(
@@ -221,11 +249,14 @@ class KernelPass:
             row["calibrated"] = True
         if self.trace_dir is not None:
             row["kernel_trace"] = trace_name(row)
-            write_trace(self.trace_dir / row["kernel_trace"], res.trace, forward, row, draft)
+            write_trace(self.trace_dir / row["kernel_trace"], res.trace, forward, row, draft, projection)
 
     def _references(self, eng, key: tuple[int, int]) -> None:
         """The forward's and the draft's kernel names and the bare kernel-level gap of ``key`` (width, batch)."""
         forward = self.forward[key] = kt.forward_names(kt.load_trace(forward_trace(eng)))
+        work = eng.proposer.draft_work_after_verify()
+        if work is not None:  # a kernel-name sequence, like the forward's
+            self.projection[key] = kt.forward_names(kt.load_trace(work_trace(eng, work)))
         steps = kt.attribute(kt.load_trace(bare_trace(eng)))
         self.draft[key] = kt.phase_signature(steps, "draft")
         self.bare[key] = kt.summarize(kt.step_figures(steps, forward))["kernel_draft_to_verify_us"]

@@ -35,8 +35,10 @@ LEGEND = (
     "graph; k d->v / k v->d = the same gaps between kernels on the device (profiled steps); bare k d->v = "
     "k d->v of the draft graph followed by the bare verify graph (no boundary work); head = the "
     "device time of the boundary work before the forward; capture = capturing the run's graphs "
-    "(medians per step)"
+    "(medians per step); for a block draft, proj = the span of its context projection after the verification "
+    "and k v->d out = k v->d outside it"
 )
+OWN_WORK_COLUMNS = ("projection_us", "kernel_post_verify_us")
 LOW_ACCEPTANCE = 0.1
 COSTS_FILE = "costs.json"  # the cost model's calibration, beside bench.json
 
@@ -89,6 +91,8 @@ def table(result: dict) -> str:
         ("kernel_draft_to_verify_us", "k d->v us"),
         ("bare_kernel_draft_to_verify_us", "bare k d->v"),
         ("kernel_verify_to_draft_us", "k v->d us"),
+        ("projection_us", "proj us"),
+        ("kernel_post_verify_us", "k v->d out us"),
         ("head_us", "head us"),
         ("bare_verify_us", "verify us"),
         ("draft_us", "draft us"),
@@ -97,6 +101,8 @@ def table(result: dict) -> str:
         ("capture_s", "capture s"),
     ]
     ok = ok_runs(result)
+    # a draft's own work after the verification: columns only where some run measured it (the block drafts)
+    cols = [(k, h) for k, h in cols if k not in OWN_WORK_COLUMNS or any(r.get(k) is not None for r in ok)]
     rows = [[("" if r.get(k) is None else str(r.get(k))) for k, _ in cols] for r in ok]
     head = [h for _, h in cols]
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]

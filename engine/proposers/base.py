@@ -120,6 +120,12 @@ class Proposer:
         """Device work after the tail, inside the captured verify graph (None: nothing)."""
         return None
 
+    def draft_work_after_verify(self) -> Callable[[], None] | None:
+        """The part of ``epilogue`` that is the draft's own computation rather than boundary work (the block
+        draft's context projection of the verify rows), for the bench to measure the verify->draft gap
+        outside it; None: none."""
+        return None
+
     def host_tail(self, h: dict, bufs: dict, accept: bool = True) -> None:
         """``baseline``'s verify->draft work on the host buffers ``h`` (target tokens read back), uploaded to
         ``bufs``; leaves ``accepted``, ``next_tokens``, ``next_last_token`` and ``next_seq_lens`` in ``h``.

@@ -145,6 +145,9 @@ class BlockProposer(Proposer):
         b["next_last_token"].copy_(b["target_tokens"].gather(1, b["accepted"].long()[:, None]).squeeze(1))
         b["next_seq_lens"].copy_(b["seq_lens"] + b["accepted"] + 1)
 
+    def draft_work_after_verify(self) -> Callable[[], None]:
+        return self.context_write
+
     def epilogue(self) -> Callable[[], None]:
         def after_tail() -> None:
             self.context_write()

@@ -182,3 +182,56 @@ def test_default_matrix_covers_the_block_draft_widths():
         extra = [lay for lay in DEFAULT.layouts(boundary) if lay.width not in DEFAULT.widths]
         assert extra == [Layout(8, 64, 128, "int32"), Layout(16, 64, 128, "int32")]
     assert {lay.width for lay in DEFAULT.layouts("verify-to-draft")} == {4, 5, 6}
+
+
+def test_the_block_draft_names_its_own_post_verify_work(tiny_target, block_kernels):
+    """The context projection is the block draft's own work after the verification (the bench's
+    ``kernel_post_verify_us`` takes it out of the verify->draft gap); an MTP draft names none."""
+    from specgen.models import MTPHead
+
+    draft = DRAFT_KINDS["dflash"].create(tiny_target, seed=5)
+    eng = DRAFT_KINDS["dflash"].engine(
+        tiny_target, draft, mode="specgen", width=4, batch=2, block_size=16, block_table_width=8, library=block_kernels
+    )
+    assert eng.proposer.draft_work_after_verify() == eng.proposer.context_write
+    mtp = DRAFT_KINDS["mtp"].engine(
+        tiny_target,
+        MTPHead.create(tiny_target, seed=1),
+        mode="baseline",
+        width=4,
+        batch=2,
+        block_size=16,
+        block_table_width=8,
+    )
+    assert mtp.proposer.draft_work_after_verify() is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["dflash", "dspark"])
+def test_cuda_block_draft_post_verify_figures(block_kernels, kind):
+    """On the GPU: a block draft's profiled specgen steps give the context projection's span and the
+    verify->draft gap outside it, from the projection profiled alone."""
+    from specgen.bench import kernel_timeline as kt
+    from specgen.bench.bare import bare_trace, forward_trace, work_trace
+    from specgen.bench.profiler import figures
+    from specgen.models import Qwen3Model
+
+    m = Qwen3Model.create("tiny", seed=0, device="cuda")
+    draft = DRAFT_KINDS[kind].create(m, seed=5)
+    prompts = [[4, 5, 6, 9], [7, 8]]
+    for k in range(2):  # the first: the process's first profiled run shows no graph kernels (StepProfiler)
+        eng = DRAFT_KINDS[kind].engine(
+            m, draft, mode="specgen", width=4, batch=2, block_size=16, block_table_width=8, library=block_kernels
+        )
+        res = eng.run(prompts, steps=5, warmup_steps=2, profile=True)
+        forward = kt.forward_names(kt.load_trace(forward_trace(eng)))
+        projection = kt.forward_names(kt.load_trace(work_trace(eng, eng.proposer.draft_work_after_verify())))
+        draft_names = kt.phase_signature(kt.attribute(kt.load_trace(bare_trace(eng))))
+        eng.close()
+    fig = figures(res.trace, forward, draft_names, projection)
+    print(kind, {k: v for k, v in fig.items() if not k.endswith("steps_us")})
+    assert projection and fig["kernel_steps"] >= 4
+    gap, span, out = fig["kernel_verify_to_draft_us"], fig["projection_us"], fig["kernel_post_verify_us"]
+    assert gap is not None and span is not None and out is not None and span > 0
+    assert 0 <= out < gap and out == pytest.approx(gap - span, abs=1.0)  # medians of per-step differences
+    assert 0 <= fig["post_verify_idle_us"] <= gap

@@ -264,3 +264,79 @@ def test_a_read_back_is_the_turnaround_after_the_sync_and_a_late_launch_no_switc
     terms = boundary_terms(ev, kt.attribute(ev, ["draft_0", "draft_1", "draft_2"]), FORWARD)
     assert terms["read_back"] == [5.5]  # the sync returns at 109, the draft starts at 114.5
     assert "graph_switch" not in terms  # the next graph was launched after the work before it ended
+
+
+PROJECTION = ["fc", "norm", "k_proj", "kv_write"]
+
+
+def _block_trace(steps=3, projection_gap=0.5, tail_gap=1.0, switch=4.0, side=None):
+    """Block-draft steps: the draft graph, then the step graph (forward; a tail kernel; the context projection,
+    ``projection_gap`` us between its kernels; next-block inputs), ``switch`` us before the next draft.
+    ``side``: (start after the forward's end, duration) of a record on another stream inside the gap."""
+    ev, t, corr, expect = [], 1000.0, 1, []
+    for k in range(steps):
+        ev.append(_x("user_annotation", kt.phase_name("draft", k), t, 8.0))
+        ev.append(_x("cuda_runtime", "cudaGraphLaunch", t + 1, 3, corr))
+        dev = t + 10
+        for j in range(2):
+            ev.append(_x("kernel", f"draft_{j}", dev, 4.0, corr))
+            dev += 5.0
+        corr += 1
+        ev.append(_x("user_annotation", kt.phase_name("verify", k), t + 9, 6.0))
+        ev.append(_x("cuda_runtime", "cudaGraphLaunch", t + 10, 3, corr))
+        for name in FORWARD:
+            ev.append(_x("kernel", name, dev, 10.0, corr))
+            dev += 10.0
+        fwd_end = dev
+        ev.append(_x("kernel", "context_tail", dev + tail_gap, 2.0, corr))
+        dev += tail_gap + 2.0 + tail_gap
+        first = dev
+        for name in PROJECTION:
+            ev.append(_x("kernel", name, dev, 3.0, corr))
+            dev += 3.0 + projection_gap
+        dev -= projection_gap
+        span = dev - first
+        ev.append(_x("kernel", "next_block_inputs", dev + tail_gap, 1.5, corr))
+        dev += tail_gap + 1.5
+        if side is not None:
+            ev.append(_x("kernel", "side_work", fwd_end + side[0], side[1], corr, tid=2))
+        corr += 1
+        expect.append({"gap": dev + switch - fwd_end, "span": span, "busy": 2.0 + span + 1.5})
+        t = dev + switch - 10
+    return {"traceEvents": ev}, expect
+
+
+def test_the_draft_s_own_post_verify_work_is_taken_out_of_the_gap():
+    trace, expect = _block_trace(steps=4, projection_gap=0.5, tail_gap=1.0, switch=4.0)
+    steps = kt.attribute(kt.load_trace(trace))
+    figs = kt.step_figures(steps, FORWARD, PROJECTION)
+    for f, e in zip(figs[:3], expect):
+        assert f["kernel_verify_to_draft_us"] == pytest.approx(e["gap"])
+        assert f["projection_us"] == pytest.approx(e["span"]) == pytest.approx(4 * 3.0 + 3 * 0.5)
+        # outside the projection: the tail kernel and the next-block inputs with their gaps, and the switch
+        assert f["kernel_post_verify_us"] == pytest.approx(1.0 + 2.0 + 1.0 + 1.0 + 1.5 + 4.0)
+        # idle: the gaps around the tail and the next-block inputs, inside the projection, and the switch
+        assert f["post_verify_idle_us"] == pytest.approx(3 * 1.0 + 3 * 0.5 + 4.0)
+    assert figs[3]["kernel_verify_to_draft_us"] is None and figs[3]["kernel_post_verify_us"] is None
+    medians = kt.summarize(figs)
+    assert medians["kernel_post_verify_us"] == pytest.approx(10.5) and medians["projection_us"] == pytest.approx(13.5)
+    # without the projection's names the figures are the three of old, and summarize lists only those
+    assert set(kt.summarize(kt.step_figures(steps, FORWARD))) == set(kt.STEP_FIGURES[:3])
+
+
+def test_post_verify_idle_counts_other_streams_as_busy():
+    # the switch runs from the forward's end + 20 us to + 24 us; a side-stream record from + 21 us for 2 us hides
+    # half of it
+    trace, expect = _block_trace(steps=2, tail_gap=1.0, switch=4.0, side=(21.0, 2.0))
+    f = kt.step_figures(kt.attribute(kt.load_trace(trace)), FORWARD, PROJECTION)[0]
+    assert expect[0]["gap"] == pytest.approx(24.0)
+    assert f["post_verify_idle_us"] == pytest.approx(3 * 1.0 + 3 * 0.5 + 2.0)
+    assert f["kernel_post_verify_us"] == pytest.approx(24.0 - 13.5)  # the gap outside the projection is unchanged
+
+
+def test_a_projection_not_in_the_step_leaves_its_figures_empty():
+    trace, _ = _block_trace(steps=2)
+    f = kt.step_figures(kt.attribute(kt.load_trace(trace)), FORWARD, ["fc", "no_such_kernel"])[0]
+    assert f["kernel_verify_to_draft_us"] is not None
+    assert f["projection_us"] is None and f["kernel_post_verify_us"] is None
+    assert f["post_verify_idle_us"] is not None  # the idle needs no projection
