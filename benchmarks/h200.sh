@@ -9,7 +9,7 @@
 #   specgen build --target c,cuda --boundary draft-to-verify,context-kv --widths 4,8,16 --block-table-widths 8 \
 #       --block-sizes 16 --draft-dtypes int32 \
 #       --families spec_verify_head_update,spec_verify_context_tail_update,greedy_prefix_verify,context_kv_update,\
-#       spec_batch_row_remap --out build/block_test_kernels
+#       prepare_next_block,spec_batch_row_remap --out build/block_test_kernels
 #   specgen build --target cuda --boundary draft-to-verify,context-kv --widths 8,16 --block-table-widths 80 \
 #       --block-sizes 16 --draft-dtypes int32 --out build/block_bench_kernels
 #   specgen build --target cuda --widths 6 --block-table-widths 3 --block-sizes 5 --out build/kbuild-cuda-edge
@@ -22,7 +22,7 @@
 #       --boundary draft-to-verify,draft-to-verify-linear,verify-to-draft-sampled,context-kv-sampled \
 #       --families spec_verify_head_update,spec_verify_hybrid_head_update,spec_verify_linear_state_update,\
 #       spec_verify_token_update,spec_verify_metadata_update,spec_verify_attention_tiling_update,\
-#       spec_rejection_verify,prepare_next_draft,context_kv_update,spec_rejection_tail_update,\
+#       spec_rejection_verify,prepare_next_draft,context_kv_update,prepare_next_block,spec_rejection_tail_update,\
 #       spec_rejection_context_tail_update,spec_verify_guard_check,spec_target_sample,spec_target_sample_dense,\
 #       spec_draft_sample --out build/sampling_test_kernels
 # The serving loop's row remap (spec_batch_row_remap) is built beside the tails' plans (verify-to-draft, context-kv):

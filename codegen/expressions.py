@@ -189,6 +189,11 @@ def _next_draft(v: Instance) -> dict:
     }
 
 
+@expressions("prepare_next_block")
+def _next_block(v: Instance) -> dict:
+    return {"bonus": v.expr(_idx("target_tokens")[b, a]), "new_len": v.expr(sp.Max(S + a + 1, 0))}
+
+
 @expressions("spec_batch_row_remap")
 def _row_remap(v: Instance) -> dict:
     # the template's locals: the source row (-1: none), the moved length and the repair position (>= -1)

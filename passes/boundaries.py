@@ -224,6 +224,13 @@ def context_kv(
     W, B, BS, BT = width, batch, block_size, block_table_width
     b = GraphBuilder(SAMPLED_CONTEXT_KV if sampling else CONTEXT_KV, boundary_params(W, B, BS, BT, draft_dtype))
     token = verify_and_accept(b, W, B, BS, BT, forward_us, sampling)
+    # the next block's anchor: the bonus token at the new length (what the block forward reads next), then the
+    # accepted rows' context slots (the order of the tail composite's members)
+    nxt = "prepare_next_block"
+    shapes = {"next_last_token": (B,), "next_seq_lens": (B,)}
+    acc, tt, sl = "accepted_host", "target_tokens_host", "seq_lens_sched"
+    b.host_chain("next_last_token", nxt, sem.next_last_token, [acc, tt], ["next_last_token"], "draft", shapes)
+    b.host_chain("next_seq_lens", nxt, sem.next_seq_lens, [acc, sl], ["next_seq_lens"], "draft", shapes)
     fam = "context_kv_update"
     b.val("context_slots_all_host", P.PINNED, (B * W,))
     b.op(
@@ -261,7 +268,7 @@ def context_kv(
     return b.build(
         "target_replay",
         "context_kv_write",
-        ["context_slots", "draft_context_kv", "accepted", "next_tokens", "committed"],
+        [*shapes, "context_slots", "draft_context_kv", "accepted", "next_tokens", "committed"],
         [token],
     )
 

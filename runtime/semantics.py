@@ -187,6 +187,13 @@ def prepare_next_draft(
     draft_slots.copy_(torch.stack([repair, slot(block_table, new_len, block_size)], dim=1))
 
 
+def prepare_next_block(accepted, target_tokens, seq_lens, next_last_token, next_seq_lens) -> None:
+    width = target_tokens.shape[1]
+    acc = accepted_read(accepted, width)
+    next_last_token.copy_(torch.gather(target_tokens, 1, acc[:, None])[:, 0])
+    next_seq_lens.copy_((seq_lens_read(seq_lens, width) + acc + 1).clamp(min=0))
+
+
 def context_kv_update(accepted, seq_lens, block_table, context_slots, *, block_size: int) -> None:
     batch = seq_lens.shape[0]
     width = context_slots.shape[0] // batch
@@ -339,6 +346,7 @@ SEMANTICS: dict[str, Callable[..., None]] = {
         spec_rejection_verify,
         prepare_next_draft,
         context_kv_update,
+        prepare_next_block,
         spec_verify_linear_state_update,
         spec_batch_row_remap,
         spec_verify_head_update,
@@ -348,5 +356,6 @@ SEMANTICS: dict[str, Callable[..., None]] = {
 }
 # the vocabulary pass's families (runtime/vocab_semantics.py)
 SEMANTICS.update({f.__name__: f for f in (spec_target_sample, spec_target_sample_dense, spec_draft_sample)})
-# the tails after the forward: verification, then the next draft's inputs or the context slots (one launch each)
+# the tails after the forward: verification, then the next draft's inputs or the context slots and the next
+# block's anchor (one launch each)
 SEMANTICS.update({name: composite_semantics(name) for name in TAIL_COMPOSITES})

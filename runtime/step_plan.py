@@ -4,7 +4,7 @@ A verify step is the ``draft-to-verify`` plan (the head updates, then the
 target forward) followed by the tail of a second plan: the steps after its
 target forward.  The tail is ``verify-to-draft``'s for a chain draft (MTP:
 ``greedy_prefix_verify``, ``prepare_next_draft``) and ``context-kv``'s for a
-block draft (DFlash / DSpark: ``greedy_prefix_verify``, ``context_kv_update``);
+block draft (DFlash / DSpark: ``greedy_prefix_verify``, ``prepare_next_block``, ``context_kv_update``);
 ``TAILS`` lists each tail boundary's families for the eager path.  Only kernel and forward steps run here;
 copies (``d2h_*``) are the host mirror's business.  Plans are read as
 ``Plan`` records from ``Manifest.plan(boundary, layout)``: no key is parsed.
@@ -84,9 +84,9 @@ KERNEL_SOURCES = ("built", "torch")
 # ``spec_rejection_verify`` where the greedy tails have ``greedy_prefix_verify``.
 TAILS = {
     VERIFY_TO_DRAFT: DEFAULT_SEQUENCE[DEFAULT_SEQUENCE.index(TARGET_FORWARD) + 1 :],
-    CONTEXT_KV: ("greedy_prefix_verify", "context_kv_update"),
+    CONTEXT_KV: ("greedy_prefix_verify", "prepare_next_block", "context_kv_update"),
     SAMPLED_VERIFY_TO_DRAFT: (SAMPLE_ROWS, "spec_rejection_verify", "prepare_next_draft"),
-    SAMPLED_CONTEXT_KV: (SAMPLE_ROWS, "spec_rejection_verify", "context_kv_update"),
+    SAMPLED_CONTEXT_KV: (SAMPLE_ROWS, "spec_rejection_verify", "prepare_next_block", "context_kv_update"),
 }
 
 StepCall = Callable[[PlanStep, list], None]

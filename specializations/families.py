@@ -294,6 +294,20 @@ FAMILIES: dict[str, Family] = {
             ),
             own_row_inputs=("accepted", "seq_lens"),
         ),
+        # A block draft's next anchor: the bonus token at the new length (prepare_next_draft's first two outputs,
+        # without the MTP draft's two rows), so the context tail leaves the next block's inputs in one launch.
+        Family(
+            "prepare_next_block",
+            ("W",),
+            (
+                _a("accepted", "(B,)"),
+                _a("target_tokens", "(B, W)"),
+                _a("seq_lens", "(B,)"),
+                _a("next_last_token", "(B,)", out=True),
+                _a("next_seq_lens", "(B,)", out=True),
+            ),
+            own_row_inputs=("accepted", "target_tokens", "seq_lens"),
+        ),
         # Serving under churn: the continuing and joining rows' step state gathered into a step's rows, and the
         # next draft's positions, slots and hidden rows recomputed from it (docs/kernels.md, spec_batch_row_remap).
         Family(
@@ -346,12 +360,12 @@ LINEAR_STATE = "spec_verify_linear_state_update"
 HEAD_MEMBERS = ("spec_verify_token_update", "spec_verify_metadata_update", TILING)
 # The tails after the forward: verification, then what the next draft reads (its positions and slots, or a
 # block draft's context slots), one launch; the accepted count passes within each sequence's thread.
-NEXT_DRAFT, CONTEXT_KV_UPDATE = "prepare_next_draft", "context_kv_update"
+NEXT_DRAFT, CONTEXT_KV_UPDATE, NEXT_BLOCK = "prepare_next_draft", "context_kv_update", "prepare_next_block"
 TAIL_COMPOSITES: dict[str, tuple[str, ...]] = {
     "spec_verify_tail_update": (GREEDY_VERIFY, NEXT_DRAFT),
-    "spec_verify_context_tail_update": (GREEDY_VERIFY, CONTEXT_KV_UPDATE),
+    "spec_verify_context_tail_update": (GREEDY_VERIFY, NEXT_BLOCK, CONTEXT_KV_UPDATE),
     "spec_rejection_tail_update": (REJECTION_VERIFY, NEXT_DRAFT),
-    "spec_rejection_context_tail_update": (REJECTION_VERIFY, CONTEXT_KV_UPDATE),
+    "spec_rejection_context_tail_update": (REJECTION_VERIFY, NEXT_BLOCK, CONTEXT_KV_UPDATE),
 }
 COMPOSITES: dict[str, tuple[str, ...]] = {
     "spec_verify_hybrid_head_update": (*HEAD_MEMBERS, LINEAR_STATE),

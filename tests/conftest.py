@@ -165,6 +165,7 @@ BLOCK_FAMILIES = (
     "spec_verify_context_tail_update",
     "greedy_prefix_verify",
     "context_kv_update",
+    "prepare_next_block",
     "spec_batch_row_remap",
     "spec_verify_guard_check",
 )
@@ -178,7 +179,7 @@ def block_kernels(kernel_library):
     (specgen build --target c,cuda --boundary draft-to-verify,context-kv --widths 4,8,16
     --block-table-widths 8 --block-sizes 16 --draft-dtypes int32
     --families spec_verify_head_update,spec_verify_context_tail_update,greedy_prefix_verify,context_kv_update,
-    spec_batch_row_remap --out ...).
+    prepare_next_block,spec_batch_row_remap,spec_verify_guard_check --out ...).
     """
     return kernel_library("SPECGEN_TEST_BLOCK_KERNELS", BLOCK_LAYOUT, ("draft-to-verify", "context-kv"), BLOCK_FAMILIES)
 
@@ -202,6 +203,7 @@ SAMPLING_FAMILIES = (
     "spec_rejection_verify",
     "prepare_next_draft",
     "context_kv_update",
+    "prepare_next_block",
     "spec_rejection_tail_update",
     "spec_rejection_context_tail_update",
     "spec_verify_guard_check",
@@ -222,7 +224,7 @@ def sampling_kernels(kernel_library):
     --boundary draft-to-verify,draft-to-verify-linear,verify-to-draft-sampled,context-kv-sampled
     --families spec_verify_head_update,spec_verify_hybrid_head_update,spec_verify_linear_state_update,
     spec_verify_token_update,spec_verify_metadata_update,spec_verify_attention_tiling_update,spec_rejection_verify,
-    prepare_next_draft,context_kv_update,spec_rejection_tail_update,spec_rejection_context_tail_update,
+    prepare_next_draft,context_kv_update,prepare_next_block,spec_rejection_tail_update,spec_rejection_context_tail_update,
     spec_verify_guard_check,spec_target_sample,spec_target_sample_dense,spec_draft_sample
     --out build/sampling_test_kernels).
     """

@@ -9,8 +9,9 @@ What changes against the MTP chain:
   ``next_last_token`` at ``next_seq_lens`` (it carries the inputs itself);
 * after verification the accepted rows' taps become context K/V and the next
   block's inputs are set: the ``context-kv`` plan's tail (``greedy_prefix_verify``,
-  ``context_kv_update``), then ``epilogue`` (the context projection over
-  every verify row, writing only the accepted rows' slots, and the next anchor).
+  ``context_kv_update``: the accepted rows' context slots; ``prepare_next_block``:
+  the next block's anchor token and length), then ``epilogue`` (the context projection over
+  every verify row, writing only the accepted rows' slots).
 
 Verification is ``W = K + 1`` rows wide for both kinds; the draft forward
 has ``rows(K)`` rows (``K + 1`` for DFlash, ``K`` for DSpark).  The draft
@@ -43,8 +44,7 @@ def block_tail(b: dict, block_size: int, acceptance: str = "greedy_prefix_verify
     step's vocabulary pass), context slots and the next block's inputs as plain torch over step buffers."""
     semantics.run_semantics(acceptance, b, block_size=block_size)
     semantics.run_semantics("context_kv_update", b, block_size=block_size)
-    b["next_last_token"].copy_(b["target_tokens"].gather(1, b["accepted"].long()[:, None]).squeeze(1))
-    b["next_seq_lens"].copy_(b["seq_lens"] + b["accepted"] + 1)
+    semantics.run_semantics("prepare_next_block", b, block_size=block_size)
 
 
 class BlockProposer(Proposer):
@@ -55,7 +55,7 @@ class BlockProposer(Proposer):
     reads = ("next_last_token", "next_seq_lens", "block_table")
     writes = ("draft_tokens", "last_tokens", "seq_lens")
     DRAFT_INPUTS = ("accepted", "next_last_token", "next_seq_lens")
-    epilogue_names = ("context_kv_projection", "next_block_inputs")
+    epilogue_names = ("context_kv_projection",)
 
     def __init__(self, draft: BlockDraft):
         super().__init__(draft)
@@ -139,21 +139,12 @@ class BlockProposer(Proposer):
         rows = b["positions"].shape[0]  # the step's rows (a serving loop's buffers may hold fewer than the taps)
         self.draft.write_context(self.engine.verify_hidden[:rows], b["positions"], b["context_slots"])
 
-    def next_block_inputs(self) -> None:
-        """On the device: the anchor is the bonus ``target[b, a]``, at ``S' = S + a + 1``."""
-        b = self.engine.bufs
-        b["next_last_token"].copy_(b["target_tokens"].gather(1, b["accepted"].long()[:, None]).squeeze(1))
-        b["next_seq_lens"].copy_(b["seq_lens"] + b["accepted"] + 1)
-
     def draft_work_after_verify(self) -> Callable[[], None]:
         return self.context_write
 
     def epilogue(self) -> Callable[[], None]:
-        def after_tail() -> None:
-            self.context_write()
-            self.next_block_inputs()
-
-        return after_tail
+        # the next block's anchor and length come from the tail (``prepare_next_block``), before the projection
+        return self.context_write
 
     def host_tail(self, h: dict, bufs: dict, accept: bool = True) -> None:
         """Host-serial, as the DFlash pull request's eager path (docs/references.md): compact context rows built

@@ -61,7 +61,12 @@ def test_context_kv_uses_context_kv_update(width):
     after, _ = run_pipeline(before)
     sa = summary(after)
     assert [f["family"] for f in sa["kernel_families"]] == ["spec_verify_context_tail_update"]
-    assert FAMILIES["spec_verify_context_tail_update"].members == ("greedy_prefix_verify", "context_kv_update")
+    members = ("greedy_prefix_verify", "prepare_next_block", "context_kv_update")
+    assert FAMILIES["spec_verify_context_tail_update"].members == members
+    # the one launch leaves the next block's anchor too (what the next block forward reads)
+    replay = next(o for o in after.ops if o.name == "target_replay")
+    assert [s.name for s in replay.attr("graph_steps")][1:] == [f"spec_verify_context_tail_update__w{width}_bt8_bs16"]
+    assert {"context_slots", "next_last_token", "next_seq_lens"} <= set(replay.writes)
     assert sa["host_syncs_on_critical_path"] == 0
     assert sa["predicted_bubble_us"] < summary(before)["predicted_bubble_us"]
     assert outputs_equal(before, after, seed=width) == []

@@ -32,7 +32,10 @@ from specgen.specializations.plan import (
 from specgen.specializations.variants import Layout, VariantSpec
 
 BS, BT = 16, 8
-NEXT = {SAMPLED_VERIFY_TO_DRAFT: "prepare_next_draft", SAMPLED_CONTEXT_KV: "context_kv_update"}
+NEXT = {
+    SAMPLED_VERIFY_TO_DRAFT: ("prepare_next_draft",),
+    SAMPLED_CONTEXT_KV: ("prepare_next_block", "context_kv_update"),
+}
 
 
 def test_the_sampled_tails_are_boundaries():
@@ -57,7 +60,7 @@ def test_the_pipeline_takes_the_bubble_and_keeps_the_values(name, width):
     assert sa["host_calls_after_final_draft"] == 0
     assert sa["predicted_bubble_us"] < sb["predicted_bubble_us"]
     (tail,) = [f["family"] for f in sa["kernel_families"]]  # the acceptance and what follows it, one launch
-    assert FAMILIES[tail].members == (REJECTION_VERIFY, NEXT[name])
+    assert FAMILIES[tail].members == (REJECTION_VERIFY, *NEXT[name])
     assert sa["graph_ops"][:3] == ["target_forward", "sample_rows", f"{tail}__w{width}_bt{BT}_bs{BS}"]
     assert not any("not fused" in n for n in ctx.notes)
     assert outputs_equal(before, after, seed=width) == []

@@ -265,6 +265,9 @@ def test_references_match_kernels_md(c):
         "prepare_next_draft", ins, next_draft_py(c["acc"], c["target"], c["S"], c["bt"], c["sc"], W, BS), block_size=BS
     )
     _call("context_kv_update", ins, context_py(c["acc"], c["S"], c["bt"], W, BS), block_size=BS)
+    # the next block's anchor: prepare_next_draft's first two outputs on the same inputs
+    nxt = next_draft_py(c["acc"], c["target"], c["S"], c["bt"], c["sc"], W, BS)
+    _call("prepare_next_block", ins, {k: nxt[k] for k in ("next_last_token", "next_seq_lens")})
     # the row remap: rows of the batch, none (-1) and past it; the moved lengths are the drawn lengths
     B = c["B"]
     src_rows = [(b * 7 + 3) % (B + 2) - 1 for b in range(B)]
