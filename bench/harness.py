@@ -38,7 +38,7 @@ from .bare import bare_spans
 from .config import BenchConfig, configure
 from .host_clock import HostClock
 from .profiler import KERNEL_FIELDS, KernelPass
-from .support import CPU_PRESETS, BenchError, load_target, log, still_running
+from .support import CPU_PRESETS, SETTLED, BenchError, load_target, log, settled, still_running
 from .support import quarters as _quarters
 
 __all__ = ["SUBJECT", "BenchConfig", "BenchError", "configure", "ratios", "run_bench"]
@@ -308,9 +308,9 @@ class _Sweep:
         """One timed run; its outputs, None when it failed, False when the device is lost."""
         c = self.config
         eng = self._engine(mode, oracle, width, batch, self.rank_check)
-        t = time.perf_counter()
+        t, what = time.perf_counter(), f"[{self.done + 1}/{self.total}] depth {width - 1} batch {batch} {mode}"
         try:
-            with still_running(f"[{self.done + 1}/{self.total}] depth {width - 1} batch {batch} {mode}"):
+            with still_running(what), settled(c.cuda):
                 res = eng.run(prompts, steps=c.steps, warmup_steps=c.warmup, timing=True)
         except EngineError as e:  # e.g. the ranks' states differ (--check-ranks): every rank stops here
             eng.close()
@@ -367,6 +367,7 @@ class _Sweep:
             "warmup_steps": c.warmup,
             "profile_steps": c.profile_steps,
             "device_guard": c.device_guard,  # False: --no-device-guard (the runtime modes without the device guard)
+            "settled": SETTLED,  # what every timed and profiled run starts from (bench/support.py)
             "acceptance_p": c.acceptance,
             "sampling": dict(zip(("temperature", "top_k", "top_p"), c.sampling)) if c.sampling else None,
             "aborted": self.aborted,

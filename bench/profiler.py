@@ -44,7 +44,7 @@ from ..models.errors import EngineError
 from . import calibration as cal
 from . import kernel_timeline as kt
 from .bare import bare_trace, forward_trace, work_trace
-from .support import log, quiet_profiler
+from .support import log, quiet_profiler, settled
 
 __all__ = [
     "KERNEL_FIELDS",
@@ -229,7 +229,7 @@ class KernelPass:
             sampling=c.sampling_params(batch),
         )
         try:
-            with quiet_profiler():
+            with quiet_profiler(), settled(c.cuda):
                 res = eng.run(prompts, steps=c.profile_steps, warmup_steps=c.warmup, profile=True)
                 if (width, batch) not in self.forward and c.cuda:
                     self._references(eng, (width, batch))

@@ -1,8 +1,9 @@
-"""What the bench harness needs besides measuring: its log, the device check, progress, noise figures and a
-stderr without the profiler's trace-point lines."""
+"""What the bench harness needs besides measuring: its log, the device check, progress, noise figures, a
+stderr without the profiler's trace-point lines and a settled process before each measured run."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -35,6 +36,8 @@ __all__ = [
     "log",
     "quarters",
     "quiet_profiler",
+    "settled",
+    "SETTLED",
     "skipped_modes",
     "still_running",
 ]
@@ -250,3 +253,32 @@ def quiet_profiler():
             kept = [ln for ln in held.read().splitlines(keepends=True) if not ln.startswith(PROFILER_NOISE)]
             if kept:
                 os.write(2, b"".join(kept))
+
+
+SETTLED = (
+    "before each timed and each profiled run: a full garbage collection and the CUDA caching allocator's "
+    "unused blocks released; no collection during the run"
+)
+
+
+@contextmanager
+def settled(cuda: bool):
+    """A measured run that starts from the same process state whatever ran before it in the process (``SETTLED``).
+
+    What an earlier mode leaves behind (a larger heap after ``torch.compile``, the reserved blocks of closed
+    engines' graph pools) would otherwise show in a later mode's figures: a collection that falls between two
+    graph replays is a host pause inside a boundary.  The collector's state is restored afterwards.
+    """
+    gc.collect()
+    if cuda:
+        import torch
+
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -38,11 +38,15 @@
 # (DEPTHS, e.g. 3,4,5, MODES and STEPS choose the sweep; bench-sampling: the same at --temperature 0.7 --top-p 0.9), host-profile (cProfile of the host's step loop), bench-mtp (the MTP head's own acceptance), forward (benchmarks/forward_speed.py: the bare verify
 # forward and the draft step, torch and Triton forwards, kernels per layer).
 # serve-bench (specgen serve-bench: Qwen3-0.6B shapes, MTP depth 3, rates 8/s, 48/s and all at once, a closed loop of 32).
+# guard-ab (the device guard's TPOT cost: specgen alone, depth 3, B = 1, 8, 32, PAIRS interleaved runs with and
+# without --no-device-guard, then one profiled run of each at B = 1 and 8 for the kernel timelines),
+# agreement (specgen alone, the bench stage's settings: its kernel-level figures against the four-mode sweep's,
+# benchmarks/sweep_agreement.py; run after bench, DEPTHS as there).
 # Everything a stage writes goes to OUT_DIR as it runs: give the device call's $OUT, so a run cut at the call's limit
 # still returns what it wrote.
 # Usage: benchmarks/h200.sh OUT_DIR [tests] [serving-tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
 #        [bench-sampling] [serve-bench] [attention-sweep] [prefill-speed] [host-profile]
-#        [bench-mtp] [block-bench]
+#        [bench-mtp] [block-bench] [guard-ab] [agreement]
 set -u
 out=$1; shift
 mkdir -p "$out"
@@ -133,6 +137,28 @@ for stage in "$@"; do
       python3 -c "import pstats, sys; s = pstats.Stats(sys.argv[1]); s.sort_stats('cumtime').print_callees('_loop')
 s.sort_stats('cumtime').print_stats('runtime/', 45); s.sort_stats('tottime').print_stats(25)" "$out/host.prof" > "$out/host_profile.txt" 2>&1
       grep -A30 "_loop" "$out/host_profile.txt" | cut -c1-170 | head -30 ;;
+    guard-ab)
+      G="--model qwen3-0.6b --depth 3 --modes specgen --warmup 10 --acceptance 0.7 --prompt-len 1024 --block-size 128 \
+         --block-table-width 64 --kernels build/specgen_kernels"
+      mkdir -p "$out/guard_ab"
+      for r in $(seq 1 ${PAIRS:-3}); do for g in on off; do
+        x=""; [ $g = off ] && x="--no-device-guard"
+        specgen bench $G --batch 1,8,32 --steps 128 --profile-steps 0 $x --out "$out/guard_ab/${g}_$r" \
+          > "$out/guard_ab/${g}_$r.log" 2>&1; echo "guard $g round $r: exit $?"
+      done; done
+      python3 benchmarks/tree_ab.py "$out/guard_ab" on off | tee "$out/guard_ab/ab.md" | grep "tpot_ms\|step_us"
+      for g in on off; do
+        x=""; [ $g = off ] && x="--no-device-guard"
+        specgen bench $G --batch 1,8 --steps 32 --profile-steps 12 $x --out "$out/guard_ab/trace_$g" \
+          > "$out/guard_ab/trace_$g.log" 2>&1; echo "guard $g profiled: exit $?"
+      done ;;
+    agreement)
+      specgen bench --model qwen3-0.6b --depth ${DEPTHS:-3} --batch 1,8,32 --steps ${STEPS:-96} --profile-steps 8 \
+        --warmup 10 --modes specgen --acceptance 0.7 --prompt-len 1024 --block-size 128 --block-table-width 64 \
+        --kernels build/specgen_kernels --out "$out/bench_one_mode" > "$out/bench_one_mode.log" 2>&1
+      echo "one-mode sweep: exit $?"
+      python3 benchmarks/sweep_agreement.py "$out/bench_qwen3-0.6b/bench.json" "$out/bench_one_mode/bench.json" \
+        --out "$out/agreement.json" | tee "$out/agreement.md" | tail -4 ;;
     bench-mtp) specgen bench --model qwen3-0.6b --depth 3 --batch 1,8,32 --steps 64 --warmup 3 \
              --modes baseline,compile,specgen --kernels build/bench_kernels --out "$out/bench_mtp" > "$out/bench_mtp.log" 2>&1; grep -v "^frame #" "$out/bench_mtp.log" | tail -20 ;;
   esac

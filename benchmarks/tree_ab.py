@@ -1,6 +1,8 @@
 """The table of a ``tree_ab.sh`` run: per mode, depth and batch, each tree's median over its rounds of the
 step time, TPOT and the kernel-level boundary gaps (``bench.json`` of ``base_<r>/`` and ``new_<r>/``), and the
-change.  Usage: ``python benchmarks/tree_ab.py OUT_DIR`` (prints Markdown; writes ``OUT_DIR/ab.json``)."""
+change.  Usage: ``python benchmarks/tree_ab.py OUT_DIR [A B]`` (prints Markdown; writes ``OUT_DIR/ab.json``).
+Any A/B whose rounds sit in ``<A>_<r>/`` and ``<B>_<r>/`` reads the same way (``h200.sh guard-ab``: ``on`` and
+``off``, the device guard with and without)."""
 
 from __future__ import annotations
 
@@ -30,25 +32,26 @@ def median(values: list) -> float | None:
     return round(statistics.median(got), 3) if got else None
 
 
-def table(cells: dict) -> tuple[str, list[dict]]:
-    rows, lines = [], ["| mode | depth | B | figure | base | new | change |", "|---|--:|--:|---|--:|--:|--:|"]
+def table(cells: dict, base: str = "base", new: str = "new") -> tuple[str, list[dict]]:
+    rows = []
+    lines = [f"| mode | depth | B | figure | {base} | {new} | change |", "|---|--:|--:|---|--:|--:|--:|"]
     for (mode, depth, batch), trees in sorted(cells.items()):
         for f in FIGURES:
-            b, n = median(trees.get("base", {}).get(f, [])), median(trees.get("new", {}).get(f, []))
+            b, n = median(trees.get(base, {}).get(f, [])), median(trees.get(new, {}).get(f, []))
             change = f"{100 * (n - b) / b:+.1f}%" if b and n is not None else ""
-            rows.append({"mode": mode, "depth": depth, "batch": batch, "figure": f, "base": b, "new": n})
+            rows.append({"mode": mode, "depth": depth, "batch": batch, "figure": f, base: b, new: n})
             lines.append(f"| {mode} | {depth} | {batch} | {f} | {b} | {n} | {change} |")
-        exact = [all(trees.get(t, {}).get("equals_target_reference") or [False]) for t in ("base", "new")]
-        rows.append({"mode": mode, "depth": depth, "batch": batch, "figure": "lossless", "base": exact[0]})
-        rows[-1]["new"] = exact[1]
+        exact = [all(trees.get(t, {}).get("equals_target_reference") or [False]) for t in (base, new)]
+        rows.append({"mode": mode, "depth": depth, "batch": batch, "figure": "lossless", base: exact[0]})
+        rows[-1][new] = exact[1]
     return "\n".join(lines), rows
 
 
-def main(out: Path) -> None:
-    text, rows = table(collect(out))
+def main(out: Path, base: str = "base", new: str = "new") -> None:
+    text, rows = table(collect(out), base, new)
     (out / "ab.json").write_text(json.dumps(rows, indent=1) + "\n")
     print(text)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), *sys.argv[2:4])

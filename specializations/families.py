@@ -185,6 +185,12 @@ def carried_values(name: str) -> frozenset[str]:
     return frozenset(FAMILIES[name].carried)
 
 
+# the next draft's anchor (the bonus token at the new length) from the accepted count, the verified tokens and
+# the lengths: what prepare_next_draft and prepare_next_block share
+ANCHOR_INPUTS = (_a("accepted", "(B,)"), _a("target_tokens", "(B, W)"), _a("seq_lens", "(B,)"))
+ANCHOR_OUTPUTS = (_a("next_last_token", "(B,)", out=True), _a("next_seq_lens", "(B,)", out=True))
+ANCHOR_OWN_ROWS = ("accepted", "target_tokens", "seq_lens")
+
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
@@ -259,13 +265,10 @@ FAMILIES: dict[str, Family] = {
             "prepare_next_draft",
             ("W", "BT", "BS"),
             (
-                _a("accepted", "(B,)"),
-                _a("target_tokens", "(B, W)"),
-                _a("seq_lens", "(B,)"),
+                *ANCHOR_INPUTS,
                 _a("block_table", "(B, BT)"),
                 _a("scratch_slot", "(1,)"),
-                _a("next_last_token", "(B,)", out=True),
-                _a("next_seq_lens", "(B,)", out=True),
+                *ANCHOR_OUTPUTS,
                 _a("draft_positions", "(B, 2)", out=True),
                 _a("draft_slots", "(B, 2)", out=True),
                 _a("hidden_rows", "(B, 2)", out=True),
@@ -276,7 +279,7 @@ FAMILIES: dict[str, Family] = {
                     "S + W + 1 <= BT * BS: the next draft position S' <= S + W has a block-table entry",
                 ),
             ),
-            own_row_inputs=("accepted", "target_tokens", "seq_lens"),
+            own_row_inputs=ANCHOR_OWN_ROWS,
         ),
         Family(
             "context_kv_update",
@@ -294,20 +297,8 @@ FAMILIES: dict[str, Family] = {
             ),
             own_row_inputs=("accepted", "seq_lens"),
         ),
-        # A block draft's next anchor: the bonus token at the new length (prepare_next_draft's first two outputs,
-        # without the MTP draft's two rows), so the context tail leaves the next block's inputs in one launch.
-        Family(
-            "prepare_next_block",
-            ("W",),
-            (
-                _a("accepted", "(B,)"),
-                _a("target_tokens", "(B, W)"),
-                _a("seq_lens", "(B,)"),
-                _a("next_last_token", "(B,)", out=True),
-                _a("next_seq_lens", "(B,)", out=True),
-            ),
-            own_row_inputs=("accepted", "target_tokens", "seq_lens"),
-        ),
+        # a block draft's next anchor: prepare_next_draft's first two outputs, without the MTP draft's two rows
+        Family("prepare_next_block", ("W",), (*ANCHOR_INPUTS, *ANCHOR_OUTPUTS), own_row_inputs=ANCHOR_OWN_ROWS),
         # Serving under churn: the continuing and joining rows' step state gathered into a step's rows, and the
         # next draft's positions, slots and hidden rows recomputed from it (docs/kernels.md, spec_batch_row_remap).
         Family(

@@ -52,7 +52,7 @@ def test_bench_cli_on_cpu(engine_kernels, tmp_path, capsys):
         "specgen bench --model tiny --steps 4 --warmup 1 --depth 2,3 --batch 1,2 --kernels "
         f"{engine_kernels.root} --block-table-width {BT} --prompt-len 8 --check --out {out}"
     )
-    assert result["aborted"] is None
+    assert result["aborted"] is None and "garbage collection" in result["settled"]
     assert {(r["depth"], r["batch"], r["mode"]) for r in result["runs"]} == {
         (d, b, m) for d in (2, 3) for b in (1, 2) for m in ("baseline", "specgen")
     }
@@ -169,3 +169,36 @@ def test_summary_splits_a_fused_step_at_the_bare_draft():
     assert fused["draft_us"] == 400.0 and fused["verify_span_us"] == pytest.approx(210.5)
     assert fused["draft_to_verify_us"] == pytest.approx(30.5)
     assert split["draft_us"] == 0.5 and split["draft_to_verify_us"] == pytest.approx(430.0)
+
+
+def test_a_measured_run_starts_settled_and_collects_nothing_while_it_runs():
+    """``settled``: the garbage an earlier run left is collected before the run, none is collected during it
+    (a collection between two replays is a host pause in a boundary), and the collector comes back as it was."""
+    import gc
+    import weakref
+
+    from specgen.bench.support import settled
+
+    class Node:
+        pass
+
+    def cycle():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        return weakref.ref(a)
+
+    left = cycle()  # unreachable, but only the collector frees a cycle
+    assert gc.isenabled() and left() is not None
+    with settled(cuda=False):
+        assert left() is None  # collected on entry
+        assert not gc.isenabled()
+        during = [cycle() for _ in range(2000)]  # enough allocations to trigger a collection, were it enabled
+        assert all(r() is not None for r in during)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with settled(cuda=False):
+            pass
+        assert not gc.isenabled()  # a caller's disabled collector stays disabled
+    finally:
+        gc.enable()

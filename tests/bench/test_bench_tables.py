@@ -97,3 +97,50 @@ def test_prefill_speed_times_each_row_count_and_the_lm_head(tmp_path, capsys):
         assert r["kernels"] == [] and r["kernel_us"] is None  # no kernel trace on the CPU
     assert "tiny float32 prefill of 40 rows" in capsys.readouterr().out
     assert prefill_speed.main(["--model", "qwen3.5-tiny", "--rows", "24", "--repeats", "1"]) == 0
+
+
+def test_sweep_agreement_compares_the_shared_cells(tmp_path, capsys):
+    """benchmarks/sweep_agreement.py: the runs two sweeps share, figure by figure, judged at the tolerance."""
+    agree = _module("sweep_agreement")
+
+    def sweep(name, runs):
+        path = tmp_path / name / "bench.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps({"runs": runs}))
+        return path
+
+    four = sweep(
+        "four",
+        [
+            _run("baseline", 1, 1.2, 300.0),
+            _run("specgen", 1, 0.7, 4.0),
+            _run("specgen", 8, 0.9, 4.5),
+            {"mode": "specgen", "depth": 3, "batch": 32, "error": "out of memory"},
+        ],
+    )
+    one = sweep("one", [_run("specgen", 1, 0.7, 4.6), _run("specgen", 8, 0.9, 6.0, head=2.2)])
+    out = tmp_path / "agreement.json"
+    assert agree.main([str(four), str(one), "--out", str(out)]) == 1  # B = 8's draft->verify is 1.5 us apart
+    text = capsys.readouterr().out
+    assert "| specgen | 3 | 8 | kernel_draft_to_verify_us | 4.5 | 6.0 | +1.500 | **no** |" in text
+    assert "5/6 cells within 1.0 us" in text  # two cells x three figures; baseline is not in the second sweep
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["batch"], r["figure"]) for r in rows if not r["agrees"]} == {(8, "kernel_draft_to_verify_us")}
+    assert agree.main([str(four), str(one), "--tolerance-us", "2"]) == 0
+    assert agree.main([str(four), str(sweep("none", [_run("inductor", 1, 0.7, 4.0)]))]) == 2
+
+
+def test_tree_ab_reads_any_two_labels(tmp_path, capsys):
+    """benchmarks/tree_ab.py: medians per label over the rounds (``on_<r>`` / ``off_<r>``: the guard A/B)."""
+    ab = _module("tree_ab")
+    for label, tpots in (("on", (0.70, 0.72, 0.71)), ("off", (0.69, 0.70, 0.68))):
+        for r, tpot in enumerate(tpots, 1):
+            run = dict(_run("specgen", 1, tpot, 4.0), step_us=1000 * tpot, equals_target_reference=True)
+            (tmp_path / f"{label}_{r}").mkdir()
+            (tmp_path / f"{label}_{r}" / "bench.json").write_text(json.dumps({"runs": [run]}))
+    ab.main(tmp_path, "on", "off")
+    text = capsys.readouterr().out
+    assert "| mode | depth | B | figure | on | off | change |" in text
+    assert "| specgen | 3 | 1 | tpot_ms | 0.71 | 0.69 | -2.8% |" in text
+    rows = json.loads((tmp_path / "ab.json").read_text())
+    assert {"figure": "lossless", "on": True, "off": True}.items() <= rows[-1].items()

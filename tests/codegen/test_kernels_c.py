@@ -45,6 +45,7 @@ VARIANTS = (
     ]
     + [("spec_verify_head_update", w, bt, bs, d) for (w, bt, bs), d in zip(LAYOUTS, ["int32", "int64"] * 3)]
     + [("spec_verify_linear_state_update", w, None, None, "int32") for w in (2, 4, 5, 6, 16)]
+    + [("prepare_next_block", w, None, None, "int32") for w in (2, 5, 16)]
     + [("spec_batch_row_remap", w, bt, bs, "int32") for w, bt, bs in LAYOUTS]
     + [("spec_verify_hybrid_head_update", w, bt, bs, d) for (w, bt, bs), d in zip(LAYOUTS, ["int64", "int32"] * 3)]
     # the tails: verification, then the next draft's inputs or the context slots, the accepted count passed on
