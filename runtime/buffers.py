@@ -20,9 +20,10 @@ LINEAR_INPUTS = ("accepted", "state_slots")  # what a hybrid target's step reads
 # the request's top-k, top-p and seed, read by the vocabulary pass (``runtime/sampling.py``, ``sample_rows``)
 SAMPLING_EXTRA = {"top_k": torch.int32, "top_p": torch.float32, "seed": torch.int64}
 SAMPLING_INPUTS = ("temperature", *SAMPLING_EXTRA, "draft_probs")  # what a sampling step reads per row
-# the device guard's own bounds and per-sequence bits (``spec_verify_guard_check``): written once by the guard
-# (``runtime/device_guard.py``), never a step's result, so an eager step's outputs never overwrite them
-GUARD_STATE = ("guard_params", "guard_bits")
+# the device guard's own bounds, per-sequence bits and flag argument (``spec_verify_guard_check``; the guard
+# passes its own flag, shared by every bucket): written by the guard (``runtime/device_guard.py``), never a
+# step's result, so an eager step's outputs never overwrite them
+GUARD_STATE = ("guard_params", "guard_bits", "guard_flag")
 
 
 def buckets_for(max_batch: int) -> tuple[int, ...]:

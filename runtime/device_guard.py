@@ -285,8 +285,8 @@ class DeviceGuard:
     ``kernel``: a built ``spec_verify_guard_check`` of the runtime's layout
     (a ``KernelCallable``); with it, each bucket of ``buffers`` (bucket ->
     its step buffers) whose guards have row bounds gets its ``guard_params``
-    written here and is checked by one launch, whose per-sequence bits
-    (``guard_bits``) four tensor ops fold into the flag, instead of about
+    written here and is checked by one launch, which writes the per-sequence
+    bits (``guard_bits``) and ORs them into the flag itself, instead of about
     thirty tensor ops.  Every tensor the checks need besides the step
     buffers is made here, before any capture.
     """
@@ -308,7 +308,6 @@ class DeviceGuard:
             if params is not None:
                 bufs["guard_params"].copy_(torch.tensor(params, dtype=I32))
                 self._kernel_buckets.add(bucket)
-        self._masks = torch.tensor([1 << k for k in range(GUARD_SLOTS + 3)], dtype=I32, device=device)
 
     def names(self, bits: int) -> list[str]:
         """The conditions whose bits are set in ``bits``."""
@@ -344,11 +343,9 @@ class DeviceGuard:
             self._forked = False
 
     def _check(self, bufs: Mapping[str, torch.Tensor], bucket: int) -> None:
-        if bucket in self._kernel_buckets:
-            rows = bufs["guard_bits"]
-            self._kernel(bufs["seq_lens"], bufs["block_table"], bufs["accepted"], bufs["guard_params"], rows)
-            # the OR over the sequences: each bit's mask where any sequence has it, summed
-            self.flag.bitwise_or_((rows[:, None] & self._masks).amax(0).sum(dtype=I32))
+        if bucket in self._kernel_buckets:  # one launch: the bits of each sequence, ORed into the flag
+            args = (bufs["seq_lens"], bufs["block_table"], bufs["accepted"], bufs["guard_params"], bufs["guard_bits"])
+            self._kernel(*args, self.flag)
             return
         self._check_ops(bufs, bucket)
 

@@ -309,8 +309,11 @@ def register_semantics(fn: Callable[..., None], name: str | None = None) -> Call
     return fn
 
 
-def spec_verify_guard_check(seq_lens, block_table, accepted, guard_params, guard_bits, *, block_size: int) -> None:
-    """Sequence ``b``'s failed device-guard conditions as the bits of ``guard_bits[b]`` (``docs/kernels.md``).
+def spec_verify_guard_check(
+    seq_lens, block_table, accepted, guard_params, guard_bits, guard_flag, *, block_size: int
+) -> None:
+    """Sequence ``b``'s failed device-guard conditions as the bits of ``guard_bits[b]``, ORed into
+    ``guard_flag[0]`` (``docs/kernels.md``).
 
     ``guard_params`` holds ``GUARD_SLOTS`` lower then upper length bounds (bit ``e``: ``S`` outside the
     ``e``-th), then the block reach ``R``, the scratch block and the largest accepted count.  Block ``c`` is
@@ -334,6 +337,9 @@ def spec_verify_guard_check(seq_lens, block_table, accepted, guard_params, guard
     out |= torch.where((need & ((t < 0) | (t > (INT32_MAX + 1) // block_size - 1))).any(1), bit(gc.ENTRY_BIT), 0)
     out |= torch.where((need & (t == p[gc.SCRATCH_AT]) & (s[:, None] > 0)).any(1), bit(gc.SCRATCH_BIT), 0)
     guard_bits.copy_(out)
+    if out.numel():  # the OR over the sequences: each bit where any sequence has it
+        bits = torch.arange(gc.SCRATCH_BIT + 1, device=s.device)
+        guard_flag.bitwise_or_((((out[:, None] >> bits) & 1).amax(0) << bits).sum().to(guard_flag.dtype))
 
 
 SEMANTICS: dict[str, Callable[..., None]] = {

@@ -2,7 +2,8 @@
 
 The runtime's device guard (``runtime/device_guard.py``) launches it beside the
 draft: one thread per sequence writes the sequence's failed conditions as
-bits, which the runtime ORs into its flag.  No plan step launches it, so it is
+bits and ORs them into the runtime's sticky flag (``guard_flag``), so the
+whole check is one launch.  No plan step launches it, so it is
 a companion of the heads' plans: a build makes it wherever it makes one.
 Importing ``specgen.specializations`` registers it.
 """
@@ -44,6 +45,7 @@ register(
             ArgSpec("accepted", "int32", "(B,)"),
             ArgSpec("guard_params", "int32", f"({GUARD_PARAMS},)"),
             ArgSpec("guard_bits", "int32", "(B,)", True),
+            ArgSpec("guard_flag", "int32", "(1,)", True),  # read and ORed into: the runtime's sticky flag
         ),
         guards=(),  # the checker runs on whatever a step holds: every input is in its domain
     )

@@ -179,9 +179,9 @@ def test_row_bounds_of_a_batch_dependent_rule():
     odd=st.sampled_from([0, 2, 6]),
 )
 def test_the_generated_check_sets_the_bits_the_tensor_ops_set(engine_kernels, batch, seed, odd):
-    """``spec_verify_guard_check`` (one launch, then a fold of its per-sequence bits) against the guard's
+    """``spec_verify_guard_check`` (one launch: each sequence's bits, ORed into the flag) against the guard's
     tensor ops, on lengths around the table's end, entries that are -1, past int32 or the scratch block, and
-    counts out of range: the same flag, bit for bit."""
+    counts out of range: the same flag, bit for bit; and it stays set through a later step that holds."""
     kernel = engine_kernels.get(GUARD_CHECK, W, BT, BS)
     guards = ("min_seq_len >= 0", f"max_seq_len <= {BT * BS - W - 1}", "max_seq_len + 4 <= 2147483647")
     spec = DeviceGuardSpec(W, BT, BS, guards, W + 1, scratch_block=0)
@@ -201,6 +201,16 @@ def test_the_generated_check_sets_the_bits_the_tensor_ops_set(engine_kernels, ba
     for guard in (fast, ops):
         guard.check(bufs, batch)
     assert int(fast.flag[0]) == int(ops.flag[0]), (fast.names(int(fast.flag[0])), ops.names(int(ops.flag[0])))
+    first = int(fast.flag[0])
+    # a step inside the domain leaves the flag as it was (sticky), and after a clear sets nothing
+    bufs["seq_lens"].copy_(torch.arange(batch, dtype=I32) + 5)
+    bufs["block_table"].copy_(torch.arange(1, batch * BT + 1, dtype=I32).view(batch, BT))
+    bufs["accepted"].fill_(1)
+    fast.check(bufs, batch)
+    assert int(fast.flag[0]) == first
+    fast.flag.zero_()
+    fast.check(bufs, batch)
+    assert int(fast.flag[0]) == 0
 
 
 def _bufs(batch=4, accepted=0):
