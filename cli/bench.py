@@ -205,10 +205,17 @@ def _build(out: Path, todo, config, command: str = "bench") -> None:
 
 
 def _built_for(lib, layout, target: str, boundaries=BENCH_BOUNDARIES) -> bool:
-    """Every boundary plan exists for ``layout`` and every kernel they name is built for ``target``."""
+    """Every boundary plan exists for ``layout`` and every kernel they name, and the companions the runtime
+    launches beside them (the device guard's check, the row remap), is built for ``target`` at today's
+    contract of its family (a folder built before a family changed gets those variants built again)."""
+    from ..specializations.families import COMPANIONS
+    from ..specializations.variants import VariantSpec
+
     plans = [lib.manifest.plan(b, layout) for b in boundaries]
     if any(p is None for p in plans):
         return False
     names = {v.key for p in plans for v in p.kernels}
-    built = {e.key for e in lib.manifest.variants if e.target == target}
+    names |= {VariantSpec.of(f, layout).key for b in boundaries for f in COMPANIONS.get(b, ())}
+    stale = lib.stale()
+    built = {e.key for e in lib.manifest.variants if e.target == target and (e.key, e.target) not in stale}
     return names <= built

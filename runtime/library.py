@@ -160,18 +160,45 @@ class KernelCallable:
         return f"KernelCallable({self.key()}, target={self.target or 'by device'})"
 
 
+def stale_reason(entry: VariantEntry) -> str | None:
+    """Why ``entry`` no longer fits its family (its arguments differ from the family's today: a folder built
+    before the contract changed), or None; a family this process does not know is taken as it is."""
+    fam = FAMILIES.get(entry.family)
+    if fam is None:
+        return None
+    want = [(a.name, a.shape, a.output) for a in fam.args]
+    got = [(a.name, a.shape, a.output) for a in entry.args]
+    if want == got:
+        return None
+    return (
+        f"built for another contract of {entry.family} (arguments {', '.join(n for n, _, _ in got)}; "
+        f"today {', '.join(n for n, _, _ in want)})"
+    )
+
+
 class KernelLibrary:
-    """The variants of one build folder; artifacts load on first use."""
+    """The variants of one build folder; artifacts load on first use.  A variant built for another contract
+    of its family (``stale``) counts as not built: calling it would pass the wrong arguments."""
 
     def __init__(self, path: str | Path):
         self.manifest: Manifest = load_manifest(path)
         self.root = self.manifest.root
-        self._by_key = {(e.key, e.target): e for e in self.manifest.variants}
+        stale = {(e.key, e.target): stale_reason(e) for e in self.manifest.variants}
+        self._stale = {k: why for k, why in stale.items() if why}
+        self._by_key = {(e.key, e.target): e for e in self.manifest.variants if (e.key, e.target) not in self._stale}
         self._launchers: dict[tuple[str, str], object] = {}
         self._lock = threading.Lock()
 
     def variants(self) -> list[str]:
-        return sorted({e.key for e in self.manifest.variants})
+        return sorted({key for key, _ in self._by_key})
+
+    def stale(self) -> dict[tuple[str, str], str]:
+        """``(key, target) -> why`` of every variant built for another contract of its family (not usable)."""
+        return dict(self._stale)
+
+    def _stale_note(self, keys: set[str]) -> str:
+        whys = sorted({why for (k, _), why in self._stale.items() if k in keys})
+        return f" (the folder's variant was {whys[0]}; a build over the folder replaces it)" if whys else ""
 
     def entries(self) -> tuple[VariantEntry, ...]:
         return self.manifest.variants
@@ -203,8 +230,8 @@ class KernelLibrary:
         if not self.has(family, width, block_table_width, block_size, target=target):
             spec = _spec(family, width, block_table_width, block_size)
             raise VariantNotBuilt(
-                f"{spec.key} is not built{f' for target {target}' if target else ''}: run "
-                f"`{build_command(spec, target or 'c', width)} --out {self.root}`"
+                f"{spec.key} is not built{f' for target {target}' if target else ''}{self._stale_note({spec.key})}: "
+                f"run `{build_command(spec, target or 'c', width)} --out {self.root}`"
             )
         return KernelCallable(self, family, width, block_table_width, block_size, target)
 
@@ -238,7 +265,9 @@ class KernelLibrary:
                 else f"specgen build --target {target}"
             ) + f" --out {self.root}"
             built = f" (built for: {', '.join(others)})" if others else ""
-            raise VariantNotBuilt(f"{key} is not built for target {target}{built}: run `{cmd}`")
+            raise VariantNotBuilt(
+                f"{key} is not built for target {target}{built}{self._stale_note({key})}: run `{cmd}`"
+            )
         return hit
 
     def launcher(self, entry: VariantEntry):

@@ -81,3 +81,54 @@ def test_runtime_does_not_import_tilelang():
         "assert 'cuda.bindings' not in sys.modules, 'cuda.bindings imported eagerly'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_variant_built_for_another_contract_counts_as_not_built(make_token_build, tmp_path):
+    """A folder built before a family's arguments changed: its variant is stale, not called with the wrong
+    arguments; looking it up says so and how to build it again."""
+    import json
+
+    from specgen.runtime.library import load_library, stale_reason
+
+    root = make_token_build(tmp_path, name="specgen_kernels_stale")
+    path = root / "manifest.json"
+    doc = json.loads(path.read_text())
+    for v in doc["variants"]:
+        if v["key"] == f"{FAMILY}__w4":
+            dropped = v["args"].pop()  # the family had one argument fewer when this was built
+            v["params"] = [n for n in v["params"] if n != dropped["name"]]
+    path.write_text(json.dumps(doc))
+    lib = load_library(root)
+    assert list(lib.stale()) == [(f"{FAMILY}__w4", "c")]
+    assert "built for another contract of spec_verify_token_update" in lib.stale()[(f"{FAMILY}__w4", "c")]
+    assert stale_reason(next(e for e in lib.entries() if e.key == f"{FAMILY}__w4_i64")) is None
+    assert not lib.has(FAMILY, W, draft_dtype="int32") and lib.has(FAMILY, W, draft_dtype="int64")
+    assert lib.variants() == [f"{FAMILY}__w4_i64"]
+    with pytest.raises(VariantNotBuilt, match=r"another contract of spec_verify_token_update .*specgen build"):
+        lib.entry(f"{FAMILY}__w4", "c")
+
+
+def test_the_bench_builds_again_what_a_changed_family_left_stale(make_planned_build, tmp_path):
+    """``_built_for`` (what ``specgen bench`` checks before it runs): the plans' kernels and the companions the
+    runtime launches beside them, each at today's contract of its family."""
+    import json
+
+    from specgen.cli.bench import _built_for
+    from specgen.runtime.library import load_library
+    from specgen.specializations.plan import DRAFT_TO_VERIFY, VERIFY_TO_DRAFT
+    from specgen.specializations.variants import Layout
+
+    both, layout = (DRAFT_TO_VERIFY, VERIFY_TO_DRAFT), Layout(W, 8, 16)
+    companions = ("spec_verify_guard_check", "spec_batch_row_remap")
+    root = make_planned_build(tmp_path / "whole", extra=companions)
+    assert _built_for(load_library(root), layout, "c", both)
+    assert not _built_for(
+        load_library(make_planned_build(tmp_path / "no_guard", extra=companions[1:])), layout, "c", both
+    )
+    doc = json.loads((root / "manifest.json").read_text())
+    guard = next(v for v in doc["variants"] if v["family"] == "spec_verify_guard_check")
+    dropped = guard["args"].pop()  # the check as built before it took the flag
+    guard["params"].remove(dropped["name"])
+    (root / "manifest.json").write_text(json.dumps(doc))
+    lib = load_library(root)
+    assert [k for k, _ in lib.stale()] == [guard["key"]] and not _built_for(lib, layout, "c", both)
