@@ -39,7 +39,7 @@
 # forward and the draft step, torch and Triton forwards, kernels per layer).
 # serve-bench (specgen serve-bench: Qwen3-0.6B shapes, MTP depth 3, rates 8/s, 48/s and all at once, a closed loop of 32).
 # guard-ab (the device guard's TPOT cost: specgen alone, depth 3, B = 1, 8, 32, PAIRS interleaved runs with and
-# without --no-device-guard, then one profiled run of each at B = 1 and 8 for the kernel timelines),
+# without --no-device-guard, then one profiled run of each at B = 1 and 8 and benchmarks/trace_diff.py over them),
 # agreement (specgen alone, the bench stage's settings: its kernel-level figures against the four-mode sweep's,
 # benchmarks/sweep_agreement.py; run after bench, DEPTHS as there).
 # Everything a stage writes goes to OUT_DIR as it runs: give the device call's $OUT, so a run cut at the call's limit
@@ -151,6 +151,12 @@ s.sort_stats('cumtime').print_stats('runtime/', 45); s.sort_stats('tottime').pri
         x=""; [ $g = off ] && x="--no-device-guard"
         specgen bench $G --batch 1,8 --steps 32 --profile-steps 12 $x --out "$out/guard_ab/trace_$g" \
           > "$out/guard_ab/trace_$g.log" 2>&1; echo "guard $g profiled: exit $?"
+      done
+      for b in 1 8; do  # where the step graph's kernels moved with the guard on (A) against off (B)
+        t=traces/trace_specgen_d3_b$b.json.gz
+        python3 benchmarks/trace_diff.py "$out/guard_ab/trace_on/$t" "$out/guard_ab/trace_off/$t" \
+          --out "$out/guard_ab/trace_diff_b$b.json" > "$out/guard_ab/trace_diff_b$b.md" 2>&1
+        head -2 "$out/guard_ab/trace_diff_b$b.md"
       done ;;
     agreement)
       specgen bench --model qwen3-0.6b --depth ${DEPTHS:-3} --batch 1,8,32 --steps ${STEPS:-96} --profile-steps 8 \

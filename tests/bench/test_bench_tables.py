@@ -144,3 +144,55 @@ def test_tree_ab_reads_any_two_labels(tmp_path, capsys):
     assert "| specgen | 3 | 1 | tpot_ms | 0.71 | 0.69 | -2.8% |" in text
     rows = json.loads((tmp_path / "ab.json").read_text())
     assert {"figure": "lossless", "on": True, "off": True}.items() <= rows[-1].items()
+
+
+def _step_trace(slow: float = 0.0, extra: bool = False, steps: int = 3) -> dict:
+    """A Chrome trace of ``steps`` graph steps (draft then verify phase, one stream), the forward's second
+    kernel ``slow`` us longer; ``extra``: one more kernel after the forward and a side-stream record."""
+    ev, t, corr = [], 1000.0, 1
+
+    def x(cat, name, ts, dur, tid=1, c=None):
+        e = {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": tid}
+        if c is not None:
+            e["args"] = {"correlation": c}
+        ev.append(e)
+
+    for k in range(steps):
+        x("user_annotation", f"specgen::draft#{k}", t, 5.0)
+        x("cuda_runtime", "cudaGraphLaunch", t + 1, 2, c=corr)
+        x("kernel", "draft_a", t + 10, 4.0, c=corr)
+        corr += 1
+        x("user_annotation", f"specgen::verify#{k}", t + 6, 3.0)
+        x("cuda_runtime", "cudaGraphLaunch", t + 7, 2, c=corr)
+        dev = t + 15
+        for name, dur in (("head", 2.0), ("gemm", 10.0 + slow), ("attn", 8.0)):
+            x("kernel", name, dev, dur, c=corr)
+            dev += dur + 0.5
+        if extra:
+            x("kernel", "fold", dev, 1.5, c=corr)
+            x("kernel", "side_check", t + 15, 5.0, tid=2, c=corr)
+            dev += 2.0
+        corr += 1
+        t = dev + 5
+    return {"traceEvents": ev}
+
+
+def test_trace_diff_lines_up_two_runs_of_one_step(tmp_path, capsys):
+    """benchmarks/trace_diff.py: per position of the main stream, what moved; what only one run has."""
+    from specgen.bench.profiler import write_trace
+
+    diff = _module("trace_diff")
+    row = {"mode": "specgen", "depth": 3, "batch": 1}
+    a, b = tmp_path / "a.json.gz", tmp_path / "b.json.gz"
+    write_trace(a, _step_trace(), ["head", "gemm", "attn"], row)
+    write_trace(b, _step_trace(slow=2.0, extra=True), ["head", "gemm", "attn"], row)
+    pa, pb = diff.profile(a), diff.profile(b)
+    assert [p["name"] for p in pa["positions"]] == ["draft_a", "head", "gemm", "attn"]
+    assert pa["other_streams"]["records"] == 0 and pb["other_streams"]["device_us"] == 5.0
+    rows = diff.compare(pa, pb, 0.3)
+    assert [(r["name"], r.get("only")) for r in rows] == [("gemm", None), ("fold", "b")]
+    assert rows[0]["dur_b"] - rows[0]["dur_a"] == 2.0
+    assert diff.main([str(a), str(b), "--out", str(tmp_path / "d.json")]) == 0
+    text = capsys.readouterr().out
+    assert "| 2 | gemm | 10.00 | 12.00 | 0.50 | 0.50 |" in text and "fold (only B)" in text
+    assert diff.compare(pa, pa, 0.0) == []  # a run against itself: nothing moved
