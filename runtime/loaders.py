@@ -246,7 +246,7 @@ class CudaLauncher:
             env = {**self._env, **dims, "B": batch}
             grid = int(safe_eval(self.entry.grid, env, SHAPE_NAMES))
             if dims.get("C", 0) > 1:
-                self._check_resident(dims["C"], fn, index)
+                self._check_resident(grid, dims["C"], fn, index)
             self._grids[at] = grid
         if grid <= 0:
             return
@@ -256,10 +256,11 @@ class CudaLauncher:
             f"cuLaunchKernel({self.entry.entry}, grid={grid}, block={self.entry.threads})",
         )
 
-    def _check_resident(self, chunks: int, fn, index: int) -> None:
-        """Refuse ``C`` blocks per row beyond what the device holds at once: a row's blocks wait for each other
-        (``vocab_sums``' count), so a block that cannot start until another ends would wait out its polls and
-        leave wrong results.  Checked once per grid (a cache miss), not per launch."""
+    def _check_resident(self, grid: int, chunks: int, fn, index: int) -> None:
+        """Refuse a grid of ``C > 1`` blocks per row larger than what the device holds at once: a row's blocks
+        wait for each other (``vocab_sums``' count), and CUDA does not promise to start blocks in order, so only
+        a grid whose blocks are all resident together cannot leave a block waiting on one that never starts
+        (``vocab_chunks`` picks ``C`` that way).  Checked once per grid (a cache miss), not per launch."""
         import torch
 
         drv = _driver()
@@ -268,10 +269,11 @@ class CudaLauncher:
             f"cuOccupancyMaxActiveBlocksPerMultiprocessor({self.entry.entry})",
         )
         resident = int(per_sm) * torch.cuda.get_device_properties(index).multi_processor_count
-        if chunks > resident:
+        if grid > resident:
             raise ValueError(
-                f"{self.entry.key}: C = {chunks} blocks per row must be resident together, and this device holds "
-                f"{resident} of these blocks at once ({int(per_sm)} per SM); launch it with C <= {resident}"
+                f"{self.entry.key}: {grid} blocks ({grid // chunks} rows x C = {chunks}) must be resident together, "
+                f"and this device holds {resident} of these blocks at once ({int(per_sm)} per SM); launch it with "
+                f"rows x C <= {resident}, or C = 1"
             )
 
     def __repr__(self) -> str:

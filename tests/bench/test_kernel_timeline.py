@@ -340,3 +340,17 @@ def test_a_projection_not_in_the_step_leaves_its_figures_empty():
     assert f["kernel_verify_to_draft_us"] is not None
     assert f["projection_us"] is None and f["kernel_post_verify_us"] is None
     assert f["post_verify_idle_us"] is not None  # the idle needs no projection
+
+
+def test_post_verify_figures_come_back_from_the_saved_trace(tmp_path):
+    """A saved trace keeps the projection's kernel names: its figures are recomputed from the file alone."""
+    from specgen.bench.profiler import figures, read_trace, trace_projection, write_trace
+
+    trace, _ = _block_trace(steps=3)
+    path = tmp_path / "traces" / "trace_specgen_d3_b1.json.gz"
+    write_trace(path, trace, FORWARD, {"mode": "specgen", "depth": 3, "batch": 1}, [], PROJECTION)
+    events, forward, draft = read_trace(path)
+    assert forward == FORWARD and trace_projection(path) == PROJECTION
+    again = kt.summarize(kt.step_figures(kt.attribute(events, draft), forward, trace_projection(path)))
+    assert again == {k: v for k, v in figures(trace, FORWARD, [], PROJECTION).items() if k in again}
+    assert again["kernel_post_verify_us"] == pytest.approx(1.0 + 2.0 + 1.0 + 1.0 + 1.5 + 4.0)

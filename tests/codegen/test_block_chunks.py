@@ -208,15 +208,21 @@ def test_the_cuda_launcher_packs_c_and_launches_rows_times_c_blocks(folder, monk
 
 
 def test_the_cuda_launcher_refuses_more_chunks_than_the_device_holds_at_once(folder, monkeypatch):
-    """A row's blocks wait for each other, so ``C`` may not exceed the resident blocks (here 2 per SM x 3 SMs);
-    more rows than that are fine (blocks start in order); the check runs once per grid."""
+    """A row's blocks wait for each other and CUDA does not promise to start blocks in order, so a grid of
+    ``C > 1`` blocks per row may not exceed the resident blocks (here 2 per SM x 8 SMs); with ``C = 1`` nothing
+    waits and any number of rows is fine; the check runs once per grid."""
     entry = load_manifest(folder).variants[0]
     cuda = dataclasses.replace(entry, target="cuda", arch="sm_90", grid="(B) * C")
     launcher, launches = fake_cuda_launcher(monkeypatch, cuda, folder, (3, 4, 5))
-    ok = [torch.zeros(5, 37), torch.zeros(5, 6, 2, dtype=torch.int64), torch.zeros(5)]
-    launcher.launch(ok, 5)  # 30 blocks in all, 6 per row
-    assert launches[-1][0] == 30
-    wide = [torch.zeros(1, 37), torch.zeros(1, 7, 2, dtype=torch.int64), torch.zeros(1)]
-    with pytest.raises(ValueError, match=r"C = 7 blocks per row .* holds 6 of these blocks"):
-        launcher.launch(wide, 1)
-    assert len(launches) == 1 and (1, 0, 7, 0) not in launcher._grids  # nothing launched, nothing cached
+
+    def tensors(rows, chunks):
+        return [torch.zeros(rows, 37), torch.zeros(rows, chunks, 2, dtype=torch.int64), torch.zeros(rows)]
+
+    launcher.launch(tensors(2, 8), 2)  # 16 blocks, all resident together
+    launcher.launch(tensors(40, 1), 40)  # one block per row: nothing waits
+    assert [n for n, *_ in launches] == [16, 40]
+    for rows, chunks in ((1, 17), (3, 6)):
+        with pytest.raises(ValueError, match=rf"{rows * chunks} blocks \({rows} rows x C = {chunks}\) .* holds 16"):
+            launcher.launch(tensors(rows, chunks), rows)
+        assert (rows, 0, chunks, 0) not in launcher._grids  # nothing launched, nothing cached
+    assert len(launches) == 2

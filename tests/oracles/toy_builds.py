@@ -67,7 +67,7 @@ def fake_cuda_launcher(monkeypatch, entry, folder, scalars: tuple[int, ...]):
     monkeypatch.setattr(loaders, "_KERNELS", {entry.sha256: {}})
     monkeypatch.setattr(loaders, "_MODULES", {})
     fake = {"get_device_capability": lambda i=None: (9, 0), "current_device": lambda: 0, "init": lambda: None}
-    fake |= {"get_device_properties": lambda i=None: SimpleNamespace(multi_processor_count=3)}  # 6 resident
+    fake |= {"get_device_properties": lambda i=None: SimpleNamespace(multi_processor_count=8)}  # 16 resident
     fake |= {"current_stream": lambda i=None: SimpleNamespace(cuda_stream=5), "device": contextlib.nullcontext}
     for name, fn in fake.items():
         monkeypatch.setattr(torch.cuda, name, fn)
