@@ -302,6 +302,10 @@ class DeviceGuard:
         self._side = api.new_stream(device) if api is not None else None
         self._forked = False
         self._kernel = kernel
+        # whether the kernel ORs its bits into the flag itself (docs/kernels.md: not where the target's lowering
+        # has no atomic OR, ascend)
+        self.kernel_ors = TARGET_OF_DEVICE.get(self._device.type) != "ascend"
+        self._masks = torch.tensor([1 << k for k in range(GUARD_SLOTS + len(GUARD_BITS))], dtype=I32, device=device)
         self._kernel_buckets: set[int] = set()
         for bucket, bufs in (buffers or {}).items() if kernel is not None else ():
             params = spec.kernel_params(bucket)
@@ -344,8 +348,10 @@ class DeviceGuard:
 
     def _check(self, bufs: Mapping[str, torch.Tensor], bucket: int) -> None:
         if bucket in self._kernel_buckets:  # one launch: the bits of each sequence, ORed into the flag
-            args = (bufs["seq_lens"], bufs["block_table"], bufs["accepted"], bufs["guard_params"], bufs["guard_bits"])
-            self._kernel(*args, self.flag)
+            rows = bufs["guard_bits"]
+            self._kernel(bufs["seq_lens"], bufs["block_table"], bufs["accepted"], bufs["guard_params"], rows, self.flag)
+            if not self.kernel_ors:  # a target without an atomic OR: four tensor ops fold the bits into the flag
+                self.flag.bitwise_or_((rows[:, None] & self._masks).amax(0).sum(dtype=I32))
             return
         self._check_ops(bufs, bucket)
 

@@ -213,6 +213,29 @@ def test_the_generated_check_sets_the_bits_the_tensor_ops_set(engine_kernels, ba
     assert int(fast.flag[0]) == 0
 
 
+def test_a_check_that_leaves_the_flag_alone_is_folded_by_the_runtime():
+    """A target whose lowering has no atomic OR (ascend) leaves ``guard_flag`` as it is: the guard folds the
+    kernel's per-sequence bits into its flag with tensor ops, to the same flag the tensor-op checks give."""
+    from specgen.runtime.semantics import spec_verify_guard_check
+
+    def rows_only(seq_lens, block_table, accepted, guard_params, guard_bits, guard_flag):
+        spec_verify_guard_check(
+            seq_lens, block_table, accepted, guard_params, guard_bits, guard_flag.clone(), block_size=BS
+        )
+
+    spec = DeviceGuardSpec(W, BT, BS, ("min_seq_len >= 0", "max_seq_len <= 123", "batch >= 1"), W + 1)
+    bufs = _bufs()
+    fast, ops = DeviceGuard(spec, "cpu", kernel=rows_only, buffers={4: bufs}), DeviceGuard(spec, "cpu")
+    assert fast.uses_kernel(4) and fast.kernel_ors  # the CPU's C kernels OR the bits themselves
+    fast.kernel_ors = False  # as on ascend
+    bufs["seq_lens"].copy_(torch.tensor([3, 200, 14, -1], dtype=I32))
+    bufs["accepted"].copy_(torch.tensor([0, 1, W, 2], dtype=I32))
+    for guard in (fast, ops):
+        guard.check(bufs, 4)
+    assert int(fast.flag[0]) == int(ops.flag[0]) != 0
+    assert set(fast.names(int(fast.flag[0]))) == {"min_seq_len >= 0", "max_seq_len <= 123", ACCEPTED_RANGE}
+
+
 def _bufs(batch=4, accepted=0):
     from specgen.runtime.buffers import alloc_step_buffers
 
