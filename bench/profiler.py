@@ -89,18 +89,22 @@ def write_trace(
     os.replace(tmp, path)
 
 
+def _saved(path: Path) -> tuple[dict, dict]:
+    """A saved trace and the kernel names ``write_trace`` put under ``"specgen"``."""
+    data = json.loads(gzip.decompress(Path(path).read_bytes()))
+    return data, data.get("specgen") or {}
+
+
 def read_trace(path: Path) -> tuple[list[dict], list[str], list[str]]:
     """A saved trace's complete events, the forward's kernel names and the draft's (empty in older traces)."""
-    data = json.loads(gzip.decompress(Path(path).read_bytes()))
-    names = data.get("specgen") or {}
+    data, names = _saved(path)
     return kt.load_trace(data), list(names.get("forward_kernels") or []), list(names.get("draft_kernels") or [])
 
 
 def trace_projection(path: Path) -> list[str]:
     """A saved trace's kernel names of the draft's own work after the verification (empty: none, or an older
     trace)."""
-    data = json.loads(gzip.decompress(Path(path).read_bytes()))
-    return list((data.get("specgen") or {}).get("projection_kernels") or [])
+    return list(_saved(path)[1].get("projection_kernels") or [])
 
 
 def figures(trace: dict, forward: list[str], draft: list[str] = (), projection: list[str] = ()) -> dict:

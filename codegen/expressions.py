@@ -176,9 +176,7 @@ def _next_draft(v: Instance) -> dict:
     new_len = S + a + 1  # S': tokens with valid target KV after this step; a is clamped, S saturated
     full = sp.Eq(a, ix.W - 1)  # only then does the repair row write a real slot (and read the table)
     repair = sp.Piecewise((slot_from_entry(_local("repair_entry"), new_len - 1), full), (_idx("scratch_slot")[0], True))
-    return {
-        "bonus": v.expr(_idx("target_tokens")[b, a]),
-        "new_len": v.expr(sp.Max(new_len, 0)),
+    return _next_block(v) | {  # the anchor (bonus, new_len), then the MTP draft's two rows
         "repair_pos": v.expr(sp.Max(new_len - 1, 0)),
         "repair_slot": v.expr(repair),
         "repair_entry": v.expr(slot_entry(b, new_len - 1, when=full)),

@@ -26,7 +26,6 @@ import triton.language as tl
 __all__ = ["BLOCK", "argmax_rows"]
 
 BLOCK = 4096  # vocabulary entries per program of the first launch
-LOW = 4294967295  # 2**32 - 1: an index's complement in a key's low half
 
 
 @triton.jit

@@ -177,8 +177,7 @@ def prepare_next_draft(
     acc = accepted_read(accepted, width)
     new_len = seq_lens_read(seq_lens, width) + acc + 1  # S': tokens with valid target KV
     base = torch.arange(batch, device=acc.device) * width
-    next_last_token.copy_(torch.gather(target_tokens, 1, acc[:, None])[:, 0])
-    next_seq_lens.copy_(new_len.clamp(min=0))
+    prepare_next_block(accepted, target_tokens, seq_lens, next_last_token, next_seq_lens)  # the anchor
     draft_positions.copy_(torch.stack([new_len - 1, new_len], dim=1).clamp(min=0))
     hidden_rows.copy_(torch.stack([base + (acc - 1).clamp(min=0), base + acc], dim=1))
     repair = torch.where(
