@@ -42,11 +42,14 @@
 # without --no-device-guard, then one profiled run of each at B = 1 and 8 and benchmarks/trace_diff.py over them),
 # agreement (specgen alone, the bench stage's settings: its kernel-level figures against the four-mode sweep's,
 # benchmarks/sweep_agreement.py; run after bench, DEPTHS as there).
+# vocab-ab (the vocabulary pass: benchmarks/vocab_gpu.py check of the sampling build, then vocab_ab.py time over
+# VOCAB_BASE (default build/vocab_base) against build/sampling_test_kernels, the C sweep of the latter, and ncu of
+# one launch at B = 1 and 32).
 # Everything a stage writes goes to OUT_DIR as it runs: give the device call's $OUT, so a run cut at the call's limit
 # still returns what it wrote.
 # Usage: benchmarks/h200.sh OUT_DIR [tests] [serving-tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
 #        [bench-sampling] [serve-bench] [attention-sweep] [prefill-speed] [host-profile]
-#        [bench-mtp] [block-bench] [guard-ab] [agreement]
+#        [bench-mtp] [block-bench] [guard-ab] [agreement] [vocab-ab]
 set -u
 out=$1; shift
 mkdir -p "$out"
@@ -165,6 +168,19 @@ s.sort_stats('cumtime').print_stats('runtime/', 45); s.sort_stats('tottime').pri
       echo "one-mode sweep: exit $?"
       python3 benchmarks/sweep_agreement.py "$out/bench_qwen3-0.6b/bench.json" "$out/bench_one_mode/bench.json" \
         --out "$out/agreement.json" | tee "$out/agreement.md" | tail -4 ;;
+    vocab-ab)
+      OUT="$out" python3 benchmarks/vocab_gpu.py check 2>&1 | tail -2
+      OUT="$out" python3 benchmarks/vocab_ab.py time ${VOCAB_BASE:-build/vocab_base} build/sampling_test_kernels 2>&1 \
+        | grep -c "'us'" | sed 's/^/vocab-ab timings: /'
+      OUT="$out" python3 benchmarks/vocab_ab.py sweep build/sampling_test_kernels 2>&1 | grep -c "'us'" \
+        | sed 's/^/vocab-ab sweep: /'
+      python3 benchmarks/vocab_ab.py report "$out" 2>&1 | tee "$out/vocab_ab.md"
+      for b in 1 32; do  # one launch of spec_target_sample under Nsight Compute (B = 1 at the engine's C, B = 32 at C = 1)
+        timeout 240 ncu --set full --import-source yes -k regex:spec_target_sample --launch-skip 2 --launch-count 1 \
+          -f -o "$out/ncu_vocab_b$b" python3 benchmarks/vocab_ab.py ncu build/sampling_test_kernels $b > "$out/ncu_vocab_b$b.log" 2>&1
+        ncu --import "$out/ncu_vocab_b$b.ncu-rep" --page details --csv > "$out/ncu_vocab_b$b.csv" 2>&1
+        echo "ncu B = $b: $(grep -c . "$out/ncu_vocab_b$b.csv") lines"
+      done ;;
     bench-mtp) specgen bench --model qwen3-0.6b --depth 3 --batch 1,8,32 --steps 64 --warmup 3 \
              --modes baseline,compile,specgen --kernels build/bench_kernels --out "$out/bench_mtp" > "$out/bench_mtp.log" 2>&1; grep -v "^frame #" "$out/bench_mtp.log" | tail -20 ;;
   esac

@@ -5,8 +5,14 @@ Usage:
                                                        temperature 0.7 with top-p 0.9, greedy, and temperature 1.0,
                                                        B = 1, 8, 32, at C = 1 and at the engine's C; the median of
                                                        7 repeats of 10 launches; OUT/time_<folder>.json per folder
-    python benchmarks/vocab_ab.py ncu DIR              three launches of spec_target_sample at B = 32, C = 1,
-                                                       temperature 0.7, top-p 0.9: the launch to profile, e.g.
+    python benchmarks/vocab_ab.py sweep DIR            spec_target_sample and spec_draft_sample at temperature 0.7 with
+                                                       top-p 0.9, B = 1, 8, 32, every C from 1 to the engine's (powers
+                                                       of two and the engine's); OUT/sweep_<folder>.json
+    python benchmarks/vocab_ab.py report OUT           a Markdown table of OUT's time_*.json side by side (the first
+                                                       folder the base) and, per family and B, the sweep's fastest C
+    python benchmarks/vocab_ab.py ncu DIR [B]          three launches of spec_target_sample at B = 32, C = 1,
+                                                       temperature 0.7, top-p 0.9 (B = 1: at the engine's C): the
+                                                       launch to profile, e.g.
     ncu --set full --import-source yes -k regex:spec_target_sample --launch-skip 2 --launch-count 1 -o R \\
         python benchmarks/vocab_ab.py ncu DIR
 
@@ -97,13 +103,77 @@ def time_folder(folder: str) -> list[dict]:
     return res
 
 
+def sweep_chunks(most: int) -> list[int]:
+    """The C a sweep times: the powers of two below ``most``, and ``most``."""
+    return sorted({c for c in (2**n for n in range(most.bit_length())) if c < most} | {most})
+
+
+def sweep_folder(folder: str) -> list[dict]:
+    lib = load_library(folder)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    temp, top_p = SETTINGS["t0.7_p0.9"]
+    res = []
+    for fam in FAMS:
+        kernel = lib.get(fam, W, target="cuda")
+        for batch in (1, 8, 32):
+            rows = batch if fam == "spec_draft_sample" else batch * W
+            d = rows_of(fam, batch, temp, top_p)
+            engine = vocab_chunks(rows, V, sms)
+            for chunks in sweep_chunks(engine):
+                us = round(median_us(launcher(kernel, fam, d, rows, chunks)), 1)
+                res.append(
+                    {"family": fam, "setting": "t0.7_p0.9", "B": batch, "C": chunks, "engine_C": engine, "us": us}
+                )
+                print(res[-1], flush=True)
+    return res
+
+
+def report(out: Path) -> str:
+    """The A/B table of ``out``'s ``time_*.json`` (in the order their folders were timed: the file times) and the
+    sweeps' fastest C against the engine's."""
+    lines = []
+    times = sorted(out.glob("time_*.json"), key=lambda p: p.stat().st_mtime)
+    if times:
+        names = [p.stem[len("time_") :] for p in times]
+        cells = [
+            {(r["family"], r["setting"], r["B"], r["C"]): r["us"] for r in json.loads(p.read_text())} for p in times
+        ]
+        lines += ["| family | setting | B | C | " + " | ".join(f"{n} us" for n in names) + " | last / first |"]
+        lines += ["|---|---|--:|--:|" + "--:|" * (len(names) + 1)]
+        for key in cells[0]:
+            us = [c.get(key) for c in cells]
+            ratio = f"{us[-1] / us[0]:.3f}" if us[0] and us[-1] is not None else "-"
+            lines.append("| " + " | ".join(map(str, key)) + " | " + " | ".join(map(str, us)) + f" | {ratio} |")
+    for p in sorted(out.glob("sweep_*.json")):
+        rows = json.loads(p.read_text())
+        lines += ["", f"{p.stem}: the fastest C per family and B (us), against the engine's C", ""]
+        lines += ["| family | B | engine C | us | fastest C | us |", "|---|--:|--:|--:|--:|--:|"]
+        for fam, batch in dict.fromkeys((r["family"], r["B"]) for r in rows):
+            mine = [r for r in rows if (r["family"], r["B"]) == (fam, batch)]
+            best = min(mine, key=lambda r: r["us"])
+            eng = next(r for r in mine if r["C"] == r["engine_C"])
+            lines.append(f"| {fam} | {batch} | {eng['C']} | {eng['us']} | {best['C']} | {best['us']} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> None:
-    if len(argv) < 2 or argv[0] not in ("time", "ncu") or (argv[0] == "ncu" and len(argv) != 2):
+    if argv[:1] == ["report"] and len(argv) == 2:
+        print(report(Path(argv[1])))
+        return
+    ncu_ok = argv[:1] == ["ncu"] and len(argv) in (2, 3)
+    if len(argv) < 2 or argv[0] not in ("time", "sweep", "ncu") or (argv[0] == "ncu" and not ncu_ok):
         sys.exit(__doc__)
     torch.cuda.init()
     if argv[0] == "ncu":
+        batch = int(argv[2]) if len(argv) == 3 else 32
+        rows = batch * W
+        chunks = 1 if batch == 32 else vocab_chunks(rows, V, torch.cuda.get_device_properties(0).multi_processor_count)
         fn = launcher(
-            load_library(argv[1]).get(FAMS[0], W, target="cuda"), FAMS[0], rows_of(FAMS[0], 32, 0.7, 0.9), 32 * W, 1
+            load_library(argv[1]).get(FAMS[0], W, target="cuda"),
+            FAMS[0],
+            rows_of(FAMS[0], batch, 0.7, 0.9),
+            rows,
+            chunks,
         )
         for _ in range(3):
             fn()
@@ -111,8 +181,10 @@ def main(argv: list[str]) -> None:
         return
     out = Path(os.environ.get("OUT", "."))
     for folder in argv[1:]:
-        res = time_folder(folder)
-        (out / f"time_{Path(folder).name}.json").write_text(json.dumps(res, indent=1))
+        if argv[0] == "sweep":
+            (out / f"sweep_{Path(folder).name}.json").write_text(json.dumps(sweep_folder(folder), indent=1))
+        else:
+            (out / f"time_{Path(folder).name}.json").write_text(json.dumps(time_folder(folder), indent=1))
 
 
 if __name__ == "__main__":

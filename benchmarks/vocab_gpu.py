@@ -152,6 +152,8 @@ if mode in ("all", "check"):
                 continue
             for kind in ("target", "dense", "draft"):
                 for chunks in (1, 3, None):
+                    if chunks == 3 and 3 * (B if kind == "draft" else 4 * B) > SMS:
+                        continue  # more blocks than the device holds at once: the launcher refuses the grid
                     bad = (
                         draft(B, V, gen, chunks=chunks)
                         if kind == "draft"

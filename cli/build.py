@@ -128,7 +128,10 @@ def run(args) -> int:
         raise
     print(summary.line())
     for f in summary.failed:
-        print(f"  failed: {f}")
+        first, *rest = f.splitlines()
+        print(f"  failed: {first}")
+        for line in rest:  # the compiler's message (its last lines)
+            print(f"    {line}")
     return 1 if summary.failed else 0
 
 

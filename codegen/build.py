@@ -350,7 +350,7 @@ def _compiled(fut, job: dict, done: dict, summary: BuildSummary, report) -> None
 
 
 def _failed(summary: BuildSummary, job: dict, e: BaseException, report) -> None:
-    summary.failed.append(f"{job['key']} ({job['target']}): {str(e).splitlines()[0] if str(e) else e!r}")
+    summary.failed.append(f"{job['key']} ({job['target']}): {str(e) or repr(e)}")  # the compiler's own lines too
     report(f"FAILED {job['key']} ({job['target']})")
 
 

@@ -178,3 +178,18 @@ def test_replace_leaves_only_this_build(folder, keys, small):
     assert sorted(p.name for p in (folder / "c").iterdir() if p.name.startswith("greedy_prefix_verify__w4")) == []
     plans = json.loads((folder / "manifest.json").read_text())["plans"]
     assert list(plans["verify-to-draft"]) == ["w6_bt64_bs128_int32"]
+
+
+def test_a_failed_compile_shows_the_compilers_own_lines(tmp_path, small, monkeypatch, capsys):
+    """The console keeps what the compiler said, not only the command that failed."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "g++"
+    fake.write_text("#!/bin/sh\necho 'kernel.cc:12:3: error: the compiler says why' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("SPECGEN_CODEGEN_CACHE", raising=False)  # no artifact from an earlier build stands in
+    assert main(["build", "--widths", "4", "--out", str(tmp_path / "kernels"), *small]) == 1
+    out = capsys.readouterr().out
+    assert "failed: greedy_prefix_verify__w4 (c):" in out
+    assert "    kernel.cc:12:3: error: the compiler says why" in out

@@ -125,13 +125,39 @@ def _crowded_bin(family: str, vocab: int, spread: float, chunks: int, device) ->
 
 @pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
 def test_top_p_candidates_that_fit_and_that_do_not(sampling_kernels, family):
-    """Top-p's rounds 2 and 3 read the candidates that round 1 kept when they fit (CAND = 1536 per block) and the
+    """Top-p's round 2 reads the candidates that round 1 kept when they fit (CAND = 1536 per block) and the
     row again when they do not: 1500 tokens in one bin fit, 1537 and 8193 do not (one block per row), and three
     chunks of 8193 tokens (3072 tokens a block) do not either; each equals the semantics."""
     kernel = sampling_kernels.get(family, W, target="c")
     for vocab, chunks in ((1500, 1), (1537, 1), (8193, 1), (8193, 3)):
         check_against_semantics(kernel, family, _crowded_bin(family, vocab, 0.0005, chunks, "cpu"))
         check_against_semantics(kernel, family, _crowded_bin(family, vocab, 0.05, chunks, "cpu"))
+
+
+def _light_tail(family: str, vocab: int, low: float, high: float, top_p: float, chunks: int, device) -> dict:
+    """Temperature 1 over rows of one token at logit 0 and the rest uniform in ``[low, high]``: with ``top_p``
+    near 1 the cut lands among the light weights, where ``E = floor(e * 2**40)`` is a small integer that many
+    tokens share (``e`` below ``2**-17``) or crosses from there into the weights that are ``e * 2**40`` exactly."""
+    gen = torch.Generator().manual_seed(vocab + chunks)
+    args = _args(family, 2, vocab, gen, device, "nucleus", chunks=chunks)
+    args["temperature"].fill_(1.0)
+    args["top_p"].fill_(top_p)
+    name = "draft_logits" if family == DRAFT_SAMPLE else "logits"
+    x = low + torch.rand(args[name].shape, generator=gen) * (high - low)
+    x[:, 0] = 0.0
+    args[name].copy_(x.to(device))
+    return args
+
+
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+def test_top_p_cut_among_the_lightest_weights(sampling_kernels, family):
+    """Top-p's key (the bits of ``float32(E)``) orders every weight as ``E`` does, the light ones that floor
+    together and the ones across ``2**23`` too: the cut lands there and each row equals the semantics."""
+    kernel = sampling_kernels.get(family, W, target="c")
+    almost_one = float(torch.tensor(1.0) - torch.tensor(2.0**-24))  # the largest float32 below 1
+    for low, high, top_p in ((-26.5, -23.5, almost_one), (-25.0, -14.0, almost_one), (-30.0, 0.0, 0.9999)):
+        for vocab, chunks in ((5000, 1), (8193, 3)):
+            check_against_semantics(kernel, family, _light_tail(family, vocab, low, high, top_p, chunks, "cpu"))
 
 
 def test_a_vocabulary_past_the_tiles_is_left_alone(sampling_kernels):
@@ -153,13 +179,16 @@ def test_cuda_variant_equals_the_semantics(sampling_kernels, family):
                 batch = 8
             rows = batch if family == DRAFT_SAMPLE else batch * W
             sms = torch.cuda.get_device_properties(0).multi_processor_count
-            for chunks in sorted({1, 2, vocab_chunks(rows, vocab, sms)}):  # what the engine picks, and 1 and 2
+            # what the engine picks, and 1 and 2 where the row's blocks all fit at once (the launcher refuses more)
+            for chunks in sorted(c for c in {1, 2, vocab_chunks(rows, vocab, sms)} if c == 1 or rows * c <= sms):
                 args = _args(family, batch, vocab, gen, "cuda", chunks=chunks)
                 check_against_semantics(kernel, family, args)
                 check_against_semantics(
                     kernel, family, args
                 )  # the workspace is zero again: a second launch is the same
-    for vocab, chunks in ((1500, 1), (1537, 1), (8193, 1), (8193, 3), (151936, 1), (151936, 33)):
+    rows = 2 if family == DRAFT_SAMPLE else 2 * W  # _crowded_bin's two sequences
+    most = vocab_chunks(rows, 151936, torch.cuda.get_device_properties(0).multi_processor_count)
+    for vocab, chunks in ((1500, 1), (1537, 1), (8193, 1), (8193, 3), (151936, 1), (151936, most)):
         check_against_semantics(kernel, family, _crowded_bin(family, vocab, 0.0005, chunks, "cuda"))
     for chunks in (1, vocab_chunks(32 * W, 151936, 132), vocab_chunks(W, 151936, 132)):
         check_against_semantics(
