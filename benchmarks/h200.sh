@@ -44,7 +44,7 @@
 # benchmarks/sweep_agreement.py; run after bench, DEPTHS as there).
 # vocab-ab (the vocabulary pass: benchmarks/vocab_gpu.py check of the sampling build, then vocab_ab.py time over
 # VOCAB_BASE (default build/vocab_base) against build/sampling_test_kernels, the C sweep of the latter, and ncu of
-# one launch at B = 1 and 32).
+# one launch at B = 1 and 32 from NCU_KERNELS, default build/sampling_test_kernels).
 # Everything a stage writes goes to OUT_DIR as it runs: give the device call's $OUT, so a run cut at the call's limit
 # still returns what it wrote.
 # Usage: benchmarks/h200.sh OUT_DIR [tests] [serving-tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
@@ -177,8 +177,12 @@ s.sort_stats('cumtime').print_stats('runtime/', 45); s.sort_stats('tottime').pri
       python3 benchmarks/vocab_ab.py report "$out" 2>&1 | tee "$out/vocab_ab.md"
       for b in 1 32; do  # one launch of spec_target_sample under Nsight Compute (B = 1 at the engine's C, B = 32 at C = 1)
         timeout 240 ncu --set full --import-source yes -k regex:spec_target_sample --launch-skip 2 --launch-count 1 \
-          -f -o "$out/ncu_vocab_b$b" python3 benchmarks/vocab_ab.py ncu build/sampling_test_kernels $b > "$out/ncu_vocab_b$b.log" 2>&1
+          -f -o "$out/ncu_vocab_b$b" python3 benchmarks/vocab_ab.py ncu ${NCU_KERNELS:-build/sampling_test_kernels} $b \
+          > "$out/ncu_vocab_b$b.log" 2>&1
         ncu --import "$out/ncu_vocab_b$b.ncu-rep" --page details --csv > "$out/ncu_vocab_b$b.csv" 2>&1
+        # per source line (a folder from benchmarks/lineinfo_copy.py as NCU_KERNELS maps the samples to the .cu)
+        ncu --import "$out/ncu_vocab_b$b.ncu-rep" --page source --print-source cuda,sass --csv \
+          > "$out/ncu_vocab_b${b}_source.csv" 2>&1
         echo "ncu B = $b: $(grep -c . "$out/ncu_vocab_b$b.csv") lines"
       done ;;
     bench-mtp) specgen bench --model qwen3-0.6b --depth 3 --batch 1,8,32 --steps 64 --warmup 3 \
