@@ -167,6 +167,13 @@ class BenchSettings:
     bare_repeats: int = setting(
         30, "draft + bare verify replays timed for the boundary figures", text=INT, check=_at_least(1, COUNTS_MESSAGE)
     )
+    repeats: int = setting(
+        1,
+        "timed runs of every mode per batch and depth, the modes' order rotated each round (round r starts at "
+        "mode r); each row is the run of median TPOT, its rounds listed beside it",
+        text=INT,
+        check=_at_least(1, "--repeats must be at least 1 (1: one timed run of each mode)"),
+    )
     tp: int = setting(
         1,
         "tensor-parallel ranks of the target, one process per device (NCCL on GPUs, gloo on the CPU); "
@@ -253,6 +260,7 @@ class BenchSettings:
             prompt_len=self.prompt_len,
             seed=self.seed,
             bare_repeats=self.bare_repeats,
+            repeats=self.repeats,
             command=command,
             draft=self.draft,
             draft_weights=self.draft_weights,
@@ -295,6 +303,7 @@ class BenchConfig:
     seed: int
     bare_repeats: int
     command: str
+    repeats: int = 1  # timed runs of every mode per (depth, batch), in rotated order; rows: the median-TPOT run
     draft: str = "mtp"  # a registered draft kind (draft_kinds.DRAFT_KINDS)
     model_path: str | None = None  # a Hugging Face folder whose weights load (None: the preset's random ones)
     draft_weights: str | None = None  # a local safetensors folder for a block draft

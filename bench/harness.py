@@ -168,7 +168,7 @@ class _Sweep:
         log(f"bench: model ready in {time.perf_counter() - t:.1f}s{mtp}")
         self.runs: list[dict] = []
         self.checks: list[dict] = []
-        self.total = len(config.depths) * len(config.batches) * len(config.modes)
+        self.total = len(config.depths) * len(config.batches) * len(config.modes) * config.repeats
         self.done = 0
         self.aborted: str | None = None
         self._warmed: set[str] = set()  # the modes that had their untimed first run (``_warm_up``)
@@ -259,17 +259,29 @@ class _Sweep:
         self.inputs[(width, batch)] = (prompts, oracle)
         self._warm_up(prompts, oracle, width, batch)
         tokens_by_mode: dict[str, list] = {}
+        same = True
         self._bare = None
-        for mode in c.modes:
-            outputs = self._mode(mode, prompts, greedy, oracle, width, batch)
-            if outputs is False:
-                break
-            if outputs is not None:
-                tokens_by_mode[mode] = outputs
+        start = len(self.runs)
+        for r in range(c.repeats):
+            k = r % len(c.modes)
+            order = c.modes[k:] + c.modes[:k]  # round r starts at mode r: every mode runs in every position
+            for position, mode in enumerate(order):
+                outputs = self._mode(mode, prompts, greedy, oracle, width, batch)
+                if outputs is False:
+                    break
+                if c.repeats > 1:
+                    self.runs[-1] |= {"round": r, "position": position}
+                if outputs is not None:
+                    same = same and tokens_by_mode.setdefault(mode, outputs) == outputs  # every round decodes alike
+            else:
+                continue
+            break
+        if c.repeats > 1:
+            self.runs[start:] = fold_rounds(self.runs[start:], c.modes)
         first = next(iter(tokens_by_mode.values()), None)
-        same = all(v == first for v in tokens_by_mode.values())
+        same = same and all(v == first for v in tokens_by_mode.values())
         self.checks.append({"depth": width - 1, "batch": batch, "modes_agree": same})
-        for row in self.runs[-len(c.modes) :]:
+        for row in self.runs[start:]:
             row["modes_agree"] = same
 
     def _engine(self, mode: str, oracle, width: int, batch: int, rank_check=None):
@@ -366,6 +378,7 @@ class _Sweep:
             "steps": c.steps,
             "warmup_steps": c.warmup,
             "profile_steps": c.profile_steps,
+            "repeats": c.repeats,  # timed runs per mode, depth and batch (each row: the median-TPOT one; "rounds")
             "device_guard": c.device_guard,  # False: --no-device-guard (the runtime modes without the device guard)
             "settled": SETTLED,  # what every timed and profiled run starts from (bench/support.py)
             "acceptance_p": c.acceptance,
@@ -376,6 +389,27 @@ class _Sweep:
             "agreement": self.checks,
             "ratios": ratios(self.runs),
         }
+
+
+def fold_rounds(rows: list[dict], modes: tuple[str, ...]) -> list[dict]:
+    """One row per mode from the rounds of one depth and batch (rows carrying ``round`` and ``position``): the
+    run of median TPOT (the lower median of an even count; a failed run only when none finished), with every
+    round's TPOT, step and position beside it in ``rounds`` and their spread ``tpot_spread`` ((max - min) /
+    median)."""
+    out = []
+    for mode in modes:
+        mine = [r for r in rows if r["mode"] == mode]
+        if not mine:
+            continue
+        timed = sorted((r for r in mine if "error" not in r and r.get("tpot_ms")), key=lambda r: r["tpot_ms"])
+        pick = dict(timed[(len(timed) - 1) // 2] if timed else mine[0])
+        pick["rounds"] = [
+            {k: r[k] for k in ("round", "position", "tpot_ms", "step_us", "error") if k in r} for r in mine
+        ]
+        if timed:
+            pick["tpot_spread"] = round((timed[-1]["tpot_ms"] - timed[0]["tpot_ms"]) / pick["tpot_ms"], 4)
+        out.append(pick)
+    return out
 
 
 def ratios(runs: list[dict]) -> list[dict]:

@@ -166,6 +166,37 @@ def notes(result: dict) -> list[str]:
             "and the bare verify graph"
         )
     out += _noise(ok)
+    out += _rounds(ok)
+    return out
+
+
+def _rounds(ok: list[dict]) -> list[str]:
+    """With --repeats: what each row is, and per (depth, batch) ``SUBJECT``'s TPOT against each other mode
+    round by round (the runs of one round ran next to each other)."""
+    rounds = [r for r in ok if r.get("rounds")]
+    if not rounds:
+        return []
+    n = max(len(r["rounds"]) for r in rounds)
+    wide = max(rounds, key=lambda r: r.get("tpot_spread") or 0.0)
+    out = [
+        f"each row is the run of median TPOT among {n} timed runs of its mode (--repeats), the modes' order "
+        f"rotated each round; the widest spread of one mode's runs is {(wide.get('tpot_spread') or 0) * 100:.1f}% "
+        f"({wide['mode']}, depth {wide['depth']} B={wide['batch']})"
+    ]
+    by = {}
+    for r in rounds:
+        by.setdefault((r["depth"], r["batch"]), {})[r["mode"]] = {
+            x["round"]: x["tpot_ms"] for x in r["rounds"] if x.get("tpot_ms") and "error" not in x
+        }
+    for (depth, batch), modes in sorted(by.items()):
+        s = modes.get(SUBJECT) or {}
+        for other, o in sorted(modes.items()):
+            per = [s[k] / o[k] - 1.0 for k in sorted(s.keys() & o.keys())] if other != SUBJECT else []
+            if len(per) > 1:
+                out.append(
+                    f"depth {depth} B={batch}: {SUBJECT} vs {other} round by round "
+                    + ", ".join(f"{x * 100:+.1f}%" for x in per)
+                )
     return out
 
 

@@ -35,7 +35,7 @@
 # block-bench (DFlash depth 15 and DSpark depth 7 drafts, three modes),
 # fuzz-heads (the CUDA fuzz of the head families at W = 2..16, build/head_kernels), heads (benchmarks/head_updates.py), bench / bench-8b (`specgen bench`, four modes, Qwen3-0.6B / Qwen3-8B
 # shapes, context 1024, the default build's bt64 bs128 layout; cli/bench.py over bench/harness.py),
-# (DEPTHS, e.g. 3,4,5, MODES and STEPS choose the sweep; bench-sampling: the same at --temperature 0.7 --top-p 0.9), host-profile (cProfile of the host's step loop), bench-mtp (the MTP head's own acceptance), forward (benchmarks/forward_speed.py: the bare verify
+# (DEPTHS, e.g. 3,4,5, MODES, STEPS and REPEATS (--repeats) choose the sweep; bench-sampling: the same at --temperature 0.7 --top-p 0.9), host-profile (cProfile of the host's step loop), bench-mtp (the MTP head's own acceptance), forward (benchmarks/forward_speed.py: the bare verify
 # forward and the draft step, torch and Triton forwards, kernels per layer).
 # serve-bench (specgen serve-bench: Qwen3-0.6B shapes, MTP depth 3, rates 8/s, 48/s and all at once, a closed loop of 32).
 # guard-ab (the device guard's TPOT cost: specgen alone, depth 3, B = 1, 8, 32, PAIRS interleaved runs with and
@@ -103,7 +103,8 @@ for stage in "$@"; do
       name=bench; sampling=""; [ $stage = bench-sampling ] && { name=bench_sampling; sampling="--temperature 0.7 --top-p 0.9"; }
       specgen bench --model $model $sampling --depth ${DEPTHS:-3} --batch 1,8,32 --steps $steps --profile-steps 8 --warmup 10 \
         --modes ${MODES:-baseline,compile,inductor,specgen} --acceptance 0.7 --prompt-len 1024 --block-size 128 \
-        --block-table-width 64 --kernels build/specgen_kernels --out "$out/${name}_$model" > "$out/${name}_$model.log" 2>&1
+        --block-table-width 64 --repeats ${REPEATS:-1} --kernels build/specgen_kernels --out "$out/${name}_$model" \
+        > "$out/${name}_$model.log" 2>&1
       echo "$name $model: exit $?"; grep -v "^frame #" "$out/${name}_$model.log" | grep -v "^bench: \[" | tail -24 ;;
     serve-bench)  # the serving workload: three request rates and a closed loop of 32, each mode (RATES, REQUESTS, MODES;
       # CLOSED="" leaves the closed loop out, CLOSED="--closed-loop N" sets another N)

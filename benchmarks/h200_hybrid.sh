@@ -12,7 +12,8 @@
 # graphs, the runtime cases, the 10k-replay soak), sanitize (compute-sanitizer memcheck over the Triton kernels'
 # cases and the linear-state families' CUDA fuzz), speed (benchmarks/hybrid_speed.py: bare verify against bare
 # decode, the head's linear-state member), sweep (benchmarks/skinny_gemm_sweep.py over the model's weight shapes),
-# bench (specgen bench --model qwen3.5-2b, depth 3, four modes; TAG=name writes bench_name/ and bench_name.log).
+# bench (specgen bench --model qwen3.5-2b, depth 3, four modes; TAG=name writes bench_name/ and bench_name.log;
+# REPEATS=N: --repeats N, every mode's timed run N times in rotated order).
 # Usage: benchmarks/h200_hybrid.sh OUT_DIR [tests] [sanitize] [speed] [sweep] [bench]
 set -u
 out=$1; shift
@@ -52,7 +53,7 @@ for stage in "$@"; do
       # a 16-block table (2048 positions) holds the 1024-token prompts and the steps; the MTP head's
       # attention gathers its whole table
       specgen bench --model qwen3.5-2b --depth 3 --batch ${BATCHES:-1,8,32} --steps ${STEPS:-48} --profile-steps 8 \
-        --warmup 5 --modes ${MODES:-baseline,compile,inductor,specgen} --acceptance 0.7 --prompt-len 1024 \
+        --warmup 5 --modes ${MODES:-baseline,compile,inductor,specgen} --acceptance 0.7 --prompt-len 1024 --repeats ${REPEATS:-1} \
         --block-size 128 --block-table-width 16 --kernels build/hybrid_bench_kernels --out "$out/bench_${TAG:-qwen3.5-2b}" \
         > "$out/bench_${TAG:-qwen3.5-2b}.log" 2>&1
       echo "bench qwen3.5-2b: exit $?"; grep -v "^frame #" "$out/bench_${TAG:-qwen3.5-2b}.log" | grep -v "^bench: \[" | tail -24 ;;

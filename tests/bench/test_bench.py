@@ -202,3 +202,55 @@ def test_a_measured_run_starts_settled_and_collects_nothing_while_it_runs():
         assert not gc.isenabled()  # a caller's disabled collector stays disabled
     finally:
         gc.enable()
+
+
+def test_fold_rounds_keeps_the_median_run_and_lists_every_round():
+    from specgen.bench.harness import fold_rounds
+
+    rows = [
+        {"mode": m, "depth": 3, "batch": 1, "round": r, "position": p, "tpot_ms": t, "step_us": t * 1000}
+        for r, p, m, t in (
+            (0, 0, "baseline", 4.0),
+            (0, 1, "specgen", 1.2),
+            (1, 0, "specgen", 1.0),
+            (1, 1, "baseline", 3.0),
+            (2, 0, "baseline", 5.0),
+            (2, 1, "specgen", 1.1),
+            (3, 0, "specgen", 0.9),
+        )
+    ]
+    rows.append({"mode": "baseline", "depth": 3, "batch": 1, "round": 3, "position": 1, "error": "boom"})
+    base, spec = fold_rounds(rows, ("baseline", "specgen", "inductor"))
+    assert base["mode"] == "baseline" and base["tpot_ms"] == 4.0 and base["round"] == 0  # the failed round is not timed
+    assert [x["round"] for x in base["rounds"]] == [0, 1, 2, 3] and base["rounds"][3] == {
+        "round": 3,
+        "position": 1,
+        "error": "boom",
+    }
+    assert base["tpot_spread"] == pytest.approx((5.0 - 3.0) / 4.0)
+    assert spec["tpot_ms"] == 1.0 and spec["round"] == 1  # the lower median of four: 0.9, 1.0, 1.1, 1.2
+    failed = fold_rounds([{"mode": "specgen", "round": 0, "position": 0, "error": "x"}], ("specgen",))
+    assert failed[0]["error"] == "x" and "tpot_spread" not in failed[0]
+
+
+@pytest.mark.slow
+def test_repeats_rotate_the_modes_and_fold_to_one_row_each(engine_kernels, tmp_path, capsys):
+    from specgen.cli import main
+
+    out = tmp_path / "bench"
+    args = ["bench", "--model", "tiny", "--steps", "3", "--warmup", "1", "--depth", "2", "--batch", "1"]
+    args += ["--kernels", str(engine_kernels.root), "--block-table-width", str(BT), "--prompt-len", "8"]
+    assert main([*args, "--repeats", "3", "--profile-steps", "0", "--out", str(out)]) == 0
+    text = capsys.readouterr()
+    assert "[6/6] depth 2 batch 1" in text.err and "--repeats" in text.out
+    result = json.loads((out / "bench.json").read_text())
+    assert result["repeats"] == 3 and [r["mode"] for r in result["runs"]] == ["baseline", "specgen"]
+    for r in result["runs"]:
+        assert [x["round"] for x in r["rounds"]] == [0, 1, 2] and r["modes_agree"]
+        times = sorted(x["tpot_ms"] for x in r["rounds"])
+        assert r["tpot_ms"] == times[1] and r["tpot_spread"] >= 0
+    # round r starts at mode r: each mode runs first and last
+    positions = {r["mode"]: [x["position"] for x in r["rounds"]] for r in result["runs"]}
+    assert positions == {"baseline": [0, 1, 0], "specgen": [1, 0, 1]}
+    assert main([*args, "--repeats", "0", "--out", str(out)]) == 2
+    assert "--repeats must be at least 1" in capsys.readouterr().err
