@@ -16,8 +16,9 @@ Usage:
     ncu --set full --import-source yes -k regex:spec_target_sample --launch-skip 2 --launch-count 1 -o R \\
         python benchmarks/vocab_ab.py ncu DIR
 
-Logits are N(0, 1) * 4 over V = 151936 (Qwen3's vocabulary), W = 4; every folder sees the same rows. Timings
-of short launches move between machine starts: compare folders inside one run (folders in turn).
+Logits are N(0, 1) * 4 over V = 151936 (Qwen3's vocabulary), W = 4; every folder sees the same rows. The 10
+launches of a timing are one CUDA graph, replayed: the device's time, not the host's (a launch from Python
+takes longer than a short kernel runs). Compare folders inside one run (folders in turn).
 """
 
 from __future__ import annotations
@@ -70,16 +71,40 @@ def launcher(kernel, fam: str, d: dict, rows: int, chunks: int):
     return lambda: kernel(*(d[n] for n in names))
 
 
-def median_us(fn, reps: int = 7, inner: int = 10) -> float:
-    """The median over ``reps`` of the mean launch time (us) of ``inner`` launches of ``fn``, by CUDA events."""
+LAST_CLOCK = "launches"  # how median_us timed its last call: "graph" (replayed) or "launches" (one by one)
+
+
+def median_us(fn, reps: int = 7, inner: int = 10, graph: bool = False) -> float:
+    """The median over ``reps`` of the mean time (us) of ``inner`` launches of ``fn``, by CUDA events.
+
+    ``graph``: the ``inner`` launches captured in one CUDA graph and the graph replayed, so the figure is the
+    device's (a launch from Python costs tens of microseconds of host time, more than a short kernel runs,
+    and launched one by one the events would time the host); else launched one by one."""
+    global LAST_CLOCK
     fn()
     torch.cuda.synchronize()
+    run, LAST_CLOCK = fn, "launches"
+    if graph:
+        try:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for _ in range(inner):
+                    fn()
+            g.replay()
+            torch.cuda.synchronize()
+            run, LAST_CLOCK = g.replay, "graph"
+        except RuntimeError as e:  # timed launch by launch instead, and the row says so
+            print(f"median_us: capture failed ({e}); timing launch by launch", file=sys.stderr, flush=True)
+            graph = False
     ts = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        for _ in range(inner):
-            fn()
+        if graph:
+            run()
+        else:
+            for _ in range(inner):
+                run()
         b.record()
         b.synchronize()
         ts.append(a.elapsed_time(b) * 1000 / inner)
@@ -97,8 +122,10 @@ def time_folder(folder: str) -> list[dict]:
                 rows = batch if fam == "spec_draft_sample" else batch * W
                 d = rows_of(fam, batch, temp, top_p)
                 for chunks in (1, vocab_chunks(rows, V, sms)):
-                    us = round(median_us(launcher(kernel, fam, d, rows, chunks)), 1)
-                    res.append({"family": fam, "setting": setting, "B": batch, "C": chunks, "us": us})
+                    us = round(median_us(launcher(kernel, fam, d, rows, chunks), graph=True), 1)
+                    res.append(
+                        {"family": fam, "setting": setting, "B": batch, "C": chunks, "us": us, "clock": LAST_CLOCK}
+                    )
                     print(res[-1], flush=True)
     return res
 
@@ -120,9 +147,10 @@ def sweep_folder(folder: str) -> list[dict]:
             d = rows_of(fam, batch, temp, top_p)
             engine = vocab_chunks(rows, V, sms)
             for chunks in sweep_chunks(engine):
-                us = round(median_us(launcher(kernel, fam, d, rows, chunks)), 1)
+                us = round(median_us(launcher(kernel, fam, d, rows, chunks), graph=True), 1)
                 res.append(
                     {"family": fam, "setting": "t0.7_p0.9", "B": batch, "C": chunks, "engine_C": engine, "us": us}
+                    | {"clock": LAST_CLOCK}
                 )
                 print(res[-1], flush=True)
     return res
