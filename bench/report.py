@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from .harness import SUBJECT
+from .rows import SUBJECT
 from .support import log
 
 __all__ = [
