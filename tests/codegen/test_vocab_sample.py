@@ -160,6 +160,32 @@ def test_top_p_cut_among_the_lightest_weights(sampling_kernels, family):
             check_against_semantics(kernel, family, _light_tail(family, vocab, low, high, top_p, chunks, "cpu"))
 
 
+def _greedy_far(family: str, vocab: int, chunks: int, device) -> dict:
+    """Greedy rows whose argmax is the last token (the last chunk's tiles) and whose drafts are that token: the
+    outputs the first chunk writes (``target_draft_probs``, ``sampled_probs``) are 1, never a value read from
+    tiles another block writes."""
+    gen = torch.Generator().manual_seed(vocab + chunks)
+    args = _args(family, 2, vocab, gen, device, "nucleus", chunks=chunks)
+    args["temperature"].zero_()
+    name = "draft_logits" if family == DRAFT_SAMPLE else "logits"
+    x = torch.rand(args[name].shape, generator=gen)
+    x[:, -1] = 2.0
+    args[name].copy_(x.to(device))
+    if family != DRAFT_SAMPLE:
+        args["draft_tokens"].fill_(vocab - 1)
+    return args
+
+
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+def test_greedy_rows_over_chunks_write_their_one_hot_probabilities(sampling_kernels, family):
+    kernel = sampling_kernels.get(family, W, target="c")
+    for vocab, chunks in ((8193, 3), (5000, 5)):
+        args = _greedy_far(family, vocab, chunks, "cpu")
+        check_against_semantics(kernel, family, args)
+        probs = args["sampled_probs"] if family == DRAFT_SAMPLE else args["target_draft_probs"]
+        assert (probs == 1).all()
+
+
 def test_a_vocabulary_past_the_tiles_is_left_alone(sampling_kernels):
     """Past ``MAX_VOCAB_TOKENS`` the kernel writes nothing (the engine refuses such a model up front)."""
     gen = torch.Generator().manual_seed(0)
@@ -190,6 +216,10 @@ def test_cuda_variant_equals_the_semantics(sampling_kernels, family):
     most = vocab_chunks(rows, 151936, torch.cuda.get_device_properties(0).multi_processor_count)
     for vocab, chunks in ((1500, 1), (1537, 1), (8193, 1), (8193, 3), (151936, 1), (151936, most)):
         check_against_semantics(kernel, family, _crowded_bin(family, vocab, 0.0005, chunks, "cuda"))
+    for vocab, chunks in ((8193, 3), (151936, most)):  # the first chunk writes a greedy row's outputs
+        args = _greedy_far(family, vocab, chunks, "cuda")
+        check_against_semantics(kernel, family, args)
+        assert ((args["sampled_probs"] if family == DRAFT_SAMPLE else args["target_draft_probs"]) == 1).all()
     for chunks in (1, vocab_chunks(32 * W, 151936, 132), vocab_chunks(W, 151936, 132)):
         check_against_semantics(
             kernel, family, _args(family, 32 if chunks < 8 else 1, 151936, gen, "cuda", "nucleus", chunks)
