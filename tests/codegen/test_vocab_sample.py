@@ -186,6 +186,25 @@ def test_greedy_rows_over_chunks_write_their_one_hot_probabilities(sampling_kern
         assert (probs == 1).all()
 
 
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+def test_temperatures_at_the_float_edges(sampling_kernels, family):
+    """The largest scaled logit is the largest raw logit divided by t (a correctly rounded quotient keeps the
+    order): a t so small that quotients overflow, a subnormal t, and t = +inf (each quotient divided: an infinite
+    logit's is NaN), over rows with infinite, signed-zero and NaN logits; each equals the semantics."""
+    kernel = sampling_kernels.get(family, W, target="c")
+    for t in (1e-38, 1e-45, 3e38, float("inf")):
+        for chunks in (1, 3):
+            gen = torch.Generator().manual_seed(chunks)
+            args = _args(family, 2, 3000, gen, "cpu", "nucleus", chunks=chunks)
+            args["temperature"].fill_(t)
+            name = "draft_logits" if family == DRAFT_SAMPLE else "logits"
+            x = args[name]
+            x[:, 5], x[:, 6], x[:, 7], x[:, 8] = float("inf"), float("-inf"), -0.0, float("nan")
+            x[0] = 0.0
+            x[0, 9] = -0.0  # a row of signed zeros: the largest is either, and the weights do not tell
+            check_against_semantics(kernel, family, args)
+
+
 def test_a_vocabulary_past_the_tiles_is_left_alone(sampling_kernels):
     """Past ``MAX_VOCAB_TOKENS`` the kernel writes nothing (the engine refuses such a model up front)."""
     gen = torch.Generator().manual_seed(0)
