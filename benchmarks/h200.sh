@@ -184,7 +184,9 @@ s.sort_stats('cumtime').print_stats('runtime/', 45); s.sort_stats('tottime').pri
         # per source line (a folder from benchmarks/lineinfo_copy.py as NCU_KERNELS maps the samples to the .cu)
         ncu --import "$out/ncu_vocab_b$b.ncu-rep" --page source --print-source cuda,sass --csv \
           > "$out/ncu_vocab_b${b}_source.csv" 2>&1
-        echo "ncu B = $b: $(grep -c . "$out/ncu_vocab_b$b.csv") lines"
+        python3 benchmarks/ncu_summary.py "$out/ncu_vocab_b$b.csv" "$out/ncu_vocab_b${b}_source.csv" \
+          > "$out/ncu_vocab_b$b.md" 2>&1
+        echo "ncu B = $b:"; head -12 "$out/ncu_vocab_b$b.md"
       done ;;
     bench-mtp) specgen bench --model qwen3-0.6b --depth 3 --batch 1,8,32 --steps 64 --warmup 3 \
              --modes baseline,compile,specgen --kernels build/bench_kernels --out "$out/bench_mtp" > "$out/bench_mtp.log" 2>&1; grep -v "^frame #" "$out/bench_mtp.log" | tail -20 ;;
