@@ -1,0 +1,67 @@
+"""benchmarks/ncu_summary.py (a profiled launch read from ncu's CSV pages) and benchmarks/vocab_ab.py's report and
+C sweep (the kernel A/B of the vocabulary pass): what they read and print, on files made here."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import time
+from pathlib import Path
+
+import specgen
+
+
+def _module(name: str):
+    path = Path(specgen.__file__).parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+DETAILS = """==PROF== Connected to process 1
+"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","spec_target_sample_kernel","GPU Speed Of Light Throughput","Duration","us","41.22"
+"0","spec_target_sample_kernel","GPU Speed Of Light Throughput","Compute (SM) Throughput","%","12.1"
+"0","spec_target_sample_kernel","Memory Workload Analysis","Mem Busy","%","3.1"
+"""
+SOURCE = """"#","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)"
+"1","int x = 0;","10","5"
+"2","while (AtomicLoad(p) < n) spin++;","1,300","290"
+"3","__syncthreads();","90","80"
+"4","return;","0","0"
+"""
+
+
+def test_ncu_summary_keeps_the_named_metrics_and_ranks_source_lines_by_samples(tmp_path, capsys):
+    mod = _module("ncu_summary")
+    (tmp_path / "d.csv").write_text(DETAILS)
+    (tmp_path / "s.csv").write_text(SOURCE)
+    assert mod.main([str(tmp_path / "d.csv"), str(tmp_path / "s.csv"), "--top", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any("Duration" in ln and "41.22 us" in ln for ln in out) and not any("Mem Busy" in ln for ln in out)
+    ranked = out[out.index(next(ln for ln in out if "most warp-state samples" in ln)) + 1 :]
+    # 1300 of the 1400 samples, the count written with a thousands separator
+    assert len(ranked) == 2 and "AtomicLoad" in ranked[0] and ranked[0].lstrip().startswith("92.9%")
+    assert "__syncthreads" in ranked[1]
+    (tmp_path / "bad.csv").write_text("no table here\n")
+    assert "no details table" in mod.details(tmp_path / "bad.csv")[0]
+    assert "no source table" in mod.source(tmp_path / "bad.csv", 3)[0]
+
+
+def test_vocab_ab_report_lines_up_the_folders_and_finds_the_fastest_chunks(tmp_path):
+    mod = _module("vocab_ab")
+    assert mod.sweep_chunks(33) == [1, 2, 4, 8, 16, 32, 33] and mod.sweep_chunks(1) == [1]
+    assert mod.sweep_chunks(4) == [1, 2, 4]
+    row = {"family": "spec_target_sample", "setting": "t0.7_p0.9", "B": 1, "C": 33}
+    base, new = tmp_path / "time_vocab_base.json", tmp_path / "time_sampling_test_kernels.json"
+    base.write_text(json.dumps([{**row, "us": 80.0}]))
+    new.write_text(json.dumps([{**row, "us": 60.0}]))
+    os.utime(base, (time.time() - 60, time.time() - 60))  # timed first: the base
+    sweep = [{**row, "C": c, "engine_C": 33, "us": us} for c, us in ((1, 300.0), (16, 40.0), (33, 60.0))]
+    (tmp_path / "sweep_sampling_test_kernels.json").write_text(json.dumps(sweep))
+    lines = mod.report(tmp_path).splitlines()
+    assert lines[0].startswith("| family | setting | B | C | vocab_base us | sampling_test_kernels us |")
+    assert lines[2] == "| spec_target_sample | t0.7_p0.9 | 1 | 33 | 80.0 | 60.0 | 0.750 |"
+    assert lines[-1] == "| spec_target_sample | 1 | 33 | 60.0 | 16 | 40.0 |"
