@@ -188,15 +188,17 @@ def test_greedy_rows_over_chunks_write_their_one_hot_probabilities(sampling_kern
 
 @pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
 def test_temperatures_at_the_float_edges(sampling_kernels, family):
-    """The largest scaled logit is the largest raw logit divided by t (a correctly rounded quotient keeps the
-    order): a t so small that quotients overflow, a subnormal t, and t = +inf (each quotient divided: an infinite
-    logit's is NaN), over rows with infinite, signed-zero and NaN logits; each equals the semantics."""
+    """The largest scaled logit, and top-k's k-th largest, are those of the raw logits divided by t (a correctly
+    rounded quotient keeps the order): a t so small that quotients overflow, a subnormal t, and t = +inf (each
+    quotient divided: an infinite logit's is NaN), over rows with infinite, signed-zero and NaN logits; each
+    equals the semantics."""
     kernel = sampling_kernels.get(family, W, target="c")
     for t in (1e-38, 1e-45, 3e38, float("inf")):
         for chunks in (1, 3):
             gen = torch.Generator().manual_seed(chunks)
             args = _args(family, 2, 3000, gen, "cpu", "nucleus", chunks=chunks)
             args["temperature"].fill_(t)
+            args["top_k"][1] = 7  # the second sequence's rows keep the 7 largest too: the k-th over raw logits
             name = "draft_logits" if family == DRAFT_SAMPLE else "logits"
             x = args[name]
             x[:, 5], x[:, 6], x[:, 7], x[:, 8] = float("inf"), float("-inf"), -0.0, float("nan")
