@@ -35,6 +35,7 @@ import gzip
 import json
 import os
 import platform
+import statistics
 from pathlib import Path
 
 import torch
@@ -59,6 +60,8 @@ __all__ = [
 KERNEL_FIELDS = ("kernel_draft_to_verify_us", "head_us", "kernel_verify_to_draft_us")
 # a draft with its own work after the verification (the block drafts' context projection) also gets these
 POST_VERIFY_FIELDS = kt.PROJECTION_FIGURES
+# the vocabulary pass's kernels (the generated families' entry names hold the family's name)
+VOCAB_KERNELS = ("spec_target_sample", "spec_draft_sample")
 HOST_SERIAL = "baseline"  # the mode whose host computes the boundary updates (profiled on the CPU too)
 
 
@@ -119,6 +122,9 @@ def figures(trace: dict, forward: list[str], draft: list[str] = (), projection: 
     for key in ("kernel_draft_to_verify_us", "kernel_verify_to_draft_us", "kernel_post_verify_us"):
         if key in out:
             out[key.replace("_us", "_steps_us")] = [round(f[key], 3) for f in figs if f.get(key) is not None]
+    vocab = [t for t in kt.named_time(steps, VOCAB_KERNELS) if t > 0]
+    if vocab:  # a sampled run: the vocabulary pass's device time per step
+        out["vocab_kernel_us"] = round(statistics.median(vocab), 3)
     return out
 
 

@@ -36,9 +36,11 @@ LEGEND = (
     "k d->v of the draft graph followed by the bare verify graph (no boundary work); head = the "
     "device time of the boundary work before the forward; capture = capturing the run's graphs "
     "(medians per step); for a block draft, proj = the span of its context projection after the verification "
-    "and k v->d out = k v->d outside it"
+    "and k v->d out = k v->d outside it; for a sampled run, vocab = the vocabulary pass's device time"
 )
-OWN_WORK_COLUMNS = ("projection_us", "kernel_post_verify_us")
+# columns only where some run measured them: a block draft's own work after the verification, a sampled run's
+# vocabulary pass
+OWN_WORK_COLUMNS = ("projection_us", "kernel_post_verify_us", "vocab_kernel_us")
 LOW_ACCEPTANCE = 0.1
 COSTS_FILE = "costs.json"  # the cost model's calibration, beside bench.json
 
@@ -94,6 +96,7 @@ def table(result: dict) -> str:
         ("projection_us", "proj us"),
         ("kernel_post_verify_us", "k v->d out us"),
         ("head_us", "head us"),
+        ("vocab_kernel_us", "vocab us"),
         ("bare_verify_us", "verify us"),
         ("draft_us", "draft us"),
         ("host_syncs_per_step", "syncs/step"),
@@ -101,7 +104,6 @@ def table(result: dict) -> str:
         ("capture_s", "capture s"),
     ]
     ok = ok_runs(result)
-    # a draft's own work after the verification: columns only where some run measured it (the block drafts)
     cols = [(k, h) for k, h in cols if k not in OWN_WORK_COLUMNS or any(r.get(k) is not None for r in ok)]
     rows = [[("" if r.get(k) is None else str(r.get(k))) for k, _ in cols] for r in ok]
     head = [h for _, h in cols]

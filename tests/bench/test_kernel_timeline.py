@@ -354,3 +354,20 @@ def test_post_verify_figures_come_back_from_the_saved_trace(tmp_path):
     again = kt.summarize(kt.step_figures(kt.attribute(events, draft), forward, trace_projection(path)))
     assert again == {k: v for k, v in figures(trace, FORWARD, [], PROJECTION).items() if k in again}
     assert again["kernel_post_verify_us"] == pytest.approx(1.0 + 2.0 + 1.0 + 1.0 + 1.5 + 4.0)
+
+
+def test_a_sampled_step_reports_its_vocabulary_pass_device_time():
+    """``vocab_kernel_us``: the vocabulary pass's kernels (by name) summed per step, the median over the steps;
+    a greedy run, which launches none, has no such figure."""
+    from specgen.bench.profiler import figures
+
+    trace, _ = _trace(steps=3)
+    assert "vocab_kernel_us" not in figures(trace, FORWARD)
+    ev = trace["traceEvents"]
+    greedy = [e for e in ev if e["name"] == "greedy_verify"]
+    for k, e in enumerate(greedy):  # each step's vocabulary pass after its forward, in the verify graph
+        corr = e["args"]["correlation"]
+        ev.append(_x("kernel", "spec_target_sample_kernel", e["ts"] + 1.0, 20.0 + k, corr))
+        if k == 1:  # and a sampling draft's pass in one step
+            ev.append(_x("kernel", "spec_draft_sample_kernel", e["ts"] + 22.0, 6.0, corr))
+    assert figures(trace, FORWARD)["vocab_kernel_us"] == pytest.approx(22.0)  # 20, 27 and 22 us: the median
