@@ -371,11 +371,6 @@ def _post_verify(after: list[DeviceRecord], projection, step: StepKernels, nxt: 
     return out
 
 
-def named_time(steps: dict[int, StepKernels], needles: tuple[str, ...]) -> list[float]:
-    """Per step, the device time (us) of its records whose name contains one of ``needles``."""
-    return [sum(r.dur for r in s.draft + s.verify if any(n in r.name for n in needles)) for s in steps.values()]
-
-
 def classify(step: StepKernels, forward: list[str]) -> list[tuple[DeviceRecord, str]]:
     """One step's device records labelled ``draft``, ``head``, ``forward`` or ``tail`` (for drawing).
 
