@@ -73,12 +73,14 @@ for stage in "$@"; do
     tests) SPECGEN_FAILURES_TO="$out/gpu_failures.txt" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/ 2>&1 | tee "$out/gpu_tests.txt" | tail -40 ;;
     tests-changed)  # the GPU tests of what changed since the last GPU run (TESTS_LIMIT seconds at most): the launcher's
       # occupancy check, the one-launch guard, the context tails, the host mirror, the vocabulary pass, the bench
-      SPECGEN_FAILURES_TO="$out/gpu_failures.txt" timeout ${TESTS_LIMIT:-540} python3 -m pytest -m gpu -q -rfE \
+      SPECGEN_FAILURES_TO="$out/gpu_failures.txt" SPECGEN_SERVE_SOAK_REQUESTS=${SPECGEN_SERVE_SOAK_REQUESTS:-200} \
+        timeout ${TESTS_LIMIT:-540} python3 -m pytest -m gpu -q -rfE \
         -p no:cacheprovider --durations=15 tests/runtime/test_loaders.py tests/runtime/test_device_guard.py \
         tests/codegen/test_vocab_sample.py tests/codegen/test_fuzz_cuda.py tests/runtime/test_sampling_weights.py \
         tests/engine/test_sampling_engine.py tests/engine/modes/test_block.py tests/engine/test_block_context.py \
         tests/runtime/test_verify_graph.py tests/engine/test_engine.py tests/bench/test_block_bench.py \
-        tests/bench/test_bench_kernels.py 2>&1 | tee "$out/gpu_tests_changed.txt" | tail -8
+        tests/bench/test_bench_kernels.py tests/engine/serving/test_loop_cuda.py 2>&1 | tee "$out/gpu_tests_changed.txt" \
+        | tail -8
       for tool in memcheck racecheck; do  # the vocabulary pass's check set (benchmarks/vocab_gpu.py check)
         OUT="$out" timeout 240 compute-sanitizer --tool $tool --error-exitcode 3 python3 benchmarks/vocab_gpu.py check \
           > "$out/sanitize_vocab_$tool.txt" 2>&1
