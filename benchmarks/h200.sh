@@ -29,8 +29,8 @@
 # specgen_kernels, engine_test_kernels, block_test_kernels, hybrid_test_kernels and kbuild-cuda-edge hold it only
 # when built after it was added (commit 64e76d6); tests/engine/serving/test_loop_cuda.py and the CUDA fuzz need it
 # (SPECGEN_SERVE_SOAK_REQUESTS, default 2000, sizes that file's soak).
-# Stages: tests (every GPU test), tests-changed (the GPU tests of the changes since the last GPU run, then
-# compute-sanitizer memcheck and racecheck over the vocabulary pass's check set), serving-tests (the serving loop's, the runtime replay's and the forwards' GPU tests,
+# Stages: tests (every GPU test), tests-changed (the GPU tests of the changes since the last GPU run),
+# sanitize-vocab (compute-sanitizer memcheck and racecheck over the vocabulary pass's check set), serving-tests (the serving loop's, the runtime replay's and the forwards' GPU tests,
 # TESTS_LIMIT seconds at most), engine-tests (tests/models, tests/engine, tests/bench: the reference application),
 # sanitize (the CUDA fuzz of every family under compute-sanitizer memcheck, racecheck, initcheck),
 # block-bench (DFlash depth 15 and DSpark depth 7 drafts, three modes),
@@ -48,7 +48,7 @@
 # one launch at B = 1 and 32 from NCU_KERNELS, default build/sampling_test_kernels).
 # Everything a stage writes goes to OUT_DIR as it runs: give the device call's $OUT, so a run cut at the call's limit
 # still returns what it wrote.
-# Usage: benchmarks/h200.sh OUT_DIR [tests] [tests-changed] [serving-tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
+# Usage: benchmarks/h200.sh OUT_DIR [tests] [tests-changed] [sanitize-vocab] [serving-tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
 #        [bench-sampling] [serve-bench] [attention-sweep] [prefill-speed] [host-profile]
 #        [bench-mtp] [block-bench] [guard-ab] [agreement] [vocab-ab]
 set -u
@@ -80,7 +80,8 @@ for stage in "$@"; do
         tests/engine/test_sampling_engine.py tests/engine/modes/test_block.py tests/engine/test_block_context.py \
         tests/runtime/test_verify_graph.py tests/engine/test_engine.py tests/bench/test_block_bench.py \
         tests/bench/test_bench_kernels.py tests/engine/serving/test_loop_cuda.py 2>&1 | tee "$out/gpu_tests_changed.txt" \
-        | tail -8
+        | tail -8 ;;
+    sanitize-vocab)
       for tool in memcheck racecheck; do  # the vocabulary pass's check set (benchmarks/vocab_gpu.py check)
         OUT="$out" timeout 240 compute-sanitizer --tool $tool --error-exitcode 3 python3 benchmarks/vocab_gpu.py check \
           > "$out/sanitize_vocab_$tool.txt" 2>&1
