@@ -15,15 +15,12 @@ where each phase launches after the previous phase's records have started
 phase's records to the next one, so ``attribute_with_method`` says which
 method it used and the bench records it with the figures.
 
-A mode that runs the draft inside its step graph (``fuses_draft``) launches
-nothing in the draft phase: its draft kernels come with the verify phase's
-replay.  Given the draft's signature (``draft_signature``: the draft graph,
-profiled alone, as its device records' names in order, every copy written
-``COPY``: a small copy is a memcpy node in one capture and a copy kernel in
-another), ``attribute_with_method(events, draft)`` finds it among one
-stream's records of such a verify phase and moves every record that starts
-from its first to its last matched record back to the draft; the draft's own
-trailing copies (its hand-over into the step buffers) stay the draft's.
+A mode that runs the draft inside its step graph (``fuses_draft``) launches nothing in the draft phase: its
+draft kernels come with the verify phase's replay.  Given the draft's signature (``draft_signature``: the
+draft graph, profiled alone, as its device records' names in order, every copy written ``COPY``: a small copy
+is a memcpy node in one capture and a copy kernel in another), ``attribute_with_method(events, draft)`` finds
+it among one stream's records of such a verify phase and moves every record that starts from its first to its
+last matched record back to the draft; the draft's own trailing copies (its hand-over) stay the draft's.
 
 Within a step's verify phase the *target forward* is found by its kernel
 names: the bare forward graph, profiled alone, gives the name sequence, and
@@ -37,11 +34,10 @@ elsewhere).  Per step::
     head_us                    device time of the forward stream's verify-phase records before the forward
     kernel_verify_to_draft_us  next step's first draft record start - last forward kernel end
 
-A draft whose own computation runs after the verification, inside the step
-graph (the block drafts' context projection: ``Proposer.draft_work_after_verify``),
-is found the same way, by its kernel names (profiled alone) among the forward
-stream's kernels after the forward; the verify->draft gap less its span is the
-boundary's own part of the gap::
+A draft's own work after the verification, inside the step graph (the block drafts' context projection:
+``Proposer.draft_work_after_verify``), is found by its kernel names (profiled alone) among the step's kernels
+after the forward, on any stream (the captured tail and projection may run on another stream than the
+forward's); the verify->draft gap less its span is the boundary's own part of the gap::
 
     projection_us              last projection kernel end - first projection kernel start
     kernel_post_verify_us      kernel_verify_to_draft_us - projection_us
@@ -59,6 +55,7 @@ import json
 import re
 import statistics
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 
 from ..engine.profiling import PHASE_PREFIX, phase_name
@@ -345,15 +342,18 @@ def step_figures(
             if nxt is not None and nxt.draft:
                 first_draft = min(r.start for r in nxt.draft)
                 gap = fig["kernel_verify_to_draft_us"] = first_draft - fwd_last.end
-                if projection:
-                    fig.update(_post_verify(kernels[at + len(forward) :], projection, s, nxt, fwd_last.end, gap))
+                if projection:  # the tail and the projection may run on another stream than the forward's
+                    after = sorted(
+                        (r for r in s.verify if r.cat == "kernel" and r.start >= fwd_last.end), key=attrgetter("start")
+                    )
+                    fig.update(_post_verify(after, projection, s, nxt, fwd_last.end, gap))
         out.append(fig)
     return out
 
 
 def _post_verify(after: list[DeviceRecord], projection, step: StepKernels, nxt: StepKernels, lo: float, gap: float):
     """``PROJECTION_FIGURES`` of one verify->draft gap from ``lo`` (the forward's end), ``gap`` us long;
-    ``after``: the forward stream's kernels after the forward."""
+    ``after``: the step's kernels after the forward, on every stream, in start order."""
     hi = lo + gap
     busy, idle = lo, 0.0  # a sweep over every device record of the two steps, clipped to the gap
     for r in sorted(step.draft + step.verify + nxt.draft + nxt.verify, key=lambda r: r.start):

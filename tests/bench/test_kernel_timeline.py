@@ -269,7 +269,7 @@ def test_a_read_back_is_the_turnaround_after_the_sync_and_a_late_launch_no_switc
 PROJECTION = ["fc", "norm", "k_proj", "kv_write"]
 
 
-def _block_trace(steps=3, projection_gap=0.5, tail_gap=1.0, switch=4.0, side=None):
+def _block_trace(steps=3, projection_gap=0.5, tail_gap=1.0, switch=4.0, side=None, tail_tid=1):
     """Block-draft steps: the draft graph, then the step graph (forward; a tail kernel; the context projection,
     ``projection_gap`` us between its kernels; next-block inputs), ``switch`` us before the next draft.
     ``side``: (start after the forward's end, duration) of a record on another stream inside the gap."""
@@ -288,15 +288,15 @@ def _block_trace(steps=3, projection_gap=0.5, tail_gap=1.0, switch=4.0, side=Non
             ev.append(_x("kernel", name, dev, 10.0, corr))
             dev += 10.0
         fwd_end = dev
-        ev.append(_x("kernel", "context_tail", dev + tail_gap, 2.0, corr))
+        ev.append(_x("kernel", "context_tail", dev + tail_gap, 2.0, corr, tid=tail_tid))
         dev += tail_gap + 2.0 + tail_gap
         first = dev
         for name in PROJECTION:
-            ev.append(_x("kernel", name, dev, 3.0, corr))
+            ev.append(_x("kernel", name, dev, 3.0, corr, tid=tail_tid))
             dev += 3.0 + projection_gap
         dev -= projection_gap
         span = dev - first
-        ev.append(_x("kernel", "next_block_inputs", dev + tail_gap, 1.5, corr))
+        ev.append(_x("kernel", "next_block_inputs", dev + tail_gap, 1.5, corr, tid=tail_tid))
         dev += tail_gap + 1.5
         if side is not None:
             ev.append(_x("kernel", "side_work", fwd_end + side[0], side[1], corr, tid=2))
@@ -371,3 +371,13 @@ def test_a_sampled_step_reports_its_vocabulary_pass_device_time():
         if k == 1:  # and a sampling draft's pass in one step
             ev.append(_x("kernel", "spec_draft_sample_kernel", e["ts"] + 22.0, 6.0, corr))
     assert figures(trace, FORWARD)["vocab_kernel_us"] == pytest.approx(22.0)  # 20, 27 and 22 us: the median
+
+
+def test_a_projection_on_another_stream_than_the_forward_is_found():
+    """In the captured step graph the tail and the context projection ran on the capture stream, the forward on
+    another (the H200 trace of the tiny DFlash and DSpark runs): the projection is looked for on every stream."""
+    trace, expect = _block_trace(steps=3, tail_tid=2)
+    figs = kt.step_figures(kt.attribute(kt.load_trace(trace)), FORWARD, PROJECTION)
+    for k in range(2):
+        assert figs[k]["projection_us"] == pytest.approx(expect[k]["span"])
+        assert figs[k]["kernel_post_verify_us"] == pytest.approx(expect[k]["gap"] - expect[k]["span"])
