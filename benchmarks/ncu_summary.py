@@ -51,31 +51,33 @@ def details(path: Path) -> list[str]:
 
 
 def source(path: Path, top: int) -> list[str]:
-    rows = _rows(path)
-    if not rows:
-        return [f"{path}: no source table (is it ncu --page source --csv?)"]
-    cols = list(rows[0])
-    samples = next((c for c in cols if "Sampl" in c and "Not" not in c), None)
-    text = next((c for c in cols if c.strip().lower() in ("source", "source code")), None) or next(
-        (c for c in cols if "Source" in c), None
-    )
-    line = next((c for c in cols if c.strip() in ("#", "Line", "Line Number")), None)
-    if samples is None or text is None:
-        return [f"{path}: no sample or source column among {cols[:12]}"]
-
-    def count(r: dict) -> float:
-        try:
-            return float((r.get(samples) or "0").replace(",", ""))
-        except ValueError:
-            return 0.0
-
-    total = sum(count(r) for r in rows) or 1.0
-    best = sorted(rows, key=count, reverse=True)[:top]
-    return [
-        f"{count(r) / total * 100:5.1f}%  {(r.get(line) or '') if line else '':>6}  {(r.get(text) or '').strip()[:110]}"
-        for r in best
-        if count(r) > 0
-    ]
+    """The ``top`` source lines by warp-state samples. The page is one table, or (ncu 2025+) one table per source
+    file, each after a ``"File Path"`` row, whose SASS rows under a source line have no line number."""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    found, where, cols = [], "", None
+    for row in csv.reader(ln for ln in lines if ln.startswith('"')):
+        if row and row[0] == "File Path":
+            where = Path(row[1]).name if len(row) > 1 else ""
+        elif any("Sampl" in c for c in row):  # a table's header: the first sample, source and line columns
+            sample = next(k for k, c in enumerate(row) if "Sampl" in c and "Not" not in c)
+            text = next((k for k, c in enumerate(row) if c.strip() in ("Source", "Source Code")), None)
+            line = next((k for k, c in enumerate(row) if c.strip() in ("#", "Line", "Line No", "Line Number")), None)
+            cols = (sample, text, line) if text is not None else None
+        elif cols is not None and len(row) > max(k for k in cols if k is not None):
+            sample, text, line = cols
+            number = row[line] if line is not None else ""
+            if line is not None and not number:
+                continue  # a SASS row under its source line
+            try:
+                count = float(row[sample].replace(",", "") or 0)
+            except ValueError:
+                continue
+            found.append((count, f"{where}:" if where else "", number, row[text].strip()))
+    if not found:
+        return [f"{path}: no source table with samples (is it ncu --page source --csv?)"]
+    total = sum(c for c, *_ in found) or 1.0
+    best = sorted(found, key=lambda f: f[0], reverse=True)[:top]
+    return [f"{c / total * 100:5.1f}%  {w}{n:>6}  {t[:110]}" for c, w, n, t in best if c > 0]
 
 
 def main(argv: list[str]) -> int:

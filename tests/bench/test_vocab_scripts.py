@@ -65,3 +65,26 @@ def test_vocab_ab_report_lines_up_the_folders_and_finds_the_fastest_chunks(tmp_p
     assert lines[0].startswith("| family | setting | B | C | vocab_base us | sampling_test_kernels us |")
     assert lines[2] == "| spec_target_sample | t0.7_p0.9 | 1 | 33 | 80.0 | 60.0 | 0.750 |"
     assert lines[-1] == "| spec_target_sample | 1 | 33 | 60.0 | 16 | 40.0 |"
+
+
+SECTIONED = """"File Path","/usr/local/cuda/include/atomic.h"
+"Function Name","spec_target_sample__any_kernel"
+"Line No","Source","Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)"
+"102","return __ullAtomicAdd(address, val);","-","-","30","20"
+"","","0x7f00","      ATOMG.E.ADD.64","30","20"
+"File Path","/tmp/spec_target_sample__any.cu"
+"Function Name","spec_target_sample__any_kernel"
+"Line No","Source","Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)"
+"955","condval = AtomicLoad(p);","-","-","70","60"
+"","","0x7f10","      LD.E.64.STRONG.GPU","70","60"
+"""
+
+
+def test_ncu_summary_reads_the_per_file_source_tables_of_newer_ncu(tmp_path):
+    mod = _module("ncu_summary")
+    (tmp_path / "s.csv").write_text(SECTIONED)
+    ranked = mod.source(tmp_path / "s.csv", 5)
+    assert len(ranked) == 2  # the SASS rows under each source line are not lines of their own
+    assert ranked[0].lstrip().startswith("70.0%") and "spec_target_sample__any.cu:" in ranked[0]
+    assert "955" in ranked[0] and "AtomicLoad" in ranked[0]
+    assert ranked[1].lstrip().startswith("30.0%") and "atomic.h:" in ranked[1] and "__ullAtomicAdd" in ranked[1]
