@@ -88,3 +88,38 @@ def test_ncu_summary_reads_the_per_file_source_tables_of_newer_ncu(tmp_path):
     assert ranked[0].lstrip().startswith("70.0%") and "spec_target_sample__any.cu:" in ranked[0]
     assert "955" in ranked[0] and "AtomicLoad" in ranked[0]
     assert ranked[1].lstrip().startswith("30.0%") and "atomic.h:" in ranked[1] and "__ullAtomicAdd" in ranked[1]
+
+
+KERNEL = """extern "C" __global__ void k(int64_t* __restrict__ vocab_parts, int B, int C, int W);
+extern "C" __global__ void __launch_bounds__(1024, 1) k(int64_t* __restrict__ vocab_parts, int B, int C, int W) {
+  int x = 0;
+  __syncthreads();
+  for (int i = 0; i < 3; ++i) {
+    __syncthreads();
+  }
+}"""
+
+
+def test_vocab_trace_stamps_every_sync_of_block_zero_and_folds_a_loop_into_one_run():
+    mod = _module("vocab_trace")
+    text, sites = mod.stamped(KERNEL, "B * W")
+    assert sites == [4, 6]  # the two syncs' source lines
+    lines = text.split("\n")
+    assert "int64_t sg_n = 0;" in lines[2] and "| 255;" in lines[2]  # the entry stamp opens the body
+    assert all("blockIdx.x == 0" in ln and "(int64_t)(B * W) * (int64_t)C" in ln for ln in lines if "sg_n++" in ln)
+    assert sum("sg_n++" in ln for ln in lines) == 3
+    # entry at 100; site 0 at 150; site 1 three times (a loop), then zero slots end the stamps
+    col = [100 << 8 | 255, 150 << 8 | 0, 160 << 8 | 1, 170 << 8 | 1, 300 << 8 | 1, 0, 7 << 8 | 0]
+    runs = mod.decode(col, sites)
+    assert runs == [
+        {"site": 0, "line": 4, "cycles": 50, "times": 1, "at": 50},
+        {"site": 1, "line": 6, "cycles": 150, "times": 3, "at": 200},
+    ]
+    assert mod.decode([150 << 8 | 0], sites) == []  # no entry stamp: nothing to time from
+    too_many = "\n".join([KERNEL.split("\n")[1]] + ["__syncthreads();"] * 256)
+    try:
+        mod.stamped(too_many, "B")
+    except ValueError as e:
+        assert "more than 255 syncs" in str(e)
+    else:
+        raise AssertionError("256 syncs were stamped")

@@ -1,0 +1,160 @@
+"""Where one block of the vocabulary pass spends its time: a copy of a build folder whose vocabulary kernels stamp
+the SM's cycle counter after every block-wide synchronisation, and a run that reads the stamps back.
+
+Usage:
+    python benchmarks/vocab_trace.py copy SRC DST        DST: SRC's cuda variants, the three vocabulary kernels
+                                                         recompiled from their sources with the stamps (nvcc)
+    python benchmarks/vocab_trace.py run DST [B ...]     per B (default 1 8 32), spec_target_sample and
+                                                         spec_draft_sample at temperature 0.7 with top-p 0.9 and at
+                                                         the engine's C; OUT/vocab_trace.json and a Markdown table
+
+The stamps: thread 0 of block 0 (row 0, chunk 0) writes ``clock64() << 8 | site`` after each ``__syncthreads()``
+of the generated source (site = the sync's order in the source, 255 the kernel's entry) into the workspace's
+unused column ``vocab_parts[..., 3]``, one slot per (row, chunk) in turn, as many as the workspace has (a longer
+run of syncs loses its tail). No other block writes a stamp, and the kernel reads nothing of that column, so every
+output is the build's own. A stamp costs block 0 a store per sync: the figures are the block's phases as they
+run with it, for finding the long ones, not a timing of the pass (``vocab_ab.py time`` is that).
+
+Each row of the table is one run of the syncs between two stamps; the source line of the sync names the phase
+(the ``.cu`` beside the cubin in DST).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+VOCAB = ("spec_target_sample", "spec_target_sample_dense", "spec_draft_sample")
+ENTRY = 255
+SYNC = "__syncthreads();"
+
+
+def stamped(src: str, rows: str) -> tuple[str, list[int]]:
+    """``src`` with a stamp after each sync and at the kernel's entry; the 1-based source line of each site."""
+    lines = src.split("\n")
+    start = next(n for n, ln in enumerate(lines) if "__launch_bounds__" in ln and ln.rstrip().endswith("{"))
+    limit = f"(int64_t)({rows}) * (int64_t)C"
+    put = (
+        "if (threadIdx.x == 0 && blockIdx.x == 0) {{ if (sg_n < {limit}) "
+        "{{ vocab_parts[sg_n * 4 + 3] = (((int64_t)clock64()) << 8) | {site}; }} sg_n++; }}"
+    )
+    sites, out = [], []
+    for n, ln in enumerate(lines):
+        if SYNC in ln:
+            if len(sites) >= ENTRY:
+                raise ValueError(f"more than {ENTRY} syncs in the source")
+            ln = ln.replace(SYNC, SYNC + " " + put.format(limit=limit, site=len(sites)))
+            sites.append(n + 1)
+        out.append(ln)
+        if n == start:
+            out.append("  int64_t sg_n = 0; " + put.format(limit=limit, site=ENTRY))
+    return "\n".join(out), sites
+
+
+def copy(src: Path, dst: Path) -> None:
+    from specgen.codegen.lower import include_dirs
+
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("c"))
+    manifest = json.loads((dst / "manifest.json").read_text())
+    manifest["variants"] = [v for v in manifest["variants"] if v["target"] == "cuda"]
+    sites = {}
+    for v in manifest["variants"]:
+        if v["family"] not in VOCAB:
+            continue
+        cu = dst / v["source"]
+        text, sites[v["family"]] = stamped(cu.read_text(), "B" if v["family"] == "spec_draft_sample" else "B * W")
+        cu.write_text(text)
+        art = dst / v["artifact"]
+        cmd = ["nvcc", "-cubin", f"-arch={v['arch']}", "-std=c++17", "-w", *[f"-I{d}" for d in include_dirs()]]
+        subprocess.run([*cmd, "-o", str(art), str(cu)], check=True)
+        v["sha256"] = hashlib.sha256(art.read_bytes()).hexdigest()
+    (dst / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    (dst / "trace_sites.json").write_text(json.dumps(sites, indent=1))
+    print(f"{dst}: {', '.join(f'{f} {len(s)} sites' for f, s in sites.items())}")
+
+
+def decode(col: list[int], sites: list[int]) -> list[dict]:
+    """The stamps in order (a zero slot ends them) as runs: from the stamp before to this one, in cycles."""
+    n = col.index(0) if 0 in col else len(col)
+    stamps = [(v >> 8, v & 255) for v in col[:n]]
+    if not stamps or stamps[0][1] != ENTRY:
+        return []
+    t0, runs = stamps[0][0], []
+    for (ta, _), (tb, site) in zip(stamps, stamps[1:]):
+        line = sites[site] if site < len(sites) else None
+        if runs and runs[-1]["site"] == site:  # the same sync again (a loop): one run
+            runs[-1]["cycles"] += tb - ta
+            runs[-1]["times"] += 1
+        else:
+            runs.append({"site": site, "line": line, "cycles": tb - ta, "times": 1})
+        runs[-1]["at"] = tb - t0
+    return runs
+
+
+def run(folder: str, batches: list[int]) -> list[dict]:
+    import torch
+
+    from specgen.runtime.library import load_library
+    from specgen.specializations.vocab_sample import vocab_chunks
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from vocab_ab import FAMS, V, W, launcher, rows_of
+
+    torch.cuda.init()
+    lib = load_library(folder)
+    sites = json.loads((Path(folder) / "trace_sites.json").read_text())
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    res = []
+    for batch in batches:
+        for fam in FAMS:
+            rows = batch if fam == "spec_draft_sample" else batch * W
+            chunks = vocab_chunks(rows, V, sms)
+            d = rows_of(fam, batch, 0.7, 0.9)
+            fn = launcher(lib.get(fam, W, target="cuda"), fam, d, rows, chunks)
+            ws = fn.workspace["vocab_parts"]
+            for _ in range(3):  # the last launch's stamps (each launch writes every slot it reaches again)
+                ws[..., 3].zero_()
+                fn()
+            torch.cuda.synchronize()
+            runs = decode(ws[..., 3].flatten().tolist(), sites[fam])
+            res.append({"family": fam, "B": batch, "C": chunks, "runs": runs})
+            total = runs[-1]["at"] if runs else 0
+            print(f"{fam} B={batch} C={chunks}: {len(runs)} runs, {total} cycles to the last stamp", flush=True)
+    return res
+
+
+def table(res: list[dict], clock_mhz: float) -> str:
+    out = []
+    for r in res:
+        out += ["", f"{r['family']}, B = {r['B']}, C = {r['C']} (cycles at {clock_mhz:.0f} MHz)", ""]
+        out += ["| run | .cu line | syncs | cycles | us | at us |", "|--:|--:|--:|--:|--:|--:|"]
+        for n, x in enumerate(r["runs"]):
+            us, at = x["cycles"] / clock_mhz, x["at"] / clock_mhz
+            out.append(f"| {n} | {x['line']} | {x['times']} | {x['cycles']} | {us:.2f} | {at:.2f} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["copy"] and len(argv) == 3:
+        copy(Path(argv[1]), Path(argv[2]))
+        return
+    if argv[:1] != ["run"] or len(argv) < 2:
+        sys.exit(__doc__)
+    res = run(argv[1], [int(b) for b in argv[2:]] or [1, 8, 32])
+    mhz = float(os.environ.get("SM_MHZ", "1980"))  # the H200's top SM clock, where it runs a busy kernel
+    out = Path(os.environ.get("OUT", "."))
+    (out / "vocab_trace.json").write_text(json.dumps({"sm_mhz": mhz, "launches": res}, indent=1))
+    text = table(res, mhz)
+    (out / "vocab_trace.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
