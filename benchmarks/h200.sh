@@ -45,7 +45,8 @@
 # benchmarks/sweep_agreement.py; run after bench, DEPTHS as there).
 # vocab-ab (the vocabulary pass: benchmarks/vocab_gpu.py check of the sampling build, then vocab_ab.py time over
 # VOCAB_BASE (default build/vocab_base) against build/sampling_test_kernels, the C sweep of the latter, and ncu of
-# one launch at B = 1 and 32 from NCU_KERNELS, default build/sampling_test_kernels).
+# one launch at B = 1 and 32 from NCU_KERNELS, default build/sampling_test_kernels; where build/vocab_trace is carried,
+# block 0's phases: benchmarks/vocab_trace.py).
 # Everything a stage writes goes to OUT_DIR as it runs: give the device call's $OUT, so a run cut at the call's limit
 # still returns what it wrote.
 # Usage: benchmarks/h200.sh OUT_DIR [tests] [tests-changed] [sanitize-vocab] [serving-tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
@@ -83,7 +84,8 @@ for stage in "$@"; do
         | tail -8 ;;
     sanitize-vocab)
       for tool in memcheck racecheck; do  # the vocabulary pass's check set (benchmarks/vocab_gpu.py check)
-        OUT="$out" timeout 240 compute-sanitizer --tool $tool --error-exitcode 3 python3 benchmarks/vocab_gpu.py check \
+        OUT="$out" timeout 300 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 3 \
+          python3 benchmarks/vocab_gpu.py check \
           > "$out/sanitize_vocab_$tool.txt" 2>&1
         echo "compute-sanitizer --tool $tool on the vocabulary pass: exit $?"; grep -E "ERROR SUMMARY|checks" "$out/sanitize_vocab_$tool.txt" | tail -2
       done ;;
@@ -193,6 +195,10 @@ s.sort_stats('cumtime').print_stats('runtime/', 45); s.sort_stats('tottime').pri
       OUT="$out" python3 benchmarks/vocab_ab.py sweep build/sampling_test_kernels 2>&1 | grep -c "'us'" \
         | sed 's/^/vocab-ab sweep: /'
       python3 benchmarks/vocab_ab.py report "$out" 2>&1 | tee "$out/vocab_ab.md"
+      if [ -d build/vocab_trace ]; then  # block 0's phases (benchmarks/vocab_trace.py copy of the sampling build)
+        OUT="$out" python3 benchmarks/vocab_trace.py run build/vocab_trace 1 8 32 > "$out/vocab_trace.log" 2>&1
+        grep cycles "$out/vocab_trace.log"
+      fi
       for b in 1 32; do  # one launch of spec_target_sample under Nsight Compute (B = 1 at the engine's C, B = 32 at C = 1)
         timeout 240 ncu --set full --import-source yes -k regex:spec_target_sample --launch-skip 2 --launch-count 1 \
           -f -o "$out/ncu_vocab_b$b" python3 benchmarks/vocab_ab.py ncu ${NCU_KERNELS:-build/sampling_test_kernels} $b \
