@@ -10,12 +10,16 @@ from the same build's cuda target, through the runtime's launcher.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracles.vocab_check import check_against_semantics
 
+from specgen.codegen.templates import render_variant
+from specgen.specializations.variants import VariantSpec
 from specgen.specializations.vocab_sample import (
     DRAFT_SAMPLE,
     MAX_VOCAB_TOKENS,
@@ -213,6 +217,23 @@ def test_a_vocabulary_past_the_tiles_is_left_alone(sampling_kernels):
     args = _args(DRAFT_SAMPLE, 1, MAX_VOCAB_TOKENS + 1, gen, "cpu")
     sampling_kernels.get(DRAFT_SAMPLE, W, target="c")(*args.values())
     assert (args["sampled_tokens"] == -7).all() and (args["draft_dist"] == -7).all()
+
+
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+def test_cuda_shared_sums_take_32_bit_atomics_and_the_trees_fold_by_shuffles(family):
+    """sm_90 compiles a 64-bit shared atomic add to a compare-and-swap loop: the cuda source adds the block's
+    sums (histogram, tile sums) as uint32 halves, and the only 64-bit shared array it adds into atomically is
+    the candidate keys' (one add a slot). The max and argmax trees are warp shuffles, not ten-step trees."""
+    text = render_variant(VariantSpec(family, W), "cuda")
+    shared = dict(re.findall(r'(\w+) = T\.alloc_shared\(\([^)]*\), "(\w+)"', text))
+    added = set(re.findall(r"T\.atomic_add\((\w+)\[", text))
+    added |= set(re.findall(r'"atomicAdd", T\.address_of\((\w+)\[', text))
+    assert {a for a in added if a in shared and shared[a].endswith("64")} == {"cand"}
+    assert {a for a in added if a in shared} == {"hist_lo", "hist_hi", "tiles_lo", "tiles_hi", "si", "cand"}
+    assert all(shared[a] == "uint32" for a in ("hist_lo", "hist_hi", "tiles_lo", "tiles_hi"))
+    assert "hist =" not in text and "T.shift_right(512" not in text and text.count("T.shfl_xor") >= 2 * 5 * 4
+    c = render_variant(VariantSpec(family, W), "c")  # the c target: plain adds, the same split arrays
+    assert "T.atomic_add" not in c and "atomicAdd" not in c and "hist_lo" in c
 
 
 @pytest.mark.gpu
