@@ -21,21 +21,33 @@ from specgen.codegen.lower import include_dirs
 VOCAB = ("spec_target_sample", "spec_target_sample_dense", "spec_draft_sample")
 
 
-def main(src: Path, dst: Path) -> None:
+def recompiled_copy(src: Path, dst: Path, flags: list[str], transform=None) -> list[dict]:
+    """``dst``: ``src``'s cuda variants, the vocabulary pass's cubins recompiled from their sources with the extra
+    nvcc ``flags`` (``transform(family, source)`` rewrites each source first), their sha256 renewed in the
+    manifest; the rewritten variants' manifest entries."""
     if dst.exists():
         shutil.rmtree(dst)
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("c"))
     manifest = json.loads((dst / "manifest.json").read_text())
     manifest["variants"] = [v for v in manifest["variants"] if v["target"] == "cuda"]
+    done = []
     for v in manifest["variants"]:
         if v["family"] in VOCAB:
-            art = dst / v["artifact"]
+            cu, art = dst / v["source"], dst / v["artifact"]
+            if transform is not None:
+                cu.write_text(transform(v["family"], cu.read_text()))
             inc = [f"-I{d}" for d in include_dirs()]
-            cmd = ["nvcc", "-cubin", f"-arch={v['arch']}", "-std=c++17", "-w", "-lineinfo", *inc]
-            subprocess.run([*cmd, "-o", str(art), str(dst / v["source"])], check=True)
+            cmd = ["nvcc", "-cubin", f"-arch={v['arch']}", "-std=c++17", "-w", *flags, *inc]
+            subprocess.run([*cmd, "-o", str(art), str(cu)], check=True)
             v["sha256"] = hashlib.sha256(art.read_bytes()).hexdigest()
+            done.append(v)
     (dst / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    print(f"{dst}: {len(manifest['variants'])} cuda variants")
+    return done
+
+
+def main(src: Path, dst: Path) -> None:
+    recompiled_copy(src, dst, ["-lineinfo"])
+    print(f"{dst}: {len(json.loads((dst / 'manifest.json').read_text())['variants'])} cuda variants")
 
 
 if __name__ == "__main__":

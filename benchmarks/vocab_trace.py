@@ -21,11 +21,8 @@ Each row of the table is one run of the syncs between two stamps; the source lin
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -57,25 +54,16 @@ def stamped(src: str, rows: str) -> tuple[str, list[int]]:
 
 
 def copy(src: Path, dst: Path) -> None:
-    from specgen.codegen.lower import include_dirs
+    sys.path.insert(0, str(Path(__file__).parent))
+    from lineinfo_copy import recompiled_copy
 
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("c"))
-    manifest = json.loads((dst / "manifest.json").read_text())
-    manifest["variants"] = [v for v in manifest["variants"] if v["target"] == "cuda"]
     sites = {}
-    for v in manifest["variants"]:
-        if v["family"] not in VOCAB:
-            continue
-        cu = dst / v["source"]
-        text, sites[v["family"]] = stamped(cu.read_text(), "B" if v["family"] == "spec_draft_sample" else "B * W")
-        cu.write_text(text)
-        art = dst / v["artifact"]
-        cmd = ["nvcc", "-cubin", f"-arch={v['arch']}", "-std=c++17", "-w", *[f"-I{d}" for d in include_dirs()]]
-        subprocess.run([*cmd, "-o", str(art), str(cu)], check=True)
-        v["sha256"] = hashlib.sha256(art.read_bytes()).hexdigest()
-    (dst / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+    def stamp(family: str, text: str) -> str:
+        text, sites[family] = stamped(text, "B" if family == "spec_draft_sample" else "B * W")
+        return text
+
+    recompiled_copy(src, dst, [], stamp)
     (dst / "trace_sites.json").write_text(json.dumps(sites, indent=1))
     print(f"{dst}: {', '.join(f'{f} {len(s)} sites' for f, s in sites.items())}")
 
