@@ -7,6 +7,9 @@ Usage:
     python benchmarks/vocab_trace.py run DST [B ...]     per B (default 1 8 32), spec_target_sample and
                                                          spec_draft_sample at temperature 0.7 with top-p 0.9 and at
                                                          the engine's C; OUT/vocab_trace.json and a Markdown table
+    python benchmarks/vocab_trace.py plot OUT.png NAME=TRACE.json ...   block 0's phases of each trace's launches
+                                                         (family and B as in the first), one bar per trace, the
+                                                         phases over 1 us named by their time
 
 The stamps: thread 0 of block 0 (row 0, chunk 0) writes ``clock64() << 8 | site`` after each ``__syncthreads()``
 of the generated source (site = the sync's order in the source, 255 the kernel's entry) into the workspace's
@@ -132,7 +135,58 @@ def table(res: list[dict], clock_mhz: float) -> str:
     return "\n".join(out)
 
 
+def _cut(launch: dict) -> bool:
+    """Whether the launch's syncs outnumbered its slots (recorded since the ``cut`` flag; before, inferred from
+    the stamp count: one slot per row and chunk, vocab_ab's W = 4 rows a sequence for the target families)."""
+    if "cut" in launch:
+        return bool(launch["cut"])
+    rows = launch["B"] * (1 if launch["family"] == "spec_draft_sample" else 4)
+    return 1 + sum(r["times"] for r in launch["runs"]) >= rows * launch["C"]
+
+
+def plot(out: Path, traces: list[tuple[str, dict]]) -> None:
+    """A picture of block 0's phases: per launch of the first trace (family, B), one horizontal bar per trace,
+    each run of syncs a segment (alternating shades), the runs over 1 us labelled with their time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [(r["family"], r["B"]) for r in traces[0][1]["launches"]]
+    fig, axes = plt.subplots(len(keys), 1, figsize=(11, 1.1 + 0.55 * len(traces) * len(keys)), squeeze=False)
+    for ax, (fam, batch) in zip(axes[:, 0], keys):
+        longest = 0.0
+        for y, (name, data) in enumerate(traces):
+            mhz = data.get("sm_mhz", 1980.0)
+            hit = [r for r in data["launches"] if (r["family"], r["B"]) == (fam, batch)]
+            if not hit:
+                continue
+            left = 0.0
+            for n, run in enumerate(hit[0]["runs"]):
+                us = run["cycles"] / mhz
+                ax.barh(y, us, left=left, color=("#4c72b0", "#9bb5d9")[n % 2], edgecolor="white", linewidth=0.3)
+                if us >= 1.0:
+                    ax.text(left + us / 2, y, f"{us:.1f}", ha="center", va="center", fontsize=6, color="black")
+                left += us
+            cut = " (the slots ran out: later syncs unstamped)" if _cut(hit[0]) else ""
+            ax.text(left, y, f"  {left:.1f} us{cut}", va="center", fontsize=7)
+            longest = max(longest, left)
+        chunks = hit[0]["C"] if hit else "?"
+        ax.set_yticks(range(len(traces)), [name for name, _ in traces], fontsize=7)
+        ax.set_xlim(0, longest * 1.12 or 1)
+        ax.set_title(f"{fam}, B = {batch}, C = {chunks}: block 0 from entry to its last sync", fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+    axes[-1, 0].set_xlabel("us at the SM clock (one segment: the work between two block-wide syncs)", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["plot"] and len(argv) >= 3 and all("=" in a for a in argv[2:]):
+        named = [a.split("=", 1) for a in argv[2:]]
+        plot(Path(argv[1]), [(n, json.loads(Path(f).read_text())) for n, f in named])
+        print(f"wrote {argv[1]}")
+        return
     if argv[:1] == ["copy"] and len(argv) == 3:
         copy(Path(argv[1]), Path(argv[2]))
         return

@@ -123,3 +123,17 @@ def test_vocab_trace_stamps_every_sync_of_block_zero_and_folds_a_loop_into_one_r
         assert "more than 255 syncs" in str(e)
     else:
         raise AssertionError("256 syncs were stamped")
+
+
+def test_vocab_trace_plot_draws_one_bar_per_trace_and_says_where_the_slots_ran_out(tmp_path, capsys):
+    mod = _module("vocab_trace")
+    runs = [{"site": 0, "line": 4, "cycles": 1980 * 3, "times": 1, "at": 1980 * 3}]
+    full = {"family": "spec_target_sample", "B": 1, "C": 2, "runs": runs * 3}  # 1 + 3 stamps, 4 * 2 slots
+    short = {"family": "spec_draft_sample", "B": 1, "C": 2, "runs": runs}  # 1 + 1 stamps in 2 slots: cut
+    assert not mod._cut(full) and mod._cut(short) and not mod._cut({**short, "cut": False})
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"sm_mhz": 1980.0, "launches": [full, short]}))
+    out = tmp_path / "phases.png"
+    mod.main(["plot", str(out), f"base={tmp_path / 'a.json'}", f"new={tmp_path / 'b.json'}"])
+    assert out.stat().st_size > 1000 and out.read_bytes()[:4] == b"\x89PNG"
+    assert f"wrote {out}" in capsys.readouterr().out
