@@ -41,6 +41,7 @@
 # serve-bench (specgen serve-bench: Qwen3-0.6B shapes, MTP depth 3, rates 8/s, 48/s and all at once, a closed loop of 32).
 # guard-ab (the device guard's TPOT cost: specgen alone, depth 3, B = 1, 8, 32, PAIRS interleaved runs with and
 # without --no-device-guard, then one profiled run of each at B = 1 and 8 and benchmarks/trace_diff.py over them),
+# block-ab (the block drafts, specgen alone: BASE's source tree against the checkout, ROUNDS rounds),
 # agreement (specgen alone, the bench stage's settings: its kernel-level figures against the four-mode sweep's,
 # benchmarks/sweep_agreement.py; run after bench, DEPTHS as there).
 # vocab-ab (the vocabulary pass: benchmarks/vocab_gpu.py check of the sampling build, then vocab_ab.py time over
@@ -51,7 +52,7 @@
 # still returns what it wrote.
 # Usage: benchmarks/h200.sh OUT_DIR [tests] [tests-changed] [sanitize-vocab] [serving-tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
 #        [bench-sampling] [serve-bench] [attention-sweep] [prefill-speed] [host-profile]
-#        [bench-mtp] [block-bench] [guard-ab] [agreement] [vocab-ab]
+#        [bench-mtp] [block-bench] [block-ab] [guard-ab] [agreement] [vocab-ab]
 set -u
 out=$1; shift
 mkdir -p "$out"
@@ -160,6 +161,13 @@ for stage in "$@"; do
       python3 -c "import pstats, sys; s = pstats.Stats(sys.argv[1]); s.sort_stats('cumtime').print_callees('_loop')
 s.sort_stats('cumtime').print_stats('runtime/', 45); s.sort_stats('tottime').print_stats(25)" "$out/host.prof" > "$out/host_profile.txt" 2>&1
       grep -A30 "_loop" "$out/host_profile.txt" | cut -c1-170 | head -30 ;;
+    block-ab)  # the block-bench's DFlash and DSpark drafts, specgen alone, BASE (a source tree, e.g. git archive main |
+      # tar -x -C .snap/base, carried) against the checkout, ROUNDS rounds each (benchmarks/tree_ab.sh)
+      for spec in "dflash 15" "dspark 7"; do set -- $spec
+        bash benchmarks/tree_ab.sh "$out/block_ab_$1" "${BASE:?BASE: the base source tree}" ${ROUNDS:-2} \
+          --model qwen3-0.6b --draft $1 --depth $2 --batch 1,8,32 --steps 64 --warmup 3 --acceptance 0.7 \
+          --block-table-width 80 --kernels build/block_bench_kernels --modes specgen | grep -E "exit|tpot_ms|post_verify"
+      done ;;
     guard-ab)
       G="--model qwen3-0.6b --depth 3 --modes specgen --warmup 10 --acceptance 0.7 --prompt-len 1024 --block-size 128 \
          --block-table-width 64 --kernels build/specgen_kernels"

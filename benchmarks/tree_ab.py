@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 FIGURES = ("step_us", "tpot_ms", "kernel_draft_to_verify_us", "kernel_verify_to_draft_us", "host_syncs_per_step")
+# a block draft's figures after the verification (the table leaves out a figure neither tree has)
+BLOCK_FIGURES = ("projection_us", "kernel_post_verify_us", "post_verify_idle_us")
 
 
 def collect(out: Path) -> dict:
@@ -21,8 +23,9 @@ def collect(out: Path) -> dict:
         tree = path.parent.name.split("_")[0]
         for run in json.loads(path.read_text())["runs"]:
             key = (run["mode"], run["depth"], run["batch"])
-            figs = cells.setdefault(key, {}).setdefault(tree, {f: [] for f in FIGURES + ("equals_target_reference",)})
-            for f in FIGURES + ("equals_target_reference",):
+            names = FIGURES + BLOCK_FIGURES + ("equals_target_reference",)
+            figs = cells.setdefault(key, {}).setdefault(tree, {f: [] for f in names})
+            for f in names:
                 figs[f].append(run.get(f))
     return cells
 
@@ -36,8 +39,10 @@ def table(cells: dict, base: str = "base", new: str = "new") -> tuple[str, list[
     rows = []
     lines = [f"| mode | depth | B | figure | {base} | {new} | change |", "|---|--:|--:|---|--:|--:|--:|"]
     for (mode, depth, batch), trees in sorted(cells.items()):
-        for f in FIGURES:
+        for f in FIGURES + BLOCK_FIGURES:
             b, n = median(trees.get(base, {}).get(f, [])), median(trees.get(new, {}).get(f, []))
+            if f in BLOCK_FIGURES and b is None and n is None:
+                continue
             change = f"{100 * (n - b) / b:+.1f}%" if b and n is not None else ""
             rows.append({"mode": mode, "depth": depth, "batch": batch, "figure": f, base: b, new: n})
             lines.append(f"| {mode} | {depth} | {batch} | {f} | {b} | {n} | {change} |")

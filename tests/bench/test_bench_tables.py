@@ -144,6 +144,15 @@ def test_tree_ab_reads_any_two_labels(tmp_path, capsys):
     assert "| specgen | 3 | 1 | tpot_ms | 0.71 | 0.69 | -2.8% |" in text
     rows = json.loads((tmp_path / "ab.json").read_text())
     assert {"figure": "lossless", "on": True, "off": True}.items() <= rows[-1].items()
+    assert "post_verify_idle_us" not in text  # an MTP run has no block-draft figures: no row for them
+    for label in ("on", "off"):  # a block draft's run carries them
+        for r in (1, 2, 3):
+            f = tmp_path / f"{label}_{r}" / "bench.json"
+            runs = json.loads(f.read_text())["runs"]
+            runs[0]["post_verify_idle_us"] = 30.0 if label == "on" else 3.0 + r
+            f.write_text(json.dumps({"runs": runs}))
+    ab.main(tmp_path, "on", "off")
+    assert "| specgen | 3 | 1 | post_verify_idle_us | 30.0 | 5.0 | -83.3% |" in capsys.readouterr().out
 
 
 def _step_trace(slow: float = 0.0, extra: bool = False, steps: int = 3) -> dict:
