@@ -19,7 +19,7 @@ output is the build's own. A stamp costs block 0 a store per sync: the figures a
 run with it, for finding the long ones, not a timing of the pass (``vocab_ab.py time`` is that).
 
 Each row of the table is one run of the syncs between two stamps; the source line of the sync names the phase
-(the ``.cu`` beside the cubin in DST).
+(the ``.cu`` beside the cubin in DST), and ``tags`` what that source names (``copy`` writes them beside).
 """
 
 from __future__ import annotations
@@ -56,18 +56,51 @@ def stamped(src: str, rows: str) -> tuple[str, list[int]]:
     return "\n".join(out), sites
 
 
+# what the source between two syncs does, by what it names (first the cross-block wait, whose loop names nbar)
+TAGS = (
+    ("wait for the row", ("< (nbar * ",)),
+    ("shuffle fold", ("__shfl_xor_sync",)),
+    ("scan", ("__shfl_up_sync",)),
+    ("warp sums", ("__reduce_add_sync",)),
+    ("exp", ("expf(",)),
+    ("logits", ("logits[",)),
+    ("p row", ("sample_probs[", "draft_dist[")),
+    ("candidates", ("cand[min(",)),
+    ("histogram adds", ("tomicAdd((&(hist_",)),
+    ("tile sums", ("tomicAdd((&(tiles_",)),
+    ("row sums out", ("AtomicAdd((&(vocab_sums",)),
+    ("row sums in", ("AtomicLoad((&(vocab_sums",)),
+    ("philox", ("seed[",)),
+)
+
+
+def tags(src: str, sites: list[int]) -> list[str]:
+    """Per sync site, the ``TAGS`` its source names between the sync before it (in source order) and itself; the
+    code there may hold other branches' too, so a tag says what the code names, not what ran."""
+    lines, out = src.split("\n"), []
+    for k, line in enumerate(sites):
+        seg = "\n".join(lines[(sites[k - 1] if k else 0) : line - 1])
+        hit = [t for t, keys in TAGS if any(key in seg for key in keys)]
+        out.append(", ".join(hit))
+    return out
+
+
 def copy(src: Path, dst: Path) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from lineinfo_copy import recompiled_copy
 
     sites = {}
 
+    named = {}
+
     def stamp(family: str, text: str) -> str:
-        text, sites[family] = stamped(text, "B" if family == "spec_draft_sample" else "B * W")
-        return text
+        out, sites[family] = stamped(text, "B" if family == "spec_draft_sample" else "B * W")
+        named[family] = tags(text, sites[family])
+        return out
 
     recompiled_copy(src, dst, [], stamp)
     (dst / "trace_sites.json").write_text(json.dumps(sites, indent=1))
+    (dst / "trace_tags.json").write_text(json.dumps(named, indent=1))
     print(f"{dst}: {', '.join(f'{f} {len(s)} sites' for f, s in sites.items())}")
 
 
@@ -101,6 +134,8 @@ def run(folder: str, batches: list[int]) -> list[dict]:
     torch.cuda.init()
     lib = load_library(folder)
     sites = json.loads((Path(folder) / "trace_sites.json").read_text())
+    named = Path(folder) / "trace_tags.json"
+    named = json.loads(named.read_text()) if named.exists() else {}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     res = []
     for batch in batches:
@@ -116,6 +151,8 @@ def run(folder: str, batches: list[int]) -> list[dict]:
             torch.cuda.synchronize()
             col = ws[..., 3].flatten().tolist()
             runs = decode(col, sites[fam])
+            for x in runs:
+                x["does"] = named.get(fam, [""] * (x["site"] + 1))[x["site"]] if x["site"] < len(sites[fam]) else ""
             # every slot written: the block synced more often than the workspace has slots, the tail is lost
             res.append({"family": fam, "B": batch, "C": chunks, "runs": runs, "cut": 0 not in col})
             total = runs[-1]["at"] if runs else 0
@@ -128,10 +165,11 @@ def table(res: list[dict], clock_mhz: float) -> str:
     for r in res:
         cut = " (the slots ran out: the block's later syncs are not here)" if r.get("cut") else ""
         out += ["", f"{r['family']}, B = {r['B']}, C = {r['C']} (cycles at {clock_mhz:.0f} MHz){cut}", ""]
-        out += ["| run | .cu line | syncs | cycles | us | at us |", "|--:|--:|--:|--:|--:|--:|"]
+        out += ["| run | .cu line | syncs | cycles | us | at us | the code there |", "|--:|--:|--:|--:|--:|--:|---|"]
         for n, x in enumerate(r["runs"]):
             us, at = x["cycles"] / clock_mhz, x["at"] / clock_mhz
-            out.append(f"| {n} | {x['line']} | {x['times']} | {x['cycles']} | {us:.2f} | {at:.2f} |")
+            row = f"| {n} | {x['line']} | {x['times']} | {x['cycles']} | {us:.2f} | {at:.2f} | {x.get('does', '')} |"
+            out.append(row)
     return "\n".join(out)
 
 

@@ -137,3 +137,18 @@ def test_vocab_trace_plot_draws_one_bar_per_trace_and_says_where_the_slots_ran_o
     mod.main(["plot", str(out), f"base={tmp_path / 'a.json'}", f"new={tmp_path / 'b.json'}"])
     assert out.stat().st_size > 1000 and out.read_bytes()[:4] == b"\x89PNG"
     assert f"wrote {out}" in capsys.readouterr().out
+
+
+def test_vocab_trace_tags_say_what_the_code_between_two_syncs_names():
+    mod = _module("vocab_trace")
+    src = "\n".join(
+        [
+            "int64_t nbar = 0; __shared__ int64_t cand[1537];",  # declarations name no phase
+            "__syncthreads();",
+            "x = expf(s - m); sample_probs[i] = x; ho = atomicAdd((&(hist_lo[b])), v);",
+            "__syncthreads();",
+            "while (AtomicLoad((&(vocab_sums[r])), 2) < (nbar * C)) spin++;",
+            "__syncthreads();",
+        ]
+    )
+    assert mod.tags(src, [2, 4, 6]) == ["", "exp, p row, histogram adds", "wait for the row, row sums in"]
