@@ -151,8 +151,9 @@ def run(folder: str, batches: list[int]) -> list[dict]:
             torch.cuda.synchronize()
             col = ws[..., 3].flatten().tolist()
             runs = decode(col, sites[fam])
+            does = named.get(fam, [])  # a copy made before the tags has none
             for x in runs:
-                x["does"] = named.get(fam, [""] * (x["site"] + 1))[x["site"]] if x["site"] < len(sites[fam]) else ""
+                x["does"] = does[x["site"]] if x["site"] < len(does) else ""
             # every slot written: the block synced more often than the workspace has slots, the tail is lost
             res.append({"family": fam, "B": batch, "C": chunks, "runs": runs, "cut": 0 not in col})
             total = runs[-1]["at"] if runs else 0
