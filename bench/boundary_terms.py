@@ -1,9 +1,10 @@
-"""What the runtime does at verify->draft outside the boundary's plan, measured from a kernel trace.
+"""What the runtime does at a boundary outside the boundary's plan, measured from a kernel trace.
 
 ``boundary_terms(events, steps, forward)`` splits each profiled step's
-verify->draft gap into ``BOUNDARY_TERMS``: figures the cost model adds to the
-planned bubble (``specgen plan --compare``; the bench's ``costs.json`` keeps
-them under ``boundary``).
+verify->draft gap into ``BOUNDARY_TERMS``, and takes from its draft->verify gap
+the device's hand-over from the draft to the verify (``draft_handover``): figures
+the cost model adds to the planned bubble (``specgen plan --compare``; the
+bench's ``costs.json`` keeps them under ``boundary``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ BOUNDARY_TERMS = {
     "graph launch call had returned before that work ended and no memcpy node of the next graph ran first",
     "graph_switch_behind_copies": "the same gap in steps whose next graph ran a memcpy node (copy engine) "
     "before its first draft record",
+    "draft_handover": "draft->verify: from the end of the step's last draft record to the start of its first "
+    "verify record after it, where the call that launched that record had returned before the draft ended (the "
+    "device's hand-over: the switch from the draft's graph to the step graph, or in one graph the wait of the "
+    "verify's stream for the draft's)",
     "read_back": "from the return of the last synchronizing call of the verify phase (the host reading the "
     "step's result back) to the next step's first draft record",
 }
@@ -64,6 +69,13 @@ def boundary_terms(events: list[dict], steps: dict[int, StepKernels], forward: l
     keys = list(steps)
     for k, step in enumerate(keys):
         s, nxt = steps[step], steps.get(keys[k + 1]) if k + 1 < len(keys) else None
+        tail = max(s.draft, key=lambda r: r.end, default=None)
+        later = [r for r in s.verify if tail is not None and r.start >= tail.end]
+        if later:  # verify work hoisted to run beside the draft is not the switch: the first record after it is
+            head = min(later, key=lambda r: r.start)
+            launched = calls.get(head.correlation)
+            if launched is not None and launched < tail.end:
+                add("draft_handover", head.start - tail.end)
         found = _locate(s.verify, forward)
         if found is None:
             continue

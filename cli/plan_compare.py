@@ -36,22 +36,23 @@ How each mode is modelled:
   host synchronizes on the step's result before it issues the next draft (a
   read-back each step, no lag).
 
-What the runtime does at verify->draft outside the plan (``OUT_OF_PLAN``,
-the cost file's ``boundary`` figures, ``bench/kernel_timeline.py``
-``boundary_terms``) is added to the planned bubble: for ``specgen`` and
-``inductor`` the casting copy of the forward's argmax after the forward
-(``cast``), the host-field pack inside the step graph after the tail
-(``graph_pack``); for ``inductor`` the tail as its own kernels ran
-(``graph_tail``, from its own trace only) stands in for the planned tail and
-the casting copy, the stream wait and host-field pack queued after the replay
-(``after_replay``, where the pack is not in the graph) and the switch to the next step's graph, whose carry opens
-it, up to its first draft record (``graph_switch``, the case where the draft
-does not wait behind memcpy nodes); for ``compile`` the planned bubble up to
-the read-back's synchronization plus the host's measured turnaround from its
-return to the next draft's first record (``read_back``).  The figures come
-from ``--costs`` (by batch, else pooled); where it lacks them, from the runs'
-kernel traces the bench kept beside bench.json (``kernel_trace``, or its file
-name in bench.json's folder), measured the way the bench measures them.
+What the runtime does at a boundary outside the plan (``OUT_OF_PLAN`` at
+verify->draft, ``OUT_OF_PLAN_D2V`` at draft->verify; the cost file's
+``boundary`` figures, ``bench/boundary_terms.py``) is added to the planned
+bubble: for ``specgen`` and ``inductor`` the casting copy of the forward's
+argmax (``cast``), the host-field pack inside the step graph (``graph_pack``),
+the stream wait and pack queued after the replay (``after_replay``, where the
+pack is not in the graph) and the switch to the next step's graph up to its
+first draft record (``graph_switch``); for ``inductor`` its tail as its own
+kernels ran (``graph_tail``, from its own trace only) stands in for the planned
+tail and the casting copy; for ``compile`` the planned bubble up to the
+read-back's synchronization plus the host's turnaround from its return to the
+next draft's first record (``read_back``). At draft->verify, the modes with
+captured graphs add the device's hand-over from the draft's last record to the
+verify's first (``draft_handover``: a switch between graphs, or in one graph
+the verify stream's wait for the draft's). The figures come from ``--costs`` (by batch,
+else pooled); where it lacks them, from the runs' kernel traces beside
+bench.json (``kernel_trace``), measured the way the bench measures them.
 ``inductor`` runs ``SpecVerifyRuntime`` unchanged (``FIGURES_OF``), so without
 figures of its own it takes specgen's.  ``WHY`` says, per mode and figure,
 what the model is known to miss; the markdown output lists it under the
@@ -74,6 +75,7 @@ __all__ = [
     "GOAL",
     "MODE_PIPELINES",
     "OUT_OF_PLAN",
+    "OUT_OF_PLAN_D2V",
     "WHY",
     "cells",
     "cells_markdown",
@@ -96,6 +98,9 @@ OUT_OF_PLAN = {
     "inductor": ("graph_tail", "cast", "graph_pack", "after_replay", "graph_switch"),
     "compile": ("read_back",),
 }
+# draft->verify work outside the plan: the device's hand-over from the draft's last record to the verify's first
+OUT_OF_PLAN_D2V = {"specgen": ("draft_handover",), "inductor": ("draft_handover",), "compile": ("draft_handover",)}
+TERMS_AT = {"verify-to-draft": OUT_OF_PLAN, "draft-to-verify": OUT_OF_PLAN_D2V}
 FIGURES_OF = {"inductor": "specgen"}  # runs the same runtime: takes specgen's figures when it has none of its own
 # a term measured for the mode's own kernels, never borrowed from FIGURES_OF
 OWN_ONLY = frozenset({"graph_tail"})
@@ -173,7 +178,7 @@ def trace_terms(result: dict, folder: str | Path) -> dict:
             continue
         terms = boundary_terms(events, kt.attribute(events, names.get("draft_kernels") or []), forward)
         files.append(path.name)
-        for term in OUT_OF_PLAN[run["mode"]]:
+        for term in OUT_OF_PLAN[run["mode"]] + OUT_OF_PLAN_D2V.get(run["mode"], ()):
             if terms.get(term):
                 by_batch.setdefault(str(run["batch"]), {}).setdefault(run["mode"], {})[term] = terms[term]
                 pooled.setdefault(run["mode"], {}).setdefault(term, []).extend(terms[term])
@@ -181,8 +186,8 @@ def trace_terms(result: dict, folder: str | Path) -> dict:
     return {"by_batch": {b: med(d) for b, d in by_batch.items()}, "pooled": med(pooled), "files": files}
 
 
-def _terms(mode: str, batch: int, costs: dict | None, traces: dict | None) -> tuple[dict, str | None]:
-    """The out-of-plan figures a (mode, batch) cell adds and where they came from (None: none)."""
+def _terms(mode: str, batch: int, costs: dict | None, traces: dict | None, boundary: str) -> tuple[dict, str | None]:
+    """The out-of-plan figures a (mode, batch) cell adds at ``boundary`` and where they came from (None: none)."""
     sources = []
     if costs is not None:
         sources += [((costs.get("by_batch") or {}).get(str(batch)) or {}, "costs, by batch"), (costs, "costs")]
@@ -191,7 +196,7 @@ def _terms(mode: str, batch: int, costs: dict | None, traces: dict | None) -> tu
     # each term from the first source that has it: a cost file made before a term existed lacks it, and the
     # traces beside bench.json can still give it
     got, used = {}, []
-    for term in OUT_OF_PLAN.get(mode, ()):
+    for term in TERMS_AT[boundary].get(mode, ()):
         for owner in (mode,) if term in OWN_ONLY else (mode, FIGURES_OF.get(mode)):
             found = None
             for figures, where in sources:
@@ -231,9 +236,7 @@ def compare(result: dict, costs: dict | None = None, traces: dict | None = None)
             cal = _calibrated(costs, run["batch"])
             pipeline = MODE_PIPELINES[run["mode"]]
             planned = round(bubble_us(g, cal), 2) if cal is not None else round(bubble_us(g, CostModel()), 2)
-            terms, where = {}, None
-            if boundary == "verify-to-draft":
-                terms, where = _terms(run["mode"], run["batch"], costs, traces)
+            terms, where = _terms(run["mode"], run["batch"], costs, traces, boundary)
             base = planned
             for term, held in REPLACES_PLAN.items():
                 if term in terms:  # the measured tail replaces the planned one and the terms it holds
@@ -367,7 +370,7 @@ def run_compare(args, costs_check) -> int:
         "bench": str(args.compare),
         "costs": args.costs,
         "mode_pipelines": MODE_PIPELINES,
-        "out_of_plan": {"terms": OUT_OF_PLAN, "figures_of": FIGURES_OF, "traces": traces["files"]},
+        "out_of_plan": {"terms": TERMS_AT, "figures_of": FIGURES_OF, "traces": traces["files"]},
         "goal": GOAL,
         "cells": table,
         "summary": summary(table),

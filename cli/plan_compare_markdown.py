@@ -15,21 +15,21 @@ WHY = {
     "baseline graph's acceptance ops are device kernels",
     ("baseline", "tpot"): "TPOT is unprofiled, the host_family figures it is composed from are profiled "
     "(inflated), and they differ from batch to batch more than the batch explains",
-    ("compile", "draft_to_verify"): "the draft and the verify are separate graph launches and the head "
-    "updates torch.compile'd kernels; the graph-to-graph start and those kernels' launches are not in the "
-    "plan, and no compile trace was kept to measure them",
+    ("compile", "draft_to_verify"): "the head runs as torch.compile'd kernels, more launches than the plan "
+    "prices; the draft's hand-over (draft_handover) is added, those kernels' own time is not",
     ("compile", "verify_to_draft"): "after the read-back the host does its own work before it launches the "
     "next draft; the model has that turnaround only from a calibration or trace holding boundary.compile."
     "read_back (a compile run's trace)",
     ("compile", "tpot"): "follows the verify->draft miss",
     ("inductor", "draft_to_verify"): "the head families run as Inductor (Triton) kernels, more launches than "
-    "the plan's one composite; no inductor trace was kept to measure them",
+    "the plan's one composite; the draft's hand-over (draft_handover) is added, those kernels' own "
+    "time is priced as the composite",
     ("inductor", "verify_to_draft"): "the tail families run as several Inductor (Triton) kernels in place of "
     "the one composite launch the plan prices; without an inductor trace (graph_tail) the planned tail and "
     "specgen's out-of-plan figures stand for them",
     ("inductor", "tpot"): "follows the bubbles' misses",
-    ("specgen", "draft_to_verify"): "the head kernels and the draft graph's hand-over are priced by the "
-    "median in-graph kernel",
+    ("specgen", "draft_to_verify"): "the head composite is priced by the median in-graph kernel and the "
+    "draft's hand-over to the verify by its median (draft_handover)",
     ("specgen", "verify_to_draft"): "the modelled graph switch is the short case; in steps where the next "
     "graph's draft waits behind memcpy nodes (boundary.specgen.graph_switch_behind_copies, measured, not "
     "loaded) or its first kernel is launched behind the side stream's, the gap is longer",

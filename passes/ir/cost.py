@@ -14,7 +14,7 @@ from an unprofiled host clock around each call; besides ``run`` / ``issue`` / ``
 carry ``host_family`` (the host's time for one step of a kernel family's
 torch semantics, e.g. ``{"spec_verify_head_update": 180}``: the host compute
 ops of that family, or of a composite's members, share it evenly),
-``boundary`` (per mode, what its runtime does at verify->draft outside the
+``boundary`` (per mode, what its runtime does at a boundary outside the
 boundary's plan, ``BOUNDARY_TERMS``, e.g. ``{"specgen": {"graph_switch": 6.3}}``;
 the graph does not hold that work, so ``specgen plan --compare`` adds the
 figures to the predicted bubble; a file without them adds nothing) and, for
@@ -56,8 +56,9 @@ DEFAULT_ISSUE_US = {
 IN_GRAPH_KERNEL_US = 1.5
 IN_GRAPH_COPY_US = 2.0
 COST_KEYS = frozenset({"run", "issue", "in_graph_kernel", "in_graph_copy", "host_family", "boundary"})
-# verify->draft work outside the boundary's plan (bench/kernel_timeline.py measures each from a kernel trace)
-BOUNDARY_TERMS = ("cast", "graph_tail", "graph_pack", "after_replay", "graph_switch", "read_back")
+# work outside a boundary's plan (bench/boundary_terms.py measures each from a kernel trace): verify->draft's,
+# then draft->verify's graph switch
+BOUNDARY_TERMS = ("cast", "graph_tail", "graph_pack", "after_replay", "graph_switch", "read_back", "draft_handover")
 # for the reader (how each figure was taken, on what); the model ignores them
 PROVENANCE_KEYS = frozenset(
     {"measured", "source", "by_batch", "method", "methods", "host_clock", "not_measured", "machine", "model_shape"}

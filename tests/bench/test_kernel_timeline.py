@@ -242,6 +242,29 @@ def test_boundary_terms_split_the_verify_to_draft_gap():
     assert gap == pytest.approx(6.0 + 2.5 + 6.0)
 
 
+def test_the_draft_handover_is_the_gap_from_the_draft_to_the_verify():
+    """draft->verify's term: the draft's last record to the verify's first record after it (another graph's, or
+    the same graph's), when that record's launch had returned in time; hoisted verify work beside the draft is
+    skipped, a late launch gives none."""
+    trace, _ = _trace(steps=3, head=2.0, d2v_idle=7.0)
+    ev = kt.load_trace(trace)
+    assert boundary_terms(ev, kt.attribute(ev), FORWARD)["draft_handover"] == [7.0, 7.0, 7.0]
+    first_head = next(e for e in ev if e["name"] == "spec_head_w4")
+    corr = first_head["args"]["correlation"]  # step 0's step graph: a hoisted record ending before the draft does
+    hoisted = _x("kernel", "spec_hoisted", first_head["ts"] - 12.0, 1.0, corr, tid=7)
+    ev2 = kt.load_trace({"traceEvents": trace["traceEvents"] + [hoisted]})
+    assert boundary_terms(ev2, kt.attribute(ev2), FORWARD)["draft_handover"] == [7.0, 7.0, 7.0]
+    late = [dict(e) for e in trace["traceEvents"]]
+    launch = next(e for e in late if e["name"] == "cudaGraphLaunch" and e["args"]["correlation"] == corr)
+    launch["ts"] = first_head["ts"] - 2.0  # returned after the draft's end: the host, not the switch
+    ev3 = kt.load_trace({"traceEvents": late})
+    assert boundary_terms(ev3, kt.attribute(ev3), FORWARD)["draft_handover"] == [7.0, 7.0]
+    fused = _boundary_trace()  # step 1's draft runs inside its step graph: the gap to its forward at 134.5
+    assert boundary_terms(fused, kt.attribute(fused, ["draft_0", "draft_1", "draft_2"]), FORWARD)["draft_handover"] == [
+        6.0
+    ]
+
+
 def test_a_pack_inside_the_step_graph_is_its_own_term():
     ev = _boundary_trace(in_graph_pack=True)
     steps = kt.attribute(ev, ["draft_0", "draft_1", "draft_2"])
