@@ -24,12 +24,9 @@ from functools import lru_cache
 from pathlib import Path
 
 import networkx as nx
+from oracles.package_files import FILES, PACKAGE, ROOT, _is_package, _report
 
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = "specgen"
-EXCLUDED_DIRS = {"tests", ".venv", "build", "benchmarks", "examples", "__pycache__"}
 MAX_LINES = 400
-THIS_FILE = Path(__file__).resolve()
 
 # Which layer may import which: the face sits on top, specializations at the bottom.
 _BELOW_RUNTIME = {"runtime", "specializations"}
@@ -92,27 +89,6 @@ def layer(module: str) -> str:
     if top == "templates":
         return "codegen"  # the templates are codegen's data
     return top if top in LAYERS and top != "face" else "face"
-
-
-def _package_files() -> dict[str, Path]:
-    """Module name -> file, for every .py file of the package (tests, venv, build outputs excluded)."""
-    out = {}
-    for path in sorted(ROOT.rglob("*.py")):
-        rel = path.relative_to(ROOT)
-        if any(p in EXCLUDED_DIRS or p.startswith(".") or p.endswith(".egg-info") for p in rel.parts[:-1]):
-            continue
-        parts = list(rel.with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join([PACKAGE, *parts])] = path
-    return out
-
-
-FILES = _package_files()
-
-
-def _is_package(module: str) -> bool:
-    return FILES[module].name == "__init__.py"
 
 
 def _known(name: str) -> str:
@@ -238,10 +214,6 @@ def _chain(g: nx.DiGraph, path: list[str]) -> str:
         steps.append(imports[0].where if imports else f"{src} runs its parent package {dst}")
         steps[-1] = f"{src} -> {dst.removeprefix('ext:')} ({steps[-1]})"
     return "\n      ".join(steps)
-
-
-def _report(title: str, problems: list[str]) -> str:
-    return f"{len(problems)} {title}:\n  " + "\n  ".join(problems)
 
 
 # --- static checks ------------------------------------------------------------------------------
@@ -397,42 +369,3 @@ def test_runtime_loads_nothing_above_it(tmp_path):
 def test_specializations_load_no_heavy_dependency(tmp_path):
     problems = _explain(_probe("specgen.specializations", ["torch", "sympy", "jinja2"], tmp_path))
     assert not problems, _report("specializations modules loading heavy dependencies", problems)
-
-
-# --- the kernel contract document -----------------------------------------------------------------
-
-
-def test_kernel_contract_document_covers_every_family():
-    from specgen.specializations.families import FAMILIES
-
-    doc = ROOT / "docs" / "kernels.md"
-    assert doc.is_file(), "docs/kernels.md is missing"
-    text = doc.read_text(encoding="utf-8")
-    missing = [name for name in FAMILIES if f"`{name}`" not in text and f"### {name}" not in text]
-    assert not missing, f"docs/kernels.md does not describe {missing}"
-
-
-def test_sources_cite_the_contract_in_the_repository():
-    sources = [
-        *FILES.values(),
-        *(ROOT / "templates").glob("*.jinja"),
-        *(ROOT / "tests").rglob("*.py"),
-        ROOT / "README.md",
-    ]
-    problems = []
-    for path in sorted(set(sources)):
-        if path.resolve() == THIS_FILE:
-            continue
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if "KERNELS.md" in line:
-                problems.append(f"{path.relative_to(ROOT).as_posix()}:{n}: cites KERNELS.md, not docs/kernels.md")
-    assert not problems, _report("citations of KERNELS.md", problems)
-
-
-def test_pyproject_lists_every_package():
-    """A non-editable install carries only the packages pyproject names: every package folder is listed."""
-    import tomllib
-
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
-    folders = {m for m in FILES if _is_package(m)}
-    assert folders <= listed, f"packages missing from pyproject.toml: {sorted(folders - listed)}"
