@@ -7,20 +7,12 @@ import torch
 
 from specgen.runtime.capabilities import SpeculativeVerifyCapabilities
 from specgen.runtime.step_plan import eager_step
+from specgen.runtime.step_records import RESULT_FIELDS as FIELDS  # the step's results
 
 W, BT, BS = 4, 8, 16  # a layout of the engine_kernels fixture (tests/conftest.py)
 VOCAB = 50
 I32 = torch.int32
 CAPS = SpeculativeVerifyCapabilities(supports_in_graph_input_update=True, block_size=BS, block_table_width=BT)
-FIELDS = (
-    "accepted",
-    "next_tokens",
-    "next_last_token",
-    "next_seq_lens",
-    "draft_positions",
-    "draft_slots",
-    "hidden_rows",
-)
 
 
 def model_forward(bufs):

@@ -7,19 +7,11 @@ import torch
 
 from specgen.runtime import semantics as ref
 from specgen.runtime.capabilities import SpeculativeVerifyCapabilities
+from specgen.runtime.step_records import RESULT_FIELDS as FIELDS  # the step's results
 
 W, BT, BS = 4, 8, 16
 VOCAB = 50
 I32 = torch.int32
-FIELDS = (
-    "accepted",
-    "next_tokens",
-    "next_last_token",
-    "next_seq_lens",
-    "draft_positions",
-    "draft_slots",
-    "hidden_rows",
-)
 ON = SpeculativeVerifyCapabilities(supports_in_graph_input_update=True, block_size=BS, block_table_width=BT)
 
 
