@@ -64,8 +64,6 @@ def _serve_tp(tp: int, s: ServeSettings) -> str | None:
             f"--tp {tp} serves --rates inf and --closed-loop only: requests arriving by each rank's own clock "
             "would be admitted at different steps on different ranks"
         )
-    if tp > 1 and s.temperature > 0:
-        return f"--tp {tp} serves greedy requests only (--temperature 0)"
     return _ranks(tp, s)
 
 

@@ -49,7 +49,7 @@ from ..specializations.vocab_sample import (
     vocab_chunks,
 )
 
-__all__ = ["EngineSampling", "SamplingParams", "sampling_rows"]
+__all__ = ["EngineSampling", "SamplingParams", "sampling_rows", "whole_rows"]
 
 I32 = torch.int32
 VOCAB_KERNELS_ENV = "SPECGEN_VOCAB_KERNELS"  # 0: the vocabulary pass as torch ops in specgen mode too
@@ -70,8 +70,6 @@ class EngineSampling:
     """The sampling state of one ``SpecDecodeEngine``; see the module docstring."""
 
     def __init__(self, engine, params: Sequence[SamplingParams]):
-        if hasattr(engine.model, "vocab_lo"):
-            raise EngineError("sampled verification needs the whole vocabulary's logits; it does not run with --tp > 1")
         self.engine, self.params = engine, list(params)
         self.logits = self.dists = None
 
@@ -117,8 +115,14 @@ class EngineSampling:
         self.host = SamplingTensors.of(self.params)  # baseline's host copy
 
     def keep_logits(self, logits: torch.Tensor) -> None:
-        """The target forward's verify-row logits, for the vocabulary pass."""
-        self.logits[: logits.shape[0]].copy_(logits)
+        """The target forward's verify-row logits, for the vocabulary pass (a tensor-parallel target's vocabulary
+        ranges gathered into whole rows: ``whole_logits``)."""
+        whole = getattr(self.engine.model, "whole_logits", None)
+        rows = self.logits[: logits.shape[0]]
+        if whole is None:
+            rows.copy_(logits)
+        else:
+            whole(logits, out=rows)
 
     def sampler(self, bufs) -> None:
         """The sampling tail's vocabulary pass over ``bufs``: the generated family, or
@@ -159,7 +163,7 @@ class EngineSampling:
     def first_tokens(self, logits: torch.Tensor) -> torch.Tensor:
         """The token after each prompt from the prefill's last rows' ``logits[B, V]``, sampled like every other
         token (``runtime.sampling.first_tokens``: the argmax on a greedy row)."""
-        return first_tokens(logits, self.engine.bufs, self.engine.prompt_lens)
+        return first_tokens(whole_rows(self.engine.model, logits), self.engine.bufs, self.engine.prompt_lens)
 
     def target_weights(self, bufs) -> Filtered:
         """``p_j`` of the verify rows as weights (``baseline`` computes them on the device, then reads them)."""
@@ -177,6 +181,12 @@ class EngineSampling:
         h["accepted"].copy_(acc)
         h["next_tokens"].copy_(emitted)
         h["target_tokens"].scatter_(1, acc.long()[:, None], emitted.gather(1, acc.long()[:, None]))
+
+
+def whole_rows(model, logits: torch.Tensor) -> torch.Tensor:
+    """``logits`` over the whole vocabulary: as they are, or a tensor-parallel target's ranges gathered."""
+    whole = getattr(model, "whole_logits", None)
+    return logits if whole is None else whole(logits)
 
 
 def _workspace(rows: int, vocab: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,6 +18,9 @@ and the LM head is vocabulary-parallel: each rank computes the logits of its
 vocabulary range, and ``greedy_tokens`` takes the argmax over the whole
 vocabulary from an all-gather of every rank's (max, argmax) pair, breaking
 ties towards the lower index exactly like ``torch.argmax`` on one device.
+Sampled verification needs every logit of a row: ``whole_logits`` gathers
+the ranks' ranges into the whole rows on every rank (the same bits
+everywhere, so every rank draws the same tokens).
 The input embedding stays whole (a lookup needs no communication), and so
 does the tied head weight the TP1 draft body reads.
 
@@ -174,8 +177,9 @@ def shard_layer(layer: nn.Module, tp: TensorParallel) -> nn.Module:
 
 
 class VocabParallelHead:
-    """The LM head of a tensor-parallel model: ``project`` gives this rank's vocabulary range and
-    ``greedy_tokens`` the argmax over the whole vocabulary (mixed into a model class)."""
+    """The LM head of a tensor-parallel model: ``project`` gives this rank's vocabulary range,
+    ``greedy_tokens`` the argmax over the whole vocabulary and ``whole_logits`` the whole rows
+    (mixed into a model class)."""
 
     tp: TensorParallel
     vocab_lo: int
@@ -200,6 +204,18 @@ class VocabParallelHead:
     def project(self, h: torch.Tensor) -> torch.Tensor:
         """``[N, V / tp]``: the logits of this rank's vocabulary range (a row slice of the head, no copy)."""
         return F.linear(h, self.lm_head_weight[self.vocab_lo : self.vocab_hi])
+
+    def whole_logits(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``[N, V]``: the whole vocabulary's logits of this rank's ``logits[N, V / tp]``, gathered from every
+        rank (one all-gather); written into ``out`` (any float dtype, cast on the copy) when given."""
+        rows, span = logits.shape[0], self.vocab_hi - self.vocab_lo
+        if logits.dim() != 2 or logits.shape[1] != span:
+            raise ValueError(f"whole_logits takes this rank's [N, {span}] logits, got {list(logits.shape)}")
+        parts = self.tp.all_gather(logits)  # [tp, N, V / tp]: rank r holds tokens r * span .. (r + 1) * span - 1
+        if out is None:
+            out = logits.new_empty(rows, span * self.tp.size)
+        out.view(rows, self.tp.size, span).copy_(parts.transpose(0, 1))
+        return out
 
     def greedy_tokens(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """The argmax over the whole vocabulary from every rank's share; the lowest index wins a tie.

@@ -30,6 +30,7 @@ import torch
 
 from ...runtime.semantics import slot
 from ..proposers import BlockProposer
+from ..sampling import whole_rows
 from .requests import Request
 from .rows import Joined, upload
 from .sampling import first_token
@@ -137,7 +138,7 @@ def prefill_chunk(loop, req: Request, chunk: PrefillChunk, table: tuple[int, ...
     if resumed:
         token = upload(torch.tensor([prefix[P]], dtype=torch.int32), dev)
     elif req.sampled:  # drawn as the engine's prefill draws it (serving/sampling.py)
-        token = first_token(req, logits, P)
+        token = first_token(req, whole_rows(model, logits), P)
     else:
         token = model.greedy_tokens(logits).to(torch.int32)
     # the first step's state from the prefill on the device (the bonus as the forward left it), before the

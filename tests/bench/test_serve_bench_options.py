@@ -60,7 +60,6 @@ def test_length_distributions_and_rates_read_as_written():
         (["--progress-every", "0"], "--progress-every must be > 0"),
         (["--tp", "0"], "--tp must be at least 1"),
         (["--tp", "2", "--rates", "4,inf"], "--tp 2 serves --rates inf and --closed-loop only"),
-        (["--tp", "2", "--temperature", "0.7"], "--tp 2 serves greedy requests only"),
         (["--tp", "3"], "--tp 3: tiny's query heads (4) does not divide evenly over 3 ranks"),
         (["--tp", "2", "--draft-tp", "3"], "--draft-tp 1 or --tp (2)"),
     ],

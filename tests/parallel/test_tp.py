@@ -8,45 +8,19 @@ wrote with the single-device engine and plain greedy decoding here.
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from oracles.tp_jobs import HORIZON, NEW, TIMEOUT_S, case, check_ranks_caught, run_ranks
 
 from specgen.engine import SpecDecodeEngine, greedy_generate
 from specgen.engine.acceptance import AcceptanceMix
 from specgen.models import MTPHead, Qwen3Model
-from specgen.parallel.launch import launch
 
-NEW = 12
-HORIZON = NEW + 3 * 6 + 1  # the acceptance oracle's length, enough for width 6
 MODES = ("baseline", "compile", "specgen")
-WORKER = Path(__file__).with_name("tp_worker.py")
-TIMEOUT_S = 240
 GPU_TIMEOUT_S = 500  # inductor compiles the compile mode's updates for seven shapes on each rank
-
-
-def prompts_for(batch: int, seed: int) -> list[list[int]]:
-    rng = random.Random(seed)
-    lens = [1] + [rng.randint(2, 12) for _ in range(batch - 1)]
-    rng.shuffle(lens)
-    return [[rng.randrange(512) for _ in range(n)] for n in lens]
-
-
-def case(mode: str, width: int, batch: int, draft_tp: int = 1, **kw) -> dict:
-    """Batch 1 decodes with the MTP head's own drafts, larger batches with drafts accepted at p = 0.7."""
-    return {
-        "mode": mode,
-        "width": width,
-        "prompts": f"b{batch}w{width}",
-        "new": NEW,
-        "draft_tp": draft_tp,
-        "acceptance": 0.7 if batch > 1 else None,
-        **kw,
-    }
 
 
 def cpu_cases() -> list[dict]:
@@ -55,33 +29,6 @@ def cpu_cases() -> list[dict]:
         case("specgen", 4, 3, draft_tp=2),
         case("baseline", 3, 1, draft_tp=2),
     ]
-
-
-def run_ranks(
-    folder: Path, kernels, cases: list[dict], batches, device: str = "cpu", timeout: float = TIMEOUT_S
-) -> tuple[dict, list[dict]]:
-    """Launch the two ranks of ``tp_worker.py`` over ``cases``; the job and each rank's results."""
-    prompts = {f"b{b}w{w}": prompts_for(b, seed=w * 10 + b) for w in range(2, 7) for b in batches}
-    job = {
-        "kernels": str(kernels.root),
-        "prompts": prompts,
-        "new": HORIZON,
-        "cases": cases,
-        "device": device,
-        "corrupt": {"mode": "specgen", "width": 4, "prompts": "b3w4", "new": NEW},
-    }
-    (folder / "job.json").write_text(json.dumps(job))
-    rc = launch([sys.executable, str(WORKER), str(folder / "job.json")], 2, timeout=timeout)
-    assert rc == 0, f"a rank failed or hung (exit {rc})"
-    return job, [json.loads((folder / f"out_{r}.json").read_text()) for r in range(2)]
-
-
-def check_ranks_caught(outs: list[dict], runs: int) -> None:
-    """Every step of every run was compared (and agreed); the corrupted rank was named by its field."""
-    for out in outs:
-        assert out["checks"] > runs * 2
-        msg = out["corrupted"]
-        assert "field 'next_seq_lens' differs" in msg and "after step 2 of specgen mode" in msg, msg
 
 
 @pytest.fixture(scope="module")
@@ -227,3 +174,8 @@ def test_cuda_tp2_lossless_and_sync_free(engine_kernels, tmp_path):
             if r["mode"] == "specgen":
                 assert r["syncs"] == [0, 0, 0] and r["stats"]["fallback"] == {}, r
     check_ranks_caught(outs, len(cases))
+
+
+def test_whole_logits_gathers_the_ranks_ranges_in_vocabulary_order(tp_job):
+    _, outs = tp_job
+    assert [out["whole"] for out in outs] == [True, True]

@@ -3,7 +3,8 @@
 Requests arrive all at once, so the scheduler's decisions depend only on the tokens, which every rank
 computes alike (the vocabulary-parallel argmax): the ranks run the same steps and their collectives pair up.
 Each rank's outputs must equal plain greedy decoding of each prompt alone (cut at its stop token or budget),
-under churn (a small pool that preempts) in baseline and specgen, with the MTP body whole and split.
+under churn (a small pool that preempts) in baseline and specgen, with the MTP body whole and split; sampled
+requests equal a one-device sampling engine's tokens.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from pathlib import Path
 import pytest
 from oracles.serving import cut_at_stop, frequent_tokens
 
-from specgen.engine import greedy_generate
-from specgen.models import Qwen3Model
+from specgen.engine import SpecDecodeEngine, greedy_generate
+from specgen.models import MTPHead, Qwen3Model
 from specgen.parallel.launch import launch
+from specgen.runtime.sampling import SamplingParams
 
 WORKER = Path(__file__).with_name("tp_serve_worker.py")
 TIMEOUT_S = 300
@@ -78,3 +80,29 @@ def test_serve_bench_tp2_matches_tp1(tmp_path):
     for a, b in zip(one["runs"], two["runs"]):
         assert [q["output_len"] for q in a["requests"]] == [q["output_len"] for q in b["requests"]], a["mode"]
         assert a["metrics"]["acceptance"] == b["metrics"]["acceptance"] and b["metrics"]["finished"] == 6
+
+
+def test_tp2_serves_sampled_requests_as_one_device_does(sampling_kernels, tmp_path):
+    """Sampled and greedy requests in one batch, under churn, over two ranks: every request's tokens equal what a
+    one-device sampling engine gives it alone (baseline: the host rule over the whole vocabulary), on both ranks."""
+    whole = Qwen3Model.create("tiny", seed=0)
+    reqs = _requests(whole, 10, seed=11)
+    for i, r in enumerate(reqs):
+        r["sampling"] = [[0.9, 0, 0.9, 40 + i], None, [1.3, 8, 1.0, -i]][i % 3]
+    job = {"kernels": str(sampling_kernels.root), "requests": reqs, "modes": ["baseline", "specgen"]}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    rc = launch([sys.executable, str(WORKER), str(tmp_path / "job.json")], 2, timeout=TIMEOUT_S)
+    assert rc == 0, f"a rank failed or hung (exit {rc})"
+    outs = [json.loads((tmp_path / f"serve_{r}.json").read_text()) for r in range(2)]
+    params = [SamplingParams(*r["sampling"]) if r["sampling"] else SamplingParams(0.0) for r in reqs]
+    eng = SpecDecodeEngine(whole, MTPHead.create(whole, seed=1), mode="baseline", width=4, batch=len(reqs),
+                           block_size=16, block_table_width=8, sampling=params)  # fmt: skip
+    alone = eng.run([r["prompt"] for r in reqs], max_new_tokens=max(r["budget"] for r in reqs)).outputs
+    eng.close()
+    want = {str(i): cut_at_stop(out[: r["budget"]], set(r["stops"])) for i, (r, out) in enumerate(zip(reqs, alone))}
+    for rank, out in enumerate(outs):
+        for mode, run in out["runs"].items():
+            assert run["outputs"] == want, f"rank {rank}, {mode}"
+            assert run["preemptions"] > 0, f"rank {rank}, {mode}: the pool never ran out"
+        assert out["runs"]["specgen"]["fast_path"] == out["runs"]["specgen"]["steps"]
+    assert outs[0]["runs"] == outs[1]["runs"]

@@ -1,7 +1,8 @@
 """One rank of the tensor-parallel serving test, started by test_tp_serving.py through ``launch``.
 
 Reads a JSON job (``argv[1]``): the kernel folder, the modes and the requests (prompt, budget, stop ids, all
-arriving at once, so every rank schedules the same steps).  Serves them with the tiny target split over the
+arriving at once, so every rank schedules the same steps; a request with ``sampling``, ``[temperature, top_k,
+top_p, seed]``, samples).  Serves them with the tiny target split over the
 ranks (gloo on the CPU) and writes ``serve_<rank>.json`` beside the job: each mode's per-request outputs and
 its run's preemptions and decode steps.
 """
@@ -17,6 +18,11 @@ from specgen.models import MTPHead, Qwen3Model
 from specgen.models.tp import shard_head, shard_model
 from specgen.parallel.group import init_tensor_parallel
 from specgen.runtime.library import load_library
+from specgen.runtime.sampling import SamplingParams
+
+
+def _params(request: dict) -> SamplingParams | None:
+    return SamplingParams(*request["sampling"]) if request.get("sampling") else None
 
 
 def main(path: str) -> None:
@@ -33,7 +39,8 @@ def main(path: str) -> None:
     oracle = greedy_generate(model, [r["prompt"] for r in reqs], longest)
     import torch
 
-    mix = AcceptanceMix(0.7, torch.tensor(oracle), vocab_size=whole.config.vocab_size, seed=3)
+    sampled = any(r.get("sampling") for r in reqs)  # the drafts' own samples then, no acceptance mix
+    mix = None if sampled else AcceptanceMix(0.7, torch.tensor(oracle), vocab_size=whole.config.vocab_size, seed=3)
     out = {"oracle": oracle, "runs": {}}
     for mode in job["modes"]:
         loop = ServingLoop(
@@ -50,8 +57,12 @@ def main(path: str) -> None:
             acceptance=mix,
             read_lag=1,
             compile_backend="eager",
+            sampling=sampled,
         )
-        load = [Request(i, tuple(r["prompt"]), r["budget"], frozenset(r["stops"])) for i, r in enumerate(reqs)]
+        load = [
+            Request(i, tuple(r["prompt"]), r["budget"], frozenset(r["stops"]), sampling=_params(r))
+            for i, r in enumerate(reqs)
+        ]
         run = loop.run(load)
         out["runs"][mode] = {
             "outputs": {str(r.id): list(loop.requests[r.id].output) for r in load},

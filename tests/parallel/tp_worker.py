@@ -5,7 +5,8 @@ the CPU, NCCL on a GPU per rank) and writes ``out_<rank>.json`` beside the
 job: the TP model's greedy tokens, every engine run's tokens (with the rank
 check after every step), host synchronizations per timed step on CUDA, the
 vocabulary-parallel argmax checks and what the rank check said about a
-deliberately corrupted rank.
+deliberately corrupted rank. A case with ``sampling`` (one ``[temperature, top_k, top_p, seed]`` per
+prompt) verifies by rejection sampling over the kernels of ``sampling_kernels``.
 """
 
 import json
@@ -20,6 +21,7 @@ from specgen.models import MTPHead, Qwen3Model
 from specgen.models.tp import shard_head, shard_model
 from specgen.parallel.group import init_tensor_parallel
 from specgen.runtime.library import load_library
+from specgen.runtime.sampling import SamplingParams
 
 
 def argmax_cases(model, tp) -> list[bool]:
@@ -38,6 +40,16 @@ def argmax_cases(model, tp) -> list[bool]:
     return (got == full.argmax(-1)).tolist()
 
 
+def whole_cases(model, tp) -> bool:
+    """``whole_logits`` of this rank's range is the whole row, in vocabulary order, on every rank."""
+    v = model.config.vocab_size
+    full = torch.randn(5, v, generator=torch.Generator().manual_seed(6)).to(tp.device)
+    mine = full[:, model.vocab_lo : model.vocab_hi].contiguous()
+    into = torch.zeros(5, v, dtype=torch.float64, device=tp.device)
+    gathered, cast = model.whole_logits(mine), model.whole_logits(mine, out=into)
+    return torch.equal(gathered, full) and cast is into and torch.equal(into, full.double())
+
+
 def engine(model, head, lib, case, tp, **kw) -> SpecDecodeEngine:
     return SpecDecodeEngine(
         model,
@@ -49,6 +61,7 @@ def engine(model, head, lib, case, tp, **kw) -> SpecDecodeEngine:
         block_table_width=8,
         library=lib,
         compile_backend=case.get("compile_backend", "eager"),
+        sampling=[SamplingParams(*p) for p in case["sampling"]] if case.get("sampling") else None,
         **kw,
     )
 
@@ -97,20 +110,23 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     tp = init_tensor_parallel(2, job.get("device", "cpu"))
-    lib = load_library(job["kernels"])
+    libs = {"engine": load_library(job["kernels"])}
+    if job.get("sampling_kernels"):
+        libs["sampling"] = load_library(job["sampling_kernels"])
     model = shard_model(Qwen3Model.create("tiny", seed=0, device=tp.device), tp)
     heads = {1: MTPHead.create(model, seed=1), 2: shard_head(MTPHead.create(model, seed=1), tp)}
     check = RankCheck(tp, 1)
-    out = {"argmax": argmax_cases(model, tp), "greedy": {}, "runs": []}
+    out = {"argmax": argmax_cases(model, tp), "whole": whole_cases(model, tp), "greedy": {}, "runs": []}
     with torch.inference_mode():
         for key, prompts in job["prompts"].items():
             out["greedy"][key] = greedy_generate(model, prompts, job["new"])
     for case in job["cases"]:
         oracle = torch.tensor(out["greedy"][case["prompts"]], device=tp.device)
         run = dict(case, prompts=job["prompts"][case["prompts"]])
+        lib = libs["sampling" if case.get("sampling") else "engine"]
         out["runs"].append({**case, **run_case(model, heads[case["draft_tp"]], lib, run, tp, check, oracle)})
     bad = dict(job["corrupt"], prompts=job["prompts"][job["corrupt"]["prompts"]])
-    out["corrupted"] = corrupted_run(model, heads[1], lib, bad, tp)
+    out["corrupted"] = corrupted_run(model, heads[1], libs["engine"], bad, tp)
     out["checks"] = check.checks
     Path(sys.argv[1]).with_name(f"out_{tp.rank}.json").write_text(json.dumps(out))
     tp.close()
