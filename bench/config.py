@@ -51,6 +51,7 @@ __all__ = ["BenchConfig", "BenchSettings", "Option", "configure", "options"]
 # how an option's text is read on the command line
 TEXT, INT, FLOAT, INTS, NAMES, SWITCH = "text", "int", "float", "ints", "names", "switch"
 DTYPES = ("auto", "float32", "bfloat16")
+DRAFT_SAMPLING = ("sample", "argmax")  # engine.sampling.DRAFT_SAMPLING, without loading torch for the parser
 
 Check = Callable[[Any], "str | None"]  # a value -> what is wrong with it (the BenchError's message), or None
 Relation = Callable[[Any, "BenchSettings"], "str | None"]  # the same, reading the other settings too
@@ -86,6 +87,16 @@ def first_problem(settings, opts) -> str | None:
 def setting(default, help: str, **option) -> Any:
     """A ``BenchSettings`` field: its default and its ``Option``."""
     return field(default=default, metadata={"option": Option(help, **option)})
+
+
+def draft_sampling_setting() -> Any:
+    """``--draft-sampling`` (``bench`` and ``serve-bench``): how a sampling MTP draft proposes."""
+    return setting(
+        "sample",
+        "with --temperature > 0: the MTP draft draws from its own filtered distribution (sample), or proposes "
+        "its argmax (argmax: one-hot, no vocabulary pass per drafted token; a draft is kept with probability p(x))",
+        choices=DRAFT_SAMPLING,
+    )
 
 
 @dataclass(frozen=True)
@@ -144,6 +155,7 @@ class BenchSettings:
     top_p: float = setting(
         1.0, "sampling keeps the most probable tokens of mass p (1: every token)", text=FLOAT, check=_top_p
     )
+    draft_sampling: str = draft_sampling_setting()
     check: bool = setting(
         False, "also compare every mode with plain greedy decoding", text=SWITCH, relation=_sampling_check
     )
@@ -254,6 +266,7 @@ class BenchSettings:
             warmup=self.warmup,
             acceptance=self.acceptance,
             sampling=(self.temperature, self.top_k, self.top_p) if self.temperature > 0 else None,
+            draft_sampling=self.draft_sampling,
             check=self.check,
             block_size=self.block_size,
             block_table_width=self.block_table_width or -(-self.positions_needed // self.block_size),
@@ -313,6 +326,7 @@ class BenchConfig:
     profile_steps: int = 0  # steps profiled per run after every timed run (the CPU: host-serial runs; 0: none)
     device_guard: bool = True  # False: the runtime modes' verify graphs run without the device guard
     sampling: tuple[float, int, float] | None = None  # (temperature, top_k, top_p); None: greedy verification
+    draft_sampling: str = "sample"  # a sampling MTP draft draws from its own q, or proposes its argmax (one-hot)
 
     def sampling_params(self, batch: int):
         """Each row's ``SamplingParams`` (row ``b`` seeded ``seed + b``), or None for greedy verification."""

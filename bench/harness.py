@@ -242,6 +242,7 @@ class _Sweep:
             rank_check=rank_check,
             device_guard=c.device_guard,
             sampling=c.sampling_params(batch),
+            draft_sampling=c.draft_sampling,
         )
 
     def _warm_up(self, prompts, oracle, width: int, batch: int) -> None:
@@ -324,7 +325,11 @@ class _Sweep:
             "device_guard": c.device_guard,  # False: --no-device-guard (the runtime modes without the device guard)
             "settled": SETTLED,  # what every timed and profiled run starts from (bench/support.py)
             "acceptance_p": c.acceptance,
-            "sampling": dict(zip(("temperature", "top_k", "top_p"), c.sampling)) if c.sampling else None,
+            "sampling": (
+                dict(zip(("temperature", "top_k", "top_p"), c.sampling), draft_sampling=c.draft_sampling)
+                if c.sampling
+                else None
+            ),
             "aborted": self.aborted,
             "skipped_modes": dict(c.skipped),
             "runs": self.runs,

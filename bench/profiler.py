@@ -239,6 +239,7 @@ class KernelPass:
             rank_check=s.rank_check,
             device_guard=c.device_guard,
             sampling=c.sampling_params(batch),
+            draft_sampling=c.draft_sampling,
         )
         try:
             with quiet_profiler(), settled(c.cuda):

@@ -74,6 +74,7 @@ def serve(
         kernels=library,
         acceptance=acceptance_for(model, config, load, oracles),
         sampling=config.temperature > 0,
+        draft_sampling=config.draft_sampling,
     )
     loop.observer = observer
     with jit_compiles() as compiled:

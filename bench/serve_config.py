@@ -20,9 +20,22 @@ from typing import TYPE_CHECKING, Any
 
 from ..specializations.families import MAX_WIDTH
 from . import support
-from .config import DTYPES, FLOAT, INT, NAMES, SWITCH, _choices, _device, _draft, _modes, first_problem, setting
+from .config import (
+    DTYPES,
+    FLOAT,
+    INT,
+    NAMES,
+    SWITCH,
+    _choices,
+    _device,
+    _draft,
+    _modes,
+    draft_sampling_setting,
+    first_problem,
+    setting,
+)
 from .config_checks import _ranks, _temperature, _top_k, _top_p, _tp_message
-from .serve_parse import LENGTH_FORMS, length_dist, rate_list
+from .serve_parse import LENGTH_FORMS, _at_least, _reads, _stop_ids, length_dist, rate_list
 from .support import CPU_PRESETS, MODEL_PRESETS, BenchError, check_model, fitting_model_config
 
 if TYPE_CHECKING:  # torch (and the engine) load where used: the parser reads these fields without them
@@ -33,25 +46,6 @@ if TYPE_CHECKING:  # torch (and the engine) load where used: the parser reads th
 __all__ = ["INTS_REPEATED", "Load", "ServeConfig", "ServeSettings", "length_dist", "rate_list", "serve_options"]
 
 INTS_REPEATED = "ints-repeated"  # an option given once per value (--stop-id 2 --stop-id 7)
-
-
-def _reads(parse) -> Any:
-    """A check from a parser: its ``ValueError`` is the message."""
-
-    def check(value):
-        if value is None:
-            return None
-        try:
-            parse(value)
-        except ValueError as e:
-            return str(e)
-        return None
-
-    return check
-
-
-def _at_least(lo: int, option: str, note: str = "") -> Any:
-    return lambda v: f"{option} must be at least {lo}{note}, got {v}" if v is not None and v < lo else None
 
 
 def _serve_tp(tp: int, s: ServeSettings) -> str | None:
@@ -90,11 +84,6 @@ def _layout(bt: int, s: ServeSettings) -> str | None:
             f"block is scratch; give at least {blocks + 1} (0: enough for --max-batch such requests)"
         )
     return None
-
-
-def _stop_ids(ids) -> str | None:
-    bad = [i for i in ids or () if i < 0]
-    return f"--stop-id {bad[0]}: a token id is at least 0" if bad else None
 
 
 @dataclass(frozen=True)
@@ -170,8 +159,7 @@ class ServeSettings:
     profile_transitions: int = setting(
         0,
         "profile this many decode steps of one extra run of the first load per mode, after every timed run (a "
-        "kernel trace): the "
-        "device idle at batch transitions, in serve_bench.json and transition_idle.png (0: none)",
+        "kernel trace): the device idle at batch transitions, in serve_bench.json and transition_idle.png (0: none)",
         text=INT,
         check=_at_least(0, "--profile-transitions"),
     )
@@ -216,6 +204,7 @@ class ServeSettings:
     top_p: float = setting(
         1.0, "sampling keeps the most probable tokens of mass p (1: every token)", text=FLOAT, check=_top_p
     )
+    draft_sampling: str = draft_sampling_setting()
     sampled_share: float = setting(
         1.0,
         "share of the requests that sample when --temperature > 0 (seeded; the others greedy)",

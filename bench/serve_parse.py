@@ -1,11 +1,12 @@
 """``specgen serve-bench``'s load options read as values: length distributions (``--prompt-len``,
 ``--output-len``) and request rates (``--rates``).  A bad value is a ``ValueError`` whose message names the
-option; ``serve_config`` turns it into the option's one-line error."""
+option; ``serve_config`` turns it into the option's one-line error.  The checks ``serve_config``'s settings
+share (``_reads``, ``_at_least``, ``_stop_ids``) live here too."""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..engine.serving.workload import LengthDist
@@ -13,6 +14,30 @@ if TYPE_CHECKING:
 __all__ = ["LENGTH_FORMS", "length_dist", "rate_list"]
 
 LENGTH_FORMS = "fixed:N, uniform:LO-HI, lognormal:MEDIAN,SIGMA,LO-HI or sharegpt"
+
+
+def _reads(parse) -> Any:
+    """A check from a parser: its ``ValueError`` is the message."""
+
+    def check(value):
+        if value is None:
+            return None
+        try:
+            parse(value)
+        except ValueError as e:
+            return str(e)
+        return None
+
+    return check
+
+
+def _at_least(lo: int, option: str, note: str = "") -> Any:
+    return lambda v: f"{option} must be at least {lo}{note}, got {v}" if v is not None and v < lo else None
+
+
+def _stop_ids(ids) -> str | None:
+    bad = [i for i in ids or () if i < 0]
+    return f"--stop-id {bad[0]}: a token id is at least 0" if bad else None
 
 
 def length_dist(text: str, option: str) -> LengthDist:

@@ -62,6 +62,12 @@ def register(sub) -> None:
         "--top-p", type=float, default=1.0, metavar="P", help="sample from the top tokens of mass P (1: all)"
     )
     p.add_argument(
+        "--draft-sampling",
+        default="sample",
+        choices=("sample", "argmax"),
+        help="when sampling, the MTP draft draws from its own distribution (sample) or proposes its argmax",
+    )
+    p.add_argument(
         "--seed",
         type=int,
         default=0,
@@ -229,6 +235,7 @@ def run(args) -> int:
             block_table_width=block_table_width,
             library=library,
             sampling=sampling,
+            draft_sampling=args.draft_sampling,
         )
         t = time.perf_counter()
         res = engine.run(prompts, max_new_tokens=n)
@@ -245,7 +252,13 @@ def run(args) -> int:
         "depth": args.depth,
         "sampling": None
         if sampling is None
-        else {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed},
+        else {
+            "temperature": args.temperature,
+            "top_k": args.top_k,
+            "top_p": args.top_p,
+            "seed": args.seed,
+            "draft_sampling": args.draft_sampling,
+        },
         "prompts": prompts,
         "outputs": outputs,
         "texts": [tokenizer.decode(o) for o in outputs] if tokenizer is not None else None,

@@ -86,7 +86,8 @@ class _Budget:
 
 class SpecDecodeEngine:
     """Speculative decoding of ``batch`` prompts at verify width ``width``, greedy or sampled (``sampling``,
-    ``engine/sampling.py``); see the module docstring."""
+    ``engine/sampling.py``; ``draft_sampling``: ``"sample"``, a draft that samples draws from its own filtered
+    distribution, or ``"argmax"``, it proposes its argmax, one-hot); see the module docstring."""
 
     scratch_block = SCRATCH_BLOCK
 
@@ -106,6 +107,7 @@ class SpecDecodeEngine:
         rank_check=None,
         device_guard: bool = True,
         sampling: SamplingParams | list[SamplingParams] | None = None,
+        draft_sampling: str = "sample",
     ):
         self.proposer = proposer_for(draft)
         runs = self.proposer.modes(MODES)
@@ -129,7 +131,7 @@ class SpecDecodeEngine:
         self.state: LinearState | None = None
         self.proposer.bind(self)
         rows = sampling_rows(sampling, self.batch)  # None: greedy verification, as without sampling
-        self.sampling = EngineSampling(self, rows) if rows is not None else None
+        self.sampling = EngineSampling(self, rows, draft_sampling) if rows is not None else None
         self.strategy: Mode = MODES[mode](self)
         self.observer = None  # before_step(engine, i) / after_step(engine, i); see the module docstring
 

@@ -14,8 +14,11 @@ temperature 0 is greedy, so one batch mixes greedy and sampled rows.  Without it
   tail's vocabulary pass (``sampler``: ``runtime.sampling.sample_rows``) reads them.
 * A draft that samples (the MTP chain without ``--acceptance``) writes each drafted
   token's ``q(x)`` into ``draft_probs`` and its whole filtered distribution into
-  ``dists`` (the residual needs it); a draft that does not (block drafts, or drafts
-  replaced by an ``AcceptanceMix``) is the one-hot case, ``draft_probs`` 1.
+  ``dists`` (the residual needs it); a draft that does not (block drafts, drafts
+  replaced by an ``AcceptanceMix``, or ``draft_sampling="argmax"``: the MTP chain
+  proposing its argmax) is the one-hot case, ``draft_probs`` 1: no vocabulary pass
+  per drafted token, and a draft is kept with probability ``p(x)`` instead of
+  ``min(1, p(x) / q(x))``, still lossless.
 * The token after each prompt (the prefill's) is sampled too (``first_tokens``), keyed below the verify
   steps' keys; greedy rows take the argmax as before.
 * ``host_verify`` is ``baseline``'s host implementation of the rule
@@ -49,11 +52,12 @@ from ..specializations.vocab_sample import (
     vocab_chunks,
 )
 
-__all__ = ["EngineSampling", "SamplingParams", "sampling_rows", "whole_rows"]
+__all__ = ["DRAFT_SAMPLING", "EngineSampling", "SamplingParams", "sampling_rows", "whole_rows"]
 
 I32 = torch.int32
 VOCAB_KERNELS_ENV = "SPECGEN_VOCAB_KERNELS"  # 0: the vocabulary pass as torch ops in specgen mode too
 SAMPLE_PARAMS = ("temperature", "top_k", "top_p", "seed")
+DRAFT_SAMPLING = ("sample", "argmax")  # a sampling draft draws from its own q, or proposes its argmax (one-hot)
 
 
 def sampling_rows(sampling, batch: int) -> list[SamplingParams] | None:
@@ -69,14 +73,17 @@ def sampling_rows(sampling, batch: int) -> list[SamplingParams] | None:
 class EngineSampling:
     """The sampling state of one ``SpecDecodeEngine``; see the module docstring."""
 
-    def __init__(self, engine, params: Sequence[SamplingParams]):
-        self.engine, self.params = engine, list(params)
+    def __init__(self, engine, params: Sequence[SamplingParams], draft_sampling: str = "sample"):
+        if draft_sampling not in DRAFT_SAMPLING:
+            raise EngineError(f"draft_sampling must be one of {', '.join(DRAFT_SAMPLING)}, got {draft_sampling!r}")
+        self.engine, self.params, self.draft_sampling = engine, list(params), draft_sampling
         self.logits = self.dists = None
 
     @property
     def draft_samples(self) -> bool:
         """Whether the draft samples from its own filtered distribution (else its drafts are one-hot)."""
-        return self.engine.proposer.samples and self.engine.acceptance is None
+        e = self.engine
+        return e.proposer.samples and e.acceptance is None and self.draft_sampling == "sample"
 
     def setup(self) -> None:
         """The buffers a run needs (after the step buffers exist), and the parameters written into them.

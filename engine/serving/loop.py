@@ -21,19 +21,18 @@ Each iteration:
    draft's own forward first), after their per-row state is moved to the step's row order on the device
    by the family ``spec_batch_row_remap`` (``remap.py``; its torch semantics outside ``specgen``): rows that
    stay from the last step's rows, rows that join from their prefill's (or their parking) slot;
-4. ``Scheduler.update`` with the committed tokens, cut at a stop token or the budget
-   (``Request.append``), then ``Scheduler.complete`` for the steps known finished:
-   the blocks of a finished or preempted request go back to the pool only then
-   (``BlockPool.retire``); ``complete_lag`` holds completion back that many more steps after the read
-   (what a device with steps in flight does), so the lagged release is exercised on the CPU too.
+4. ``Scheduler.update`` with the committed tokens, cut at a stop token or the budget (``Request.append``),
+   then ``Scheduler.complete`` for the steps known finished: the blocks of a finished or preempted request
+   go back to the pool only then (``BlockPool.retire``); ``complete_lag`` holds completion back that many
+   more steps after the read (what a device with steps in flight does), so the lagged release is exercised
+   on the CPU too.
 
 The modes: ``baseline`` (plain step buffers per row count and their host copies; on a GPU a verify
 graph per row count), ``compile`` (plain step buffers of the runtime's bucket sizes, a step padded to the
 smallest that holds it, ``CompileMode.verify_body``'s graph per bucket), both captured at set-up
-(``row_graphs.py``); ``specgen`` and
-``inductor`` (``SpecVerifyRuntime``'s buckets, each captured at set-up; ``inductor``'s rows move by the
-remap's torch semantics).  On the CPU ``compile`` and ``inductor`` run eagerly, compiled by
-``compile_backend`` (``"eager"`` in the tests).
+(``row_graphs.py``); ``specgen`` and ``inductor`` (``SpecVerifyRuntime``'s buckets, each captured at
+set-up; ``inductor``'s rows move by the remap's torch semantics).  On the CPU ``compile`` and ``inductor``
+run eagerly, compiled by ``compile_backend`` (``"eager"`` in the tests).
 
 ``sampling=True``: requests carry their own ``SamplingParams`` (``sampling.py``), greedy and sampled ones
 in one batch, each giving what a lone sampling engine gives for its prompt.
@@ -46,11 +45,10 @@ finishing and preempted requests: docs/engine.md, "Reading tokens one step late"
 request's first verify step is launched from the prefill's state on the device before the host knows
 the token, so a join costs the device no wait (``prefill.FirstToken``).
 
-A preempted request's prefix (prompt and output so far) is prefilled again when it
-is readmitted; its blocks may be handed to another request only once every step that
-could write them completed.  A hybrid target's linear-state slots are the request's
-too (``StateSlots``: ``W`` per request, written into its row's ``state_slots`` each
-step, released like its blocks; a prefill starts from the zero state).
+A preempted request's prefix (prompt and output so far) is prefilled again when it is readmitted; its
+blocks may be handed to another request only once every step that could write them completed.  A hybrid
+target's linear-state slots are the request's too (``StateSlots``: ``W`` per request, written into its
+row's ``state_slots`` each step, released like its blocks; a prefill starts from the zero state).
 
 The clock is ``time.perf_counter`` from the run's start plus the idle time skipped (nothing runs and the next
 arrival lies ahead: ``now`` jumps to it); a request's tokens are stamped when the host knows them.
@@ -103,16 +101,15 @@ class ServingLoop:
     requests: ``state_slots.py``); ``draft``: an MTP head or a DFlash / DSpark block draft; ``mode``:
     ``baseline``, ``compile``, ``specgen`` or ``inductor`` (``kernels``: the built folder's library, for
     ``specgen``, and for ``inductor`` its manifest; ``compile_backend``: the ``torch.compile`` backend of
-    ``compile`` and ``inductor``, ``"eager"`` for an exact, uncompiled run on the CPU);
-    ``depth``: drafts per step (verify width
-    ``depth + 1``); ``max_batch``: rows of a decode step and running requests; the KV pool
-    is ``num_blocks`` blocks of ``block_size`` (block 0 is the scratch block) and a
-    sequence's table holds ``block_table_width`` of them; ``max_prefill_tokens``: the
-    prefill budget per iteration.  ``acceptance``: an ``AcceptanceMix`` whose oracle row
-    ``i`` is request ``i``'s greedy output.  ``complete_lag``: steps a completion is held back;
-    ``read_lag``: 0 (tokens read after each step) or 1 (one step late; module docstring).  ``sampling``: a
-    sampling engine, whose rows take their requests' ``SamplingParams`` (``sampling.py``).  ``step_first``:
-    each iteration launches its decode step before its prefill chunks (module docstring).
+    ``compile`` and ``inductor``, ``"eager"`` for an exact, uncompiled run on the CPU); ``depth``: drafts per
+    step (verify width ``depth + 1``); ``max_batch``: rows of a decode step and running requests; the KV pool
+    is ``num_blocks`` blocks of ``block_size`` (block 0 is the scratch block) and a sequence's table holds
+    ``block_table_width`` of them; ``max_prefill_tokens``: the prefill budget per iteration.  ``acceptance``:
+    an ``AcceptanceMix`` whose oracle row ``i`` is request ``i``'s greedy output.  ``complete_lag``: steps a
+    completion is held back; ``read_lag``: 0 (tokens read after each step) or 1 (one step late; module
+    docstring).  ``sampling``: a sampling engine, whose rows take their requests' ``SamplingParams``
+    (``sampling.py``; ``draft_sampling``: the engine's).  ``step_first``: each iteration launches its decode
+    step before its prefill chunks (module docstring).
     """
 
     def __init__(
@@ -132,6 +129,7 @@ class ServingLoop:
         complete_lag: int = 0,
         read_lag: int = 0,
         sampling: bool = False,
+        draft_sampling: str = "sample",
         compile_backend: str = "inductor",
         step_first: bool = False,
         prefill_graphs: bool | None = None,
@@ -166,6 +164,7 @@ class ServingLoop:
             block_table_width=self.block_table_width,
             library=kernels,
             sampling=SamplingParams() if sampling else None,
+            draft_sampling=draft_sampling,
             compile_backend=compile_backend,
         )
         self.device = self.engine.device

@@ -18,6 +18,7 @@ from specgen.bench.config import (
 )
 from specgen.bench.support import BenchError
 from specgen.cli import build_parser
+from specgen.cli.common import UsageError
 
 TP = "--tp must be at least 1, --draft-tp 1 or --tp"
 # (field, the settings that make it bad, what the BenchError says): every validated field has a case
@@ -103,6 +104,7 @@ def test_the_option_names_and_metavars_of_the_command_line():
         "--temperature",
         "--top-k",
         "--top-p",
+        "--draft-sampling",
         "--check",
         "--out",
         "--kernels",
@@ -150,6 +152,11 @@ def test_sampling_options_reach_the_config():
     c = _settings(build_parser().parse_args(argv)).resolve()
     assert c.sampling == (0.7, 8, 0.9) and c.boundaries == ("draft-to-verify", "verify-to-draft-sampled")
     assert c.sampling_params(2) == [SamplingParams(0.7, 8, 0.9, 4), SamplingParams(0.7, 8, 0.9, 5)]
+    assert c.draft_sampling == "sample"
+    argmax = _settings(build_parser().parse_args([*argv, "--draft-sampling", "argmax"])).resolve()
+    assert argmax.draft_sampling == "argmax" and argmax.sampling == c.sampling
+    with pytest.raises(UsageError, match="invalid choice: 'top'"):  # one line naming the choices, exit 2
+        build_parser().parse_args([*argv, "--draft-sampling", "top"])
 
 
 def test_no_device_guard_reaches_the_config():

@@ -147,11 +147,14 @@ def test_generate_samples_reproducibly_in_every_mode(tmp_path, capsys, sampling_
     """``--temperature`` / ``--top-k`` / ``--top-p`` / ``--seed``: baseline (the host rule) and specgen give the same
     tokens; the same seed repeats them, another seed changes them; temperature 0 is greedy decoding."""
     argv = ("--model", "tiny", "--temperature", "0.9", "--top-k", "50", "--top-p", "0.95", "--seed", "7")
+    mode_base, mode_spec = ("--mode", "baseline"), ("--mode", "specgen", "--kernels", str(sampling_kernels.root))
     base = _generate(capsys, *argv)
-    assert base["sampling"] == {"temperature": 0.9, "top_k": 50, "top_p": 0.95, "seed": 7}
+    assert base["sampling"] == {"temperature": 0.9, "top_k": 50, "top_p": 0.95, "seed": 7, "draft_sampling": "sample"}
     assert _generate(capsys, *argv)["outputs"] == base["outputs"]
     spec = _generate(capsys, *argv, "--mode", "specgen", "--kernels", str(sampling_kernels.root))
     assert spec["outputs"] == base["outputs"] and spec["runtime_stats"]["fallback"] == {}
+    argmax = [_generate(capsys, *argv, "--draft-sampling", "argmax", *m) for m in (mode_base, mode_spec)]
+    assert argmax[0]["sampling"]["draft_sampling"] == "argmax" and argmax[0]["outputs"] == argmax[1]["outputs"]
     assert _generate(capsys, *argv[:-1], "8")["outputs"] != base["outputs"]
     greedy = _generate(capsys, "--model", "tiny", "--temperature", "0", "--top-k", "5")
     assert greedy["sampling"] is None and greedy["outputs"] == greedy_generate(
