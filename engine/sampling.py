@@ -147,11 +147,12 @@ class EngineSampling:
         self.target_kernel(*ins, *outs, self.scratch[:rows], parts[:rows], sums[:rows])
 
     def draft(self, logits: torch.Tensor, positions: torch.Tensor, index: int) -> torch.Tensor:
-        """Draft ``index`` of every row from the draft's ``logits[B, V]`` at the drafted tokens' ``positions``:
-        the argmax (one-hot, ``draft_probs`` stays 1), or a draw from the row's filtered distribution whose
-        ``q(x)`` and ``q`` go to ``draft_probs`` and ``dists``."""
+        """Draft ``index`` of every row of a sampling draft (``draft_samples``) from the draft's ``logits[B, V]``
+        at the drafted tokens' ``positions``: a draw from the row's filtered distribution whose ``q(x)`` and ``q``
+        go to ``draft_probs`` and ``dists``.  A one-hot draft takes the argmax instead (the proposer's own
+        argmax kernel), and ``draft_probs`` stays 1."""
         if not self.draft_samples:
-            return logits.argmax(-1)
+            raise EngineError("EngineSampling.draft: this engine's drafts are one-hot; take the argmax")
         b, n = self.engine.bufs, logits.shape[0]
         if self.draft_kernel is not None and n == b["temperature"].shape[0] <= self.drawn.shape[0]:
             self.draft_logits[:n].copy_(logits)

@@ -97,9 +97,13 @@ class Proposer:
     def greedy_into(self, logits: torch.Tensor, bufs) -> torch.Tensor:
         """The target's greedy tokens of ``logits`` as ``[rows, W]``: written straight into ``bufs``'
         ``target_tokens`` (and returned as it) when that buffer has one entry per logits row, so the caller's
-        copy is skipped and no casting kernel runs; otherwise the model's int64 tokens."""
+        copy is skipped and no casting kernel runs; otherwise the model's int64 tokens.  A sampling engine
+        takes no argmax: its vocabulary pass writes every row's token (a greedy row's argmax too) into
+        ``target_tokens``, and ``baseline``'s host rule reads the row's token only where it writes it."""
         e = self.engine
         dst = bufs.get("target_tokens") if hasattr(bufs, "get") else None
+        if e.sampling is not None and dst is not None:
+            return dst
         rows = logits.numel() // max(logits.shape[-1], 1)
         if dst is not None and dst.is_contiguous() and dst.numel() == rows and dst.shape[-1] == e.width:
             return e.model.greedy_tokens(logits, out=dst.view(-1)).view(dst.shape)

@@ -174,9 +174,10 @@ class MTPProposer(Proposer):
         return got
 
     def _pick(self, logits: torch.Tensor, positions: torch.Tensor, index: int) -> torch.Tensor:
-        """Draft ``index`` for the tokens at ``positions``: the argmax, or a sampling engine's draw."""
+        """Draft ``index`` for the tokens at ``positions``: the argmax (the forward's argmax kernel: a greedy
+        engine's, and a sampling engine's whose drafts are one-hot), or a sampling draft's draw."""
         sampling = self.engine.sampling
-        if sampling is not None:
+        if sampling is not None and sampling.draft_samples:
             return sampling.draft(logits, positions, index)
         return cuda_forward.argmax(logits, self.engine.model.forward_kernels)
 

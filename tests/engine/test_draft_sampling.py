@@ -64,22 +64,25 @@ def test_each_drafted_token_is_the_heads_argmax(tiny, sampling_kernels, how):
     drafts are draws, some of them not the argmax."""
     eng = _engine(tiny, "baseline", 4, sampling_kernels, how)
     seen = []
-    draw = eng.sampling.draft
+    pick = eng.proposer._pick
 
     def checked(logits, positions, index):
-        out = draw(logits, positions, index)
-        seen.append(torch.equal(out, logits.argmax(-1)))
+        out = pick(logits, positions, index)
+        seen.append(torch.equal(out.long(), logits.argmax(-1)))
         return out
 
-    eng.sampling.draft = checked
+    eng.proposer._pick = checked
     eng.run(_prompts(len(MIXED), seed=2), max_new_tokens=NEW)
     eng.close()
     assert len(seen) >= 6 and all(seen) == (how == "argmax")
 
 
-def test_a_bad_draft_sampling_is_refused(tiny):
+def test_a_bad_draft_sampling_is_refused(tiny, sampling_kernels):
     with pytest.raises(EngineError, match="draft_sampling must be one of sample, argmax"):
         _engine(tiny, "baseline", 4, None, "top")
+    eng = _engine(tiny, "baseline", 4, sampling_kernels)  # one-hot drafts take the argmax, never a draw
+    with pytest.raises(EngineError, match="drafts are one-hot"):
+        eng.sampling.draft(torch.zeros(len(MIXED), 8), torch.zeros(len(MIXED), dtype=torch.int64), 0)
 
 
 @pytest.mark.parametrize("mode", ["baseline", "specgen"])
