@@ -19,7 +19,8 @@ __all__ = ["BOUNDARY_TERMS", "SYNC_CALLS", "boundary_terms"]
 # (and, for the read-back, the host's synchronizing call).  Each is one step's figure in microseconds.
 BOUNDARY_TERMS = {
     "cast": "device time of the copy kernels the step graph runs right after the forward (the casting copy "
-    "of the forward's argmax into target_tokens), before its first other kernel",
+    "of the forward's argmax into target_tokens; a sampling engine's copy of its logits), before its first "
+    "other kernel",
     "graph_tail": "from the forward's last kernel to the end of the step graph's last record after it on the "
     "forward's stream that is not a trailing copy (the verify tail's kernels as they ran, casting copies included)",
     "graph_pack": "from the end of the step graph's last other record after the forward, on the forward's "

@@ -26,6 +26,7 @@ from .config_checks import (
     _choices,
     _device,
     _draft,
+    _draft_sampling,
     _modes,
     _positions,
     _ranks,
@@ -96,6 +97,8 @@ def draft_sampling_setting() -> Any:
         "with --temperature > 0: the MTP draft draws from its own filtered distribution (sample), or proposes "
         "its argmax (argmax: one-hot, no vocabulary pass per drafted token; a draft is kept with probability p(x))",
         choices=DRAFT_SAMPLING,
+        check=_choices(DRAFT_SAMPLING, "--draft-sampling"),
+        relation=_draft_sampling,
     )
 
 

@@ -109,6 +109,20 @@ def _choices(values: tuple[str, ...], option: str) -> Check:
     return lambda v: None if v in values else f"unknown {option} '{v}' (known: {', '.join(values)})"
 
 
+def _draft_sampling(how: str, s) -> str | None:
+    """``--draft-sampling argmax`` changes what a sampling MTP draft proposes; anywhere else it would change nothing,
+    so it is refused rather than recorded for runs it did not touch."""
+    if how == "sample":
+        return None
+    if s.temperature <= 0:
+        return f"--draft-sampling {how} needs --temperature > 0 (greedy verification drafts the argmax already)"
+    if s.draft != "mtp":
+        return f"--draft-sampling {how} changes the MTP draft; a {s.draft} draft's tokens are one-hot already"
+    if s.acceptance is not None:
+        return f"--draft-sampling {how}: --acceptance replaces the drafts (one-hot); leave one of them out"
+    return None
+
+
 BLOCKS_MESSAGE = "--block-size must be at least 1 and --block-table-width at least 0 (0: just enough)"
 COUNTS_MESSAGE = "--prompt-len and --bare-repeats must be at least 1"
 

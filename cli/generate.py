@@ -118,10 +118,14 @@ def _prompts(args, tokenizer) -> list[list[int]]:
 
 def _sampling(args, batch: int):
     """One ``SamplingParams`` per prompt (prompt ``i`` seeded ``--seed + i``), None at temperature 0 (greedy)."""
-    from ..bench.config_checks import _temperature, _top_k, _top_p
+    from types import SimpleNamespace
+
+    from ..bench.config_checks import _draft_sampling, _temperature, _top_k, _top_p
     from ..runtime.sampling import SamplingParams
 
     why = _temperature(args.temperature) or _top_k(args.top_k) or _top_p(args.top_p)
+    settings = SimpleNamespace(temperature=args.temperature, draft=args.draft, acceptance=None)
+    why = why or _draft_sampling(args.draft_sampling, settings)
     if why:
         raise UsageError(why)
     if args.temperature == 0:

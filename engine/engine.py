@@ -50,7 +50,7 @@ from .modes.base import Commit, Mode
 from .profiling import StepProfiler
 from .proposers import Proposer, proposer_for
 from .results import RunResult, StepTiming
-from .sampling import EngineSampling, SamplingParams, sampling_rows
+from .sampling import DRAFT_SAMPLING, EngineSampling, SamplingParams, sampling_rows
 
 __all__ = ["MODES", "EngineError", "RunResult", "SpecDecodeEngine", "StepTiming"]
 
@@ -130,6 +130,8 @@ class SpecDecodeEngine:
         self.linear_state = has_linear_state(model)  # a hybrid target (engine/linear_state.py)
         self.state: LinearState | None = None
         self.proposer.bind(self)
+        if draft_sampling not in DRAFT_SAMPLING:
+            raise EngineError(f"draft_sampling must be one of {', '.join(DRAFT_SAMPLING)}, got {draft_sampling!r}")
         rows = sampling_rows(sampling, self.batch)  # None: greedy verification, as without sampling
         self.sampling = EngineSampling(self, rows, draft_sampling) if rows is not None else None
         self.strategy: Mode = MODES[mode](self)
@@ -219,7 +221,8 @@ class SpecDecodeEngine:
         return self.proposer.target_forward(bufs)
 
     def forward_only(self) -> None:
-        """The bare verification: the target forward into ``target_tokens``, no boundary work."""
+        """The bare verification: the target forward (into ``target_tokens``; a sampling engine's forward keeps its
+        logits instead, for the vocabulary pass), no boundary work."""
         out, dst = self.target_forward(self.bufs), self.bufs["target_tokens"]
         if out.data_ptr() != dst.data_ptr() or out.dtype != dst.dtype:  # the forward may write it in place
             dst.copy_(out.reshape(dst.shape))

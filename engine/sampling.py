@@ -74,8 +74,6 @@ class EngineSampling:
     """The sampling state of one ``SpecDecodeEngine``; see the module docstring."""
 
     def __init__(self, engine, params: Sequence[SamplingParams], draft_sampling: str = "sample"):
-        if draft_sampling not in DRAFT_SAMPLING:
-            raise EngineError(f"draft_sampling must be one of {', '.join(DRAFT_SAMPLING)}, got {draft_sampling!r}")
         self.engine, self.params, self.draft_sampling = engine, list(params), draft_sampling
         self.logits = self.dists = None
 

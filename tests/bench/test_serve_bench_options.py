@@ -55,6 +55,8 @@ def test_length_distributions_and_rates_read_as_written():
         (["--sampled-share", "2"], "--sampled-share must lie in [0, 1]"),
         (["--top-k", "-1"], "--top-k must be at least 0"),
         (["--top-p", "0"], "--top-p must lie in (0, 1]"),
+        (["--draft-sampling", "argmax"], "--draft-sampling argmax needs --temperature > 0"),
+        (["--draft-sampling", "argmax", "--temperature", "1", "--acceptance", "0.5"], "--acceptance replaces"),
         (["--device", "tpu"], "--device tpu: use cpu or cuda"),
         (["--model", "nope"], "unknown --model 'nope'"),
         (["--progress-every", "0"], "--progress-every must be > 0"),

@@ -59,6 +59,18 @@ BAD = [
     ("block_table_width", {"block_table_width": 2}, "--block-table-width 2 x --block-size 16 = 32 positions"),
     ("prompt_len", {"prompt_len": 0}, COUNTS_MESSAGE),
     ("dtype", {"dtype": "half"}, "unknown --dtype 'half' (known: auto, float32, bfloat16)"),
+    ("draft_sampling", {"draft_sampling": "top"}, "unknown --draft-sampling 'top' (known: sample, argmax)"),
+    ("draft_sampling", {"draft_sampling": "argmax"}, "--draft-sampling argmax needs --temperature > 0"),
+    (
+        "draft_sampling",
+        {"draft_sampling": "argmax", "temperature": 0.7, "draft": "dflash"},
+        "--draft-sampling argmax changes the MTP draft; a dflash draft's tokens are one-hot already",
+    ),
+    (
+        "draft_sampling",
+        {"draft_sampling": "argmax", "temperature": 0.7, "acceptance": 0.7},
+        "--draft-sampling argmax: --acceptance replaces the drafts (one-hot)",
+    ),
     ("device", {"device": "tpu"}, "--device tpu: use cpu or cuda (or cuda:N)"),
     ("bare_repeats", {"bare_repeats": 0}, COUNTS_MESSAGE),
     ("repeats", {"repeats": 0}, "--repeats must be at least 1"),
