@@ -136,8 +136,9 @@ def greedy(model: TinyModel, prompt: list[int], n: int) -> list[int]:
     return seq[len(prompt) :]
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(description: str, argv=None) -> argparse.Namespace:
+    """The command line of this example (and of ``own_engine_sampled.py``)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--kernels", required=True, help="a folder `specgen build` wrote (target c)")
     ap.add_argument("--width", type=int, default=4, help="verify width W: the committed token and W - 1 drafts")
     ap.add_argument("--block-size", type=int, default=16)
@@ -148,8 +149,11 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", type=int, default=64)
     ap.add_argument("--spoil", type=float, default=0.3, help="probability that a draft is replaced at random")
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def main(argv=None) -> int:
+    args = arguments(__doc__.splitlines()[0], argv)
     engine = OwnEngine(args)
     runtime = SpecVerifyRuntime(
         load_library(args.kernels),

@@ -78,7 +78,9 @@ def philox_bits(seed, position, stream) -> torch.Tensor:
     device = next((x.device for x in (position, seed, stream) if isinstance(x, torch.Tensor)), torch.device("cpu"))
     seed, position = _lanes_of(seed, device), _lanes_of(position, device)
     st = stream.long() & MASK32 if isinstance(stream, torch.Tensor) else int(stream) & MASK32
-    shape = torch.broadcast_shapes(seed.shape, position.shape, st.shape if isinstance(st, torch.Tensor) else ())
+    # the broadcast shape from the tensors' own views (torch.broadcast_shapes would load torch's symbolic shapes,
+    # and sympy with them, on its first call)
+    shape = torch.broadcast_tensors(seed, position, *([st] if isinstance(st, torch.Tensor) else []))[0].shape
     seed, position = seed.expand(shape), position.expand(shape)
     lane = torch.arange(2, device=device).view(2, *[1] * len(shape))
     key = (seed >> (lane * 32)) & MASK32  # [k0, k1]

@@ -67,3 +67,37 @@ def test_own_engine_exits_nonzero_on_a_mismatch(own_kernels, tmp_path):
     done = _run([sys.executable, str(broken), "--kernels", str(own_kernels), "--spoil", "0"], tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
     assert "tokens equal plain greedy decoding: False" in done.stdout
+
+
+SAMPLED = EXAMPLE.with_name("own_engine_sampled.py")
+SAMPLED_CHECK = "tokens equal the rule's host loop: True"
+
+
+def test_own_sampling_engine_matches_the_rules_host_loop(sampling_kernels, tmp_path):
+    """The sampled tail driven in place by an engine of its own: its tokens are the host rule's, every step fast."""
+    done = _run([sys.executable, str(SAMPLED), "--kernels", str(sampling_kernels.root)], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert SAMPLED_CHECK in done.stdout and "fast path: 10 of 10 steps; fallback: none" in done.stdout
+
+
+def test_own_sampling_engine_needs_no_compiler_and_its_check_is_a_check(sampling_kernels, tmp_path):
+    """With the compiler's modules refused it still runs; a forward that keeps no logits samples from nothing
+    like the target's distribution, and the check says so (exit 1)."""
+    code = BLOCK + textwrap.dedent(f"""
+        import runpy
+        sys.argv = [{str(SAMPLED)!r}, "--kernels", {str(sampling_kernels.root)!r}, "--steps", "4"]
+        try:
+            runpy.run_path(sys.argv[0], run_name="__main__")
+        finally:
+            print("compiler modules loaded:", sorted(m for m in sys.modules if m.split(".")[0] in {COMPILER!r}))
+    """)
+    done = _run([sys.executable, "-c", code], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert SAMPLED_CHECK in done.stdout and "compiler modules loaded: []" in done.stdout
+    broken = tmp_path / "own_engine_sampled.py"
+    text = SAMPLED.read_text()
+    assert "self.logits[: logits.shape[0]].copy_(logits)" in text
+    broken.write_text(text.replace("self.logits[: logits.shape[0]].copy_(logits)", "pass"))
+    (tmp_path / "own_engine.py").write_text(EXAMPLE.read_text())
+    done = _run([sys.executable, str(broken), "--kernels", str(sampling_kernels.root)], tmp_path)
+    assert done.returncode == 1 and "tokens equal the rule's host loop: False" in done.stdout, done.stdout
