@@ -4,8 +4,9 @@ The engine of ``own_engine.py`` (its integer model, paged cache, block table and
 verifying by speculative rejection sampling: each request has a temperature, a top-k, a top-p and a
 seed (one batch mixes greedy and sampled rows), the forward keeps its rows' logits, and the runtime's
 sampled tail (``verify-to-draft-sampled``) runs the vocabulary pass the engine hands it as ``sampler``,
-then the generated rejection rule and the next step's inputs.  The draft proposes its model's argmax
-(a one-hot ``q``: ``draft_probs`` 1); a draft with a distribution of its own writes ``q(x)`` there.
+then the generated rejection rule and the next step's inputs.  The draft proposes its model's argmax, some
+spoiled at random as in ``own_engine.py`` (either way a token fixed before the verification: a one-hot ``q``,
+``draft_probs`` 1); a draft with a distribution of its own writes ``q(x)`` there.
 
 The runtime works in place here (``step_in_place``): the engine writes each step's inputs and its rows'
 sampling parameters into ``runtime.buffers(batch)`` and reads the results from the returned views.
