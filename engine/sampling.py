@@ -11,7 +11,7 @@ temperature 0 is greedy, so one batch mixes greedy and sampled rows.  Without it
   and by ``SpecDecodeEngine.set_sampling`` between steps, so a change takes effect
   at the next step and never recaptures a graph.
 * The target forward keeps its verify rows' logits (``keep_logits``); the sampling
-  tail's vocabulary pass (``sampler``: ``runtime.sampling.sample_rows``) reads them.
+  tail's vocabulary pass (``sampler``: ``runtime.vocab_pass.VocabPass``) reads them.
 * A draft that samples (the MTP chain without ``--acceptance``) writes each drafted
   token's ``q(x)`` into ``draft_probs`` and its whole filtered distribution into
   ``dists`` (the residual needs it); a draft that does not (block drafts, drafts
@@ -40,23 +40,15 @@ from ..runtime.sampling import (
     draft_sample,
     first_tokens,
     rejection_verify,
-    sample_rows,
     target_weights_of,
 )
-from ..specializations.vocab_sample import (
-    DRAFT_SAMPLE,
-    MAX_VOCAB_TOKENS,
-    TARGET_SAMPLE,
-    TARGET_SAMPLE_DENSE,
-    VOCAB_SUMS,
-    vocab_chunks,
-)
+from ..runtime.vocab_pass import SAMPLE_PARAMS, VocabPass, vocab_workspace
+from ..specializations.vocab_sample import DRAFT_SAMPLE
 
 __all__ = ["DRAFT_SAMPLING", "EngineSampling", "SamplingParams", "sampling_rows", "whole_rows"]
 
 I32 = torch.int32
 VOCAB_KERNELS_ENV = "SPECGEN_VOCAB_KERNELS"  # 0: the vocabulary pass as torch ops in specgen mode too
-SAMPLE_PARAMS = ("temperature", "top_k", "top_p", "seed")
 DRAFT_SAMPLING = ("sample", "argmax")  # a sampling draft draws from its own q, or proposes its argmax (one-hot)
 
 
@@ -93,23 +85,19 @@ class EngineSampling:
         e = self.engine
         vocab = e.model.config.vocab_size
         f32 = dict(dtype=torch.float32, device=e.device)
-        self.logits = torch.zeros(e.batch * e.width, vocab, **f32)  # the kernels read float32 logits
         if self.draft_samples:  # draft j's rows are one contiguous block: what spec_target_sample_dense reads
             self.dists = torch.zeros(e.width - 1, e.batch, vocab, **f32)
-        self.target_kernel = self.draft_kernel = None
+        self.draft_kernel = None
         wanted = os.environ.get(VOCAB_KERNELS_ENV, "1") != "0"
         lib = e.library if e.strategy.name == "specgen" and wanted else None
-        family = TARGET_SAMPLE_DENSE if self.draft_samples else TARGET_SAMPLE
-        if lib is not None and vocab <= MAX_VOCAB_TOKENS and lib.has(family, e.width):
-            self.target_kernel = lib.get(family, e.width)
-            self.scratch = torch.zeros(e.batch * e.width, vocab, **f32)
-            self.workspace = _workspace(e.batch * e.width, vocab, e.device)
-            if self.draft_samples and lib.has(DRAFT_SAMPLE, e.width):
-                self.draft_kernel = lib.get(DRAFT_SAMPLE, e.width)
-                self.draft_logits = torch.zeros(e.batch, vocab, **f32)
-                self.drawn = torch.zeros(e.batch, dtype=torch.int64, device=e.device)
-                self.drawn_probs = torch.zeros(e.batch, **f32)
-                self.draft_workspace = _workspace(e.batch, vocab, e.device)
+        self.vocab = VocabPass(lib, e.width, e.batch * e.width, vocab, e.device, dense=self.draft_samples)
+        self.logits, self.target_kernel = self.vocab.logits, self.vocab.kernel
+        if self.target_kernel is not None and self.draft_samples and lib.has(DRAFT_SAMPLE, e.width):
+            self.draft_kernel = lib.get(DRAFT_SAMPLE, e.width)
+            self.draft_logits = torch.zeros(e.batch, vocab, **f32)
+            self.drawn = torch.zeros(e.batch, dtype=torch.int64, device=e.device)
+            self.drawn_probs = torch.zeros(e.batch, **f32)
+            self.draft_workspace = vocab_workspace(e.batch, vocab, e.device)
         self.write(self.params)
 
     def write(self, params: Sequence[SamplingParams]) -> None:
@@ -123,26 +111,16 @@ class EngineSampling:
         """The target forward's verify-row logits, for the vocabulary pass (a tensor-parallel target's vocabulary
         ranges gathered into whole rows: ``whole_logits``)."""
         whole = getattr(self.engine.model, "whole_logits", None)
-        rows = self.logits[: logits.shape[0]]
         if whole is None:
-            rows.copy_(logits)
+            self.vocab.keep(logits)
         else:
-            whole(logits, out=rows)
+            whole(logits, out=self.logits[: logits.shape[0]])
 
     def sampler(self, bufs) -> None:
-        """The sampling tail's vocabulary pass over ``bufs``: the generated family, or
-        ``runtime.sampling.sample_rows`` (the same bits as torch ops)."""
-        batch, width = bufs["target_tokens"].shape
-        dists = None if self.dists is None else self.dists[:, :batch]
-        if self.target_kernel is None or (dists is not None and not dists.is_contiguous()):  # a bucket of a dense step
-            sample_rows(bufs, self.logits, None if dists is None else dists.transpose(0, 1))
-            return
-        names = ("draft_tokens",) + (("draft_probs",) if dists is None else ()) + SAMPLE_PARAMS + ("seq_lens",)
-        ins = [bufs[n] for n in names] + [self.logits[: batch * width]] + ([] if dists is None else [dists])
-        outs = [bufs[n] for n in ("target_tokens", "target_draft_probs", "accept_uniforms")]
-        parts, sums = self.workspace
-        rows = batch * width
-        self.target_kernel(*ins, *outs, self.scratch[:rows], parts[:rows], sums[:rows])
+        """The sampling tail's vocabulary pass over ``bufs`` (``runtime.vocab_pass.VocabPass``: the generated
+        family, or ``runtime.sampling.sample_rows``, the same bits as torch ops)."""
+        batch = bufs["target_tokens"].shape[0]
+        self.vocab(bufs, None if self.dists is None else self.dists[:, :batch])
 
     def draft(self, logits: torch.Tensor, positions: torch.Tensor, index: int) -> torch.Tensor:
         """Draft ``index`` of every row of a sampling draft (``draft_samples``) from the draft's ``logits[B, V]``
@@ -193,14 +171,3 @@ def whole_rows(model, logits: torch.Tensor) -> torch.Tensor:
     """``logits`` over the whole vocabulary: as they are, or a tensor-parallel target's ranges gathered."""
     whole = getattr(model, "whole_logits", None)
     return logits if whole is None else whole(logits)
-
-
-def _workspace(rows: int, vocab: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The vocabulary pass's workspace for up to ``rows`` rows: ``vocab_parts`` (its shape says ``C``, the blocks
-    per row: on a CUDA device as many as are resident with every row's blocks at once, one per SM; on the CPU
-    one) and ``vocab_sums``, zero as the kernels leave it.  A bucket's leading rows keep the same ``C``, so
-    the blocks of a smaller batch stay resident too."""
-    blocks = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else rows
-    chunks = vocab_chunks(rows, vocab, blocks)
-    parts = torch.zeros(rows, chunks, 4, dtype=torch.int64, device=device)
-    return parts, torch.zeros(rows, VOCAB_SUMS, dtype=torch.int64, device=device)

@@ -3,7 +3,8 @@
 The engine of ``own_engine.py`` (its integer model, paged cache, block table and host draft), now
 verifying by speculative rejection sampling: each request has a temperature, a top-k, a top-p and a
 seed (one batch mixes greedy and sampled rows), the forward keeps its rows' logits, and the runtime's
-sampled tail (``verify-to-draft-sampled``) runs the vocabulary pass the engine hands it as ``sampler``,
+sampled tail (``verify-to-draft-sampled``) runs the vocabulary pass the engine hands it as ``sampler``
+(``runtime.vocab_pass.VocabPass``: the folder's ``spec_target_sample`` when it has it, else the torch ops),
 then the generated rejection rule and the next step's inputs.  The draft proposes its model's argmax, some
 spoiled at random as in ``own_engine.py`` (either way a token fixed before the verification: a one-hot ``q``,
 ``draft_probs`` 1); a draft with a distribution of its own writes ``q(x)`` there.
@@ -18,7 +19,8 @@ Build the kernels once (``pip install "specgen[build]"``):
 
     specgen build --boundary draft-to-verify,verify-to-draft-sampled --widths 4 --block-table-widths 8 \\
         --block-sizes 16 --draft-dtypes int32 \\
-        --families spec_verify_head_update,spec_rejection_tail_update --out build/own_sampled_kernels
+        --families spec_verify_head_update,spec_rejection_tail_update,spec_target_sample \\
+        --out build/own_sampled_kernels
 
 then run it with the runtime alone:
 
@@ -36,24 +38,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # own_engine.py beside
 from own_engine import I32, SCRATCH_BLOCK, OwnEngine, arguments  # noqa: E402
 
 from specgen.runtime import SpecVerifyRuntime, capabilities_of, load_library  # noqa: E402
-from specgen.runtime.sampling import (  # noqa: E402
-    SamplingParams,
-    SamplingTensors,
-    rejection_verify,
-    row_weights,
-    sample_rows,
-)
+from specgen.runtime.sampling import SamplingParams, SamplingTensors, rejection_verify, row_weights  # noqa: E402
+from specgen.runtime.vocab_pass import VocabPass  # noqa: E402
 
 SCALE = 2000.0  # the model's integer scores over this are its logits (a few units apart)
 PARAMS = (SamplingParams(0.8, 0, 0.9, 11), SamplingParams(0.0), SamplingParams(1.2, 8, 1.0, -4))
 
 
 class SampledEngine(OwnEngine):
-    """``OwnEngine`` whose forward also keeps its rows' logits, for the vocabulary pass (``sampler``)."""
+    """``OwnEngine`` whose forward also keeps its rows' logits, for the vocabulary pass (``vocab``, the sampler)."""
 
-    def __init__(self, args):
+    def __init__(self, args, library=None):
         super().__init__(args)
-        self.logits = torch.zeros(args.max_batch * self.width, args.vocab)
+        self.vocab = VocabPass(library, self.width, args.max_batch * self.width, args.vocab, "cpu")
 
     def scores(self, tokens: torch.Tensor, positions: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
         """Each row's logits: the model's integer scores over ``SCALE``, in float32 (the same bits on every path)."""
@@ -71,13 +68,8 @@ class SampledEngine(OwnEngine):
         before = self.cache[table[b, p // self.block_size] * self.block_size + p % self.block_size]
         before = torch.where(positions > 0, before, torch.full_like(before, -1))
         logits = self.scores(tokens, positions, before)
-        self.logits[: logits.shape[0]].copy_(logits)
+        self.vocab.keep(logits)
         return logits.argmax(-1).to(I32).view(-1, self.width)  # the sampler overwrites every row's token
-
-    def sampler(self, bufs) -> None:
-        """The vocabulary pass: the rows' filtered distributions, ``p_j(x_j)``, the acceptance uniforms and each
-        row's residual or bonus draw (the torch semantics; a build's ``spec_target_sample`` computes the same)."""
-        sample_rows(bufs, self.logits)
 
 
 def host_rule(args, prompts, first, params, steps) -> list[list[int]]:
@@ -108,9 +100,10 @@ def host_rule(args, prompts, first, params, steps) -> list[list[int]]:
 
 def main(argv=None) -> int:
     args = arguments(__doc__.splitlines()[0], argv)
-    engine = SampledEngine(args)
+    library = load_library(args.kernels)
+    engine = SampledEngine(args, library)
     runtime = SpecVerifyRuntime(
-        load_library(args.kernels),
+        library,
         engine.model_forward,
         capabilities_of(engine),
         args.width,
@@ -118,7 +111,7 @@ def main(argv=None) -> int:
         backend="cpu",
         scratch_block=SCRATCH_BLOCK,
         tail="verify-to-draft-sampled",
-        sampler=engine.sampler,
+        sampler=engine.vocab,  # the rows' filtered distributions, p_j(x_j), the uniforms, each row's draw
     )
     gen = torch.Generator().manual_seed(args.seed + 3)
     lengths = torch.randint(4, 12, (args.batch,), generator=gen).tolist()
@@ -153,6 +146,7 @@ def main(argv=None) -> int:
         f"{sum(map(len, outputs))} tokens, acceptance {accepted_total / max(drafted, 1):.2f}"
     )
     print(f"fast path: {stats['fast_path']} of {steps} steps; fallback: {stats['fallback'] or 'none'}")
+    print(f"vocabulary pass: {'spec_target_sample (built)' if engine.vocab.kernel is not None else 'torch ops'}")
     print(f"tokens equal the rule's host loop: {same}")
     if not same:
         for b, (o, e) in enumerate(zip(outputs, expected)):

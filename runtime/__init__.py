@@ -27,6 +27,7 @@ from .library import (
     load_library,
 )
 from .verify_graph import BACKENDS, Prologue, SpecVerifyRuntime, StepResult
+from .vocab_pass import VocabPass
 
 __all__ = [
     "ArtifactError",
@@ -45,6 +46,7 @@ __all__ = [
     "SpeculativeVerifyCapabilities",
     "StepResult",
     "VariantNotBuilt",
+    "VocabPass",
     "alloc_step_buffers",
     "buckets_for",
     "capabilities_of",

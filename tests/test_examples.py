@@ -78,6 +78,7 @@ def test_own_sampling_engine_matches_the_rules_host_loop(sampling_kernels, tmp_p
     done = _run([sys.executable, str(SAMPLED), "--kernels", str(sampling_kernels.root)], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert SAMPLED_CHECK in done.stdout and "fast path: 10 of 10 steps; fallback: none" in done.stdout
+    assert "vocabulary pass: spec_target_sample (built)" in done.stdout
 
 
 def test_own_sampling_engine_needs_no_compiler_and_its_check_is_a_check(sampling_kernels, tmp_path):
@@ -96,8 +97,8 @@ def test_own_sampling_engine_needs_no_compiler_and_its_check_is_a_check(sampling
     assert SAMPLED_CHECK in done.stdout and "compiler modules loaded: []" in done.stdout
     broken = tmp_path / "own_engine_sampled.py"
     text = SAMPLED.read_text()
-    assert "self.logits[: logits.shape[0]].copy_(logits)" in text
-    broken.write_text(text.replace("self.logits[: logits.shape[0]].copy_(logits)", "pass"))
+    assert "self.vocab.keep(logits)" in text
+    broken.write_text(text.replace("self.vocab.keep(logits)", "pass"))
     (tmp_path / "own_engine.py").write_text(EXAMPLE.read_text())
     done = _run([sys.executable, str(broken), "--kernels", str(sampling_kernels.root)], tmp_path)
     assert done.returncode == 1 and "tokens equal the rule's host loop: False" in done.stdout, done.stdout
