@@ -184,20 +184,25 @@ def main(argv=None) -> int:
         steps += 1
 
     expected = [greedy(engine.model, p, len(o)) for p, o in zip(prompts, outputs)]
-    stats = runtime.stats()
-    same = outputs == expected
-    print(
-        f"own engine: {steps} steps, batch {args.batch} (bucket {args.max_batch}), width {args.width}: "
-        f"{sum(map(len, outputs))} tokens, acceptance {accepted_total / max(drafted, 1):.2f}"
+    run = f"own engine: {steps} steps, batch {args.batch} (bucket {args.max_batch}), width {args.width}"
+    return report(
+        run, runtime.stats(), steps, outputs, expected, accepted_total / max(drafted, 1), "plain greedy decoding"
     )
+
+
+def report(run: str, stats: dict, steps: int, outputs, expected, acceptance: float, check: str, notes=()) -> int:
+    """Print the run's figures and whether its tokens equal ``expected`` (``check`` names them); the exit status:
+    0, or 1 on a mismatch (each differing sequence printed to stderr)."""
+    print(f"{run}: {sum(map(len, outputs))} tokens, acceptance {acceptance:.2f}")
     print(f"fast path: {stats['fast_path']} of {steps} steps; fallback: {stats['fallback'] or 'none'}")
-    print(f"tokens equal plain greedy decoding: {same}")
-    if not same:
-        for b, (o, e) in enumerate(zip(outputs, expected)):
-            if o != e:
-                print(f"  sequence {b}: runtime {o}\n  sequence {b}: greedy  {e}", file=sys.stderr)
-        return 1
-    return 0
+    for line in notes:
+        print(line)
+    same = outputs == expected
+    print(f"tokens equal {check}: {same}")
+    for b, (o, e) in enumerate(zip(outputs, expected)):
+        if o != e:
+            print(f"  sequence {b}: runtime  {o}\n  sequence {b}: expected {e}", file=sys.stderr)
+    return 0 if same else 1
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # own_engine.py beside this file
-from own_engine import I32, SCRATCH_BLOCK, OwnEngine, arguments  # noqa: E402
+from own_engine import I32, SCRATCH_BLOCK, OwnEngine, arguments, report  # noqa: E402
 
 from specgen.runtime import SpecVerifyRuntime, capabilities_of, load_library  # noqa: E402
 from specgen.runtime.sampling import SamplingParams, SamplingTensors, rejection_verify, row_weights  # noqa: E402
@@ -139,21 +139,10 @@ def main(argv=None) -> int:
         steps += 1
 
     expected = host_rule(args, prompts, first, params, steps)
-    stats = runtime.stats()
-    same = outputs == expected
-    print(
-        f"own sampling engine: {steps} steps, batch {B} (bucket {args.max_batch}), width {args.width}: "
-        f"{sum(map(len, outputs))} tokens, acceptance {accepted_total / max(drafted, 1):.2f}"
-    )
-    print(f"fast path: {stats['fast_path']} of {steps} steps; fallback: {stats['fallback'] or 'none'}")
-    print(f"vocabulary pass: {'spec_target_sample (built)' if engine.vocab.kernel is not None else 'torch ops'}")
-    print(f"tokens equal the rule's host loop: {same}")
-    if not same:
-        for b, (o, e) in enumerate(zip(outputs, expected)):
-            if o != e:
-                print(f"  sequence {b}: runtime {o}\n  sequence {b}: host    {e}", file=sys.stderr)
-        return 1
-    return 0
+    run = f"own sampling engine: {steps} steps, batch {B} (bucket {args.max_batch}), width {args.width}"
+    vocab = f"vocabulary pass: {'spec_target_sample (built)' if engine.vocab.kernel is not None else 'torch ops'}"
+    acceptance = accepted_total / max(drafted, 1)
+    return report(run, runtime.stats(), steps, outputs, expected, acceptance, "the rule's host loop", [vocab])
 
 
 if __name__ == "__main__":

@@ -35,6 +35,22 @@ def _run(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
 
 
+def _run_without_compiler(script: Path, kernels, tmp_path: Path) -> subprocess.CompletedProcess:
+    """``script --kernels kernels --steps 4`` with the compiler's modules refused; it must exit 0 and print
+    which compiler modules it loaded."""
+    code = BLOCK + textwrap.dedent(f"""
+        import runpy
+        sys.argv = [{str(script)!r}, "--kernels", {str(kernels)!r}, "--steps", "4"]
+        try:
+            runpy.run_path(sys.argv[0], run_name="__main__")
+        finally:
+            print("compiler modules loaded:", sorted(m for m in sys.modules if m.split(".")[0] in {COMPILER!r}))
+    """)
+    done = _run([sys.executable, "-c", code], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    return done
+
+
 def test_own_engine_matches_plain_greedy_decoding(own_kernels, tmp_path):
     done = _run([sys.executable, str(EXAMPLE), "--kernels", str(own_kernels)], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
@@ -44,16 +60,7 @@ def test_own_engine_matches_plain_greedy_decoding(own_kernels, tmp_path):
 
 def test_own_engine_needs_no_compiler(own_kernels, tmp_path):
     """The same run with tilelang, jinja2, sympy and networkx refused by a ``sys.meta_path`` finder."""
-    code = BLOCK + textwrap.dedent(f"""
-        import runpy
-        sys.argv = [{str(EXAMPLE)!r}, "--kernels", {str(own_kernels)!r}, "--steps", "4"]
-        try:
-            runpy.run_path(sys.argv[0], run_name="__main__")
-        finally:
-            print("compiler modules loaded:", sorted(m for m in sys.modules if m.split(".")[0] in {COMPILER!r}))
-    """)
-    done = _run([sys.executable, "-c", code], tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    done = _run_without_compiler(EXAMPLE, own_kernels, tmp_path)
     assert CHECK in done.stdout and "fast path: 4 of 4 steps" in done.stdout
     assert "compiler modules loaded: []" in done.stdout
 
@@ -84,16 +91,7 @@ def test_own_sampling_engine_matches_the_rules_host_loop(sampling_kernels, tmp_p
 def test_own_sampling_engine_needs_no_compiler_and_its_check_is_a_check(sampling_kernels, tmp_path):
     """With the compiler's modules refused it still runs; a forward that keeps no logits samples from nothing
     like the target's distribution, and the check says so (exit 1)."""
-    code = BLOCK + textwrap.dedent(f"""
-        import runpy
-        sys.argv = [{str(SAMPLED)!r}, "--kernels", {str(sampling_kernels.root)!r}, "--steps", "4"]
-        try:
-            runpy.run_path(sys.argv[0], run_name="__main__")
-        finally:
-            print("compiler modules loaded:", sorted(m for m in sys.modules if m.split(".")[0] in {COMPILER!r}))
-    """)
-    done = _run([sys.executable, "-c", code], tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    done = _run_without_compiler(SAMPLED, sampling_kernels.root, tmp_path)
     assert SAMPLED_CHECK in done.stdout and "compiler modules loaded: []" in done.stdout
     broken = tmp_path / "own_engine_sampled.py"
     text = SAMPLED.read_text()
