@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import cuda_forward
 from .checkpoint import load_folder
 from .errors import EngineError
 from .paged_kv import PagedKVCache
@@ -212,14 +213,27 @@ class BlockDraft(nn.Module):
     def write_context(self, taps: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> None:
         """Project ``taps [N, L_ctx * H]`` of positions ``positions[N]`` into every layer's K/V at ``slots``.
 
-        A slot of -1 writes nothing (the rejected rows of a verification).
+        A slot of -1 writes nothing (the rejected rows of a verification). With the target's fast forward
+        (``cuda_forward.use_triton``) the projection is its kernels (``_project_fast``), else torch ops.
         """
+        if self._fast(taps):
+            self._project_fast(
+                taps, positions, slots, [self.kv_cache.layer_storage(i) for i in range(len(self.layers))]
+            )
+            return
         for i, (k, v) in enumerate(self.context_kv(taps, positions)):
             self.kv_cache.write(i, slots, k, v)
 
     def context_kv(self, taps: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per draft layer, the context ``(K, V) [N, kv_heads, head_dim]`` of ``taps [N, L_ctx * H]``."""
+        """Per draft layer, the context ``(K, V) [N, kv_heads, head_dim]`` of ``taps [N, L_ctx * H]``: the values
+        ``write_context`` stores, by the same path."""
         c = self.target_config
+        if self._fast(taps):
+            n, dtype = taps.shape[0], self.fc.weight.dtype
+            shape = (n + 1, c.num_kv_heads, c.head_dim)
+            out = [(taps.new_empty(shape, dtype=dtype), taps.new_empty(shape, dtype=dtype)) for _ in self.layers]
+            self._project_fast(taps, positions, torch.arange(n, device=taps.device), out)
+            return [(k[:n], v[:n]) for k, v in out]
         x = self.hidden_norm(self.fc(taps.to(self.fc.weight.dtype)))
         cos, sin = rope_tables(positions, c.head_dim, c.rope_theta)
         n, out = x.shape[0], []
@@ -228,6 +242,18 @@ class BlockDraft(nn.Module):
             k = apply_rope(a.k_norm(a.k_proj(x).view(n, c.num_kv_heads, c.head_dim)), cos, sin)
             out.append((k, a.v_proj(x).view(n, c.num_kv_heads, c.head_dim)))
         return out
+
+    def _fast(self, taps: torch.Tensor) -> bool:
+        return cuda_forward.use_triton(self._target[0].forward_kernels, taps.device)
+
+    def _project_fast(self, taps, positions, slots, storages) -> None:
+        """The projection in 2 + 2 * layers launches, the target's fast forward's kernels: the ``fc`` GEMM, the
+        norm, then per layer ``cuda_forward.store_kv`` (the ``k|v`` GEMM; k normed and rotated; both stored at
+        ``slots`` of the layer's ``(K, V)`` storage). The torch ops take about eight launches a layer more."""
+        x = cuda_forward.linear(taps.to(self.fc.weight.dtype), self.fc.weight)
+        _, h = cuda_forward.add_rms_norm(x, None, self.hidden_norm)
+        for layer, (kc, vc) in zip(self.layers, storages):
+            cuda_forward.store_kv(layer.self_attn, h, positions, slots, kc, vc, self.target_config.rope_theta)
 
     # ------------------------------------------------------------ the block
     def forward(

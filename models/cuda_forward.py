@@ -191,6 +191,27 @@ def attention(attn, h: torch.Tensor, batch: FastBatch, cache, layer: int) -> tor
     return projection(attn.o_proj, o.view(h.shape[0], -1))
 
 
+def store_kv(attn, h: torch.Tensor, positions, slots, k_cache, v_cache, rope_theta: float) -> None:
+    """K (normed, rotated) and V of normed ``h [N, hidden]`` into ``k_cache, v_cache [S + 1, kv_heads, D]`` at
+    ``slots`` (-1: no write): the attention block's GEMM and ``qk_norm_rope_store`` without queries (a block
+    draft's context)."""
+    kv = linear(h, fused_weight(attn, ("k_proj", "v_proj")))
+    w = attn.k_norm.weight  # the kernel's query norm weight: no query head reads it
+    _kernels().qk_norm_rope_store(
+        kv,
+        w,
+        w,
+        positions,
+        slots,
+        k_cache,
+        v_cache,
+        0,
+        attn.num_kv_heads,
+        attn.k_norm.eps,
+        rope_inv_freq(attn.head_dim, rope_theta, h.device),
+    )
+
+
 def mlp(m, h: torch.Tensor) -> torch.Tensor:
     return projection(m.down_proj, _kernels().silu_mul(linear(h, fused_weight(m, ("gate_proj", "up_proj")))))
 

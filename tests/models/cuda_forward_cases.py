@@ -205,6 +205,49 @@ def forward_cases(dev, dtype, seed, flags=("0", "1")):
     return results
 
 
+def block_context_case(dev, dtype, seed):
+    """A block draft's context K/V (``BlockDraft.write_context``): the torch path against the fast one
+    (``cuda_forward.store_kv``) over two draft layers, some rows at slot -1 (nothing written)."""
+    from specgen.models.block_draft import BlockDraft, BlockDraftConfig
+
+    cfg = ModelConfig("t", 6, 64, 4, 2, 16, 128, 512)
+    target = Qwen3Model.create(cfg, seed=seed, dtype=dtype, device=dev)
+    draft = BlockDraft.create(target, BlockDraftConfig.default("dflash", cfg.num_layers, cfg.vocab_size), seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    n = 11
+    taps = torch.randn(n, len(draft.tap_layers) * cfg.hidden_size, generator=g).to(dev, dtype)
+    positions = torch.randint(0, 4000, (n,), generator=g).to(dev)
+    slots = torch.randperm(40, generator=g)[:n].to(dev)
+    slots[torch.tensor([2, 7])] = -1
+    caches = {}
+    for kind in ("torch", "triton"):
+        target.forward_kernels = kind
+        draft.allocate_kv_cache(4, 16)
+        for i in range(draft.config.num_layers):  # a mark in every slot: a -1 row must leave its slot alone
+            draft.kv_cache.layer_storage(i)[0].fill_(7.0)
+            draft.kv_cache.layer_storage(i)[1].fill_(7.0)
+        draft.write_context(taps, positions, slots)
+        caches[kind] = (draft.kv_cache._k[:, :-1].clone(), draft.kv_cache._v[:, :-1].clone())
+    # context_kv gives what write_context stored, bit for bit, on the fast path too (the tests' reference
+    # store, tests/oracles/block_context.py, is built from it)
+    kept = slots >= 0
+    same = all(
+        torch.equal(k[kept], caches["triton"][0][i, slots[kept]])
+        and torch.equal(v[kept], caches["triton"][1][i, slots[kept]])
+        for i, (k, v) in enumerate(draft.context_kv(taps, positions))
+    )
+    (k0, v0), (k1, v1) = caches["torch"], caches["triton"]
+    unwritten = torch.ones(k0.shape[1], dtype=torch.bool, device=k0.device)
+    unwritten[slots[slots >= 0]] = False
+    return {
+        "err_k": (k0 - k1).float().abs().max().item(),
+        "err_v": (v0 - v1).float().abs().max().item(),
+        "untouched": bool((k1[:, unwritten] == 7.0).all() and (v1[:, unwritten] == 7.0).all()),
+        "written": bool((k1[:, ~unwritten] != 7.0).any()),
+        "context_kv_is_stored": same,
+    }
+
+
 def main(dev: str, dtype_name: str) -> dict:
     dtype = getattr(torch, dtype_name)
     big = dev != "cpu"
@@ -226,6 +269,7 @@ def main(dev: str, dtype_name: str) -> dict:
         "norm_rope": norm_rope_case(dev, dtype, 9, 4, 2, 16, 7),
         "elementwise": elementwise_case(dev, dtype, 5, 96, 80, 8),
         "skinny": skinny_case(dev, dtype, 13),
+        "block_context": block_context_case(dev, dtype, 16),
     }
     forward = forward_cases(dev, dtype, 9)  # cuBLAS, then every projection skinny
     cases["forward"], cases["forward_skinny"] = forward["0"], forward["1"]

@@ -48,6 +48,9 @@ def check(cases: dict, dtype: str) -> None:
             assert max(c["err_q"], c["err_k"]) < tol["rope"] and c["err_v"] == 0 and c["untouched"], (name, c)
         elif name == "elementwise":
             assert max(c.values()) < tol["elem"], c
+        elif name == "block_context":
+            assert max(c["err_k"], c["err_v"]) < tol["rope"] and c["untouched"] and c["written"], c
+            assert c["context_kv_is_stored"], c
         elif name == "skinny":
             assert c["err"] < tol["skinny"] and max(c["splits"]) > 1, c
         elif name.startswith("forward") and tol["forward"] is not None:
