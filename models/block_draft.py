@@ -207,6 +207,11 @@ class BlockDraft(nn.Module):
         self.kv_cache = PagedKVCache(
             self.config.num_layers, num_blocks, block_size, c.num_kv_heads, c.head_dim, w.dtype, w.device
         )
+        if cuda_forward.use_triton(self._target[0].forward_kernels, w.device):
+            # the fast projection's k|v weights, fused now: fusing re-points k_proj and v_proj at views of the
+            # fused tensor, which must not happen after a graph that reads them (the draft's) is captured
+            for layer in self.layers:
+                cuda_forward.fused_weight(layer.self_attn, ("k_proj", "v_proj"))
         return self.kv_cache
 
     # ----------------------------------------------------------- context K/V
