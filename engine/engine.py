@@ -202,11 +202,16 @@ class SpecDecodeEngine:
         return self.proposer.prefill(prompts)
 
     # -------------------------------------------------------------- the graphs
-    def call_target(self, *args, taps: tuple[int, ...] = (), prefill_lens=None, step_bufs=None, logit_rows=None):
+    def call_target(
+        self, *args, taps: tuple[int, ...] = (), prefill_lens=None, step_bufs=None, logit_rows=None, on_taps=None
+    ):
         """``model(tokens, positions, slots, block_table, kv_lens, query_start_loc, rows)`` plus, for a
         hybrid target, the linear state's slots: a prefill's (``prefill_lens``, the prompts' lengths) or
-        those the verify step's head wrote into ``step_bufs``; ``logit_rows``: the rows the LM head runs over."""
+        those the verify step's head wrote into ``step_bufs``; ``logit_rows``: the rows the LM head runs over;
+        ``on_taps``: called with the taps as soon as the forward has them."""
         kw = {"taps": taps} if taps else {}
+        if on_taps is not None:
+            kw["on_taps"] = on_taps
         if logit_rows is not None:
             kw["logit_rows"] = logit_rows
         if self.state is not None:

@@ -249,16 +249,35 @@ class BlockDraft(nn.Module):
         return out
 
     def _fast(self, taps: torch.Tensor) -> bool:
-        return cuda_forward.use_triton(self._target[0].forward_kernels, taps.device)
+        return self.fast_on(taps.device)
 
-    def _project_fast(self, taps, positions, slots, storages) -> None:
-        """The projection in 2 + 2 * layers launches, the target's fast forward's kernels: the ``fc`` GEMM, the
-        norm, then per layer ``cuda_forward.store_kv`` (the ``k|v`` GEMM; k normed and rotated; both stored at
-        ``slots`` of the layer's ``(K, V)`` storage). The torch ops take about eight launches a layer more."""
+    def fast_on(self, device: torch.device) -> bool:
+        """Whether the context projection on ``device`` runs the target's fast forward's kernels."""
+        return cuda_forward.use_triton(self._target[0].forward_kernels, device)
+
+    def context_rows(self, taps: torch.Tensor) -> list[torch.Tensor]:
+        """The fast projection's part that reads only the taps: per draft layer ``k|v [N, 2 * kv_heads * D]`` of
+        ``taps [N, L_ctx * H]`` (the ``fc`` GEMM, the norm, the layer's ``k|v`` GEMM); ``store_context`` writes
+        them. Nothing here depends on which rows a verification accepts, so it can run beside the target's
+        later layers."""
         x = cuda_forward.linear(taps.to(self.fc.weight.dtype), self.fc.weight)
         _, h = cuda_forward.add_rms_norm(x, None, self.hidden_norm)
-        for layer, (kc, vc) in zip(self.layers, storages):
-            cuda_forward.store_kv(layer.self_attn, h, positions, slots, kc, vc, self.target_config.rope_theta)
+        return [cuda_forward.kv_rows(layer.self_attn, h) for layer in self.layers]
+
+    def store_context(self, rows: list[torch.Tensor], positions: torch.Tensor, slots: torch.Tensor, storages=None):
+        """``context_rows``' output into every layer's K/V (``storages``: the cache's, by default) at ``slots``
+        (-1: no write): k normed and rotated at ``positions``, one launch a layer."""
+        if storages is None:
+            storages = [self.kv_cache.layer_storage(i) for i in range(len(self.layers))]
+        for layer, kv, (kc, vc) in zip(self.layers, rows, storages):
+            cuda_forward.store_kv_rows(layer.self_attn, kv, positions, slots, kc, vc, self.target_config.rope_theta)
+
+    def _project_fast(self, taps, positions, slots, storages) -> None:
+        """The projection in 2 + 2 * layers launches, the target's fast forward's kernels: ``context_rows`` (the
+        ``fc`` GEMM, the norm, per layer the ``k|v`` GEMM), then ``store_context`` (per layer k normed and rotated,
+        both stored at ``slots`` of the layer's ``(K, V)`` storage). The torch ops take about eight launches a
+        layer more."""
+        self.store_context(self.context_rows(taps), positions, slots, storages)
 
     # ------------------------------------------------------------ the block
     def forward(

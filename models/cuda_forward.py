@@ -191,11 +191,15 @@ def attention(attn, h: torch.Tensor, batch: FastBatch, cache, layer: int) -> tor
     return projection(attn.o_proj, o.view(h.shape[0], -1))
 
 
-def store_kv(attn, h: torch.Tensor, positions, slots, k_cache, v_cache, rope_theta: float) -> None:
-    """K (normed, rotated) and V of normed ``h [N, hidden]`` into ``k_cache, v_cache [S + 1, kv_heads, D]`` at
-    ``slots`` (-1: no write): the attention block's GEMM and ``qk_norm_rope_store`` without queries (a block
-    draft's context)."""
-    kv = linear(h, fused_weight(attn, ("k_proj", "v_proj")))
+def kv_rows(attn, h: torch.Tensor) -> torch.Tensor:
+    """``k|v [N, 2 * kv_heads * D]`` of normed ``h [N, hidden]``: the attention block's k|v GEMM alone (a block
+    draft's context, whose rows need no query)."""
+    return linear(h, fused_weight(attn, ("k_proj", "v_proj")))
+
+
+def store_kv_rows(attn, kv: torch.Tensor, positions, slots, k_cache, v_cache, rope_theta: float) -> None:
+    """``kv_rows``' K (normed, rotated) and V into ``k_cache, v_cache [S + 1, kv_heads, D]`` at ``slots`` (-1: no
+    write): ``qk_norm_rope_store`` without queries."""
     w = attn.k_norm.weight  # the kernel's query norm weight: no query head reads it
     _kernels().qk_norm_rope_store(
         kv,
@@ -208,8 +212,14 @@ def store_kv(attn, h: torch.Tensor, positions, slots, k_cache, v_cache, rope_the
         0,
         attn.num_kv_heads,
         attn.k_norm.eps,
-        rope_inv_freq(attn.head_dim, rope_theta, h.device),
+        rope_inv_freq(attn.head_dim, rope_theta, kv.device),
     )
+
+
+def store_kv(attn, h: torch.Tensor, positions, slots, k_cache, v_cache, rope_theta: float) -> None:
+    """K (normed, rotated) and V of normed ``h [N, hidden]`` into ``k_cache, v_cache`` at ``slots``: ``kv_rows``
+    then ``store_kv_rows``."""
+    store_kv_rows(attn, kv_rows(attn, h), positions, slots, k_cache, v_cache, rope_theta)
 
 
 def mlp(m, h: torch.Tensor) -> torch.Tensor:

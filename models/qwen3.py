@@ -276,13 +276,17 @@ class Qwen3Model(nn.Module):
         rows_per_seq: int,
         taps: tuple[int, ...] = (),
         logit_rows: slice | torch.Tensor | None = None,
+        on_taps=None,
     ):
         """``tokens[N] -> (hidden[N, H], logits[N, V])``; writes K/V at ``slot_mapping``.
 
         With ``taps`` (layer indices) a third output holds those layers' outputs
-        concatenated, ``[N, len(taps) * H]``: a block draft's context.  With
-        ``logit_rows`` (a slice or row indices) the LM head runs over those
-        rows alone (a prefill needs its last rows', or none): ``logits[len(rows), V]``.
+        concatenated, ``[N, len(taps) * H]``: a block draft's context; ``on_taps``
+        is called with that tensor as soon as the last tapped layer has run, before
+        the later layers and the LM head are issued (work that reads only the taps
+        can start beside them).  With ``logit_rows`` (a slice or row indices) the
+        LM head runs over those rows alone (a prefill needs its last rows', or
+        none): ``logits[len(rows), V]``.
         """
         batch = attention_batch(
             self.forward_kernels,
@@ -296,22 +300,32 @@ class Qwen3Model(nn.Module):
             self.config.rope_theta,
         )
         x = self.embed_tokens(tokens.long())
-        tapped = []
+        tapped, cat = [], None
+        wanted = sum(i in taps for i in range(len(self.layers)))
+
+        def tap(value: torch.Tensor) -> None:
+            nonlocal cat
+            tapped.append(value)
+            if len(tapped) == wanted:
+                cat = torch.cat(tapped, dim=-1)
+                if on_taps is not None:
+                    on_taps(cat)
+
         if isinstance(batch, FastBatch):
             delta = None  # each layer's MLP output, added in the next layer's first kernel
             for i, layer in enumerate(self.layers):
                 x, delta = cuda_forward.layer(layer, x, delta, batch, self.kv_cache, i)
                 if i in taps:
-                    tapped.append(cuda_forward.materialize(x, delta))
+                    tap(cuda_forward.materialize(x, delta))
             x, h = cuda_forward.add_rms_norm(x, delta, self.norm)  # the last residual add and the final norm
             out = x, self.project(h if logit_rows is None else h[logit_rows])
         else:
             for i, layer in enumerate(self.layers):
                 x = layer(x, batch, self.kv_cache, i)
                 if i in taps:
-                    tapped.append(x)
+                    tap(x)
             out = x, self.logits(x if logit_rows is None else x[logit_rows])
-        return (*out, torch.cat(tapped, dim=-1)) if taps else out
+        return (*out, cat) if taps else out
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """The LM head over the final norm (a tensor-parallel rank: its vocabulary range)."""

@@ -23,6 +23,8 @@ not run here.
 from __future__ import annotations
 
 import functools
+import inspect
+import os
 from typing import Callable
 
 import torch
@@ -36,6 +38,7 @@ from .base import Proposer
 __all__ = ["BlockProposer", "block_tail"]
 
 I32 = torch.int32
+BESIDE_ENV = "SPECGEN_CONTEXT_BESIDE"  # 0: the context projection wholly after the tail (the A/B base)
 _TAILS: dict[tuple[str, bool], Callable] = {}
 
 
@@ -51,6 +54,7 @@ class BlockProposer(Proposer):
     """A DFlash / DSpark block draft; see the module docstring."""
 
     tail = CONTEXT_KV
+    _beside = _side = _staged = None  # the staged context rows (``alloc_hidden``): none until set up
     unsupported_modes = ("inductor",)
     reads = ("next_last_token", "next_seq_lens", "block_table")
     writes = ("draft_tokens", "last_tokens", "seq_lens")
@@ -75,7 +79,34 @@ class BlockProposer(Proposer):
     def alloc_hidden(self) -> torch.Tensor:
         e = self.engine
         taps = len(self.draft.tap_layers) * e.model.config.hidden_size
-        return torch.zeros(e.batch * e.width, taps, dtype=e.model.embed_tokens.weight.dtype, device=e.device)
+        rows, dtype = e.batch * e.width, e.model.embed_tokens.weight.dtype
+        self._beside = self._side = None
+        if self._projects_beside(e):
+            # the context rows the forward's taps give, made on a side stream beside the target's later layers and
+            # LM head (``_stage``); the tail then only stores the accepted rows (``context_write``)
+            c = self.draft.target_config
+            self._beside = [torch.zeros(rows, 2 * c.num_kv_heads * c.head_dim, dtype=dtype, device=e.device)
+                            for _ in self.draft.layers]  # fmt: skip
+            self._side = torch.cuda.Stream(device=e.device)
+        self._staged = None
+        return torch.zeros(rows, taps, dtype=dtype, device=e.device)
+
+    def _projects_beside(self, e) -> bool:
+        """Whether the context rows are made beside the forward: CUDA, the fast projection, a target whose forward
+        calls back when its taps are ready, and ``SPECGEN_CONTEXT_BESIDE`` not 0 (the A/B switch)."""
+        if e.device.type != "cuda" or os.environ.get(BESIDE_ENV, "1") == "0" or not self.draft.fast_on(e.device):
+            return False
+        return "on_taps" in inspect.signature(e.model.forward).parameters
+
+    def _stage(self, taps: torch.Tensor) -> None:
+        """``on_taps``: the context rows of ``taps`` into the staging buffers, on the side stream (it waits for the
+        taps; ``target_forward`` joins it before it returns, so the buffers are ready for the tail's stores)."""
+        main = torch.cuda.current_stream(taps.device)
+        self._side.wait_stream(main)
+        with torch.cuda.stream(self._side):
+            for buf, kv in zip(self._beside, self.draft.context_rows(taps)):
+                buf[: kv.shape[0]].copy_(kv)
+        self._staged = taps  # read on the side stream: held until the join
 
     def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
         """Target prefill with taps; context K/V for every prompt row; the first block's inputs."""
@@ -106,6 +137,7 @@ class BlockProposer(Proposer):
     def target_forward(self, bufs) -> torch.Tensor:
         """The target over the verify rows, keeping the tapped layers."""
         e = self.engine
+        self._staged = None
         _, logits, taps = e.call_target(
             bufs["tokens"],
             bufs["positions"],
@@ -116,10 +148,15 @@ class BlockProposer(Proposer):
             e.width,
             taps=self.draft.tap_layers,
             step_bufs=bufs,
+            on_taps=None if self._beside is None else self._stage,
         )
         e.verify_hidden[: taps.shape[0]].copy_(taps)
         self.keep_logits(logits)
-        return self.greedy_into(logits, bufs)
+        out = self.greedy_into(logits, bufs)
+        if self._staged is not None:  # the join: the tail's stores read the staged rows
+            torch.cuda.current_stream(taps.device).wait_stream(self._side)
+            self._staged = taps.shape[0]
+        return out
 
     def propose(self) -> None:
         """One block forward from the anchor; writes the verification's draft tokens, last token and length."""
@@ -137,6 +174,9 @@ class BlockProposer(Proposer):
         """Every verify row's taps -> context K/V at ``context_slots`` (-1 for rejected rows: no write)."""
         b = self.engine.bufs
         rows = b["positions"].shape[0]  # the step's rows (a serving loop's buffers may hold fewer than the taps)
+        if self._staged == rows:  # the last forward staged its rows beside it (the same GEMMs over the same rows)
+            self.draft.store_context([r[:rows] for r in self._beside], b["positions"], b["context_slots"])
+            return
         self.draft.write_context(self.engine.verify_hidden[:rows], b["positions"], b["context_slots"])
 
     def draft_work_after_verify(self) -> Callable[[], None]:

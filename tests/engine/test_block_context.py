@@ -150,8 +150,13 @@ def test_random_commit_patterns_keep_the_cache_invariant(tiny_target, block_kern
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["dflash", "dspark"])
-def test_cuda_context_cache_is_exact(block_kernels, kind):
-    """On CUDA, through the captured graphs: after the run the cache equals the reference bit for bit."""
+@pytest.mark.parametrize("beside", ["1", "0"])
+def test_cuda_context_cache_is_exact(block_kernels, kind, beside, monkeypatch):
+    """On CUDA, through the captured graphs: after the run the cache equals the reference bit for bit, with the
+    context rows made beside the forward (``SPECGEN_CONTEXT_BESIDE``, the fast path's default) and after it."""
+    from specgen.engine.proposers.block import BESIDE_ENV
+
+    monkeypatch.setenv(BESIDE_ENV, beside)
     torch.backends.cuda.matmul.allow_tf32 = False
     model = Qwen3Model.create("tiny", seed=0, device="cuda")
     oracle = torch.tensor(greedy_generate(model, PROMPTS, 90), device="cuda")
@@ -175,6 +180,9 @@ def test_cuda_context_cache_is_exact(block_kernels, kind):
         )
         eng.run(PROMPTS, steps=8)
         torch.cuda.synchronize()
+        staged = eng.proposer._beside is not None
+        assert staged == (beside == "1" and draft.fast_on(model.embed_tokens.weight.device)), mode
+        assert eng.proposer._staged == (3 * (depth + 1) if staged else None), mode  # the tail stored staged rows
         rows, others = paged_context(draft, eng.block_table, lens)
         for b in range(3):
             for layer, (k, v) in enumerate(rows[b]):

@@ -236,6 +236,19 @@ def block_context_case(dev, dtype, seed):
         and torch.equal(v[kept], caches["triton"][1][i, slots[kept]])
         for i, (k, v) in enumerate(draft.context_kv(taps, positions))
     )
+    # the proposer's staged path: context_rows copied into larger staging buffers beside the forward, the tail's
+    # store_context over their first n rows, stores the same bits
+    staging = [torch.zeros(n + 5, r.shape[1], dtype=r.dtype, device=r.device) for r in draft.context_rows(taps)]
+    for buf, r in zip(staging, draft.context_rows(taps)):
+        buf[:n].copy_(r)
+    draft.allocate_kv_cache(4, 16)
+    for i in range(draft.config.num_layers):
+        draft.kv_cache.layer_storage(i)[0].fill_(7.0)
+        draft.kv_cache.layer_storage(i)[1].fill_(7.0)
+    draft.store_context([b[:n] for b in staging], positions, slots)
+    staged = torch.equal(draft.kv_cache._k[:, :-1], caches["triton"][0]) and torch.equal(
+        draft.kv_cache._v[:, :-1], caches["triton"][1]
+    )
     (k0, v0), (k1, v1) = caches["torch"], caches["triton"]
     unwritten = torch.ones(k0.shape[1], dtype=torch.bool, device=k0.device)
     unwritten[slots[slots >= 0]] = False
@@ -245,6 +258,7 @@ def block_context_case(dev, dtype, seed):
         "untouched": bool((k1[:, unwritten] == 7.0).all() and (v1[:, unwritten] == 7.0).all()),
         "written": bool((k1[:, ~unwritten] != 7.0).any()),
         "context_kv_is_stored": same,
+        "staged_is_stored": staged,
     }
 
 

@@ -50,7 +50,7 @@ def check(cases: dict, dtype: str) -> None:
             assert max(c.values()) < tol["elem"], c
         elif name == "block_context":
             assert max(c["err_k"], c["err_v"]) < tol["rope"] and c["untouched"] and c["written"], c
-            assert c["context_kv_is_stored"], c
+            assert c["context_kv_is_stored"] and c["staged_is_stored"], c
         elif name == "skinny":
             assert c["err"] < tol["skinny"] and max(c["splits"]) > 1, c
         elif name.startswith("forward") and tol["forward"] is not None:

@@ -177,3 +177,33 @@ def test_verify_forward_captures_in_cuda_graph(dtype):
     expected = step()
     for got, want in zip(captured, expected):
         torch.testing.assert_close(got, want)
+
+
+def test_on_taps_sees_the_taps_before_the_later_layers_and_the_lm_head():
+    """``on_taps`` is called once, with the very tensor the forward returns as its taps, when the last tapped layer
+    has run: before the later layers and the LM head (work that reads only the taps can start beside them)."""
+    model = Qwen3Model.create("tiny", seed=0)
+    model.allocate_kv_cache(8, BS)
+    bt = make_block_table(BlockAllocator(8, seed=1), 1, 2)
+    rows, starts = [[5, 9, 11, 3]], [0]
+    pos = torch.tensor(starts)[:, None] + torch.arange(4)
+    args = (torch.tensor(rows).reshape(-1), pos.reshape(-1), slot(bt, pos, BS).reshape(-1), bt, pos[:, -1] + 1)
+    qsl, taps = torch.tensor([0, 4]), (0,)
+    assert len(model.layers) >= 2
+    order, seen = [], []
+    layers = model.layers
+    for i, layer in enumerate(layers):
+        layer.register_forward_hook(lambda *_, i=i: order.append(f"layer{i}"))
+    lm = model.project
+    model.project = lambda h: (order.append("lm_head"), lm(h))[1]
+    try:
+        hidden, logits, tapped = model(
+            *args, qsl, 4, taps=taps, on_taps=lambda t: (order.append("taps"), seen.append(t))
+        )
+    finally:
+        del model.project
+    assert len(seen) == 1 and seen[0] is tapped and tapped.shape == (4, len(taps) * model.config.hidden_size)
+    assert order.index("taps") == order.index("layer0") + 1 < order.index("layer1") < order.index("lm_head")
+    model.allocate_kv_cache(8, BS)  # the same forward without the callback: the same outputs
+    again = model(*args, qsl, 4, taps=taps)
+    assert all(torch.equal(a, b) for a, b in zip(again, (hidden, logits, tapped)))
