@@ -257,8 +257,17 @@ def _add(steps: dict[int, StepKernels], phase: str, step: int, r: DeviceRecord) 
 
 
 def forward_names(events: list[dict]) -> list[str]:
-    """The kernel-name sequence of a bare forward trace (kernels only, in order)."""
-    return [r.name for r in device_records(events) if r.cat == "kernel"]
+    """The kernel-name sequence of a bare forward trace (kernels only, in order) on its main stream: the one that
+    ran the most kernels (the first to run one on a tie); work the forward forks to a side stream (a block
+    draft's context rows beside its later layers) runs there, interleaved by timing, and is left out."""
+    kernels = [r for r in device_records(events) if r.cat == "kernel"]
+    lanes: dict = {}
+    for r in kernels:
+        lanes.setdefault(r.stream, []).append(r)
+    if not lanes:
+        return []
+    main = max(lanes.values(), key=lambda rs: (len(rs), -rs[0].start))
+    return [r.name for r in main]
 
 
 def _is_copy(r: DeviceRecord) -> bool:

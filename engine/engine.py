@@ -140,6 +140,7 @@ class SpecDecodeEngine:
     def close(self) -> None:
         """Drop the captured graphs, the runtime and the buffers now (they hold device memory)."""
         self.strategy.close()
+        self.proposer.release()
         for name in ("draft_graph", "bufs", "verify_hidden"):
             if hasattr(self, name):
                 setattr(self, name, None)

@@ -325,6 +325,8 @@ class Qwen3Model(nn.Module):
                 if i in taps:
                     tap(x)
             out = x, self.logits(x if logit_rows is None else x[logit_rows])
+        if taps and cat is None:  # no tap index below the layer count: as torch.cat of nothing, an error
+            cat = torch.cat(tapped, dim=-1)
         return (*out, cat) if taps else out
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:

@@ -71,6 +71,9 @@ class Proposer:
         """``engine.verify_hidden``: what the target forward keeps for the draft, one row per verify row."""
         raise NotImplementedError
 
+    def release(self) -> None:
+        """Drop what ``alloc_hidden`` set up besides ``verify_hidden`` (the engine's ``close``)."""
+
     def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
         """Target and draft prefill; leaves the first draft's inputs in the step buffers; the bonus tokens."""
         raise NotImplementedError

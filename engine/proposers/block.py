@@ -54,7 +54,7 @@ class BlockProposer(Proposer):
     """A DFlash / DSpark block draft; see the module docstring."""
 
     tail = CONTEXT_KV
-    _beside = _side = _staged = None  # the staged context rows (``alloc_hidden``): none until set up
+    _beside = _side = _held = None  # the staged context rows (``alloc_hidden``): none until set up
     unsupported_modes = ("inductor",)
     reads = ("next_last_token", "next_seq_lens", "block_table")
     writes = ("draft_tokens", "last_tokens", "seq_lens")
@@ -83,13 +83,17 @@ class BlockProposer(Proposer):
         self._beside = self._side = None
         if self._projects_beside(e):
             # the context rows the forward's taps give, made on a side stream beside the target's later layers and
-            # LM head (``_stage``); the tail then only stores the accepted rows (``context_write``)
-            c = self.draft.target_config
-            self._beside = [torch.zeros(rows, 2 * c.num_kv_heads * c.head_dim, dtype=dtype, device=e.device)
+            # LM head (``_stage``); the tail then only stores the accepted rows (``context_write``). Every target
+            # forward writes them, as it writes ``verify_hidden``: they are that buffer, projected
+            c, w = self.draft.target_config, self.draft.fc.weight
+            self._beside = [torch.zeros(rows, 2 * c.num_kv_heads * c.head_dim, dtype=w.dtype, device=e.device)
                             for _ in self.draft.layers]  # fmt: skip
             self._side = torch.cuda.Stream(device=e.device)
-        self._staged = None
+        self._held = None
         return torch.zeros(rows, taps, dtype=dtype, device=e.device)
+
+    def release(self) -> None:
+        self._beside = self._side = self._held = None
 
     def _projects_beside(self, e) -> bool:
         """Whether the context rows are made beside the forward: CUDA, the fast projection, a target whose forward
@@ -99,14 +103,16 @@ class BlockProposer(Proposer):
         return "on_taps" in inspect.signature(e.model.forward).parameters
 
     def _stage(self, taps: torch.Tensor) -> None:
-        """``on_taps``: the context rows of ``taps`` into the staging buffers, on the side stream (it waits for the
-        taps; ``target_forward`` joins it before it returns, so the buffers are ready for the tail's stores)."""
+        """``on_taps``: ``taps`` into ``verify_hidden`` and their context rows into the staging buffers, on the side
+        stream (it waits for the taps; ``target_forward`` joins it before it returns, so both are ready for the
+        tail)."""
         main = torch.cuda.current_stream(taps.device)
         self._side.wait_stream(main)
         with torch.cuda.stream(self._side):
+            self.engine.verify_hidden[: taps.shape[0]].copy_(taps)
             for buf, kv in zip(self._beside, self.draft.context_rows(taps)):
                 buf[: kv.shape[0]].copy_(kv)
-        self._staged = taps  # read on the side stream: held until the join
+        self._held = taps  # read on the side stream: held until the join
 
     def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
         """Target prefill with taps; context K/V for every prompt row; the first block's inputs."""
@@ -137,7 +143,7 @@ class BlockProposer(Proposer):
     def target_forward(self, bufs) -> torch.Tensor:
         """The target over the verify rows, keeping the tapped layers."""
         e = self.engine
-        self._staged = None
+        self._held = None
         _, logits, taps = e.call_target(
             bufs["tokens"],
             bufs["positions"],
@@ -150,12 +156,13 @@ class BlockProposer(Proposer):
             step_bufs=bufs,
             on_taps=None if self._beside is None else self._stage,
         )
-        e.verify_hidden[: taps.shape[0]].copy_(taps)
+        if self._held is None:
+            e.verify_hidden[: taps.shape[0]].copy_(taps)
         self.keep_logits(logits)
         out = self.greedy_into(logits, bufs)
-        if self._staged is not None:  # the join: the tail's stores read the staged rows
+        if self._held is not None:  # the join: the tail reads what the side stream wrote
             torch.cuda.current_stream(taps.device).wait_stream(self._side)
-            self._staged = taps.shape[0]
+            self._held = None
         return out
 
     def propose(self) -> None:
@@ -174,7 +181,7 @@ class BlockProposer(Proposer):
         """Every verify row's taps -> context K/V at ``context_slots`` (-1 for rejected rows: no write)."""
         b = self.engine.bufs
         rows = b["positions"].shape[0]  # the step's rows (a serving loop's buffers may hold fewer than the taps)
-        if self._staged == rows:  # the last forward staged its rows beside it (the same GEMMs over the same rows)
+        if self._beside is not None:  # the last forward's rows, projected beside it (the same GEMMs, the same rows)
             self.draft.store_context([r[:rows] for r in self._beside], b["positions"], b["context_slots"])
             return
         self.draft.write_context(self.engine.verify_hidden[:rows], b["positions"], b["context_slots"])
