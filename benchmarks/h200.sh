@@ -42,6 +42,8 @@
 # guard-ab (the device guard's TPOT cost: specgen alone, depth 3, B = 1, 8, 32, PAIRS interleaved runs with and
 # without --no-device-guard, then one profiled run of each at B = 1 and 8 and benchmarks/trace_diff.py over them),
 # block-ab (the block drafts, specgen alone: BASE's source tree against the checkout, ROUNDS rounds),
+# beside-ab (the block drafts, specgen alone, the checkout: the context rows after the tail against beside the
+# forward, SPECGEN_CONTEXT_BESIDE=0 and 1 interleaved, ROUNDS rounds; B = 1 traces kept for trace_diff.py),
 # agreement (specgen alone, the bench stage's settings: its kernel-level figures against the four-mode sweep's,
 # benchmarks/sweep_agreement.py; run after bench, DEPTHS as there).
 # vocab-ab (the vocabulary pass: benchmarks/vocab_gpu.py check of the sampling build, then vocab_ab.py time over
@@ -52,7 +54,7 @@
 # still returns what it wrote.
 # Usage: benchmarks/h200.sh OUT_DIR [tests] [tests-changed] [sanitize-vocab] [serving-tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
 #        [bench-sampling] [serve-bench] [attention-sweep] [prefill-speed] [host-profile]
-#        [bench-mtp] [block-bench] [block-ab] [guard-ab] [agreement] [vocab-ab]
+#        [bench-mtp] [block-bench] [block-ab] [beside-ab] [guard-ab] [agreement] [vocab-ab]
 set -u
 out=$1; shift
 mkdir -p "$out"
@@ -167,6 +169,16 @@ s.sort_stats('cumtime').print_stats('runtime/', 45); s.sort_stats('tottime').pri
         bash benchmarks/tree_ab.sh "$out/block_ab_$1" "${BASE:?BASE: the base source tree}" ${ROUNDS:-2} \
           --model qwen3-0.6b --draft $1 --depth $2 --batch 1,8,32 --steps 64 --warmup 3 --acceptance 0.7 \
           --block-table-width 80 --kernels build/block_bench_kernels --modes specgen | grep -E "exit|tpot_ms|post_verify"
+      done ;;
+    beside-ab)
+      for spec in "dflash 15" "dspark 7"; do set -- $spec; d="$out/beside_ab_$1"; mkdir -p "$d"
+        for r in $(seq 1 ${ROUNDS:-1}); do for b in 0 1; do tag=$([ $b = 1 ] && echo on || echo off)
+          SPECGEN_CONTEXT_BESIDE=$b specgen bench --model qwen3-0.6b --draft $1 --depth $2 --batch 1,8,32 --steps 64 \
+            --warmup 3 --acceptance 0.7 --block-table-width 80 --kernels build/block_bench_kernels --modes specgen \
+            --out "$d/${tag}_$r" > "$d/${tag}_$r.log" 2>&1; echo "beside $1 $tag round $r: exit $?"
+        done; done
+        find "$d" -name '*.json.gz' ! -name '*_b1.*' -delete
+        python3 benchmarks/tree_ab.py "$d" off on | tee "$d/ab.md" | grep -E "tpot_ms|post_verify|projection"
       done ;;
     guard-ab)
       G="--model qwen3-0.6b --depth 3 --modes specgen --warmup 10 --acceptance 0.7 --prompt-len 1024 --block-size 128 \
