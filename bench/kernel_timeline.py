@@ -1,19 +1,15 @@
 """Boundary figures from device kernel records (a ``torch.profiler`` Chrome trace).
 
-CUDA events measure spans on the host's stream order; the kernels themselves
-say where the device idles.  The decode loop marks its host-side phases with
-``torch.profiler.record_function`` ranges named ``specgen::<phase>#<step>``
-(``draft``, ``verify``).  CUPTI gives every kernel, memcpy and memset the
-correlation id of the runtime call that launched it (a graph replay's
-kernels share the id of its ``cudaGraphLaunch``), so each device record is
-attributed to the innermost phase range enclosing its launch call.  A trace
-whose device records lack correlation ids (or carry ids no launch call has)
-falls back to time windows: a record belongs to the last phase whose first
-launch call precedes the record's start on the device.  That is exact only
-where each phase launches after the previous phase's records have started
-(a host that waits for the device); where the host runs ahead it hands a
-phase's records to the next one, so ``attribute_with_method`` says which
-method it used and the bench records it with the figures.
+CUDA events measure spans on the host's stream order; the kernels themselves say where the device idles. The
+decode loop marks its host-side phases with ``torch.profiler.record_function`` ranges named
+``specgen::<phase>#<step>`` (``draft``, ``verify``). CUPTI gives every kernel, memcpy and memset the correlation
+id of the runtime call that launched it (a graph replay's kernels share the id of its ``cudaGraphLaunch``), so
+each device record is attributed to the innermost phase range enclosing its launch call. A trace whose device
+records lack correlation ids (or carry ids no launch call has) falls back to time windows: a record belongs to the
+last phase whose first launch call precedes the record's start on the device. That is exact only where each phase
+launches after the previous phase's records have started (a host that waits for the device); where the host runs
+ahead it hands a phase's records to the next one, so ``attribute_with_method`` says which method it used and the
+bench records it with the figures.
 
 A mode that runs the draft inside its step graph (``fuses_draft``) launches nothing in the draft phase: its
 draft kernels come with the verify phase's replay.  Given the draft's signature (``draft_signature``: the
@@ -22,13 +18,11 @@ is a memcpy node in one capture and a copy kernel in another), ``attribute_with_
 it among one stream's records of such a verify phase and moves every record that starts from its first to its
 last matched record back to the draft; the draft's own trailing copies (its hand-over) stay the draft's.
 
-Within a step's verify phase the *target forward* is found by its kernel
-names: the bare forward graph, profiled alone, gives the name sequence, and
-the first place that sequence occurs among one stream's kernels of the phase
-is the forward (side streams, e.g. a device guard beside the forward, never
-split it).  Everything that stream runs in the phase before it is boundary
-work (the head update in specgen mode, copies and host-built inputs
-elsewhere).  Per step::
+Within a step's verify phase the *target forward* is found by its kernel names: the bare forward graph, profiled
+alone, gives the name sequence, and the first place that sequence occurs among one stream's kernels of the phase
+is the forward (side streams, e.g. a device guard beside the forward, never split it). Everything that stream runs
+in the phase before it is boundary work (the head update in specgen mode, copies and host-built inputs elsewhere).
+Per step::
 
     kernel_draft_to_verify_us  first forward kernel start - last draft record end
     head_us                    device time of the forward stream's verify-phase records before the forward
@@ -257,17 +251,11 @@ def _add(steps: dict[int, StepKernels], phase: str, step: int, r: DeviceRecord) 
 
 
 def forward_names(events: list[dict]) -> list[str]:
-    """The kernel-name sequence of a bare forward trace (kernels only, in order) on its main stream: the one that
-    ran the most kernels (the first to run one on a tie); work the forward forks to a side stream (a block
-    draft's context rows beside its later layers) runs there, interleaved by timing, and is left out."""
+    """The kernel names of a bare forward trace, in order, on its main stream: the one with the most kernels (on a
+    tie, the first to run one); what the forward forks to a side stream (a block draft's context rows) is left out."""
     kernels = [r for r in device_records(events) if r.cat == "kernel"]
-    lanes: dict = {}
-    for r in kernels:
-        lanes.setdefault(r.stream, []).append(r)
-    if not lanes:
-        return []
-    main = max(lanes.values(), key=lambda rs: (len(rs), -rs[0].start))
-    return [r.name for r in main]
+    lanes = {s: [r for r in kernels if r.stream == s] for s in dict.fromkeys(r.stream for r in kernels)}
+    return [r.name for r in max(lanes.values(), key=lambda rs: (len(rs), -rs[0].start), default=[])]
 
 
 def _is_copy(r: DeviceRecord) -> bool:
