@@ -57,10 +57,10 @@ def test_forward_names_lists_kernels_in_order():
 def test_forward_names_keep_the_main_stream_of_a_forked_forward():
     """A forward that forks work to a side stream (a block draft's context rows beside its later layers): the
     names are the main stream's, however the two streams interleave in time."""
-    ev = [_x("kernel", f"layer{i}", 10.0 * i, 8.0, 1, tid=7) for i in range(5)]
-    ev += [_x("kernel", "fc_gemm", 21.0, 3.0, 1, tid=9), _x("kernel", "kv_gemm", 25.0, 3.0, 1, tid=9)]
+    ev = [event("kernel", f"layer{i}", 10.0 * i, 8.0, 1, tid=7) for i in range(5)]
+    ev += [event("kernel", "fc_gemm", 21.0, 3.0, 1, tid=9), event("kernel", "kv_gemm", 25.0, 3.0, 1, tid=9)]
     assert kt.forward_names(ev) == [f"layer{i}" for i in range(5)]
-    tie = [_x("kernel", "x", 5.0, 1.0, 1, tid=3), _x("kernel", "y", 1.0, 1.0, 1, tid=4)]
+    tie = [event("kernel", "x", 5.0, 1.0, 1, tid=3), event("kernel", "y", 1.0, 1.0, 1, tid=4)]
     assert kt.forward_names(tie) == ["y"]  # a tie: the stream that ran a kernel first
 
 
