@@ -64,3 +64,11 @@ def test_generate_refuses_it_where_it_changes_nothing(argv, words, capsys):
     assert main([*args, *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and words in err, err
+
+
+def test_the_parsers_choices_are_the_engines():
+    """bench's parser spells the values without loading torch; they must be the engine's."""
+    from specgen.bench.config import DRAFT_SAMPLING as PARSER
+    from specgen.engine.sampling import DRAFT_SAMPLING as ENGINE
+
+    assert PARSER == ENGINE
