@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 
-from .kernel_timeline import LAUNCH_CATS, StepKernels, _is_copy, _locate, _phases
+from .kernel_timeline import LAUNCH_CATS, StepKernels, _is_copy, _phases, forward_span
 
 __all__ = ["BOUNDARY_TERMS", "SYNC_CALLS", "boundary_terms"]
 
@@ -42,7 +42,7 @@ BOUNDARY_TERMS = {
 SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize", "cudaMemcpy"})
 
 
-def boundary_terms(events: list[dict], steps: dict[int, StepKernels], forward: list[str]) -> dict[str, list[float]]:
+def boundary_terms(events: list[dict], steps: dict[int, StepKernels], forward: list) -> dict[str, list[float]]:
     """Per ``BOUNDARY_TERMS`` key, one figure per step that has it (us), from ``attribute``'s ``steps``.
 
     The step graph is the graph replay that ran the forward (the forward's
@@ -77,11 +77,10 @@ def boundary_terms(events: list[dict], steps: dict[int, StepKernels], forward: l
             launched = calls.get(head.correlation)
             if launched is not None and launched < tail.end:
                 add("draft_handover", head.start - tail.end)
-        found = _locate(s.verify, forward)
+        found = forward_span(s.verify, forward)
         if found is None:
             continue
-        kernels, at = found
-        last = kernels[at + len(forward) - 1]
+        last = found[1]
         lane = sorted((r for r in s.verify if r.stream == last.stream and r.start >= last.end), key=lambda r: r.start)
         graph = [r for r in lane if last.correlation is not None and r.correlation == last.correlation]
         cast = 0.0

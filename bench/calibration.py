@@ -151,7 +151,7 @@ def samples(
             elif _copy_kind(r.name):
                 add(f"run.{_copy_kind(r.name)}", r.dur)
     if forward:
-        names = set(forward)
+        names = {n for lane in kt.lanes(forward) for n in lane}
         steps = kt.attribute(events, draft)
         for step in steps.values():
             for r in step.verify:
@@ -160,7 +160,7 @@ def samples(
                     if r.correlation in graph_corr:
                         add("in_graph_kernel", r.dur)
         if mode:
-            for term, vals in bterms.boundary_terms(events, steps, list(forward)).items():
+            for term, vals in bterms.boundary_terms(events, steps, forward).items():
                 out.setdefault(f"boundary.{mode}.{term}", []).extend(vals)
     for e in events:
         name = str(e.get("name", ""))

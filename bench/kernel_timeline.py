@@ -44,17 +44,15 @@ runtime does outside the boundary's plan.
 from __future__ import annotations
 
 import bisect
-import gzip
-import json
 import re
 import statistics
-from dataclasses import dataclass, field
 from operator import attrgetter
-from pathlib import Path
 
 from ..engine.profiling import PHASE_PREFIX, phase_name
+from .trace_records import DEVICE_CATS, DeviceRecord, StepKernels, device_records, load_trace
 
 __all__ = [
+    "DEVICE_CATS",
     "DeviceRecord",
     "StepKernels",
     "PHASE_PREFIX",
@@ -65,6 +63,9 @@ __all__ = [
     "attribute_with_method",
     "launch_owners",
     "forward_names",
+    "forward_lanes",
+    "forward_span",
+    "lanes",
     "COPY",
     "draft_signature",
     "phase_signature",
@@ -77,62 +78,8 @@ __all__ = [
 ]
 
 _PHASE = re.compile(r"^specgen::(?P<phase>[a-z_]+)#(?P<step>\d+)$")
-DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 COPY = "<copy>"  # a copy in a draft signature: a memcpy or memset record, or a copy kernel
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceRecord:
-    name: str
-    cat: str
-    start: float  # us
-    end: float
-    correlation: int | None
-    stream: int | None = None
-
-    @property
-    def dur(self) -> float:
-        return self.end - self.start
-
-
-@dataclass(slots=True)
-class StepKernels:
-    draft: list[DeviceRecord] = field(default_factory=list)
-    verify: list[DeviceRecord] = field(default_factory=list)
-
-
-def load_trace(path_or_dict) -> list[dict]:
-    """The ``traceEvents`` of a Chrome trace (a path, ``.json`` or ``.json.gz``, a dict or a list of events)."""
-    data = path_or_dict
-    if isinstance(path_or_dict, (str, Path)):
-        path = Path(path_or_dict)
-        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-        data = json.loads(raw)
-    if isinstance(data, dict):
-        data = data.get("traceEvents", [])
-    return [e for e in data if isinstance(e, dict) and e.get("ph") == "X"]
-
-
-def device_records(events: list[dict]) -> list[DeviceRecord]:
-    """Every kernel, memcpy and memset, in start order."""
-    out = []
-    for e in events:
-        if e.get("cat") in DEVICE_CATS:
-            ts = float(e["ts"])
-            args = e.get("args") or {}
-            stream = args.get("stream", e.get("tid"))
-            out.append(
-                DeviceRecord(
-                    e.get("name", "?"),
-                    e["cat"],
-                    ts,
-                    ts + float(e.get("dur", 0.0)),
-                    args.get("correlation"),
-                    stream if isinstance(stream, int) else None,
-                )
-            )
-    return sorted(out, key=lambda r: r.start)
 
 
 def _phases(events: list[dict]) -> list[tuple[float, float, str, int]]:
@@ -251,11 +198,27 @@ def _add(steps: dict[int, StepKernels], phase: str, step: int, r: DeviceRecord) 
 
 
 def forward_names(events: list[dict]) -> list[str]:
-    """The kernel names of a bare forward trace, in order, on its main stream: the one with the most kernels (on a
-    tie, the first to run one); what the forward forks to a side stream (a block draft's context rows) is left out."""
+    """The kernel names of a bare trace, in order, on its main stream: the one with the most kernels (on a tie,
+    the first to run one)."""
+    return [r.name for r in max(_lanes(events).values(), key=lambda rs: (len(rs), -rs[0].start), default=[])]
+
+
+def forward_lanes(events: list[dict]) -> list[str] | list[list[str]]:
+    """A bare forward's kernel names as the pattern ``forward_span`` finds: one list where the forward ran on
+    one stream; else two, the stream of its first kernel and the stream of its last one.  A forward that forks
+    (a block draft's context rows beside the later layers) may be continued by either stream of a graph
+    replay, so neither stream alone runs it from start to end."""
+    lanes = _lanes(events)
+    if not lanes:
+        return []
+    first = min(lanes.values(), key=lambda rs: rs[0].start)
+    last = max(lanes.values(), key=lambda rs: max(r.end for r in rs))
+    return [r.name for r in first] if first is last else [[r.name for r in first], [r.name for r in last]]
+
+
+def _lanes(events: list[dict]) -> dict:
     kernels = [r for r in device_records(events) if r.cat == "kernel"]
-    lanes = {s: [r for r in kernels if r.stream == s] for s in dict.fromkeys(r.stream for r in kernels)}
-    return [r.name for r in max(lanes.values(), key=lambda rs: (len(rs), -rs[0].start), default=[])]
+    return {s: [r for r in kernels if r.stream == s] for s in dict.fromkeys(r.stream for r in kernels)}
 
 
 def _is_copy(r: DeviceRecord) -> bool:
@@ -302,6 +265,28 @@ def _locate(records: list[DeviceRecord], forward: list[str]) -> tuple[list[Devic
     return None
 
 
+def lanes(forward) -> list[list[str]]:
+    """``forward`` (``forward_names``' one list or ``forward_lanes``' one or two) as a list of lanes."""
+    return [list(forward)] if not forward or isinstance(forward[0], str) else [list(lane) for lane in forward]
+
+
+def forward_span(records: list[DeviceRecord], forward) -> tuple[DeviceRecord, DeviceRecord] | None:
+    """The forward's first and last kernels among a phase's records (None: not found).  ``forward``: a list of
+    kernel names run on one stream, or ``forward_lanes``' two, the second found after the first one's start."""
+    first_lane, *more = lanes(forward)
+    found = _locate(records, first_lane)
+    if found is None:
+        return None
+    kernels, at = found
+    first, last = kernels[at], kernels[at + len(first_lane) - 1]
+    for lane in more:
+        other = _locate([r for r in records if r.start >= first.start], lane)
+        if other is None:
+            return None
+        last = max(last, other[0][other[1] + len(lane) - 1], key=attrgetter("end"))
+    return first, last
+
+
 STEP_FIGURES = (
     "kernel_draft_to_verify_us",
     "head_us",
@@ -328,10 +313,9 @@ def step_figures(
     for k, step in enumerate(keys):
         s = steps[step]
         fig = {"step": step, **dict.fromkeys(STEP_FIGURES[: 3 + 3 * bool(projection)])}
-        found = _locate(s.verify, forward)
+        found = forward_span(s.verify, forward)
         if found is not None:
-            kernels, at = found
-            fwd_first, fwd_last = kernels[at], kernels[at + len(forward) - 1]
+            fwd_first, fwd_last = found
             fig["head_us"] = sum(r.dur for r in s.verify if r.stream == fwd_first.stream and r.start < fwd_first.start)
             if s.draft:
                 fig["kernel_draft_to_verify_us"] = fwd_first.start - max(r.end for r in s.draft)
@@ -376,11 +360,10 @@ def classify(step: StepKernels, forward: list[str]) -> list[tuple[DeviceRecord, 
     is ``forward``.
     """
     out = [(r, "draft") for r in step.draft]
-    found = _locate(step.verify, forward)
+    found = forward_span(step.verify, forward)
     if found is None:
         return out + [(r, "forward") for r in step.verify]
-    kernels, at = found
-    lo, hi = kernels[at].start, kernels[at + len(forward) - 1].end
+    lo, hi = found[0].start, found[1].end
     for r in step.verify:
         out.append((r, "head" if r.start < lo else "tail" if r.start >= hi else "forward"))
     return out

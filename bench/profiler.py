@@ -266,7 +266,7 @@ class KernelPass:
 
     def _references(self, eng, key: tuple[int, int]) -> None:
         """The forward's and the draft's kernel names and the bare kernel-level gap of ``key`` (width, batch)."""
-        forward = self.forward[key] = kt.forward_names(kt.load_trace(forward_trace(eng)))
+        forward = self.forward[key] = kt.forward_lanes(kt.load_trace(forward_trace(eng)))
         work = eng.proposer.draft_work_after_verify()
         if work is not None:  # a kernel-name sequence, like the forward's
             self.projection[key] = kt.forward_names(kt.load_trace(work_trace(eng, work)))
