@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-import specgen
+from oracles.scripts import benchmark_module
 
 
 def _module(name: str = "bench_tables"):
-    """``benchmarks/NAME.py`` imported from the package's folder (benchmarks/ is not a package)."""
-    path = Path(specgen.__file__).parent / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_module(name)
 
 
 def _run(mode, batch, tpot, d2v, bare=5.0, head=2.0):

@@ -1,6 +1,8 @@
 """A forward whose graph forks (a block draft's context projection beside the target's later layers): a graph
 replay may continue the forward on either stream, so its span is found from two lanes, not from one stream."""
 
+import json
+
 import pytest
 from oracles.kernel_traces import event
 
@@ -81,3 +83,26 @@ def test_a_missing_lane_leaves_the_figures_empty():
     assert kt.step_figures(steps, [LANE_A, LANE_B + ["extra"]])[0]["kernel_verify_to_draft_us"] is None
     first, last = kt.forward_span(steps[0].verify, [LANE_A, LANE_B])
     assert (first.name, last.name) == ("embed", "argmax")
+
+
+def test_refigure_reads_the_last_lane_from_a_saved_trace(tmp_path, capsys):
+    """benchmarks/refigure.py: a trace saved with the main lane alone (before ``forward_lanes``) gives the figures
+    of old and, with ``--last-lane-of``, those of the two lanes; a trace whose forward ran on one stream keeps its
+    figures."""
+    from oracles.scripts import benchmark_module
+
+    from specgen.bench.profiler import write_trace
+
+    trace, _ = _steps(n=3)
+    path = tmp_path / "trace.json.gz"
+    write_trace(path, trace, LANE_A, {"mode": "specgen", "depth": 3, "batch": 1}, [], ["context_tail"])
+    out = tmp_path / "figures.json"
+    assert benchmark_module("refigure").main([str(path), "--last-lane-of", "lm_head", "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["saved"]["kernel_verify_to_draft_us"] == pytest.approx(12.0 + 81.0 - 39.0)
+    assert got["lanes"]["kernel_verify_to_draft_us"] == pytest.approx(12.0)
+    assert got["lanes"]["post_verify_idle_us"] == pytest.approx(9.0) and got["last_lane_kernels"] == len(LANE_B)
+    capsys.readouterr()
+    assert benchmark_module("refigure").main([str(path), "--last-lane-of", "no_such_kernel"]) == 0
+    printed = capsys.readouterr()
+    assert "lanes" not in json.loads(printed.out) and "no_such_kernel" in printed.err

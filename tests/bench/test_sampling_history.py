@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-import specgen
+from oracles.scripts import benchmark_module
 
 
 def _module():
-    path = Path(specgen.__file__).parent / "benchmarks" / "sampling_history.py"
-    spec = importlib.util.spec_from_file_location("sampling_history", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_module("sampling_history")
 
 
 def _bench(path: Path, steps: dict[int, float], mode: str = "specgen") -> None:

@@ -3,21 +3,13 @@ C sweep (the kernel A/B of the vocabulary pass): what they read and print, on fi
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import time
-from pathlib import Path
 
-import specgen
+from oracles.scripts import benchmark_module
 
-
-def _module(name: str):
-    path = Path(specgen.__file__).parent / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+_module = benchmark_module
 
 
 DETAILS = """==PROF== Connected to process 1

@@ -1,0 +1,66 @@
+"""A saved trace's kernel-level figures again, from the file alone (``bench/kernel_timeline.py``'s medians).
+
+Usage::
+
+    python benchmarks/refigure.py TRACE.json.gz [--last-lane-of NAME] [--out figures.json]
+
+A trace saved before the forward's span was found from two lanes (``kernel_timeline.forward_lanes``) holds the
+forward's main stream only.  Where the forward forked (a block draft's context rows beside the target's later
+layers), a graph replay may run the rest of the forward on another stream, and the figures then end the forward
+at the fork's end.  ``--last-lane-of NAME`` reads that other lane from the step graph itself: the kernels of the
+stream, other than the main lane's, whose kernels' names hold NAME (the LM head's GEMM, e.g. ``nvjet``), from its
+first record after the main lane's match.  Printed: the figures with the saved forward and with the two lanes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from specgen.bench import kernel_timeline as kt
+from specgen.bench.profiler import read_trace, trace_projection
+
+
+def last_lane(steps: dict, forward: list[str], name: str) -> list[str] | None:
+    """The kernel names of the first step's stream that runs ``name`` but not the saved forward."""
+    for s in steps.values():
+        by_stream: dict = {}
+        for r in sorted(s.verify, key=lambda r: r.start):
+            if r.cat == "kernel":
+                by_stream.setdefault(r.stream, []).append(r.name)
+        main = next((st for st, names in by_stream.items() if kt._find(names, forward) is not None), None)
+        if main is None:
+            continue
+        for st, names in by_stream.items():
+            if st != main and any(name in n for n in names):
+                return names
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace", type=Path)
+    ap.add_argument("--last-lane-of", default=None, help="a kernel name part of the forward's last lane (LM head)")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    events, forward, draft = read_trace(args.trace)
+    projection = trace_projection(args.trace)
+    steps = kt.attribute(events, draft)
+    out = {"trace": str(args.trace), "saved": kt.summarize(kt.step_figures(steps, forward, projection))}
+    if args.last_lane_of:
+        lane = last_lane(steps, forward, args.last_lane_of)
+        if lane is None:  # the saved lane runs the whole forward: its figures stand
+            print(f"no stream besides the forward's runs a kernel named like {args.last_lane_of!r}", file=sys.stderr)
+        else:
+            out["lanes"] = kt.summarize(kt.step_figures(steps, [forward, lane], projection))
+            out["last_lane_kernels"] = len(lane)
+    print(json.dumps(out, indent=1))
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
