@@ -48,7 +48,9 @@ def boundary_terms(events: list[dict], steps: dict[int, StepKernels], forward: l
     The step graph is the graph replay that ran the forward (the forward's
     last kernel's correlation id); the work after the replay is the verify
     phase's records on the forward's stream launched by other calls, after
-    the graph's last record there.  A term a step lacks (no records after
+    the graph's last record there (of a forward on two lanes, the stream of
+    its last kernel: a tail the replay ran on another stream is not seen
+    there, and its terms are left out).  A term a step lacks (no records after
     the replay, no host-early next graph, no synchronizing call) is left out
     for that step.
     """

@@ -20,8 +20,11 @@ last matched record back to the draft; the draft's own trailing copies (its hand
 
 Within a step's verify phase the *target forward* is found by its kernel names: the bare forward graph, profiled
 alone, gives the name sequence, and the first place that sequence occurs among one stream's kernels of the phase
-is the forward (side streams, e.g. a device guard beside the forward, never split it). Everything that stream runs
-in the phase before it is boundary work (the head update in specgen mode, copies and host-built inputs elsewhere).
+is the forward (side streams, e.g. a device guard beside the forward, do not split it). A forward that forks (a
+block draft's context rows beside its later layers) may run on two streams of a replay: ``forward_lanes`` then
+gives two sequences, the streams of the bare forward's first and last kernels, and ``forward_span`` finds the
+second after the first's match. Everything the first stream runs in the phase before the forward is boundary
+work (the head update in specgen mode, copies and host-built inputs elsewhere).
 Per step::
 
     kernel_draft_to_verify_us  first forward kernel start - last draft record end
@@ -272,7 +275,8 @@ def lanes(forward) -> list[list[str]]:
 
 def forward_span(records: list[DeviceRecord], forward) -> tuple[DeviceRecord, DeviceRecord] | None:
     """The forward's first and last kernels among a phase's records (None: not found).  ``forward``: a list of
-    kernel names run on one stream, or ``forward_lanes``' two, the second found after the first one's start."""
+    kernel names run on one stream, or ``forward_lanes``' two, the second found after the first one's start
+    among the records the first did not match (a short last lane cannot match inside the first)."""
     first_lane, *more = lanes(forward)
     found = _locate(records, first_lane)
     if found is None:
@@ -280,7 +284,8 @@ def forward_span(records: list[DeviceRecord], forward) -> tuple[DeviceRecord, De
     kernels, at = found
     first, last = kernels[at], kernels[at + len(first_lane) - 1]
     for lane in more:
-        other = _locate([r for r in records if r.start >= first.start], lane)
+        taken = {id(r) for r in kernels[at : at + len(first_lane)]}
+        other = _locate([r for r in records if r.start >= first.start and id(r) not in taken], lane)
         if other is None:
             return None
         last = max(last, other[0][other[1] + len(lane) - 1], key=attrgetter("end"))
@@ -299,7 +304,7 @@ PROJECTION_FIGURES = STEP_FIGURES[3:]  # only where the draft's own work after t
 
 
 def step_figures(
-    steps: dict[int, StepKernels], forward: list[str], projection: list[str] | tuple[str, ...] = ()
+    steps: dict[int, StepKernels], forward: list, projection: list[str] | tuple[str, ...] = ()
 ) -> list[dict]:
     """Per step: the kernel-level draft->verify and verify->draft gaps and the head time (us); with
     ``projection`` (the kernel names of the draft's own work after the verification, profiled alone) also
@@ -352,7 +357,7 @@ def _post_verify(after: list[DeviceRecord], projection, step: StepKernels, nxt: 
     return out
 
 
-def classify(step: StepKernels, forward: list[str]) -> list[tuple[DeviceRecord, str]]:
+def classify(step: StepKernels, forward: list) -> list[tuple[DeviceRecord, str]]:
     """One step's device records labelled ``draft``, ``head``, ``forward`` or ``tail`` (for drawing).
 
     Verify-phase records before the forward's first kernel are ``head``,

@@ -7,9 +7,11 @@ Usage::
 A trace saved before the forward's span was found from two lanes (``kernel_timeline.forward_lanes``) holds the
 forward's main stream only.  Where the forward forked (a block draft's context rows beside the target's later
 layers), a graph replay may run the rest of the forward on another stream, and the figures then end the forward
-at the fork's end.  ``--last-lane-of NAME`` reads that other lane from the step graph itself: the kernels of the
-stream, other than the main lane's, whose kernels' names hold NAME (the LM head's GEMM, e.g. ``nvjet``), from its
-first record after the main lane's match.  Printed: the figures with the saved forward and with the two lanes.
+at the fork's end.  ``--last-lane-of NAME`` reads that other lane from the step graph itself: all the step's
+kernels on the stream, other than the main lane's, that runs a kernel whose name holds NAME (the LM head's GEMM,
+e.g. ``nvjet``).  That is the forward's last lane only where the stream runs nothing else in the step (no tail
+kernel after the argmax): check the count printed as ``last_lane_kernels``.  Printed: the figures with the saved
+forward and with the two lanes.
 """
 
 from __future__ import annotations

@@ -83,8 +83,8 @@ class BlockProposer(Proposer):
         self._beside = self._side = None
         if self._projects_beside(e):
             # the context rows the forward's taps give, made on a side stream beside the target's later layers and
-            # LM head (``_stage``); the tail then only stores the accepted rows (``context_write``). Every target
-            # forward writes them, as it writes ``verify_hidden``: they are that buffer, projected
+            # LM head (``_stage``, ``_project``); the tail then only stores the accepted rows (``context_write``).
+            # Every target forward writes them, as it writes ``verify_hidden``: they are that buffer, projected
             c, w = self.draft.target_config, self.draft.fc.weight
             self._beside = [torch.zeros(rows, 2 * c.num_kv_heads * c.head_dim, dtype=w.dtype, device=e.device)
                             for _ in self.draft.layers]  # fmt: skip
