@@ -81,6 +81,7 @@ def test_a_missing_lane_leaves_the_figures_empty():
     steps = kt.attribute(kt.load_trace(trace))
     assert kt.forward_span(steps[0].verify, [LANE_A, ["layer2", "no_such_kernel"]]) is None
     assert kt.step_figures(steps, [LANE_A, LANE_B + ["extra"]])[0]["kernel_verify_to_draft_us"] is None
+    assert kt.forward_span(steps[0].verify, [LANE_A, ["kv_proj"]]) is None  # not matched inside the first lane
     first, last = kt.forward_span(steps[0].verify, [LANE_A, LANE_B])
     assert (first.name, last.name) == ("embed", "argmax")
 
