@@ -47,10 +47,9 @@ def boundary_terms(events: list[dict], steps: dict[int, StepKernels], forward: l
 
     The step graph is the graph replay that ran the forward (the forward's
     last kernel's correlation id); the work after the replay is the verify
-    phase's records on the forward's stream launched by other calls, after
-    the graph's last record there (of a forward on two lanes, the stream of
-    its last kernel: a tail the replay ran on another stream is not seen
-    there, and its terms are left out).  A term a step lacks (no records after
+    phase's records launched by other calls, after the graph's last record,
+    on the stream that ran that record (the forward's, unless the replay ran
+    the tail on another).  A term a step lacks (no records after
     the replay, no host-early next graph, no synchronizing call) is left out
     for that step.
     """
@@ -83,7 +82,10 @@ def boundary_terms(events: list[dict], steps: dict[int, StepKernels], forward: l
         if found is None:
             continue
         last = found[1]
-        lane = sorted((r for r in s.verify if r.stream == last.stream and r.start >= last.end), key=lambda r: r.start)
+        # the stream of the graph's last record after the forward (a replay may run the tail on another stream)
+        mine = [r for r in s.verify if r.start >= last.end and r.correlation == last.correlation is not None]
+        stream = max(mine, key=lambda r: r.end).stream if mine else last.stream
+        lane = sorted((r for r in s.verify if r.stream == stream and r.start >= last.end), key=lambda r: r.start)
         graph = [r for r in lane if last.correlation is not None and r.correlation == last.correlation]
         cast = 0.0
         for r in graph:

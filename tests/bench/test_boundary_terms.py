@@ -10,7 +10,7 @@ from specgen.bench import kernel_timeline as kt
 from specgen.bench.boundary_terms import boundary_terms
 
 
-def _boundary_trace(behind_copies=False, sync=False, in_graph_pack=False):
+def _boundary_trace(behind_copies=False, sync=False, in_graph_pack=False, tail_tid=1):
     """Two steps of a fused step graph with the verify->draft work outside the plan at known times (us).
 
     Step 0's graph (correlation 1) ends its forward at 100, then a casting copy 100.5-101.5 and the tail
@@ -19,6 +19,7 @@ def _boundary_trace(behind_copies=False, sync=False, in_graph_pack=False):
     110.5 when ``behind_copies``) and its draft's first kernel at 114.5 (122.5 behind copies).  ``sync``:
     the host synchronizes in step 0's verify phase, returning at 109.  ``in_graph_pack``: no casting copy, and
     the pack is a multi-tensor copy kernel of step 0's graph, 106.5-108, not a launch after the replay.
+    ``tail_tid``: the stream the replay ran that tail and pack on.
     """
     ev = [
         event("user_annotation", kt.phase_name("verify", 0), 0.0, 150.0 if sync else 15.0),
@@ -31,7 +32,10 @@ def _boundary_trace(behind_copies=False, sync=False, in_graph_pack=False):
         t += 16.0
     if in_graph_pack:
         pack = "void at::native::multi_tensor_apply_kernel<at::native::Copy<int, int>>"
-        ev += [event("kernel", "spec_verify_tail_update", 103.0, 3.0, 1), event("kernel", pack, 106.5, 1.5, 1)]
+        ev += [
+            event("kernel", "spec_verify_tail_update", 103.0, 3.0, 1, tid=tail_tid),
+            event("kernel", pack, 106.5, 1.5, 1, tid=tail_tid),
+        ]
     else:
         ev += [
             event("kernel", "void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda>", 100.5, 1.0, 1),
@@ -97,8 +101,9 @@ def test_the_draft_handover_is_the_gap_from_the_draft_to_the_verify():
     ]
 
 
-def test_a_pack_inside_the_step_graph_is_its_own_term():
-    ev = _boundary_trace(in_graph_pack=True)
+@pytest.mark.parametrize("tail_tid", [1, 5], ids=["forward-stream", "tail-on-another-stream"])
+def test_a_pack_inside_the_step_graph_is_its_own_term(tail_tid):
+    ev = _boundary_trace(in_graph_pack=True, tail_tid=tail_tid)
     steps = kt.attribute(ev, ["draft_0", "draft_1", "draft_2"])
     terms = boundary_terms(ev, steps, FORWARD)
     assert terms["graph_pack"] == [2.0]  # the tail ends at 106, the pack at 108
