@@ -152,6 +152,13 @@ def arguments(description: str, argv=None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def random_prompts(args) -> list[list[int]]:
+    """``args.batch`` prompts of 4 to 11 random tokens, from ``args.seed``."""
+    gen = torch.Generator().manual_seed(args.seed + 3)
+    lengths = torch.randint(4, 12, (args.batch,), generator=gen).tolist()
+    return [torch.randint(args.vocab, (n,), generator=gen).tolist() for n in lengths]
+
+
 def main(argv=None) -> int:
     args = arguments(__doc__.splitlines()[0], argv)
     engine = OwnEngine(args)
@@ -164,9 +171,7 @@ def main(argv=None) -> int:
         backend="cpu",
         scratch_block=SCRATCH_BLOCK,
     )
-    gen = torch.Generator().manual_seed(args.seed + 3)
-    lengths = torch.randint(4, 12, (args.batch,), generator=gen).tolist()
-    prompts = [torch.randint(args.vocab, (n,), generator=gen).tolist() for n in lengths]
+    prompts = random_prompts(args)
     outputs = [[t] for t in engine.prefill(prompts)]
     last_tokens = torch.tensor([o[0] for o in outputs], dtype=I32)
     seq_lens = torch.tensor([len(p) for p in prompts], dtype=I32)  # positions with an entry in the cache

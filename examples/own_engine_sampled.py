@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # own_engine.py beside this file
-from own_engine import I32, SCRATCH_BLOCK, OwnEngine, arguments, report  # noqa: E402
+from own_engine import I32, SCRATCH_BLOCK, OwnEngine, arguments, random_prompts, report  # noqa: E402
 
 from specgen.runtime import SpecVerifyRuntime, capabilities_of, load_library  # noqa: E402
 from specgen.runtime.sampling import SamplingParams, SamplingTensors, rejection_verify, row_weights  # noqa: E402
@@ -113,14 +113,12 @@ def main(argv=None) -> int:
         tail="verify-to-draft-sampled",
         sampler=engine.vocab,  # the rows' filtered distributions, p_j(x_j), the uniforms, each row's draw
     )
-    gen = torch.Generator().manual_seed(args.seed + 3)
-    lengths = torch.randint(4, 12, (args.batch,), generator=gen).tolist()
-    prompts = [torch.randint(args.vocab, (n,), generator=gen).tolist() for n in lengths]
+    prompts = random_prompts(args)
     params = [PARAMS[b % len(PARAMS)] for b in range(args.batch)]
     first = engine.prefill(prompts)  # the first token is the engine's business (here its greedy token)
     outputs = [[t] for t in first]
     last_tokens = torch.tensor(first, dtype=I32)
-    seq_lens = torch.tensor(lengths, dtype=I32)
+    seq_lens = torch.tensor([len(p) for p in prompts], dtype=I32)
     bufs, B = runtime.buffers(args.batch), args.batch
     SamplingTensors(*(bufs[n][:B] for n in ("temperature", "top_k", "top_p", "seed"))).fill(params)
     bufs["draft_probs"][:B].fill_(1.0)  # one-hot drafts: q(x) = 1
