@@ -300,7 +300,7 @@ class DeviceGuard:
         # an entry e maps slots e * BS .. e * BS + BS - 1; all must fit int32
         self._max_entry = (INT32_MAX + 1) // spec.block_size - 1
         self._side = api.new_stream(device) if api is not None else None
-        self._forked = False
+        self._forked = self._marked = False
         self._kernel = kernel
         # whether the kernel ORs its bits into the flag itself (docs/kernels.md: not where the target's lowering
         # has no atomic OR, ascend)
@@ -325,15 +325,29 @@ class DeviceGuard:
         """Enqueue the checks of ``bufs`` (a bucket of ``bucket`` rows); on a device, on the side stream.
 
         They read ``seq_lens``, ``block_table`` and ``accepted`` as the step
-        finds them; ``join`` must follow before anything writes ``accepted``.
+        finds them (at ``mark``, where one came first: work between the two
+        must not write them); ``join`` must follow before anything writes ``accepted``.
         """
         if self._side is None:
             self._check(bufs, bucket)
             return
-        self._side.wait_stream(self._api.current_stream(self._device))
+        if not self._marked:
+            self.mark()
         with self._api.stream(self._side):
             self._check(bufs, bucket)
-        self._forked = True
+        self._forked, self._marked = True, False
+
+    def mark(self) -> None:
+        """On a device: where the checks of the next ``fork`` start, the current stream's work so far (captured:
+        the side stream's dependencies, so work captured between the two may come first in a replay)."""
+        if self._side is not None:
+            self._side.wait_stream(self._api.current_stream(self._device))
+            self._marked = True
+
+    @property
+    def stream(self):
+        """The side stream the checks run on (None on the CPU)."""
+        return self._side
 
     def check(self, bufs: Mapping[str, torch.Tensor], bucket: int) -> None:
         """Enqueue the checks on the current stream (a caller that orders them itself: a runtime running them

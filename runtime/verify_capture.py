@@ -10,7 +10,10 @@ from typing import Mapping
 
 import torch
 
-from .step_plan import eager_step, run_steps
+from ..specializations.families import FAMILIES
+from .step_plan import SAMPLE_ROWS, eager_step, run_steps
+
+GUARD_READS = frozenset({"seq_lens", "block_table", "accepted"})  # what the device guard's checks read
 
 __all__ = ["StepCapture"]
 
@@ -27,16 +30,25 @@ class StepCapture:
         side_waits = self.prologue is not None and bool(self.hoisted) and self._hoist_stream is not None
 
         def run() -> None:
+            waited = side_waits
             checked = False  # whether the guard's checks ran beside the draft
             if self.prologue is not None:  # the draft writes the inputs the guard and the head read
                 checked = self._run_prologue(bufs, bucket, mirror)
             if guard is None or checked:  # the device guard turned off (``device_guard=False``), or done
                 run_steps(bufs, self.sequence, self.model_forward, self._call_kernel, sampler=self.sampler)
             else:
+                # the head first (a replay starts a graph's independent branches in the order they were captured,
+                # and the head leads the critical path); the checks beside it read the inputs as the step found them
+                head = self.sequence[: self._leading_head()]
+                guard.mark()
+                run_steps(bufs, head, self.model_forward, self._call_kernel)
                 guard.fork(bufs, bucket)
+                if mirror is not None and guard.stream is not None:  # the pack's wait, off the critical path
+                    mirror.wait_copied(guard.stream)
+                    waited = True
                 run_steps(
                     bufs,
-                    self.sequence,
+                    self.sequence[len(head) :],
                     self.model_forward,
                     self._call_kernel,
                     after_forward=guard.join,
@@ -47,7 +59,7 @@ class StepCapture:
                 self.epilogue()
             if mirror is not None:  # the host fields packed in the graph: no launch between this step and the next
                 flag = guard.flag if guard is not None else None
-                mirror.pack_in_graph(bufs, bucket, flag, waited=side_waits)
+                mirror.pack_in_graph(bufs, bucket, flag, waited=waited)
 
         return run
 
@@ -124,6 +136,18 @@ class StepCapture:
                 self._guard.check(bufs, bucket)
         main.wait_stream(side)
         return self._guard is not None
+
+    def _leading_head(self) -> int:
+        """How many of the sequence's first steps may be captured ahead of the device guard's checks: the kernel
+        steps before the forward that write nothing the checks read (``seq_lens``, ``block_table``, ``accepted``)."""
+        n = 0
+        for step in self.sequence:
+            if step.kind != "kernel" or step.name == SAMPLE_ROWS:
+                break
+            if {a.name for a in FAMILIES[step.variant.family].outputs} & GUARD_READS:
+                break
+            n += 1
+        return n
 
     def _capture(self, bucket: int) -> None:
         self._graphs.capture(bucket, self._sequence(bucket))

@@ -83,7 +83,7 @@ class BlockProposer(Proposer):
         self._beside = self._side = None
         if self._projects_beside(e):
             # the context rows the forward's taps give, made on a side stream beside the target's later layers and
-            # LM head (``_stage``); the tail then only stores the accepted rows (``context_write``).
+            # LM head (``_stage``, ``_project``); the tail then only stores the accepted rows (``context_write``).
             # Every target forward writes them, as it writes ``verify_hidden``: they are that buffer, projected
             c, w = self.draft.target_config, self.draft.fc.weight
             self._beside = [torch.zeros(rows, 2 * c.num_kv_heads * c.head_dim, dtype=w.dtype, device=e.device)
@@ -103,16 +103,22 @@ class BlockProposer(Proposer):
         return "on_taps" in inspect.signature(e.model.forward).parameters
 
     def _stage(self, taps: torch.Tensor) -> None:
-        """``on_taps``: ``taps`` into ``verify_hidden`` and their context rows into the staging buffers, on the side
-        stream (it waits for the taps; ``target_forward`` joins it before it returns, so both are ready for the
-        tail)."""
-        main = torch.cuda.current_stream(taps.device)
-        self._side.wait_stream(main)
+        """``on_taps``: the side stream waits for ``taps`` here; ``_project`` enqueues their rows there once the
+        forward is issued (``target_forward`` joins it before it returns, so both are ready for the tail)."""
+        self._side.wait_stream(torch.cuda.current_stream(taps.device))
+        self._held = taps  # read on the side stream: held until the join
+
+    def _project(self) -> None:
+        """``taps`` into ``verify_hidden`` and their context rows into the staging buffers, on the side stream.
+        Captured after the forward's later layers: in the profiled replays of 080bbba, which captured these rows
+        first, the rows kept the forking stream and the later layers, LM head and argmax moved to another, and
+        the tail then waited about 3 us across streams where a node on the same stream starts about 0.4 us after
+        the last."""
+        taps = self._held
         with torch.cuda.stream(self._side):
             self.engine.verify_hidden[: taps.shape[0]].copy_(taps)
             for buf, kv in zip(self._beside, self.draft.context_rows(taps)):
                 buf[: kv.shape[0]].copy_(kv)
-        self._held = taps  # read on the side stream: held until the join
 
     def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
         """Target prefill with taps; context K/V for every prompt row; the first block's inputs."""
@@ -158,6 +164,8 @@ class BlockProposer(Proposer):
         )
         if self._held is None:
             e.verify_hidden[: taps.shape[0]].copy_(taps)
+        else:
+            self._project()
         self.keep_logits(logits)
         out = self.greedy_into(logits, bufs)
         if self._held is not None:  # the join: the tail reads what the side stream wrote

@@ -250,3 +250,36 @@ def test_cuda_device_guard_trip_without_host_sync(prologue):
         rt.host_result(0)
     assert rt.stats()["fallback"] == {"device_guard_trip": len(BAD)}
     print("device guard trips on cuda:", rt.stats())
+
+
+def test_a_captured_step_issues_the_head_before_the_guard_s_checks(engine_kernels):
+    """The order a guarded step is captured in (a replay starts independent branches in that order): the checks'
+    stream waits at the step's start, the head comes first, then the checks, the host mirror's wait for its last
+    copy on the checks' stream, the forward, the join, the tail; the pack then needs no wait of its own."""
+    rt = SpecVerifyRuntime(engine_kernels, model_forward, CAPS, W, max_batch=4)
+    bufs = rt.buffers(4)
+    fill(bufs, 4, torch.Generator().manual_seed(3))
+    log = []
+
+    class Guard:
+        flag, stream = torch.zeros(1, dtype=I32), "guard-stream"
+        mark = lambda self: log.append("mark")  # noqa: E731
+        fork = lambda self, bufs, bucket: log.append("checks")  # noqa: E731
+        join = lambda self: log.append("join")  # noqa: E731
+
+    class Mirror:
+        in_graph = True
+        wait_copied = lambda self, stream: log.append(f"wait_copied on {stream}")  # noqa: E731
+        pack_in_graph = lambda self, bufs, rows, flag, waited: log.append(f"pack waited={waited}")  # noqa: E731
+
+    call, forward = rt._call_kernel, rt.model_forward
+    rt._call_kernel = lambda step, args: (log.append(step.variant.family), call(step, args))[1]
+    rt.model_forward = lambda b: (log.append("forward"), forward(b))[1]
+    rt._guard, rt._mirror = Guard(), Mirror()
+    rt._sequence(4)()
+    head = [s.variant.family for s in rt.sequence[: rt._leading_head()]]
+    assert head and log[: len(head) + 3] == ["mark", *head, "checks", "wait_copied on guard-stream"]
+    tail = [s.variant.family for s in rt.sequence[rt._leading_head() + 1 :]]
+    assert tail and log[log.index("forward") :] == ["forward", "join", *tail, "join", "pack waited=True"]
+    rt.sequence = (rt.sequence[-1], *rt.sequence)  # a first step that writes `accepted` keeps the checks ahead
+    assert rt._leading_head() == 0
