@@ -43,6 +43,7 @@ import torch
 from ..engine.acceptance import AcceptanceMix
 from ..models.errors import EngineError
 from . import calibration as cal
+from . import host_bound
 from . import kernel_timeline as kt
 from .bare import bare_trace, forward_trace, work_trace
 from .support import log, quiet_profiler, settled
@@ -113,9 +114,10 @@ def trace_projection(path: Path) -> list[str]:
 def figures(trace: dict, forward: list[str], draft: list[str] = (), projection: list[str] = ()) -> dict:
     """The kernel-level medians of one profiled run, how its records were attributed, and the step count;
     with ``projection`` also ``POST_VERIFY_FIELDS`` (``kernel_timeline.step_figures``)."""
-    steps, method = kt.attribute_with_method(kt.load_trace(trace), draft)
-    figs = kt.step_figures(steps, forward, projection)
-    out = kt.summarize(figs)
+    events = kt.load_trace(trace)
+    steps, method = kt.attribute_with_method(events, draft)
+    figs = host_bound.mark(kt.step_figures(steps, forward, projection), steps, forward, host_bound.launch_calls(events))
+    out = host_bound.summarize(figs)  # the medians over the steps the host kept up with (``bench/host_bound.py``)
     out["kernel_attribution"] = method
     out["kernel_steps"] = sum(f["kernel_draft_to_verify_us"] is not None for f in figs)
     # every profiled step's gaps, in step order: a median hides a gap that differs from step to step
