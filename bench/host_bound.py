@@ -23,8 +23,6 @@ same commit's one-mode sweep (5.2-5.4 us).
 
 from __future__ import annotations
 
-import statistics
-
 from . import kernel_timeline as kt
 from .trace_records import DeviceRecord, StepKernels
 
@@ -92,14 +90,12 @@ def mark(figures: list[dict], steps: dict[int, StepKernels], forward, calls: dic
 def summarize(figures: list[dict]) -> dict:
     """``kernel_timeline.summarize`` over the steps whose gap was not host-bound (all steps where every one was),
     and ``host_bound_steps``: per figure, how many steps were left out (only figures that left some out)."""
-    out, left_out = {}, {}
-    keys = [key for key in kt.STEP_FIGURES if any(key in f for f in figures)] or list(kt.STEP_FIGURES[:3])
-    for key in keys:
-        have = [f for f in figures if f.get(key) is not None]
-        kept = [f for f in have if key not in f.get("host_bound", ())]
-        if kept and len(kept) < len(have):
-            left_out[key] = len(have) - len(kept)
-        vals = [f[key] for f in (kept or have)]
-        out[key] = round(statistics.median(vals), 3) if vals else None
-    out["host_bound_steps"] = left_out
-    return out
+    kept, left_out = [dict(f) for f in figures], {}
+    for key in kt.STEP_FIGURES:
+        have = [f for f in kept if f.get(key) is not None]
+        bound = [f for f in have if key in f.get("host_bound", ())]
+        if bound and len(bound) < len(have):
+            left_out[key] = len(bound)
+            for f in bound:
+                f[key] = None
+    return {**kt.summarize(kept), "host_bound_steps": left_out}
