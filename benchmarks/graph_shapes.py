@@ -3,7 +3,7 @@ the same chain split into two graphs, with a side stream forked at its root, and
 event wait (the last step's device-to-host copy) on that side stream, after the chain's first kernels, or at the
 chain's end.
 
-    python benchmarks/graph_shapes.py --out graph_shapes.json [--kernels 300] [--steps 200] [--repeats 5]
+    python benchmarks/graph_shapes.py --out graph_shapes.json [--kernels 300] [--elems 1024] [--steps 200] [--repeats 5]
 
 Every step replays its graph(s), then copies a small staging buffer to pinned host memory on a copy stream and
 records an external event there (the host mirror's ``copy_packed``); each shape does the same host work and
@@ -25,6 +25,7 @@ from pathlib import Path
 SHAPES = {
     "chain": "one graph, one stream",
     "chain_split": "the chain's first quarter in one graph, the rest in a second (a draft graph, then a step graph)",
+    "chain_twice": "one graph of half the chain, replayed twice per step (two launches of one graph)",
     "fork_root": "a side stream forked at the root (3 kernels), joined before the pack",
     "fork_root_external": "fork_root, the side stream first waiting on the external event",
     "fork_head_external": "the side stream forked after the chain's first 2 kernels, first waiting on the event",
@@ -73,11 +74,11 @@ def summarize(launches: list[dict], per_step: int = 1) -> dict:
     }
 
 
-def _graphs(torch, shape: str, n: int, event, pool):
-    """The shape's captured graph(s) over fresh buffers; returns ``(graphs, staging)``."""
+def _graphs(torch, shape: str, n: int, elems: int, event, pool):
+    """The shape's captured graph(s) over fresh buffers of ``elems`` floats; returns ``(graphs, staging)``."""
     dev = torch.device("cuda")
-    x = torch.zeros(1024, device=dev)
-    y = torch.zeros(1024, device=dev)
+    x = torch.zeros(elems, device=dev)
+    y = torch.zeros(elems, device=dev)
     staging = torch.zeros(16, device=dev)
     side = torch.cuda.Stream()
 
@@ -104,7 +105,8 @@ def _graphs(torch, shape: str, n: int, event, pool):
                 main.wait_event(event)
             staging.copy_(x[:16])
 
-    parts = [(0, n // 4, False), (n // 4, n, True)] if shape == "chain_split" else [(0, n, True)]
+    parts = {"chain_split": [(0, n // 4, False), (n // 4, n, True)], "chain_twice": [(0, n // 2, True)]}
+    parts = parts.get(shape, [(0, n, True)])
     graphs = []
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -117,7 +119,7 @@ def _graphs(torch, shape: str, n: int, event, pool):
             graphs.append(g)
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
-    return graphs, staging
+    return graphs * (2 if shape == "chain_twice" else 1), staging
 
 
 def _steps(torch, graphs, staging, host, copy, event, steps: int) -> None:
@@ -130,7 +132,7 @@ def _steps(torch, graphs, staging, host, copy, event, steps: int) -> None:
             event.record(copy)
 
 
-def measure(shape: str, n: int, steps: int, repeats: int, profiled: int, min_gap: float) -> dict:
+def measure(shape: str, n: int, elems: int, steps: int, repeats: int, profiled: int, min_gap: float) -> dict:
     import torch
 
     from specgen.bench.trace_records import device_records, load_trace
@@ -138,7 +140,7 @@ def measure(shape: str, n: int, steps: int, repeats: int, profiled: int, min_gap
     copy = torch.cuda.Stream()
     event = torch.cuda.Event(external=True)
     event.record(copy)
-    graphs, staging = _graphs(torch, shape, n, event, torch.cuda.graph_pool_handle())
+    graphs, staging = _graphs(torch, shape, n, elems, event, torch.cuda.graph_pool_handle())
     host = torch.zeros(16, pin_memory=True)
     _steps(torch, graphs, staging, host, copy, event, 10)
     torch.cuda.synchronize()
@@ -166,6 +168,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="the JSON to write")
     p.add_argument("--kernels", type=int, default=300, help="kernels in the chain")
+    p.add_argument("--elems", type=int, default=1024, help="floats per kernel (a longer kernel: more)")
     p.add_argument("--steps", type=int, default=200, help="timed steps per repeat")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--profiled", type=int, default=12, help="profiled steps")
@@ -185,7 +188,7 @@ def main(argv=None) -> int:
     print("| shape | step us | switch us | span us | gaps over the minimum (launch:index us) |")
     print("|---|--:|--:|--:|---|")
     for shape in shapes:
-        r = measure(shape, a.kernels, a.steps, a.repeats, a.profiled, a.min_gap)
+        r = measure(shape, a.kernels, a.elems, a.steps, a.repeats, a.profiled, a.min_gap)
         result["shapes"][shape] = {"what": SHAPES[shape]} | r
         gaps = ", ".join(f"{k} {v}" for k, v in r["gaps_us"].items())
         print(f"| {shape} | {r['step_us']} | {r['switch_us']} | {r['span_us']} | {gaps} |", flush=True)
