@@ -14,11 +14,10 @@ What changes against the MTP chain:
   every verify row, writing only the accepted rows' slots).
 
 Verification is ``W = K + 1`` rows wide for both kinds; the draft forward
-has ``rows(K)`` rows (``K + 1`` for DFlash, ``K`` for DSpark).  In
-``specgen`` the block forward is the runtime's prologue, at the head of the
-step graph (``carry``, then ``propose``), as the MTP chain is; the other modes
-run it as its own graph.  ``inductor`` is the MTP plan's compiled pipeline and
-is not run here.
+has ``rows(K)`` rows (``K + 1`` for DFlash, ``K`` for DSpark).  The draft
+graph stays its own graph (it reads the whole context, and ``specgen``
+measures it apart); ``inductor`` is the MTP plan's compiled pipeline and is
+not run here.
 """
 
 from __future__ import annotations
@@ -57,10 +56,8 @@ class BlockProposer(Proposer):
     tail = CONTEXT_KV
     _beside = _side = _held = None  # the staged context rows (``alloc_hidden``): none until set up
     unsupported_modes = ("inductor",)
-    fusable = True  # specgen runs the block forward at the head of its step graph (the runtime's prologue)
     reads = ("next_last_token", "next_seq_lens", "block_table")
-    writes = ("draft_tokens",)
-    carry_writes = ("last_tokens", "seq_lens")
+    writes = ("draft_tokens", "last_tokens", "seq_lens")
     DRAFT_INPUTS = ("accepted", "next_last_token", "next_seq_lens")
     epilogue_names = ("context_kv_projection",)
 
@@ -176,13 +173,8 @@ class BlockProposer(Proposer):
             self._held = None
         return out
 
-    def carry(self) -> None:
-        """The anchor and its length become the verification's last token and length: one multi-tensor copy."""
-        b = self.engine.bufs
-        torch._foreach_copy_([b["last_tokens"], b["seq_lens"]], [b["next_last_token"], b["next_seq_lens"]])
-
     def propose(self) -> None:
-        """One block forward from the anchor; writes the verification's draft tokens."""
+        """One block forward from the anchor; writes the verification's draft tokens, last token and length."""
         e = self.engine
         b = e.bufs
         anchor, seq_lens = b["next_last_token"], b["next_seq_lens"]
@@ -190,6 +182,8 @@ class BlockProposer(Proposer):
         if e.acceptance is not None:
             out = e.acceptance.apply(out, seq_lens, e.prompt_lens)
         b["draft_tokens"].copy_(out)
+        b["last_tokens"].copy_(anchor)
+        b["seq_lens"].copy_(seq_lens)
 
     def context_write(self) -> None:
         """Every verify row's taps -> context K/V at ``context_slots`` (-1 for rejected rows: no write)."""

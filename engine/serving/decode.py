@@ -112,7 +112,7 @@ def decode_step(loop, out: SchedulerOutput, unread: set) -> tuple[dict[int, list
             if not lo <= int(seq.min()) <= int(seq.max()) <= hi:
                 raise EngineError(f"the host's length bounds {(lo, hi)} miss the rows' {seq.tolist()}")
         if loop.runtime_mode:
-            if not e.strategy.fuses_draft:  # else the step graph runs the draft (its prologue)
+            if not e.strategy.fuses_draft:  # a block draft keeps its own graph, before the step
                 e._draft()
             rt = e.strategy.runtime
             res = rt.step_in_place(n, (lo, hi))
