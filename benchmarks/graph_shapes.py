@@ -6,10 +6,13 @@ chain's end.
     python benchmarks/graph_shapes.py --out graph_shapes.json [--kernels 300] [--elems 1024] [--steps 200] [--repeats 5]
 
 Every step replays its graph(s), then copies a small staging buffer to pinned host memory on a copy stream and
-records an external event there (the host mirror's ``copy_packed``); each shape does the same host work and
-differs only in its graph.  Per shape: the device time per step (CUDA events around ``--steps`` steps, the median
-of ``--repeats``), and from one profiled pass the median switch from a step's last kernel to the next step's
-first, and the gaps over ``--min-gap`` us inside a step (by kernel index, medians over the profiled steps).
+records an external event there (the host mirror's ``copy_packed``). Each shape does the same host work and
+differs only in its graph, except ``chain_copy_main``, which copies on the step's own stream instead.
+
+Per shape: the device time per step (CUDA events around ``--steps`` steps, the median of ``--repeats``), and from
+one profiled pass the median switch from a step's last kernel to the next step's first, and the gaps over
+``--min-gap`` us inside a step (by kernel index, medians over the profiled steps).  ``--kernels`` sets the chain's
+length: runs at several lengths tell a cost per step from one per kernel.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ SHAPES = {
     "fork_root_external": "fork_root, the side stream first waiting on the external event",
     "fork_head_external": "the side stream forked after the chain's first 2 kernels, first waiting on the event",
     "external_main_end": "one stream, waiting on the external event just before the pack",
+    "chain_memcpy": "chain with one device-to-device copy node in its middle (a contiguous copy_)",
+    "chain_copy_main": "chain, the host copy on the step's own stream after the replay (no copy stream, no event)",
 }
 
 __all__ = ["SHAPES", "replay_gaps", "summarize"]
@@ -83,7 +88,9 @@ def _graphs(torch, shape: str, n: int, elems: int, event, pool):
     side = torch.cuda.Stream()
 
     def chain(k: int) -> None:
-        for _ in range(k):
+        for i in range(k):
+            if shape == "chain_memcpy" and i == k // 2:
+                y.copy_(x)  # same dtype, contiguous: a memcpy node, not a kernel
             x.add_(1.0)
 
     def body(lo: int, hi: int, pack: bool) -> None:
@@ -126,6 +133,9 @@ def _steps(torch, graphs, staging, host, copy, event, steps: int) -> None:
     for _ in range(steps):
         for g in graphs:
             g.replay()
+        if copy is None:  # the copy in the step's stream order: the next replay waits for it, no event needed
+            host.copy_(staging, non_blocking=True)
+            continue
         copy.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(copy):
             host.copy_(staging, non_blocking=True)
@@ -142,6 +152,8 @@ def measure(shape: str, n: int, elems: int, steps: int, repeats: int, profiled: 
     event.record(copy)
     graphs, staging = _graphs(torch, shape, n, elems, event, torch.cuda.graph_pool_handle())
     host = torch.zeros(16, pin_memory=True)
+    if shape == "chain_copy_main":
+        copy = None
     _steps(torch, graphs, staging, host, copy, event, 10)
     torch.cuda.synchronize()
     per_step = []
@@ -158,7 +170,7 @@ def measure(shape: str, n: int, elems: int, steps: int, repeats: int, profiled: 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
-        records = [r for r in device_records(load_trace(path)) if r.cat == "kernel"]
+        records = device_records(load_trace(path))  # a graph's copy nodes too; the host copies are launches of one
     launches = [launch for launch in replay_gaps(records, min_gap) if launch["kernels"] > 3]
     out = {"step_us": round(statistics.median(per_step), 2), "step_us_repeats": [round(v, 2) for v in per_step]}
     return out | summarize(launches, per_step=len(graphs))
