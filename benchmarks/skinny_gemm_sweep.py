@@ -28,8 +28,16 @@ import torch
 import torch.nn.functional as F
 
 
-def shapes(model: str) -> list[tuple[str, int, int, bool]]:
-    """``(name, N, K, partial)`` of the model's skinny products (partial: the consumer sums split-K partials)."""
+def shapes(model: str, lm_head: bool = False) -> list[tuple[str, int, int, bool]]:
+    """``(name, N, K, partial)`` of the model's skinny products (partial: the consumer sums split-K partials);
+    ``lm_head``: the LM head's too (a draft's and a verify step's logits, cuBLAS in the forwards today)."""
+    head = []
+    if lm_head:
+        from specgen.models.qwen3 import PRESETS as DENSE
+        from specgen.models.qwen3_5_config import PRESETS as HYBRID
+
+        c = (HYBRID if model.startswith("qwen3.5") else DENSE)[model]
+        head = [("lm_head", c.vocab_size, c.hidden_size, False)]
     if model.startswith("qwen3.5"):
         from specgen.models.qwen3_5_config import PRESETS
 
@@ -45,6 +53,7 @@ def shapes(model: str) -> list[tuple[str, int, int, bool]]:
             ("mlp gate_up", 2 * i, h, False),
             ("mlp down", h, i, True),
             ("mtp fc", h, 2 * h, False),
+            *head,
         ]
     from specgen.models.qwen3 import PRESETS as DENSE
 
@@ -55,6 +64,7 @@ def shapes(model: str) -> list[tuple[str, int, int, bool]]:
         ("o_proj", h, c.num_heads * c.head_dim, True),
         ("gate_up", 2 * i, h, False),
         ("down", h, i, True),
+        *head,
     ]
 
 
@@ -101,6 +111,7 @@ def main(argv=None) -> int:
     ap.add_argument("--launches", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--cold-mb", type=int, default=512, help="weight copies cycled through, in MB (0: one, L2-hot)")
+    ap.add_argument("--lm-head", action="store_true", help="the LM head's shape too (vocabulary x hidden)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     from specgen.models.skinny_gemm import config_for, skinny_gemm
@@ -109,7 +120,7 @@ def main(argv=None) -> int:
     dev = torch.device("cuda")
     results, table = [], {}
     t0 = time.time()
-    for name, n, k, partial in shapes(a.model):
+    for name, n, k, partial in shapes(a.model, a.lm_head):
         if f"{n},{k},{partial}" in table:  # the same weight shape under another name
             continue
         w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k**0.5

@@ -41,3 +41,15 @@ def test_a_table_file_replaces_entries_and_float32_keeps_the_heuristic(skinny, t
     assert skinny.config_for(2048, 6144, True, dtype=torch.float32).stages == 2
     # a product that may not take partials does not borrow the partial shape's split
     assert skinny.config_for(2048, 2048, False) == skinny.heuristic(2048, 2048, False)
+
+
+def test_the_sweep_takes_the_lm_head_s_shape_when_asked():
+    """``skinny_gemm_sweep.py --lm-head``: the vocabulary x hidden product joins the model's shapes (a dense
+    Qwen3's and a hybrid's), after them; without the flag the list is the layers' alone."""
+    from tests.oracles.scripts import benchmark_module
+
+    sweep = benchmark_module("skinny_gemm_sweep")
+    for model, vocab, hidden in (("qwen3-0.6b", 151936, 1024), ("qwen3.5-2b", 248320, 2048)):
+        plain, with_head = sweep.shapes(model), sweep.shapes(model, lm_head=True)
+        assert with_head[:-1] == plain and with_head[-1] == ("lm_head", vocab, hidden, False)
+        assert all(name != "lm_head" for name, *_ in plain)
