@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DEVICE_CATS", "DeviceRecord", "StepKernels", "load_trace", "device_records"]
+__all__ = ["DEVICE_CATS", "DeviceRecord", "StepKernels", "load_trace", "device_records", "launches", "idle_before"]
 
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 
@@ -64,3 +64,22 @@ def device_records(events: list[dict]) -> list[DeviceRecord]:
                 )
             )
     return sorted(out, key=lambda r: r.start)
+
+
+def launches(records) -> list[list[DeviceRecord]]:
+    """``records`` grouped by the launch that issued them (a graph replay: one correlation id), each group in
+    start order, the groups in the order their first records start."""
+    out: dict = {}
+    for r in sorted(records, key=lambda r: r.start):
+        out.setdefault(r.correlation, []).append(r)
+    return list(out.values())
+
+
+def idle_before(recs: list[DeviceRecord]) -> list[float]:
+    """For each of a launch's records after its first (start order): how long after the latest end of the records
+    before it it starts (0 where one of them still runs)."""
+    busy, out = recs[0].end, []
+    for r in recs[1:]:
+        out.append(max(0.0, r.start - busy))
+        busy = max(busy, r.end)
+    return out

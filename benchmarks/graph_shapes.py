@@ -22,8 +22,9 @@ import json
 import statistics
 import sys
 import tempfile
-from collections import OrderedDict
 from pathlib import Path
+
+from specgen.bench import trace_records as tr
 
 SHAPES = {
     "chain": "one graph, one stream",
@@ -44,17 +45,10 @@ def replay_gaps(records, min_gap: float = 2.0) -> list[dict]:
     """Per graph launch (its records share a correlation id), in launch order: ``start``, ``end``, and
     ``gaps``: ``(index, us)`` for every kernel that starts more than ``min_gap`` us after all the launch's
     earlier records ended."""
-    launches: OrderedDict = OrderedDict()
-    for r in sorted(records, key=lambda r: r.start):
-        launches.setdefault(r.correlation, []).append(r)
     out = []
-    for recs in launches.values():
-        busy, gaps = recs[0].end, []
-        for i, r in enumerate(recs[1:], 1):
-            if r.start - busy > min_gap:
-                gaps.append((i, r.start - busy))
-            busy = max(busy, r.end)
-        out.append({"start": recs[0].start, "end": busy, "kernels": len(recs), "gaps": gaps})
+    for recs in tr.launches(records):
+        gaps = [(i, us) for i, us in enumerate(tr.idle_before(recs), 1) if us > min_gap]
+        out.append({"start": recs[0].start, "end": max(r.end for r in recs), "kernels": len(recs), "gaps": gaps})
     return out
 
 
@@ -145,8 +139,6 @@ def _steps(torch, graphs, staging, host, copy, event, steps: int) -> None:
 def measure(shape: str, n: int, elems: int, steps: int, repeats: int, profiled: int, min_gap: float) -> dict:
     import torch
 
-    from specgen.bench.trace_records import device_records, load_trace
-
     copy = torch.cuda.Stream()
     event = torch.cuda.Event(external=True)
     event.record(copy)
@@ -170,7 +162,7 @@ def measure(shape: str, n: int, elems: int, steps: int, repeats: int, profiled: 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
-        records = device_records(load_trace(path))  # a graph's copy nodes too; the host copies are launches of one
+        records = tr.device_records(tr.load_trace(path))  # a graph's copy nodes too; a host copy: a launch of one
     launches = [launch for launch in replay_gaps(records, min_gap) if launch["kernels"] > 3]
     out = {"step_us": round(statistics.median(per_step), 2), "step_us_repeats": [round(v, 2) for v in per_step]}
     return out | summarize(launches, per_step=len(graphs))

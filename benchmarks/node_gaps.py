@@ -18,7 +18,7 @@ import sys
 from collections import Counter, OrderedDict
 from pathlib import Path
 
-from specgen.bench.trace_records import device_records, load_trace
+from specgen.bench import trace_records as tr
 
 __all__ = ["launch_idle", "summarize"]
 
@@ -26,21 +26,16 @@ __all__ = ["launch_idle", "summarize"]
 def launch_idle(records, min_records: int = 20) -> list[dict]:
     """Per graph launch of at least ``min_records`` records, in launch order: ``records``, ``nodes`` (memset and
     memcpy counts), ``beside_us`` and ``other_us``."""
-    launches: OrderedDict = OrderedDict()
-    for r in sorted(records, key=lambda r: r.start):
-        launches.setdefault(r.correlation, []).append(r)
     out = []
-    for recs in launches.values():
+    for recs in tr.launches(records):
         if len(recs) < min_records:
             continue
-        busy, beside, other = recs[0].end, 0.0, 0.0
-        for prev, r in zip(recs, recs[1:]):
-            gap = max(0.0, r.start - busy)
+        beside = other = 0.0
+        for prev, r, gap in zip(recs, recs[1:], tr.idle_before(recs)):
             if r.cat != "kernel" or prev.cat != "kernel":
                 beside += gap
             else:
                 other += gap
-            busy = max(busy, r.end)
         nodes = Counter(r.cat for r in recs if r.cat != "kernel")
         out.append({"records": len(recs), "nodes": dict(nodes), "beside_us": beside, "other_us": other})
     return out
@@ -76,7 +71,7 @@ def main(argv=None) -> int:
     for path in a.traces:
         if not Path(path).is_file():
             p.error(f"no trace at {path}")
-        for row in summarize(launch_idle(device_records(load_trace(path)), a.min_records)):
+        for row in summarize(launch_idle(tr.device_records(tr.load_trace(path)), a.min_records)):
             rows.append({"trace": path} | row)
             nodes = " / ".join(str(row["nodes"].get(c, 0)) for c in ("gpu_memset", "gpu_memcpy"))
             print(
