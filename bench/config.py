@@ -219,6 +219,12 @@ class BenchSettings:
     no_device_guard: bool = setting(
         False, "run the verify graphs without the device guard (its cost as an A/B; recorded)", text=SWITCH
     )
+    no_side_streams: bool = setting(
+        False,
+        "capture specgen's step graphs on one stream: the device guard and the hoisted head in line, the host "
+        "copies on the step's stream (an A/B of the side streams' cost; recorded)",
+        text=SWITCH,
+    )
 
     @property
     def positions_needed(self) -> int:
@@ -285,6 +291,7 @@ class BenchSettings:
             check_ranks=self.check_ranks,
             profile_steps=self.profile_steps,
             device_guard=not self.no_device_guard,
+            side_streams=not self.no_side_streams,
         )
 
 
@@ -328,6 +335,7 @@ class BenchConfig:
     check_ranks: int = 0  # compare the ranks' step state every N steps (0: off)
     profile_steps: int = 0  # steps profiled per run after every timed run (the CPU: host-serial runs; 0: none)
     device_guard: bool = True  # False: the runtime modes' verify graphs run without the device guard
+    side_streams: bool = True  # False: specgen's step graphs on one stream (--no-side-streams)
     sampling: tuple[float, int, float] | None = None  # (temperature, top_k, top_p); None: greedy verification
     draft_sampling: str = "sample"  # a sampling MTP draft draws from its own q, or proposes its argmax (one-hot)
 

@@ -241,6 +241,7 @@ class _Sweep:
             acceptance=mix,
             rank_check=rank_check,
             device_guard=c.device_guard,
+            side_streams=c.side_streams,
             sampling=c.sampling_params(batch),
             draft_sampling=c.draft_sampling,
         )
@@ -323,6 +324,7 @@ class _Sweep:
             "profile_steps": c.profile_steps,
             "repeats": c.repeats,  # timed runs per mode, depth and batch (each row: the median-TPOT one; "rounds")
             "device_guard": c.device_guard,  # False: --no-device-guard (the runtime modes without the device guard)
+            "side_streams": c.side_streams,  # False: --no-side-streams (specgen's step graphs on one stream)
             "settled": SETTLED,  # what every timed and profiled run starts from (bench/support.py)
             "acceptance_p": c.acceptance,
             "sampling": (

@@ -183,6 +183,7 @@ class KernelPass:
                 "device": str(c.device),
                 "profile_steps": c.profile_steps,
                 "device_guard": c.device_guard,
+                "side_streams": c.side_streams,
                 "runs": [list(r) for r in runs],
                 "machine": machine(c),
                 "model_shape": model_shape(c),
@@ -240,6 +241,7 @@ class KernelPass:
             acceptance=mix,
             rank_check=s.rank_check,
             device_guard=c.device_guard,
+            side_streams=c.side_streams,
             sampling=c.sampling_params(batch),
             draft_sampling=c.draft_sampling,
         )

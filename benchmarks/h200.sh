@@ -39,6 +39,9 @@
 # (DEPTHS, e.g. 3,4,5, MODES, STEPS and REPEATS (--repeats) choose the sweep; bench-sampling: the same at --temperature 0.7 --top-p 0.9), host-profile (cProfile of the host's step loop), bench-mtp (the MTP head's own acceptance), forward (benchmarks/forward_speed.py: the bare verify
 # forward and the draft step, torch and Triton forwards, kernels per layer).
 # serve-bench (specgen serve-bench: Qwen3-0.6B shapes, MTP depth 3, rates 8/s, 48/s and all at once, a closed loop of 32).
+# streams-ab (specgen alone: the step graphs with side streams against --no-side-streams, one stream; MTP depth 3,
+# DFlash depth 15 and DSpark depth 7 (STREAMS="mtp 3,dflash 15,dspark 7") at B = 1, 8, 32, ROUNDS interleaved
+# rounds; B = 1 traces kept),
 # guard-ab (the device guard's TPOT cost: specgen alone, depth 3, B = 1, 8, 32, PAIRS interleaved runs with and
 # without --no-device-guard, then one profiled run of each at B = 1 and 8 and benchmarks/trace_diff.py over them),
 # block-ab (the block drafts, specgen alone: BASE's source tree against the checkout, ROUNDS rounds),
@@ -54,7 +57,7 @@
 # still returns what it wrote.
 # Usage: benchmarks/h200.sh OUT_DIR [tests] [tests-changed] [sanitize-vocab] [serving-tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
 #        [bench-sampling] [serve-bench] [attention-sweep] [prefill-speed] [host-profile]
-#        [bench-mtp] [block-bench] [block-ab] [beside-ab] [guard-ab] [agreement] [vocab-ab]
+#        [bench-mtp] [block-bench] [block-ab] [beside-ab] [streams-ab] [guard-ab] [agreement] [vocab-ab]
 set -u
 out=$1; shift
 mkdir -p "$out"
@@ -179,6 +182,22 @@ s.sort_stats('cumtime').print_stats('runtime/', 45); s.sort_stats('tottime').pri
         done; done
         find "$d" -name '*.json.gz' ! -name '*_b1.*' -delete
         python3 benchmarks/tree_ab.py "$d" off on | tee "$d/ab.md" | grep -E "tpot_ms|post_verify|projection"
+      done ;;
+    streams-ab)  # specgen alone, the checkout: its step graphs with side streams (side) against one stream (one,
+      # --no-side-streams), ROUNDS interleaved rounds: MTP depth 3 (BENCH_KERNELS, default build/specgen_kernels), then
+      # the block drafts; B = 1 traces kept for trace_diff.py
+      G="--model qwen3-0.6b --depth 3 --modes specgen --warmup 10 --acceptance 0.7 --prompt-len 1024 --block-size 128 \
+         --block-table-width 64 --kernels ${BENCH_KERNELS:-build/specgen_kernels}"
+      K="--warmup 3 --acceptance 0.7 --block-table-width 80 --kernels build/block_bench_kernels --modes specgen"
+      IFS=, read -ra specs <<< "${STREAMS:-mtp 3,dflash 15,dspark 7}"  # which drafts, at which depths
+      for spec in "${specs[@]}"; do set -- $spec; d="$out/streams_ab_$1"; mkdir -p "$d"
+        for r in $(seq 1 ${ROUNDS:-2}); do for tag in side one; do x=""; [ $tag = one ] && x="--no-side-streams"
+          if [ $1 = mtp ]; then a="$G --batch 1,8,32 --steps 96"; else a="--model qwen3-0.6b --draft $1 --depth $2 \
+            --batch 1,8,32 --steps 64 $K"; fi
+          specgen bench $a $x --out "$d/${tag}_$r" > "$d/${tag}_$r.log" 2>&1; echo "streams $1 $tag round $r: exit $?"
+        done; done
+        find "$d" -name '*.json.gz' ! -name '*_b1.*' -delete
+        python3 benchmarks/tree_ab.py "$d" side one | tee "$d/ab.md" | grep -E "tpot_ms|to_verify|to_draft|post_verify"
       done ;;
     guard-ab)
       G="--model qwen3-0.6b --depth 3 --modes specgen --warmup 10 --acceptance 0.7 --prompt-len 1024 --block-size 128 \

@@ -106,6 +106,7 @@ class SpecDecodeEngine:
         compile_backend: str = "inductor",
         rank_check=None,
         device_guard: bool = True,
+        side_streams: bool = True,
         sampling: SamplingParams | list[SamplingParams] | None = None,
         draft_sampling: str = "sample",
     ):
@@ -126,6 +127,7 @@ class SpecDecodeEngine:
         self.library, self.acceptance, self.compile_backend = library, acceptance, compile_backend
         self.rank_check = rank_check  # tensor-parallel debug: rank_check.RankCheck, called after every step
         self.device_guard = bool(device_guard)  # False: the runtime modes' verify graphs run without the device guard
+        self.side_streams = bool(side_streams)  # False: specgen's step graphs on one stream (no fork or event wait)
         self.device = model.embed_tokens.weight.device
         self.linear_state = has_linear_state(model)  # a hybrid target (engine/linear_state.py)
         self.state: LinearState | None = None

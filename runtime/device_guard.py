@@ -281,7 +281,7 @@ class DeviceGuardSpec:
 class DeviceGuard:
     """The device-side checks of one runtime and their persistent ``flag`` (int32, shape ``(1,)``).
 
-    ``api`` is a ``DeviceAPI`` (None on the CPU, where the checks run in line).
+    ``api`` is a ``DeviceAPI`` (None on the CPU, where the checks run in line; so do they with ``beside=False``).
     ``kernel``: a built ``spec_verify_guard_check`` of the runtime's layout
     (a ``KernelCallable``); with it, each bucket of ``buffers`` (bucket ->
     its step buffers) whose guards have row bounds gets its ``guard_params``
@@ -291,7 +291,7 @@ class DeviceGuard:
     buffers is made here, before any capture.
     """
 
-    def __init__(self, spec: DeviceGuardSpec, device, api=None, kernel=None, buffers=None):
+    def __init__(self, spec: DeviceGuardSpec, device, api=None, kernel=None, buffers=None, beside: bool = True):
         self.spec, self._api, self._device = spec, api, torch.device(device)
         self.flag = torch.zeros(1, dtype=I32, device=device)
         self._bit_of = spec.bits
@@ -299,7 +299,7 @@ class DeviceGuard:
         self._starts = torch.arange(spec.block_table_width, device=device) * spec.block_size  # block starts
         # an entry e maps slots e * BS .. e * BS + BS - 1; all must fit int32
         self._max_entry = (INT32_MAX + 1) // spec.block_size - 1
-        self._side = api.new_stream(device) if api is not None else None
+        self._side = api.new_stream(device) if api is not None and beside else None  # else in line
         self._forked = self._marked = False
         self._kernel = kernel
         # whether the kernel ORs its bits into the flag itself (docs/kernels.md: not where the target's lowering

@@ -30,6 +30,10 @@ every copy of it records the external event ``copied``, and the sequence waits
 on that event (``wait_copied``, an event wait node, on the step's side stream
 early in the step where it has one) before it packs.  A graph-packed step's
 fields sit at its bucket's row count, not its batch (``packed_size(rows, W)``).
+
+``beside=False`` keeps every copy on the step's own stream instead of the copy stream: the stream's order
+then keeps a pack from overwriting a staging buffer whose copy is queued before it, so a captured step needs
+no event wait node (a graph with one is launched as a multi-stream graph: ``benchmarks/graph_shapes.py``).
 """
 
 from __future__ import annotations
@@ -75,15 +79,26 @@ class HostMirror:
     ``current_stream``, ``stream`` and ``event``).
     """
 
-    def __init__(self, api, device, max_batch: int, width: int, *, pin: bool = True, in_graph: bool | None = None):
+    def __init__(
+        self,
+        api,
+        device,
+        max_batch: int,
+        width: int,
+        *,
+        pin: bool = True,
+        in_graph: bool | None = None,
+        beside: bool = True,
+    ):
         self._api, self._device, self.width = api, device, int(width)
-        self.copy_stream = api.new_stream(device)
+        self.beside = bool(beside)  # False: the copies run on the current stream, in its order
+        self.copy_stream = api.new_stream(device) if self.beside else None
         n = packed_size(max_batch, width)
         # a captured step packs in its graph (CUDA: external events); ``copied`` is recorded once here so that
         # it exists before any capture waits on it (an event never recorded makes no wait node)
         self.in_graph = torch.device(device).type == "cuda" if in_graph is None else bool(in_graph)
         self._graph_staging = torch.zeros(n, dtype=I32, device=device) if self.in_graph else None
-        self._copied = api.event(external=True) if self.in_graph else None
+        self._copied = api.event(external=True) if self.in_graph and self.beside else None
         if self._copied is not None:
             self._copied.record(self.copy_stream)
         # two of each, so a step in flight never overwrites what the host reads
@@ -111,7 +126,7 @@ class HostMirror:
         """
         slot = self._next_slot()
         main = self._api.current_stream(self._device)
-        if self._used[slot]:
+        if self._used[slot] and self.beside:
             main.wait_event(self._events[slot])  # the copy that last read this staging buffer
         n = packed_size(batch, self.width)
         torch.cat(self._packed([getattr(result, f) for f in HOST_FIELDS], batch, flag), out=self._staging[slot][:n])
@@ -127,12 +142,14 @@ class HostMirror:
         """``staging``'s packed step (``rows`` per field) to host slot ``slot`` on the copy stream, then its
         event (and ``copied`` for the graph staging)."""
         n = packed_size(rows, self.width)
-        copy = self.copy_stream
-        copy.wait_stream(self._api.current_stream(self._device))
+        main = self._api.current_stream(self._device)
+        copy = self.copy_stream if self.beside else main
+        if self.beside:
+            copy.wait_stream(main)
         with self._api.stream(copy):
             self._host[slot][:n].copy_(staging[:n], non_blocking=True)
             self._events[slot].record(copy)
-            if staging is self._graph_staging:
+            if self._copied is not None and staging is self._graph_staging:
                 self._copied.record(copy)
         self._used[slot] = True
         self._steps = (self._steps + [(slot, rows, batch)])[-2:]
@@ -141,8 +158,9 @@ class HostMirror:
 
     def wait_copied(self, stream) -> None:
         """Order ``stream``'s next work (captured: an event wait node) after the latest copy of the graph
-        staging, which ``pack_in_graph`` overwrites."""
-        stream.wait_event(self._copied)
+        staging, which ``pack_in_graph`` overwrites.  Nothing with ``beside=False``: the stream's order does it."""
+        if self._copied is not None:
+            stream.wait_event(self._copied)
 
     def pack_in_graph(self, bufs, rows: int, flag: torch.Tensor | None = None, waited: bool = False) -> None:
         """Inside a step's sequence, as its last work: the host fields of ``bufs``' first ``rows`` rows (a

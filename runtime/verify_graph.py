@@ -43,6 +43,12 @@ shows it set, the next step runs eager (``device_guard_trip``) and
 ``stats()["device_guard"]`` counts the conditions that failed.  On the CPU
 the flag is read directly, so the very next step sees it.
 
+``side_streams=False`` keeps a captured step on one stream: the device
+guard's checks and the hoisted head work run in line, and the host copies go
+on the step's stream after each replay, so the graph is a single chain of
+nodes with no fork, join or event wait node (``benchmarks/graph_shapes.py``
+times what such a graph's launch saves).
+
 ``prologue`` (optional, a ``Prologue``) is work that belongs at the head of
 every step: an engine passes its draft, which writes this step's inputs
 (``draft_tokens``; its ``setup`` carries the previous step's
@@ -92,6 +98,7 @@ from .library import KernelLibrary
 from .step_plan import DEFAULT_SEQUENCE, KERNEL_SOURCES, resolve_step_plan, semantics_call
 from .step_records import RESULT_FIELDS, Prologue, StepResult
 from .verify_capture import StepCapture
+from .verify_host import HostSide
 
 __all__ = [
     "BACKENDS",
@@ -111,7 +118,7 @@ __all__ = [
 BACKENDS = ("cpu", "cuda", "npu")
 
 
-class SpecVerifyRuntime(StepCapture):
+class SpecVerifyRuntime(StepCapture, HostSide):
     """Captured (or eager) verify steps for one verify width; see the module docstring."""
 
     def __init__(
@@ -135,6 +142,7 @@ class SpecVerifyRuntime(StepCapture):
         sampler: Callable[[Mapping[str, torch.Tensor]], None] | None = None,
         allow_eager: bool = False,
         device_guard: bool = True,  # False: no device-side checks (an A/B of their cost; host guards stay)
+        side_streams: bool = True,  # False: one stream, the graph a single chain (see the module docstring)
     ):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -190,7 +198,12 @@ class SpecVerifyRuntime(StepCapture):
                     fill_padding=True,
                 )
         self._graphs = BucketGraphs(self._api, self.device, self.warmup_iters) if self._api is not None else None
-        self._mirror = HostMirror(self._api, self.device, self.max_batch, self.width) if self._api is not None else None
+        self.side_streams = bool(side_streams)
+        self._mirror = (
+            HostMirror(self._api, self.device, self.max_batch, self.width, beside=self.side_streams)
+            if self._api is not None
+            else None
+        )
         self._guard = (
             DeviceGuard(
                 DeviceGuardSpec.of(plan, self.width, self.scratch_block),
@@ -198,12 +211,14 @@ class SpecVerifyRuntime(StepCapture):
                 self._api,
                 kernel=guard_kernel(library, self.width, self.kv_layout, self.device) if kernels == "built" else None,
                 buffers=self._bufs,
+                beside=self.side_streams,
             )
             if self._bufs and device_guard
             else None
         )
         self._guard_reset = 0  # host copies made before the flag was last cleared show a stale flag
-        self._hoist_stream = self._api.new_stream(self.device) if self._api is not None and self.hoisted else None
+        side = self._api is not None and self.hoisted and self.side_streams
+        self._hoist_stream = self._api.new_stream(self.device) if side else None
         self._guard_trips: Counter[str] = Counter()
 
     # ----------------------------------------------------------- decisions
@@ -314,32 +329,6 @@ class SpecVerifyRuntime(StepCapture):
         self._copy_to_host(result, batch)
         return result
 
-    def _copy_to_host(self, result: StepResult, batch: int) -> None:
-        if self._mirror is None:
-            return
-        if result.fast_path and self._mirror.in_graph:  # the replayed graph packed its bucket's rows
-            self._mirror.copy_packed(self._bucket(batch), batch)
-        else:
-            self._mirror.copy(result, batch, flag=self._guard.flag if self._guard is not None else None)
-
-    def _device_trip(self) -> bool:
-        """Whether the device guard flagged an earlier step; clears the flag and counts its conditions.
-
-        On a device the flag is read from host copies that have completed
-        (never waited for); on the CPU from the flag itself.
-        """
-        guard = self._guard
-        if guard is None:
-            return False
-        bits = self._mirror.poll_flag(self._guard_reset) if self._mirror is not None else int(guard.flag[0])
-        if not bits:
-            return False
-        guard.flag.zero_()
-        if self._mirror is not None:
-            self._guard_reset = self._mirror.copies
-        self._guard_trips.update(guard.names(bits))
-        return True
-
     def _bounds(self, seq_lens: torch.Tensor, given: tuple[int, int] | None) -> tuple[int, int]:
         return bounds_of(seq_lens, given, on_host=self.backend == "cpu")
 
@@ -369,30 +358,6 @@ class SpecVerifyRuntime(StepCapture):
         """
         bs = self.kv_layout[1] if self.kv_layout is not None else self.caps.block_size
         fallback.refuse_scratch_in_table(block_table, seq_lens, self.width, bs, self.scratch_block)
-
-    def host_result(self, steps_back: int = 0) -> HostResult | None:
-        """The host copy of the latest (``steps_back=0``) or the previous (1) step's results.
-
-        Waits on that step's copy event only; None when no such step ran.
-        """
-        if steps_back not in (0, 1):
-            raise ValueError("steps_back must be 0 (latest step) or 1 (the one before)")
-        return self._mirror.result(steps_back) if self._mirror is not None else None
-
-    def result_ticket(self) -> int:
-        """A ticket for the latest step's host copy (the copies made so far), for ``host_result_of``; 0 when
-        the runtime keeps no host copies (the CPU, where ``step_in_place``'s result is final)."""
-        return self._mirror.copies if self._mirror is not None else 0
-
-    def host_result_of(self, ticket: int) -> HostResult:
-        """The host copy of the step whose ``result_ticket()`` was ``ticket``: that step or the one after it
-        must be the latest (a copy stays readable until two later ones are made); waits on its event only."""
-        if self._mirror is None:
-            raise ValueError("this runtime keeps no host copies (the CPU): read the step's result directly")
-        back = self._mirror.copies - ticket
-        if back not in (0, 1):
-            raise ValueError(f"the host copy of step ticket {ticket} is gone: {back} steps were copied after it")
-        return self._mirror.result(back)
 
     def stats(self) -> dict:
         """Steps on the fast path, eager steps by reason, and the device guard's failed conditions by name."""

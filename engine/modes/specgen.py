@@ -67,6 +67,7 @@ class SpecgenMode(Mode):
                 epilogue=e.proposer.epilogue(),
                 sampler=None if e.sampling is None else e.sampling.sampler,
                 device_guard=e.device_guard,
+                side_streams=e.side_streams,
             )
             self.runtime.check_block_table(e.block_table)
             return self.runtime.buffers(e.batch)

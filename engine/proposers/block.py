@@ -97,8 +97,11 @@ class BlockProposer(Proposer):
 
     def _projects_beside(self, e) -> bool:
         """Whether the context rows are made beside the forward: CUDA, the fast projection, a target whose forward
-        calls back when its taps are ready, and ``SPECGEN_CONTEXT_BESIDE`` not 0 (the A/B switch)."""
-        if e.device.type != "cuda" or os.environ.get(BESIDE_ENV, "1") == "0" or not self.draft.fast_on(e.device):
+        calls back when its taps are ready, side streams on (``side_streams``), and ``SPECGEN_CONTEXT_BESIDE`` not
+        0 (the A/B switch)."""
+        if e.device.type != "cuda" or not e.side_streams or os.environ.get(BESIDE_ENV, "1") == "0":
+            return False
+        if not self.draft.fast_on(e.device):
             return False
         return "on_taps" in inspect.signature(e.model.forward).parameters
 

@@ -133,6 +133,7 @@ def test_the_option_names_and_metavars_of_the_command_line():
         "--check-ranks",
         "--profile-steps",
         "--no-device-guard",
+        "--no-side-streams",
         "--replot",
     ]
     usage = _bench_parser().format_usage()
@@ -178,6 +179,15 @@ def test_no_device_guard_reaches_the_config():
     assert _settings(build_parser().parse_args(["bench"])).resolve().device_guard is True
     s = _settings(build_parser().parse_args(["bench", "--no-device-guard", "--device", "cpu"]))
     assert s.no_device_guard is True and s.resolve().device_guard is False
+
+
+def test_no_side_streams_reaches_the_config():
+    """``--no-side-streams``: specgen's step graphs on one stream, as an A/B (bench.json and costs.json record it)."""
+    from specgen.cli.bench import _settings
+
+    assert _settings(build_parser().parse_args(["bench"])).resolve().side_streams is True
+    s = _settings(build_parser().parse_args(["bench", "--no-side-streams", "--device", "cpu"]))
+    assert s.no_side_streams is True and s.resolve().side_streams is False
 
 
 def test_every_validated_setting_has_a_bad_case():

@@ -231,3 +231,27 @@ def test_each_condition_sets_its_bit(where, value, bits):
     bufs["accepted"].zero_()
     guard.fork(bufs, 4)
     assert int(guard.flag[0]) == sticky  # the flag stays set until the host clears it
+
+
+def test_a_guard_without_a_side_stream_checks_in_line():
+    """``beside=False`` (a runtime without side streams): no stream is made even with a device API; ``fork`` runs
+    the checks on the current stream at once (the flag is set before ``join``), and ``join`` waits for nothing."""
+
+    class NoStreams:
+        def new_stream(self, device):
+            raise AssertionError("a guard without side streams made a stream")
+
+        def current_stream(self, device):
+            raise AssertionError("a guard without side streams ordered streams")
+
+    spec = DeviceGuardSpec(W, BT, BS, ("min_seq_len >= 0", "max_seq_len <= 123", "batch >= 1"), W + 1)
+    guard = DeviceGuard(spec, "cpu", api=NoStreams(), beside=False)
+    assert guard.stream is None
+    bufs = _bufs()
+    bufs["seq_lens"].copy_(torch.tensor([3, 300, 14, 0], dtype=I32))
+    guard.mark()
+    guard.fork(bufs, 4)
+    assert guard.names(int(guard.flag[0])) == ["max_seq_len <= 123"]
+    guard.join()
+    with pytest.raises(AssertionError, match="made a stream"):
+        DeviceGuard(spec, "cpu", api=NoStreams())

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
 import pytest
 import torch
+from oracles.graph_dot import debug_graph, is_chain, read_dot
 from oracles.guarded_step import BS, BT, CAPS, FIELDS, I32, VOCAB, W, expected, fill, model_forward
 
 from specgen.runtime.device_guard import (
@@ -187,11 +189,17 @@ def test_flag_is_read_from_completed_copies_only(engine_kernels):
 
 # ----------------------------------------------------------------------------- GPU
 @pytest.mark.gpu
-@pytest.mark.parametrize("prologue", [False, True], ids=["plain", "beside-the-draft"])
-def test_cuda_device_guard_trip_without_host_sync(prologue):
+@pytest.mark.parametrize(
+    "prologue, side_streams",
+    [(False, True), (True, True), (False, False), (True, False)],
+    ids=["plain", "beside-the-draft", "one-stream", "one-stream-draft"],
+)
+def test_cuda_device_guard_trip_without_host_sync(prologue, side_streams, tmp_path):
     """On the GPU: clean replays never trip; a bad value written between replays trips the step after the
     host's lagged read of it; no step synchronizes the host and no clean replay allocates.  With a prologue
-    (a stand-in draft that writes only the drafts), the checks run on the side stream beside it.
+    (a stand-in draft that writes only the drafts), the checks run on the side stream beside it.  Without side
+    streams (``side_streams=False``) the captured step is one chain of nodes with no event wait node (its debug
+    dump, read with networkx), where the side streams' graph forks; the trips are the same.
 
     Kernels: SPECGEN_TEST_CUDA_KERNELS (specgen build --target cuda --widths 4 --block-table-widths 8
     --block-sizes 16 --out ...), or the engine kernels in SPECGEN_TEST_ENGINE_KERNELS.
@@ -207,11 +215,29 @@ def test_cuda_device_guard_trip_without_host_sync(prologue):
     held = {}
     draft = Prologue(lambda: held["bufs"]["draft_tokens"].add_(0), writes=("draft_tokens",)) if prologue else None
     rt = SpecVerifyRuntime(
-        load_library(folder), model_forward, CAPS, W, max_batch=8, backend="cuda", device=dev, prologue=draft
+        load_library(folder),
+        model_forward,
+        CAPS,
+        W,
+        max_batch=8,
+        backend="cuda",
+        device=dev,
+        prologue=draft,
+        side_streams=side_streams,
     )
     held["bufs"] = rt.buffers(6)
     assert bool(rt.hoisted) == prologue  # the head work, and with it the checks, beside the draft
+    rt._api.Graph = debug_graph
     rt.capture_all()
+    dot = tmp_path / "step.dot"
+    rt._graphs._graphs[8].debug_dump(str(dot))
+    shape = read_dot(dot.read_text())
+    if os.environ.get("SPECGEN_GRAPH_DUMPS"):  # the dump itself, for a look at the graph
+        (Path(os.environ["SPECGEN_GRAPH_DUMPS"]) / f"guard_{prologue}_{side_streams}.dot").write_bytes(dot.read_bytes())
+    kinds = [k for _, k in shape.nodes(data="kind")]
+    assert kinds.count("KERNEL") >= 3, kinds  # the head, the checks and the tail at least
+    assert is_chain(shape) == (not side_streams), kinds
+    assert ("WAIT_EVENT" in kinds) == side_streams, kinds  # the host mirror's wait for its last copy
     gen = torch.Generator().manual_seed(3)
     bufs, batch, bounds = rt.buffers(6), 6, (0, 60)
 

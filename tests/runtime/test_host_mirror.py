@@ -194,3 +194,25 @@ def test_graph_packed_and_eager_copies_mix():
     m.pack_in_graph(bucket_bufs(30, 4), 4)
     m.copy_packed(4, 1)
     assert m.result(0).next_tokens.tolist() == [[30] * W] and m.result(1).next_seq_lens.tolist() == [7, 7]
+
+
+def test_copies_on_the_steps_stream_need_no_event_wait():
+    """``beside=False`` (a runtime without side streams): no copy stream and no external event; the pack waits for
+    nothing (the stream's order puts the last copy first) and the copy, its event included, runs on the current
+    stream; the host still reads each step's rows and its flag, and an eager copy packs without a wait."""
+    api = FakeAPI()
+    m = HostMirror(api, "cpu", MAX_BATCH, W, pin=False, in_graph=True, beside=False)
+    assert m.copy_stream is None and api.log == [] and api.events == 2  # the two slots' events, nothing external
+    m.pack_in_graph(bucket_bufs(10, 4), 4, flag=torch.tensor([2], dtype=I32))
+    m.wait_copied(api.current)
+    assert api.log == []
+    m.copy_packed(4, 2)
+    assert api.log == [("main", "enter", None), ("main", "record", "event0"), ("main", "exit", None)]
+    api.log.clear()
+    m.copy(result(5, 3, fast_path=False), 3)
+    m.copy(result(6, 1, fast_path=False), 1)  # slot 0 again: its event is on the same stream, no wait
+    assert [e for e in api.log if e[1] in ("wait_event", "wait_stream")] == []
+    assert m.result(0).accepted.tolist() == [6] and m.result(1).next_tokens.tolist() == [[5] * W] * 3
+    m._events[1].query = lambda: True
+    m._events[0].query = lambda: True
+    assert m.poll_flag(0) == 0  # eager copies without a flag pack a zero
