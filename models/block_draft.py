@@ -19,6 +19,11 @@ mask inside the block); the block's own K/V never becomes context.
   being the anchor for row 0 and the draft chosen at row ``j - 1`` after that
   (``MarkovHead.chain``, sequential over the rows).
 
+The drafts' argmax and the Markov bias's GEMM follow the target's forward
+kernels (``forward_kernels``): on CUDA with Triton, ``cuda_forward.argmax``
+(two short launches, torch's indices exactly) and the skinny GEMM, neither of
+which puts a memset node in the draft's graph as torch's argmax and cuBLAS do.
+
 Either way the verification is ``W = K + 1`` wide; only DSpark's draft width
 (``rows(K) = K``) differs from it.
 """
@@ -119,14 +124,16 @@ class MarkovHead(nn.Module):
         self.w1 = nn.Embedding(vocab_size, rank)
         self.w2 = nn.Linear(rank, vocab_size, bias=False)
 
-    def bias(self, prev: torch.Tensor) -> torch.Tensor:
-        return self.w2(self.w1(prev.long()))
+    def bias(self, prev: torch.Tensor, kernels: str = "torch") -> torch.Tensor:
+        e = self.w1(prev.long())
+        return cuda_forward.linear(e, self.w2.weight) if cuda_forward.use_triton(kernels, e.device) else self.w2(e)
 
-    def chain(self, logits: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
-        """``logits [B, K, V]`` -> drafts ``[B, K]``, each row biased by the previous choice (sequential)."""
+    def chain(self, logits: torch.Tensor, anchor: torch.Tensor, kernels: str = "torch") -> torch.Tensor:
+        """``logits [B, K, V]`` -> drafts ``[B, K]``, each row biased by the previous choice (sequential);
+        ``kernels``: the target's ``forward_kernels``, which the bias GEMM and the argmax follow."""
         prev, out = anchor.long(), []
         for j in range(logits.shape[1]):
-            prev = (logits[:, j] + self.bias(prev).to(logits.dtype)).argmax(-1)
+            prev = cuda_forward.argmax(logits[:, j] + self.bias(prev, kernels).to(logits.dtype), kernels)
             out.append(prev)
         return torch.stack(out, 1)
 
@@ -328,9 +335,10 @@ class BlockDraft(nn.Module):
         tokens = torch.cat([anchor.long()[:, None], mask], 1).reshape(-1)
         pos = (seq_lens.long()[:, None] + torch.arange(rows, device=anchor.device)).reshape(-1)
         logits = self(tokens, pos, block_table, seq_lens, rows)
+        kernels = self._target[0].forward_kernels
         if self.kind == "dflash":
-            return logits[:, 1:].argmax(-1)
-        return self.markov_head.chain(logits, anchor)
+            return cuda_forward.argmax(logits[:, 1:], kernels)
+        return self.markov_head.chain(logits, anchor, kernels)
 
 
 def _config_from(kind: str, target: Qwen3Model, tensors: dict, folder: Path) -> BlockDraftConfig:

@@ -17,12 +17,12 @@ from specgen.models import cuda_forward
 CASES = Path(__file__).with_name("argmax_cases.py")
 
 
-def run_cases(device: str, interpret: bool) -> dict:
+def run_cases(device: str, interpret: bool, script: Path = CASES) -> dict:
     env = dict(os.environ)
     env.pop("TRITON_INTERPRET", None)
     if interpret:
         env["TRITON_INTERPRET"] = "1"
-    done = subprocess.run([sys.executable, str(CASES), device], env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, str(script), device], env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -47,3 +47,20 @@ def test_torch_choice_writes_into_out():
     got = cuda_forward.argmax(x, "torch", out)
     assert got is out and torch.equal(out.long(), x.argmax(-1))
     assert torch.equal(cuda_forward.argmax(x, "auto"), x.argmax(-1))  # the CPU: torch's
+
+
+BLOCK_CASES = Path(__file__).with_name("block_draft_kernels_cases.py")
+
+
+def test_block_drafts_on_the_fast_kernels_equal_torch_interpreted():
+    """DFlash's argmax and DSpark's Markov chain (its bias GEMM and argmax) on the target's Triton kernels give the
+    torch choice's drafts bit for bit, ties included (batches 1 to 17, vocabularies across the argmax's blocks)."""
+    pytest.importorskip("triton")
+    res = run_cases("cpu", interpret=True, script=BLOCK_CASES)
+    assert res["bad"] == [] and res["checks"] == 7, res
+
+
+@pytest.mark.gpu
+def test_block_drafts_on_the_fast_kernels_equal_torch_cuda():
+    res = run_cases("cuda", interpret=False, script=BLOCK_CASES)
+    assert res["bad"] == [] and res["checks"] == 7, res
