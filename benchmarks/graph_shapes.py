@@ -36,6 +36,8 @@ SHAPES = {
     "external_main_end": "one stream, waiting on the external event just before the pack",
     "chain_memcpy": "chain with one device-to-device copy node in its middle (a contiguous copy_)",
     "chain_copy_main": "chain, the host copy on the step's own stream after the replay (no copy stream, no event)",
+    "chain_memset": "chain with one memset node in its middle (a zero_ of a buffer)",
+    "chain_wait_outside": "chain, the step stream waiting on the external event before each replay, outside the graph",
 }
 
 __all__ = ["SHAPES", "replay_gaps", "summarize"]
@@ -85,6 +87,8 @@ def _graphs(torch, shape: str, n: int, elems: int, event, pool):
         for i in range(k):
             if shape == "chain_memcpy" and i == k // 2:
                 y.copy_(x)  # same dtype, contiguous: a memcpy node, not a kernel
+            if shape == "chain_memset" and i == k // 2:
+                y.zero_()  # a memset node
             x.add_(1.0)
 
     def body(lo: int, hi: int, pack: bool) -> None:
@@ -123,8 +127,10 @@ def _graphs(torch, shape: str, n: int, elems: int, event, pool):
     return graphs * (2 if shape == "chain_twice" else 1), staging
 
 
-def _steps(torch, graphs, staging, host, copy, event, steps: int) -> None:
+def _steps(torch, graphs, staging, host, copy, event, steps: int, wait_outside: bool = False) -> None:
     for _ in range(steps):
+        if wait_outside:  # the last copy of the staging done before the graph overwrites it, ordered outside it
+            torch.cuda.current_stream().wait_event(event)
         for g in graphs:
             g.replay()
         if copy is None:  # the copy in the step's stream order: the next replay waits for it, no event needed
@@ -146,18 +152,19 @@ def measure(shape: str, n: int, elems: int, steps: int, repeats: int, profiled: 
     host = torch.zeros(16, pin_memory=True)
     if shape == "chain_copy_main":
         copy = None
-    _steps(torch, graphs, staging, host, copy, event, 10)
+    outside = shape == "chain_wait_outside"
+    _steps(torch, graphs, staging, host, copy, event, 10, outside)
     torch.cuda.synchronize()
     per_step = []
     for _ in range(repeats):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        _steps(torch, graphs, staging, host, copy, event, steps)
+        _steps(torch, graphs, staging, host, copy, event, steps, outside)
         b.record()
         b.synchronize()
         per_step.append(a.elapsed_time(b) * 1000.0 / steps)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        _steps(torch, graphs, staging, host, copy, event, profiled)
+        _steps(torch, graphs, staging, host, copy, event, profiled, outside)
         torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"

@@ -336,8 +336,8 @@ class BlockDraft(nn.Module):
         pos = (seq_lens.long()[:, None] + torch.arange(rows, device=anchor.device)).reshape(-1)
         logits = self(tokens, pos, block_table, seq_lens, rows)
         kernels = self._target[0].forward_kernels
-        if self.kind == "dflash":
-            return cuda_forward.argmax(logits[:, 1:], kernels)
+        if self.kind == "dflash":  # every row's argmax, then rows 1..K: a slice's argmax would copy the logits
+            return cuda_forward.argmax(logits, kernels)[:, 1:]
         return self.markov_head.chain(logits, anchor, kernels)
 
 

@@ -1,0 +1,102 @@
+"""The captured graphs of a specgen engine, node by node: how many kernels, memsets, copies, event records and waits
+each holds, whether it is one chain, where it forks.  ``benchmarks/graph_shapes.py`` shows that a graph of kernels
+on one stream launches faster than any graph with a fork, an event wait, or a copy or memset among its kernels; this
+says which of those a real step's graphs hold.
+
+    python benchmarks/graph_nodes.py --model qwen3-0.6b --draft mtp --depth 3 --batch 1 --kernels build/bench_w4 \\
+        --block-size 128 --block-table-width 64 [--no-side-streams] --out nodes.json [--dots DIR]
+
+Every graph the engine captures (through ``runtime.device.DeviceAPI``) keeps its ``cudaGraph_t`` and is dumped with
+``CUDAGraph.debug_dump`` after a short run (random weights, specgen mode); ``bench/graph_dot.py`` reads the dumps.
+Needs a CUDA device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+from specgen.bench.graph_dot import read_dot, summary
+
+__all__ = ["main"]
+
+
+def _recording_graphs(torch, keep: list):
+    """A ``CUDAGraph`` class whose instances keep their graph, dump in debug mode, and are appended to ``keep``."""
+
+    class Recorded(torch.cuda.CUDAGraph):
+        def __new__(cls, keep_graph: bool = False):
+            g = super().__new__(cls, keep_graph=True)
+            g.enable_debug_mode()
+            keep.append(g)
+            return g
+
+    return Recorded
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="qwen3-0.6b", help="a Qwen3 preset (random weights)")
+    p.add_argument("--draft", default="mtp", help="mtp, dflash or dspark")
+    p.add_argument("--depth", type=int, default=3)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--kernels", required=True, help="a built kernel folder with the step's variants (cuda)")
+    p.add_argument("--block-size", type=int, default=128)
+    p.add_argument("--block-table-width", type=int, default=64)
+    p.add_argument("--no-side-streams", action="store_true", help="the runtime's one-stream capture")
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--out", required=True, help="the JSON to write")
+    p.add_argument("--dots", default=None, help="a folder for the DOT dumps themselves")
+    a = p.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        p.error("needs a CUDA device")
+    from specgen.engine.draft_kinds import DRAFT_KINDS
+    from specgen.models import Qwen3Model
+    from specgen.runtime.library import load_library
+
+    if a.draft not in DRAFT_KINDS:
+        p.error(f"--draft: one of {', '.join(DRAFT_KINDS)}")
+    graphs: list = []
+    torch.cuda.CUDAGraph = _recording_graphs(torch, graphs)  # before any DeviceAPI reads it
+    model = Qwen3Model.create(a.model, seed=0, dtype=torch.bfloat16, device="cuda")
+    kind = DRAFT_KINDS[a.draft]
+    eng = kind.engine(
+        model,
+        kind.create(model, seed=1),
+        mode="specgen",
+        width=a.depth + 1,
+        batch=a.batch,
+        block_size=a.block_size,
+        block_table_width=a.block_table_width,
+        library=load_library(a.kernels),
+        side_streams=not a.no_side_streams,
+    )
+    rng = random.Random(0)
+    prompts = [[rng.randrange(model.config.vocab_size) for _ in range(16)] for _ in range(a.batch)]
+    eng.run(prompts, steps=a.steps, warmup_steps=1)
+    torch.cuda.synchronize()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, g in enumerate(graphs):
+            path = Path(a.dots or tmp) / f"graph_{i}.dot"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            g.debug_dump(str(path))
+            if path.exists():
+                rows.append({"graph": i} | summary(read_dot(path.read_text())))
+            else:
+                rows.append({"graph": i, "nodes": None})
+    out = {"command": " ".join(sys.argv), "device": torch.cuda.get_device_name(), "graphs": rows}
+    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    for r in rows:
+        print(json.dumps(r))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
