@@ -38,32 +38,12 @@ def _recording_graphs(torch, keep: list):
     return Recorded
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="qwen3-0.6b", help="a Qwen3 preset (random weights)")
-    p.add_argument("--draft", default="mtp", help="mtp, dflash or dspark")
-    p.add_argument("--depth", type=int, default=3)
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--kernels", required=True, help="a built kernel folder with the step's variants (cuda)")
-    p.add_argument("--block-size", type=int, default=128)
-    p.add_argument("--block-table-width", type=int, default=64)
-    p.add_argument("--no-side-streams", action="store_true", help="the runtime's one-stream capture")
-    p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--out", required=True, help="the JSON to write")
-    p.add_argument("--dots", default=None, help="a folder for the DOT dumps themselves")
-    a = p.parse_args(argv)
-    import torch
-
-    if not torch.cuda.is_available():
-        p.error("needs a CUDA device")
+def _run(torch, a, graphs: list) -> list[dict]:
+    """The engine's short run, then every graph it captured, dumped and summarized."""
     from specgen.engine.draft_kinds import DRAFT_KINDS
     from specgen.models import Qwen3Model
     from specgen.runtime.library import load_library
 
-    if a.draft not in DRAFT_KINDS:
-        p.error(f"--draft: one of {', '.join(DRAFT_KINDS)}")
-    graphs: list = []
-    torch.cuda.CUDAGraph = _recording_graphs(torch, graphs)  # before any DeviceAPI reads it
     model = Qwen3Model.create(a.model, seed=0, dtype=torch.bfloat16, device="cuda")
     kind = DRAFT_KINDS[a.draft]
     eng = kind.engine(
@@ -87,10 +67,40 @@ def main(argv=None) -> int:
             path = Path(a.dots or tmp) / f"graph_{i}.dot"
             path.parent.mkdir(parents=True, exist_ok=True)
             g.debug_dump(str(path))
-            if path.exists():
-                rows.append({"graph": i} | summary(read_dot(path.read_text())))
-            else:
-                rows.append({"graph": i, "nodes": None})
+            rows.append({"graph": i} | (summary(read_dot(path.read_text())) if path.exists() else {"nodes": None}))
+    eng.close()
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="qwen3-0.6b", help="a Qwen3 preset (random weights)")
+    p.add_argument("--draft", default="mtp", help="mtp, dflash or dspark")
+    p.add_argument("--depth", type=int, default=3)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--kernels", required=True, help="a built kernel folder with the step's variants (cuda)")
+    p.add_argument("--block-size", type=int, default=128)
+    p.add_argument("--block-table-width", type=int, default=64)
+    p.add_argument("--no-side-streams", action="store_true", help="the runtime's one-stream capture")
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--out", required=True, help="the JSON to write")
+    p.add_argument("--dots", default=None, help="a folder for the DOT dumps themselves")
+    a = p.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        p.error("needs a CUDA device")
+    from specgen.engine.draft_kinds import DRAFT_KINDS
+
+    if a.draft not in DRAFT_KINDS:
+        p.error(f"--draft: one of {', '.join(DRAFT_KINDS)}")
+    graphs: list = []
+    plain = torch.cuda.CUDAGraph
+    torch.cuda.CUDAGraph = _recording_graphs(torch, graphs)  # before any DeviceAPI reads it
+    try:
+        rows = _run(torch, a, graphs)
+    finally:
+        torch.cuda.CUDAGraph = plain
     out = {"command": " ".join(sys.argv), "device": torch.cuda.get_device_name(), "graphs": rows}
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     for r in rows:
