@@ -6,8 +6,8 @@ says which of those a real step's graphs hold.
     python benchmarks/graph_nodes.py --model qwen3-0.6b --draft mtp --depth 3 --batch 1 --kernels build/bench_w4 \\
         --block-size 128 --block-table-width 64 [--no-side-streams] --out nodes.json [--dots DIR]
 
-Every graph the engine captures (through ``runtime.device.DeviceAPI``) keeps its ``cudaGraph_t`` and is dumped with
-``CUDAGraph.debug_dump`` after a short run (random weights, specgen mode); ``bench/graph_dot.py`` reads the dumps.
+Every graph the engine captures (through ``runtime.device.DeviceAPI``) is dumped with ``CUDAGraph.debug_dump`` as its
+capture ends, during a short run (random weights, specgen mode); ``bench/graph_dot.py`` reads the dumps.
 Needs a CUDA device.
 """
 
@@ -25,21 +25,27 @@ from specgen.bench.graph_dot import read_dot, summary
 __all__ = ["main"]
 
 
-def _recording_graphs(torch, keep: list):
-    """A ``CUDAGraph`` class whose instances keep their graph, dump in debug mode, and are appended to ``keep``."""
+def _recording_graphs(torch, dumps: list, folder: Path):
+    """A ``CUDAGraph`` class whose instances keep their graph, in debug mode, and dump it into ``folder`` as each
+    capture ends (an engine resets its graphs when its run ends); the dumps' paths go to ``dumps``."""
 
     class Recorded(torch.cuda.CUDAGraph):
         def __new__(cls, keep_graph: bool = False):
             g = super().__new__(cls, keep_graph=True)
             g.enable_debug_mode()
-            keep.append(g)
             return g
+
+        def capture_end(self) -> None:
+            super().capture_end()
+            path = folder / f"graph_{len(dumps)}.dot"
+            self.debug_dump(str(path))
+            dumps.append(path)
 
     return Recorded
 
 
-def _run(torch, a, graphs: list) -> list[dict]:
-    """The engine's short run, then every graph it captured, dumped and summarized."""
+def _run(torch, a, dumps: list) -> list[dict]:
+    """The engine's short run, then every graph it captured, summarized from its dump."""
     from specgen.engine.draft_kinds import DRAFT_KINDS
     from specgen.models import Qwen3Model
     from specgen.runtime.library import load_library
@@ -62,12 +68,8 @@ def _run(torch, a, graphs: list) -> list[dict]:
     eng.run(prompts, steps=a.steps, warmup_steps=1)
     torch.cuda.synchronize()
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, g in enumerate(graphs):
-            path = Path(a.dots or tmp) / f"graph_{i}.dot"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            g.debug_dump(str(path))
-            rows.append({"graph": i} | (summary(read_dot(path.read_text())) if path.exists() else {"nodes": None}))
+    for i, path in enumerate(dumps):
+        rows.append({"graph": i} | (summary(read_dot(path.read_text())) if path.exists() else {"nodes": None}))
     eng.close()
     return rows
 
@@ -94,13 +96,16 @@ def main(argv=None) -> int:
 
     if a.draft not in DRAFT_KINDS:
         p.error(f"--draft: one of {', '.join(DRAFT_KINDS)}")
-    graphs: list = []
+    dumps: list = []
     plain = torch.cuda.CUDAGraph
-    torch.cuda.CUDAGraph = _recording_graphs(torch, graphs)  # before any DeviceAPI reads it
-    try:
-        rows = _run(torch, a, graphs)
-    finally:
-        torch.cuda.CUDAGraph = plain
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(a.dots or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.cuda.CUDAGraph = _recording_graphs(torch, dumps, folder)  # before any DeviceAPI reads it
+        try:
+            rows = _run(torch, a, dumps)
+        finally:
+            torch.cuda.CUDAGraph = plain
     out = {"command": " ".join(sys.argv), "device": torch.cuda.get_device_name(), "graphs": rows}
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     for r in rows:
