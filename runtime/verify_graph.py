@@ -46,8 +46,9 @@ the flag is read directly, so the very next step sees it.
 ``side_streams=False`` keeps a captured step on one stream: the device
 guard's checks and the hoisted head work run in line, and the host copies go
 on the step's stream after each replay, so the graph is a single chain of
-nodes with no fork, join or event wait node (``benchmarks/graph_shapes.py``
-times what such a graph's launch saves).
+nodes with no fork, join or event wait node.  Those then sit on the step's
+critical path (the host copy between one replay and the next), so it is a
+switch for measuring the side streams' cost, not the default.
 
 ``prologue`` (optional, a ``Prologue``) is work that belongs at the head of
 every step: an engine passes its draft, which writes this step's inputs
