@@ -9,23 +9,31 @@ from collections import Counter
 
 import networkx as nx
 
-__all__ = ["KINDS", "is_chain", "read_dot", "summary"]
+__all__ = ["is_chain", "read_dot", "summary"]
 
 NODE = re.compile(r'^\s*"([^"]+)"\s*\[(.*?)\]\s*;?\s*$', re.S | re.M)
 EDGE = re.compile(r'"([^"]+)"\s*->\s*"([^"]+)"')
-# a node's kind by the first word its label holds (any case): a kernel's label names its function, which may hold
-# the other words, so the kernel comes first
-KINDS = (("KERNEL", "kernel"), ("WAIT_EVENT", "wait"), ("EVENT_RECORD", "record"), ("MEMSET", "memset"),
-         ("MEMCPY", "memcpy"), ("EMPTY", "empty"))  # fmt: skip
+LABEL = re.compile(r'label="(.*)"', re.S)
+KIND = re.compile(r"^[A-Z][A-Z_]+$")  # CUDA's name of a node's type: KERNEL, MEMCPY, MEMSET, EVENT_WAIT, ...
+
+
+def _kind(attrs: str) -> str:
+    """The node's type: the first line of its label that is one upper-case word (``{KERNEL``, ``MEMCPY``,
+    ``EVENT_WAIT``, ...), else ``?``."""
+    label = LABEL.search(attrs)
+    for line in (label.group(1) if label else "").splitlines():
+        word = line.strip("{}| \t")
+        if KIND.match(word):
+            return word
+    return "?"
 
 
 def read_dot(text: str) -> nx.DiGraph:
-    """The nodes (attribute ``kind``: the first of ``KINDS`` whose word the node's label holds, else ``?``) and
-    the edges."""
+    """The nodes (attribute ``kind``: CUDA's name of the node's type, ``?`` where the label names none) and the
+    edges."""
     g = nx.DiGraph()
     for name, attrs in NODE.findall(text):
-        kind = next((k for k, word in KINDS if word in attrs.lower()), "?")
-        g.add_node(name, kind=kind)
+        g.add_node(name, kind=_kind(attrs))
     g.add_edges_from(EDGE.findall(text))
     return g
 
@@ -41,12 +49,15 @@ def is_chain(g: nx.DiGraph) -> bool:
 
 
 def summary(g: nx.DiGraph) -> dict:
-    """Nodes by kind, whether it is one chain, its roots and the longest path (in nodes)."""
+    """Nodes by kind, whether it is one chain, its roots, forks (nodes with two successors or more), joins (two
+    predecessors or more) and the longest path (in nodes).  A stream forked at a graph's start adds a root, not a
+    fork."""
     return {
         "nodes": g.number_of_nodes(),
         "kinds": dict(Counter(k for _, k in g.nodes(data="kind"))),
         "chain": is_chain(g),
         "roots": sum(1 for _, d in g.in_degree() if d == 0),
         "forks": sum(1 for _, d in g.out_degree() if d > 1),
+        "joins": sum(1 for _, d in g.in_degree() if d > 1),
         "longest_path": len(nx.dag_longest_path(g)) if g.number_of_nodes() else 0,
     }

@@ -199,7 +199,7 @@ def test_cuda_device_guard_trip_without_host_sync(prologue, side_streams, tmp_pa
     host's lagged read of it; no step synchronizes the host and no clean replay allocates.  With a prologue
     (a stand-in draft that writes only the drafts), the checks run on the side stream beside it.  Without side
     streams (``side_streams=False``) the captured step is one chain of nodes with no event wait node (its debug
-    dump, read with networkx), where the side streams' graph forks; the trips are the same.
+    dump, read with networkx), where the side streams' graph is not; the trips are the same.
 
     Kernels: SPECGEN_TEST_CUDA_KERNELS (specgen build --target cuda --widths 4 --block-table-widths 8
     --block-sizes 16 --out ...), or the engine kernels in SPECGEN_TEST_ENGINE_KERNELS.
@@ -237,7 +237,7 @@ def test_cuda_device_guard_trip_without_host_sync(prologue, side_streams, tmp_pa
     kinds = [k for _, k in shape.nodes(data="kind")]
     assert kinds.count("KERNEL") >= 3, kinds  # the head, the checks and the tail at least
     assert is_chain(shape) == (not side_streams), kinds
-    assert ("WAIT_EVENT" in kinds) == side_streams, kinds  # the host mirror's wait for its last copy
+    assert ("EVENT_WAIT" in kinds) == side_streams, kinds  # the host mirror's wait for its last copy
     gen = torch.Generator().manual_seed(3)
     bufs, batch, bounds = rt.buffers(6), 6, (0, 60)
 
