@@ -1,12 +1,13 @@
 """The device idle beside a captured graph's copy and memset nodes, from profiled traces.
 
-    python benchmarks/node_gaps.py TRACE.json.gz [TRACE ...] [--json OUT] [--min-records 20]
+    python benchmarks/node_gaps.py TRACE.json.gz [TRACE ...] [--json OUT] [--min-records 20] [--where]
 
 A graph launch's records share one correlation id.  Per launch, every gap between a record and the latest end
 of the launch's earlier records is idle; the idle just before a memset or memcpy node and just before the
 kernel after one is ``beside_us``, the rest ``other_us``.  Per trace and graph (launches grouped by their record
 count): the launches, the node count, and the medians of both sums.  A cuBLASLt GEMM that zeroes its workspace
-first, for one, shows up here as a memset and the wait around it.
+first, for one, shows up here as a memset and the wait around it.  ``--where`` lists each graph's memset and memcpy
+nodes with the kernels before and after them (``sites``): what a graph that should hold kernels alone still holds.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ __all__ = ["launch_idle", "summarize"]
 
 def launch_idle(records, min_records: int = 20) -> list[dict]:
     """Per graph launch of at least ``min_records`` records, in launch order: ``records``, ``nodes`` (memset and
-    memcpy counts), ``beside_us`` and ``other_us``."""
+    memcpy counts), ``sites`` (each such node's index, kind and the names of the records before and after it),
+    ``beside_us`` and ``other_us``."""
     out = []
     for recs in tr.launches(records):
         if len(recs) < min_records:
@@ -37,13 +39,19 @@ def launch_idle(records, min_records: int = 20) -> list[dict]:
             else:
                 other += gap
         nodes = Counter(r.cat for r in recs if r.cat != "kernel")
-        out.append({"records": len(recs), "nodes": dict(nodes), "beside_us": beside, "other_us": other})
+        sites = [
+            [i, r.cat, recs[i - 1].name if i else None, recs[i + 1].name if i + 1 < len(recs) else None]
+            for i, r in enumerate(recs)
+            if r.cat != "kernel"
+        ]
+        row = {"records": len(recs), "nodes": dict(nodes), "sites": sites}
+        out.append(row | {"beside_us": beside, "other_us": other})
     return out
 
 
 def summarize(launches: list[dict]) -> list[dict]:
-    """Per graph (its record count), in first-seen order: the launches, the nodes of its first launch, and the
-    medians of ``beside_us`` and ``other_us``."""
+    """Per graph (its record count), in first-seen order: the launches, the nodes and their sites in its first
+    launch, and the medians of ``beside_us`` and ``other_us``."""
     groups: OrderedDict = OrderedDict()
     for launch in launches:
         groups.setdefault(launch["records"], []).append(launch)
@@ -52,6 +60,7 @@ def summarize(launches: list[dict]) -> list[dict]:
             "records": n,
             "launches": len(g),
             "nodes": g[0]["nodes"],
+            "sites": g[0]["sites"],
             "beside_us": round(statistics.median(x["beside_us"] for x in g), 2),
             "other_us": round(statistics.median(x["other_us"] for x in g), 2),
         }
@@ -64,6 +73,7 @@ def main(argv=None) -> int:
     p.add_argument("traces", nargs="+", help="profiled Chrome traces (.json or .json.gz)")
     p.add_argument("--json", help="also write the rows here")
     p.add_argument("--min-records", type=int, default=20, help="smaller launches are not graphs of interest")
+    p.add_argument("--where", action="store_true", help="list each memset and memcpy node between its neighbours")
     a = p.parse_args(argv)
     rows = []
     print("| trace | graph records | launches | memset / memcpy nodes | idle beside them us | other idle us |")
@@ -78,6 +88,11 @@ def main(argv=None) -> int:
                 f"| {Path(path).name} | {row['records']} | {row['launches']} | {nodes} | {row['beside_us']} | "
                 f"{row['other_us']} |"
             )
+    if a.where:
+        for row in rows:
+            print(f"\n{Path(row['trace']).name}, the graph of {row['records']} records:")
+            for i, cat, before, after in row["sites"]:
+                print(f"  {i:5d} {cat:11s} after {(before or '-')[:60]}, before {(after or '-')[:60]}")
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1) + "\n")
     return 0

@@ -57,3 +57,19 @@ def test_the_script_reads_a_trace_and_writes_json(tmp_path, capsys):
     assert json.loads((tmp_path / "o.json").read_text())[0]["beside_us"] == 10.5
     with pytest.raises(SystemExit):
         ng.main([str(tmp_path / "missing.json.gz")])
+
+
+def test_where_lists_each_node_between_its_neighbours(tmp_path, capsys):
+    rows = ng.summarize(ng.launch_idle(_launch(4, 0.0, STEP), min_records=3))
+    assert rows[0]["sites"] == [[3, "gpu_memset", "kernel2", "kernel4"]]
+    events = [
+        {"ph": "X", "cat": r.cat, "name": r.name, "ts": r.start, "dur": r.end - r.start, "args": {"correlation": 4}}
+        for r in _launch(4, 0.0, STEP + [("gpu_memcpy", 0.2, 1.0)])
+    ]
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    assert ng.main([str(path), "--min-records", "3", "--where"]) == 0
+    out = capsys.readouterr().out
+    assert "t.json.gz, the graph of 7 records:" in out
+    assert "    3 gpu_memset  after kernel2, before kernel4" in out
+    assert "    6 gpu_memcpy  after kernel5, before -" in out
