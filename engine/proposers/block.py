@@ -101,9 +101,7 @@ class BlockProposer(Proposer):
         0 (the A/B switch)."""
         if e.device.type != "cuda" or not e.side_streams or os.environ.get(BESIDE_ENV, "1") == "0":
             return False
-        if not self.draft.fast_on(e.device):
-            return False
-        return "on_taps" in inspect.signature(e.model.forward).parameters
+        return self.draft.fast_on(e.device) and "on_taps" in inspect.signature(e.model.forward).parameters
 
     def _stage(self, taps: torch.Tensor) -> None:
         """``on_taps``: the side stream waits for ``taps`` here; ``_project`` enqueues their rows there once the
