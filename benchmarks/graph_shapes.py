@@ -38,6 +38,7 @@ SHAPES = {
     "chain_copy_main": "chain, the host copy on the step's own stream after the replay (no copy stream, no event)",
     "chain_memset": "chain with one memset node in its middle (a zero_ of a buffer)",
     "chain_wait_outside": "chain, the step stream waiting on the external event before each replay, outside the graph",
+    "chain_mapped": "chain, the pack's kernels writing mapped pinned memory (the host mirror's ``mapped``): no copy",
 }
 
 __all__ = ["SHAPES", "replay_gaps", "summarize"]
@@ -82,6 +83,11 @@ def _graphs(torch, shape: str, n: int, elems: int, event, pool):
     y = torch.zeros(elems, device=dev)
     staging = torch.zeros(16, device=dev)
     side = torch.cuda.Stream()
+    if shape == "chain_mapped":  # the ring the pack writes, row ``turn``, through the host memory's device address
+        from specgen.runtime.host_mirror import device_alias
+
+        ring = device_alias(torch.zeros(2, 16, pin_memory=True), dev)
+        turn = torch.zeros(1, dtype=torch.int64, device=dev)
 
     def chain(k: int) -> None:
         for i in range(k):
@@ -109,6 +115,9 @@ def _graphs(torch, shape: str, n: int, elems: int, event, pool):
             if shape == "external_main_end":
                 main.wait_event(event)
             staging.copy_(x[:16])
+            if shape == "chain_mapped":
+                ring.index_copy_(0, turn, staging.view(1, 16))
+                turn.bitwise_xor_(1)
 
     parts = {"chain_split": [(0, n // 4, False), (n // 4, n, True)], "chain_twice": [(0, n // 2, True)]}
     parts = parts.get(shape, [(0, n, True)])
@@ -127,12 +136,15 @@ def _graphs(torch, shape: str, n: int, elems: int, event, pool):
     return graphs * (2 if shape == "chain_twice" else 1), staging
 
 
-def _steps(torch, graphs, staging, host, copy, event, steps: int, wait_outside: bool = False) -> None:
+def _steps(torch, graphs, staging, host, copy, event, steps: int, wait_outside: bool = False, mapped=False) -> None:
     for _ in range(steps):
         if wait_outside:  # the last copy of the staging done before the graph overwrites it, ordered outside it
             torch.cuda.current_stream().wait_event(event)
         for g in graphs:
             g.replay()
+        if copy is None and mapped:  # the graph wrote the host memory: only its event, on the step's stream
+            event.record(torch.cuda.current_stream())
+            continue
         if copy is None:  # the copy in the step's stream order: the next replay waits for it, no event needed
             host.copy_(staging, non_blocking=True)
             continue
@@ -150,21 +162,21 @@ def measure(shape: str, n: int, elems: int, steps: int, repeats: int, profiled: 
     event.record(copy)
     graphs, staging = _graphs(torch, shape, n, elems, event, torch.cuda.graph_pool_handle())
     host = torch.zeros(16, pin_memory=True)
-    if shape == "chain_copy_main":
+    if shape in ("chain_copy_main", "chain_mapped"):
         copy = None
-    outside = shape == "chain_wait_outside"
-    _steps(torch, graphs, staging, host, copy, event, 10, outside)
+    outside, mapped = shape == "chain_wait_outside", shape == "chain_mapped"
+    _steps(torch, graphs, staging, host, copy, event, 10, outside, mapped)
     torch.cuda.synchronize()
     per_step = []
     for _ in range(repeats):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        _steps(torch, graphs, staging, host, copy, event, steps, outside)
+        _steps(torch, graphs, staging, host, copy, event, steps, outside, mapped)
         b.record()
         b.synchronize()
         per_step.append(a.elapsed_time(b) * 1000.0 / steps)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        _steps(torch, graphs, staging, host, copy, event, profiled, outside)
+        _steps(torch, graphs, staging, host, copy, event, profiled, outside, mapped)
         torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"

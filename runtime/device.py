@@ -66,6 +66,10 @@ class DeviceAPI:
         graph, so a graph can wait on work recorded outside it (CUDA only)."""
         return self.mod.Event(external=True) if external else self.mod.Event()
 
+    def is_capturing(self, device=None) -> bool:
+        """Whether the current stream is capturing a graph (its work is recorded, not run)."""
+        return bool(self.mod.is_current_stream_capturing())
+
     def graph(self, g, pool):
         return self.mod.graph(g, pool=pool)
 

@@ -34,6 +34,14 @@ fields sit at its bucket's row count, not its batch (``packed_size(rows, W)``).
 ``beside=False`` keeps every copy on the step's own stream instead of the copy stream: the stream's order
 then keeps a pack from overwriting a staging buffer whose copy is queued before it, so a captured step needs
 no event wait node (a graph with one is launched as a multi-stream graph: ``benchmarks/graph_shapes.py``).
+
+``mapped=True`` makes no copies at all: the two host slots are one pinned ``[2, n]`` ring that kernels write
+through its device address (``device_alias``; pinned memory is mapped into the device's address space).  A
+pack ends with two kernels: an ``index_copy_`` of the staging into ring row ``turn`` (a one-element device
+tensor) and a flip of ``turn``; the host reads the row after the event recorded on the step's stream behind
+it.  Every pack flips ``turn`` on the device exactly as every copy flips the host's slot, so both name the same
+row; a graph's warm-up runs (not captured) write no row.  A captured step is then kernels only, with no copy
+or memset node, no copy stream and no event wait anywhere: the graph class that launches fastest.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["HOST_FIELDS", "HostMirror", "HostResult", "packed_size"]
+__all__ = ["HOST_FIELDS", "HostMirror", "HostResult", "device_alias", "packed_size"]
 
 HOST_FIELDS = ("accepted", "next_tokens", "next_last_token", "next_seq_lens")
 I32 = torch.int32
@@ -61,6 +69,30 @@ def _unpack(flat: torch.Tensor, rows: int, batch: int, width: int) -> dict[str, 
         t = flat[at : at + size]
         out[n] = t.view(rows, width)[:batch] if n == "next_tokens" else t[:batch]
         at += size
+    return out
+
+
+def device_alias(host: torch.Tensor, device) -> torch.Tensor:
+    """A tensor on ``device`` over the same bytes as the pinned host tensor ``host`` (kernels write what the host
+    reads); on the CPU, ``host`` itself.  CUDA maps pinned memory at the same address on the device."""
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        return host
+    if not host.is_pinned():
+        raise ValueError("device_alias needs pinned host memory (pin=True)")
+
+    class _Mapped:
+        __cuda_array_interface__ = {
+            "shape": tuple(host.shape),
+            "typestr": host.numpy().__array_interface__["typestr"],
+            "data": (host.data_ptr(), False),
+            "strides": None,
+            "version": 3,
+        }
+
+    out = torch.as_tensor(_Mapped(), device=dev)
+    if out.data_ptr() != host.data_ptr() or out.shape != host.shape:
+        raise RuntimeError("device_alias: the device view does not cover the host tensor")
     return out
 
 
@@ -89,9 +121,11 @@ class HostMirror:
         pin: bool = True,
         in_graph: bool | None = None,
         beside: bool = True,
+        mapped: bool = False,
     ):
         self._api, self._device, self.width = api, device, int(width)
-        self.beside = bool(beside)  # False: the copies run on the current stream, in its order
+        self.mapped = bool(mapped)  # True: kernels write the host slots through their device address
+        self.beside = bool(beside) and not self.mapped  # False: the copies run on the current stream, in its order
         self.copy_stream = api.new_stream(device) if self.beside else None
         n = packed_size(max_batch, width)
         # a captured step packs in its graph (CUDA: external events); ``copied`` is recorded once here so that
@@ -103,7 +137,13 @@ class HostMirror:
             self._copied.record(self.copy_stream)
         # two of each, so a step in flight never overwrites what the host reads
         self._staging = [torch.zeros(n, dtype=I32, device=device) for _ in range(2)]
-        self._host = [torch.zeros(n, dtype=I32, pin_memory=pin) for _ in range(2)]
+        if self.mapped:
+            ring = torch.zeros(2, n, dtype=I32, pin_memory=pin)
+            self._ring = device_alias(ring, device)  # row ``turn`` takes the next pack
+            self._turn_dev = torch.zeros(1, dtype=torch.int64, device=device)
+            self._host = [ring[0], ring[1]]
+        else:
+            self._host = [torch.zeros(n, dtype=I32, pin_memory=pin) for _ in range(2)]
         # (slot, rows) -> the one-element view of that packing's flag: a poll reads it with ``item`` and no
         # indexing op (the host's step loop pays every microsecond where the device step is short)
         self._flag_views: dict[tuple[int, int], torch.Tensor] = {}
@@ -130,7 +170,14 @@ class HostMirror:
             main.wait_event(self._events[slot])  # the copy that last read this staging buffer
         n = packed_size(batch, self.width)
         torch.cat(self._packed([getattr(result, f) for f in HOST_FIELDS], batch, flag), out=self._staging[slot][:n])
+        if self.mapped:
+            self._write_ring(self._staging[slot], n)
         self._copy(self._staging[slot], slot, batch, batch, flag is not None)
+
+    def _write_ring(self, staging: torch.Tensor, n: int) -> None:
+        """``staging[:n]`` into ring row ``turn``, then flip ``turn`` (two kernels on the current stream)."""
+        self._ring[:, :n].index_copy_(0, self._turn_dev, staging[:n].view(1, n))
+        self._turn_dev.bitwise_xor_(1)
 
     def _packed(self, fields: list[torch.Tensor], rows: int, flag: torch.Tensor | None) -> list[torch.Tensor]:
         """The packed layout's pieces, in order: each host field's first ``rows`` rows flat, then the flag (a
@@ -143,6 +190,10 @@ class HostMirror:
         event (and ``copied`` for the graph staging)."""
         n = packed_size(rows, self.width)
         main = self._api.current_stream(self._device)
+        if self.mapped:  # the pack's kernels wrote the host slot: its event only
+            self._events[slot].record(main)
+            self._done(slot, rows, batch, flagged)
+            return
         copy = self.copy_stream if self.beside else main
         if self.beside:
             copy.wait_stream(main)
@@ -151,6 +202,9 @@ class HostMirror:
             self._events[slot].record(copy)
             if self._copied is not None and staging is self._graph_staging:
                 self._copied.record(copy)
+        self._done(slot, rows, batch, flagged)
+
+    def _done(self, slot: int, rows: int, batch: int, flagged: bool) -> None:
         self._used[slot] = True
         self._steps = (self._steps + [(slot, rows, batch)])[-2:]
         self.copies += 1
@@ -176,7 +230,13 @@ class HostMirror:
             views.append(self._graph_staging[at : at + t.numel()])
             at += t.numel()
         torch._foreach_copy_(views, fields)
+        if self.mapped and self._capturing():  # a warm-up run must not write a row the host may be reading
+            self._write_ring(self._graph_staging, at)
         self._graph_flagged = flag is not None
+
+    def _capturing(self) -> bool:
+        query = getattr(self._api, "is_capturing", None)
+        return True if query is None else bool(query(self._device))
 
     def copy_packed(self, rows: int, batch: int) -> None:
         """After a replay whose sequence ran ``pack_in_graph(bufs, rows, ...)``: its staging to the host (the

@@ -44,11 +44,12 @@ shows it set, the next step runs eager (``device_guard_trip``) and
 the flag is read directly, so the very next step sees it.
 
 ``side_streams=False`` keeps a captured step on one stream: the device
-guard's checks and the hoisted head work run in line, and the host copies go
-on the step's stream after each replay, so the graph is a single chain of
-nodes with no fork, join or event wait node.  Those then sit on the step's
-critical path (the host copy between one replay and the next), so it is a
-switch for measuring the side streams' cost, not the default.
+guard's checks and the hoisted head work run in line, and on CUDA the step's
+last kernels write the host fields straight into mapped pinned memory
+(``HostMirror(mapped=True)``; elsewhere the host copies go on the step's
+stream), so the graph is a single chain of nodes with no fork, join, event
+wait or copy node.  The checks and the head then sit on the step's critical
+path; it is a switch, not the default.
 
 ``prologue`` (optional, a ``Prologue``) is work that belongs at the head of
 every step: an engine passes its draft, which writes this step's inputs
@@ -201,7 +202,14 @@ class SpecVerifyRuntime(StepCapture, HostSide):
         self._graphs = BucketGraphs(self._api, self.device, self.warmup_iters) if self._api is not None else None
         self.side_streams = bool(side_streams)
         self._mirror = (
-            HostMirror(self._api, self.device, self.max_batch, self.width, beside=self.side_streams)
+            HostMirror(
+                self._api,
+                self.device,
+                self.max_batch,
+                self.width,
+                beside=self.side_streams,
+                mapped=not self.side_streams and torch.device(self.device).type == "cuda",
+            )
             if self._api is not None
             else None
         )

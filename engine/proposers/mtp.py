@@ -124,7 +124,9 @@ class MTPProposer(Proposer):
             e.width,
             step_bufs=bufs,
         )
-        e.verify_hidden[: hidden.shape[0]].copy_(self.head.from_target(hidden))
+        # a multi-tensor copy kernel: a plain ``copy_`` is a memcpy node, which puts the step graph in the
+        # slower launch class (``benchmarks/graph_shapes.py``)
+        torch._foreach_copy_([e.verify_hidden[: hidden.shape[0]]], [self.head.from_target(hidden)])
         self.keep_logits(logits)
         return self.greedy_into(logits, bufs)
 
