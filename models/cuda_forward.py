@@ -14,6 +14,13 @@ parameters become views of the fused tensors, so a later ``copy_`` into them
 else torch), ``"torch"`` or ``"triton"`` (forced; on the CPU only under
 ``TRITON_INTERPRET=1``, for tests).  Shapes depend only on the batch layout,
 so the fast forward captures in a CUDA graph like the torch one.
+
+The LM head of a fast forward (``lm_head``) is cuBLAS unless
+``SPECGEN_SKINNY_LM_HEAD=R`` (0 to ``skinny_gemm.MAX_HEAD_ROWS``; default 0)
+names a row limit: a head of at most ``R`` rows then runs the skinny GEMM,
+which puts no memset node in a captured graph (cuBLAS puts one before the
+head's GEMM, and a graph with any memset node runs every kernel slower).
+``SPECGEN_SKINNY_GEMM=0`` turns it off with the other skinny products.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 KERNEL_CHOICES = ("auto", "torch", "triton")
+MAX_HEAD_ROWS = 128  # skinny_gemm.MAX_HEAD_ROWS (that module imports triton; this one must not)
 
 
 @functools.cache
@@ -68,6 +76,27 @@ def _use_skinny(h: torch.Tensor) -> bool:
 def linear(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``h @ weight.T``: the skinny GEMM for at most 16 rows (``SPECGEN_SKINNY_GEMM=0``: never), else cuBLAS."""
     return _skinny().skinny_gemm(h, weight) if _use_skinny(h) else F.linear(h, weight)
+
+
+def lm_head_rows() -> int:
+    """The most rows ``lm_head`` gives the skinny GEMM: ``SPECGEN_SKINNY_LM_HEAD`` (default 0: none), and 0 under
+    ``SPECGEN_SKINNY_GEMM=0``."""
+    if os.environ.get("SPECGEN_SKINNY_GEMM", "1") in ("", "0"):
+        return 0
+    raw = os.environ.get("SPECGEN_SKINNY_LM_HEAD", "0")
+    try:
+        rows = int(raw or "0")
+    except ValueError:
+        rows = -1
+    if not 0 <= rows <= MAX_HEAD_ROWS:
+        raise ValueError(f"SPECGEN_SKINNY_LM_HEAD must be a row limit from 0 to {MAX_HEAD_ROWS}, not {raw!r}")
+    return rows
+
+
+def lm_head(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """A fast forward's LM head ``h @ weight.T``: the skinny GEMM for at most ``lm_head_rows()`` rows (no memset
+    node in a captured graph), else cuBLAS (also for no rows: the skinny GEMM would stream the weight for nothing)."""
+    return _skinny().skinny_gemm(h, weight) if 0 < h.shape[0] <= lm_head_rows() else F.linear(h, weight)
 
 
 def projection(module: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:

@@ -110,6 +110,6 @@ class MTPHead(nn.Module):
             x, h = cuda_forward.add_rms_norm(
                 *cuda_forward.layer(self.layer, x, None, batch, self.kv_cache, 0), self.norm
             )
-        else:
-            h = self.norm(x := self.layer(x, batch, self.kv_cache, 0))
+            return x, cuda_forward.lm_head(h if logit_rows is None else h[logit_rows], target.lm_head_weight)
+        h = self.norm(x := self.layer(x, batch, self.kv_cache, 0))
         return x, F.linear(h if logit_rows is None else h[logit_rows], target.lm_head_weight)

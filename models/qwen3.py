@@ -318,7 +318,7 @@ class Qwen3Model(nn.Module):
                 if i in taps:
                     tap(cuda_forward.materialize(x, delta))
             x, h = cuda_forward.add_rms_norm(x, delta, self.norm)  # the last residual add and the final norm
-            out = x, self.project(h if logit_rows is None else h[logit_rows])
+            out = x, self.project(h if logit_rows is None else h[logit_rows], fast=True)
         else:
             for i, layer in enumerate(self.layers):
                 x = layer(x, batch, self.kv_cache, i)
@@ -333,9 +333,10 @@ class Qwen3Model(nn.Module):
         """The LM head over the final norm (a tensor-parallel rank: its vocabulary range)."""
         return self.project(self.norm(x))
 
-    def project(self, h: torch.Tensor) -> torch.Tensor:
-        """The LM head alone, on the final norm's output ``h``."""
-        return F.linear(h, self.lm_head_weight)
+    def project(self, h: torch.Tensor, fast: bool = False) -> torch.Tensor:
+        """The LM head alone, on the final norm's output ``h``; ``fast``: the Triton forward's
+        (``cuda_forward.lm_head``), else cuBLAS."""
+        return cuda_forward.lm_head(h, self.lm_head_weight) if fast else F.linear(h, self.lm_head_weight)
 
     def greedy_tokens(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Greedy tokens from ``forward``'s logits: the argmax over the whole vocabulary, lowest index

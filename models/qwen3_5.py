@@ -358,15 +358,16 @@ class Qwen35Model(nn.Module):
                 x, delta = materialize(x, delta), None
                 tapped.append(x)
         x, h = qwen3_5_fast.final_norm(self.norm, x, delta)
-        out = x, self.project(h if logit_rows is None else h[logit_rows])
+        out = x, self.project(h if logit_rows is None else h[logit_rows], fast=True)
         return (*out, torch.cat(tapped, dim=-1)) if taps else out
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         return self.project(self.norm(x))
 
-    def project(self, h: torch.Tensor) -> torch.Tensor:
-        """The LM head alone, on the final norm's output ``h``."""
-        return F.linear(h, self.lm_head_weight)
+    def project(self, h: torch.Tensor, fast: bool = False) -> torch.Tensor:
+        """The LM head alone, on the final norm's output ``h``; ``fast``: the Triton forward's
+        (``cuda_forward.lm_head``), else cuBLAS."""
+        return cuda_forward.lm_head(h, self.lm_head_weight) if fast else F.linear(h, self.lm_head_weight)
 
     def greedy_tokens(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """The argmax over the vocabulary, lowest index on ties, into ``out`` when given (as ``Qwen3Model``)."""

@@ -152,7 +152,7 @@ class Qwen35MTPHead(MTPHead):
             h = self._forward_fast(
                 tokens, positions, slot_mapping, hidden_in, block_table, kv_lens, query_start_loc, rows_per_seq
             )
-            return h, F.linear(h if logit_rows is None else h[logit_rows], target.lm_head_weight)
+            return h, cuda_forward.lm_head(h if logit_rows is None else h[logit_rows], target.lm_head_weight)
         attention = AttentionBatch.build(
             positions, slot_mapping, block_table, kv_lens, query_start_loc, rows_per_seq, cfg.rotary_dim, cfg.rope_theta
         )

@@ -8,6 +8,13 @@ adds up (``fast_kernels.add_rms_norm`` takes them as its ``y``), so the split
 costs no extra launch.  On by default for at most ``MAX_ROWS`` rows
 (``SPECGEN_SKINNY_GEMM=0`` turns it off).
 
+Up to ``MAX_HEAD_ROWS`` rows run as one M tile of the next power of two (the
+weight is still streamed once): the LM head's product, which
+``cuda_forward.lm_head`` takes here on request, since inside a CUDA graph
+cuBLAS puts a memset node before it and this kernel puts none.  Taller tiles
+take shorter K steps or fewer stages where that is faster or must fit in
+shared memory (``tall``).
+
 The tile and split per weight shape come from ``TUNED`` where the shape was
 measured on the H200 (``benchmarks/skinny_gemm_sweep.py``), else from
 ``heuristic``.  ``SPECGEN_SKINNY_TABLE=sweep.json`` takes the table of a
@@ -25,9 +32,11 @@ import torch
 import triton
 import triton.language as tl
 
-MAX_ROWS = 16
+MAX_ROWS = 16  # the ordinary projections' limit (cuda_forward._use_skinny)
+MAX_HEAD_ROWS = 128  # the kernel's own: one M tile (the LM head, cuda_forward.lm_head)
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 TARGET_PROGRAMS = 132  # one wave of an H200's SMs
+SMEM_BYTES = 200 * 1024  # the pipelined tiles' share of a block's shared memory (227 KB on the H100 and H200)
 
 
 class Config(NamedTuple):
@@ -137,14 +146,32 @@ def splits_for(n: int, k: int) -> int:
     return config_for(n, k, True).splits
 
 
+def block_rows(m: int) -> int:
+    """The M tile of ``m`` rows: 16 up to 16 rows, else the next power of two (one tile holds every row)."""
+    return max(16, triton.next_power_of_2(m))
+
+
+def tall(cfg: Config, block_m: int, elem: int = 2) -> Config:
+    """``cfg`` as launched with a ``block_m``-row tile: as it is up to 16 rows.  From 128 rows K steps of at most 64
+    (on the H100 at Qwen3-0.6B's head, 128 rows: 131 us against 151 with 128-wide steps; cuBLAS 130); and past 16
+    rows no more stages than fit ``SMEM_BYTES`` with one K step's x and w tiles (``elem`` bytes a value) each."""
+    if block_m <= 16:
+        return cfg
+    block_k = min(cfg.block_k, 64) if block_m >= 128 else cfg.block_k
+    stages = min(cfg.stages, max(1, SMEM_BYTES // ((block_m + cfg.block_n) * block_k * elem)))
+    return cfg._replace(block_k=block_k, stages=stages)
+
+
 def skinny_gemm(x: torch.Tensor, w: torch.Tensor, partial: bool = False, config: Config | None = None) -> torch.Tensor:
     """``x [M, K] @ w [N, K].T``: ``[M, N]`` in ``x``'s dtype, or with ``partial`` possibly float32
-    partials ``[splits, M, N]`` (a 2-D result when one split suffices).  ``config`` overrides the tile."""
+    partials ``[splits, M, N]`` (a 2-D result when one split suffices).  ``config`` overrides the tile
+    (``tall`` still adapts it past 16 rows)."""
     m, k = x.shape
     n = w.shape[0]
-    if m > MAX_ROWS:
-        raise ValueError(f"skinny_gemm takes at most {MAX_ROWS} rows, not {m}")
-    cfg = config or config_for(n, k, partial, x.dtype)
+    if m > MAX_HEAD_ROWS:
+        raise ValueError(f"skinny_gemm takes at most {MAX_HEAD_ROWS} rows, not {m}")
+    block_m = block_rows(m)
+    cfg = tall(config or config_for(n, k, partial, x.dtype), block_m, x.element_size())
     splits = cfg.splits if partial else 1
     per = -(-k // splits)
     per = -(-per // cfg.block_k) * cfg.block_k
@@ -162,7 +189,7 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, partial: bool = False, config:
         n,
         k,
         per,
-        BLOCK_M=16,
+        BLOCK_M=block_m,
         BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k,
         PARTIAL=splits > 1,

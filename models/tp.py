@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..parallel.group import TensorParallel, TPError
+from . import cuda_forward
 from .gated_deltanet import GatedDeltaNet
 from .mtp_head import MTPHead
 from .qwen3 import MLP, Attention, ModelConfig, Qwen3Model
@@ -201,9 +202,11 @@ class VocabParallelHead:
         if vocab_size > EXACT_FLOAT_INDEX:
             raise TPError(f"vocabulary of {vocab_size} exceeds {EXACT_FLOAT_INDEX}")
 
-    def project(self, h: torch.Tensor) -> torch.Tensor:
-        """``[N, V / tp]``: the logits of this rank's vocabulary range (a row slice of the head, no copy)."""
-        return F.linear(h, self.lm_head_weight[self.vocab_lo : self.vocab_hi])
+    def project(self, h: torch.Tensor, fast: bool = False) -> torch.Tensor:
+        """``[N, V / tp]``: the logits of this rank's vocabulary range (a row slice of the head, no copy); ``fast``
+        as ``Qwen3Model.project``."""
+        w = self.lm_head_weight[self.vocab_lo : self.vocab_hi]
+        return cuda_forward.lm_head(h, w) if fast else F.linear(h, w)
 
     def whole_logits(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """``[N, V]``: the whole vocabulary's logits of this rank's ``logits[N, V / tp]``, gathered from every

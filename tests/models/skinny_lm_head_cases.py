@@ -1,0 +1,144 @@
+"""The skinny GEMM's tall tiles (up to ``MAX_HEAD_ROWS`` rows) and the fast forwards' LM heads on it
+(``cuda_forward.lm_head`` under ``SPECGEN_SKINNY_LM_HEAD``), run as a script (``python skinny_lm_head_cases.py
+DEVICE DTYPE``) so the CPU run can set ``TRITON_INTERPRET=1`` before Triton is imported; prints one JSON object.
+
+* ``gemm``: ``skinny_gemm`` against ``x.float() @ w.float().T`` at 1 to 128 rows (on CUDA at Qwen3-0.6B's LM head
+  shape, cuBLAS's error beside it); 129 rows must raise.
+* ``dense``, ``mtp``, ``block``, ``hybrid``: each forward with its fast LM head against the torch forward (the
+  dense and hybrid targets through the existing case scripts), and how many LM-head products the skinny GEMM ran.
+* ``graph`` (CUDA): the node kinds of a captured graph of ``lm_head``, skinny and cuBLAS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections import Counter
+
+import cuda_forward_cases
+import hybrid_fast_cases
+import torch
+import torch.nn.functional as F
+
+from specgen.models import cuda_forward
+from specgen.models import skinny_gemm as sg
+from specgen.models.block_draft import BlockDraft, BlockDraftConfig
+from specgen.models.mtp_head import MTPHead
+from specgen.models.paged_kv import BlockAllocator, make_block_table, verify_metadata
+from specgen.models.qwen3 import Qwen3Model
+
+CALLS: Counter = Counter()  # skinny_gemm's products by N
+_gemm = sg.skinny_gemm
+
+
+def _counted(x, w, *args, **kwargs):
+    CALLS[w.shape[0]] += 1
+    return _gemm(x, w, *args, **kwargs)
+
+
+def gemm_case(dev, dtype) -> dict:
+    big = dev != "cpu"
+    n, k, rows = (151936, 1024, (1, 4, 8, 32, 128)) if big else (200, 300, (1, 16, 17, 32, 100, 128))
+    g = torch.Generator().manual_seed(3)
+    w = (torch.randn(n, k, generator=g) / k**0.5).to(dev, dtype)
+    res = {}
+    for m in rows:
+        x = torch.randn(m, k, generator=g).to(dev, dtype)
+        want = x.float() @ w.float().T
+        got = sg.skinny_gemm(x, w)
+        res[m] = {
+            "err": (got.float() - want).abs().max().item(),
+            "err_cublas": (F.linear(x, w).float() - want).abs().max().item(),
+            "scale": want.abs().max().item(),
+            "shape": list(got.shape),
+        }
+    try:
+        sg.skinny_gemm(torch.zeros(sg.MAX_HEAD_ROWS + 1, k, device=dev, dtype=dtype), w)
+        res["too_many"] = "no error"
+    except ValueError as e:
+        res["too_many"] = str(e)
+    return res
+
+
+def mtp_case(dev, dtype) -> dict:
+    """The dense MTP head's verify-width step (2 sequences of 3 rows), torch against Triton."""
+    target = Qwen3Model.create("tiny", seed=0, dtype=dtype, device=dev)
+    head = MTPHead.create(target, seed=1)
+    g = torch.Generator().manual_seed(5)
+    bt = make_block_table(BlockAllocator(8, seed=0), 2, 2, dev)
+    pos, slots, kvl, qsl = verify_metadata(torch.zeros(2, dtype=torch.int32, device=dev), bt, 3, 16)
+    toks = torch.randint(0, target.config.vocab_size, (6,), generator=g).to(dev)
+    hid = torch.randn(6, target.config.hidden_size, generator=g).to(dev, dtype)
+    out = {}
+    for kind in ("torch", "triton"):
+        target.forward_kernels = kind
+        head.allocate_kv_cache(8, 16)
+        out[kind] = head(toks, pos, slots, hid, bt, kvl, qsl, 3)[1]
+    return {"err_logits": (out["torch"] - out["triton"]).abs().max().item(), "scale": out["torch"].abs().max().item()}
+
+
+def block_case(dev, dtype) -> dict:
+    """A DFlash block (2 sequences of 4 rows): its torch layers, then the LM head the target's kernels choose."""
+    target = Qwen3Model.create("tiny", seed=0, dtype=dtype, device=dev)
+    cfg = BlockDraftConfig.default("dflash", target.config.num_layers, target.config.vocab_size)
+    draft = BlockDraft.create(target, cfg, seed=1)
+    g = torch.Generator().manual_seed(6)
+    bt = make_block_table(BlockAllocator(8, seed=0), 2, 2, dev)
+    toks = torch.randint(0, target.config.vocab_size, (8,), generator=g).to(dev)
+    ctx = torch.tensor([5, 9], device=dev)
+    pos = (ctx[:, None] + torch.arange(4, device=dev)).reshape(-1)
+    out = {}
+    for kind in ("torch", "triton"):
+        target.forward_kernels = kind
+        draft.allocate_kv_cache(8, 16)
+        out[kind] = draft(toks, pos, bt, ctx, 4)
+    return {"err_logits": (out["torch"] - out["triton"]).abs().max().item(), "scale": out["torch"].abs().max().item()}
+
+
+def graph_case(dtype) -> dict:
+    """Node kinds of a captured graph of ``lm_head`` over 8 rows of Qwen3-0.6B's head, skinny and cuBLAS."""
+    from specgen.bench.graph_dot import read_dot, summary
+
+    w = torch.randn(151936, 1024, device="cuda", dtype=dtype) / 32
+    h = torch.randn(8, 1024, device="cuda", dtype=dtype)
+    kinds = {}
+    for limit in ("128", "0"):
+        os.environ["SPECGEN_SKINNY_LM_HEAD"] = limit
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):  # compiled and warm before the capture
+            cuda_forward.lm_head(h, w)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph(keep_graph=True)
+        graph.enable_debug_mode()
+        with torch.cuda.graph(graph):
+            cuda_forward.lm_head(h, w)
+        with tempfile.TemporaryDirectory() as d:
+            graph.debug_dump(f"{d}/g.dot")
+            with open(f"{d}/g.dot") as f:
+                kinds["cublas" if limit == "0" else "skinny"] = summary(read_dot(f.read()))["kinds"]
+    return kinds
+
+
+def main(dev: str, dtype_name: str) -> dict:
+    dtype = getattr(torch, dtype_name)
+    sg.skinny_gemm = _counted
+    os.environ["SPECGEN_SKINNY_LM_HEAD"] = "128"
+    cases = {"gemm": gemm_case(dev, dtype)}
+    CALLS.clear()
+    cases["dense"] = cuda_forward_cases.forward_cases(dev, dtype, 9, flags=("1",))["1"]
+    cases["dense"]["head_calls"] = CALLS[512]  # the tiny presets' vocabulary: no other product is 512 wide
+    for name, case in (("mtp", mtp_case), ("block", block_case)):
+        CALLS.clear()
+        cases[name] = case(dev, dtype) | {"head_calls": CALLS[512]}
+    CALLS.clear()
+    cases["hybrid"] = hybrid_fast_cases.main(dev, dtype) | {"head_calls": CALLS[512]}
+    if dev != "cpu":
+        cases["graph"] = graph_case(dtype)
+    return cases
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1], sys.argv[2])))
