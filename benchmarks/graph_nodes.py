@@ -37,6 +37,7 @@ def _recording_graphs(torch, dumps: list, folder: Path):
 
         def capture_end(self) -> None:
             super().capture_end()
+            self.instantiate()  # a kept graph dumps nothing before it is instantiated
             path = folder / f"graph_{len(dumps)}.dot"
             self.debug_dump(str(path))
             dumps.append(path)
