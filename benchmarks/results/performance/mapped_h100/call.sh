@@ -1,4 +1,7 @@
 #!/bin/bash
+# The call at 6ce3aed on one NVIDIA H100 80GB HBM3 (driver 580.159.04): bash call.sh, with build/bench_w4,
+# build/engine_test_kernels, build/verify_test_kernels and build/block_test_kernels carried (built as in the README).
+# The LM-head timing ran as a script of the same code as benchmarks/lm_head_speed.py, added after the call.
 # the short call: the mapped mirror's and the skinny head's GPU tests, the one-stream MTP step's nodes, the TPOT A/B
 set -u
 W=/tmp/w; mkdir -p $W
@@ -27,5 +30,5 @@ for tag in side onehead; do
 done
 find $W/ab -name '*.json.gz' ! -name '*_b1.*' -delete
 python3 benchmarks/tree_ab.py $W/ab side onehead | tee $W/ab/onehead.md | grep -E "tpot_ms|to_verify|to_draft"
-timeout 40 python3 .snap/s/lmhead.py $W/lm_head.json > $W/lm_head.txt 2>&1; echo "lm head: exit $?"; tail -8 $W/lm_head.txt
+timeout 40 python3 benchmarks/lm_head_speed.py --out $W/lm_head.json > $W/lm_head.txt 2>&1; echo "lm head: exit $?"; tail -8 $W/lm_head.txt
 pack; echo "total $(( $(date +%s) - T0 )) s"
