@@ -7,14 +7,11 @@ compiled, in float32 and bfloat16.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from oracles.scripts import run_case_script
 
 from specgen.models import cuda_forward
 from specgen.models.paged_kv import BlockAllocator, make_block_table, verify_metadata
@@ -28,15 +25,7 @@ TOL = {
 
 
 def run_cases(device: str, dtype: str, interpret: bool) -> dict:
-    env = dict(os.environ)
-    env.pop("TRITON_INTERPRET", None)
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"
-    done = subprocess.run(
-        [sys.executable, str(CASES), device, dtype], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_case_script(CASES, device, dtype, interpret=interpret)
 
 
 def check(cases: dict, dtype: str) -> None:

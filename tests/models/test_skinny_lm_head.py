@@ -6,14 +6,11 @@ that must hold no memset node."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from oracles.scripts import run_case_script
 
 from specgen.models import cuda_forward
 from specgen.models.paged_kv import BlockAllocator, make_block_table, verify_metadata
@@ -23,15 +20,7 @@ CASES = Path(__file__).with_name("skinny_lm_head_cases.py")
 
 
 def run_cases(device: str, dtype: str, interpret: bool) -> dict:
-    env = dict(os.environ)
-    env.pop("TRITON_INTERPRET", None)
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"
-    done = subprocess.run(
-        [sys.executable, str(CASES), device, dtype], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_case_script(CASES, device, dtype, interpret=interpret)
 
 
 def check(cases: dict, strict: bool) -> None:

@@ -1,8 +1,13 @@
-"""The scripts under ``benchmarks/`` (not a package), imported from the installed package's folder."""
+"""The scripts under ``benchmarks/`` (not a package), imported from the installed package's folder, and the tests'
+case scripts, run in a child process."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import specgen
@@ -15,3 +20,15 @@ def benchmark_module(name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def run_case_script(script: Path, *args: str, interpret: bool) -> dict:
+    """A case script run in a child process (``TRITON_INTERPRET=1`` there when ``interpret``, so it never leaks
+    into a CUDA run); its last line of output, as JSON."""
+    env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    done = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
