@@ -3,14 +3,11 @@ and a verify step's forward writes its int32 ``target_tokens`` in place, so no c
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from oracles.scripts import run_case_script
 
 from specgen.models import cuda_forward
 
@@ -18,13 +15,7 @@ CASES = Path(__file__).with_name("argmax_cases.py")
 
 
 def run_cases(device: str, interpret: bool, script: Path = CASES) -> dict:
-    env = dict(os.environ)
-    env.pop("TRITON_INTERPRET", None)
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"
-    done = subprocess.run([sys.executable, str(script), device], env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_case_script(script, device, interpret=interpret)
 
 
 def check(res: dict) -> None:

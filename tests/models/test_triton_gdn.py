@@ -9,32 +9,19 @@ compiled, in float32 and bfloat16, at the Qwen3.5-2B layer shape too.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from oracles.scripts import run_case_script
 
 CASES = Path(__file__).with_name("gdn_cases.py")
 # (out, state, conv) bounds; the output's relative to its largest magnitude
 TOL = {"float32": (2e-5, 1e-5, 1e-5), "bfloat16": (3e-2, 2e-2, 2e-2)}
 
 
-def run_script(script: Path, *args: str, interpret: bool) -> dict:
-    """``python script args...`` in a child process (``TRITON_INTERPRET=1`` there when ``interpret``): its JSON line."""
-    env = dict(os.environ)
-    env.pop("TRITON_INTERPRET", None)
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"
-    done = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def run_cases(device: str, dtype: str, shape: str, interpret: bool) -> dict:
-    return run_script(CASES, device, dtype, shape, interpret=interpret)
+    return run_case_script(CASES, device, dtype, shape, interpret=interpret)
 
 
 def check(cases: dict, dtype: str) -> None:
@@ -132,7 +119,7 @@ HYBRID = Path(__file__).with_name("hybrid_fast_cases.py")
 
 
 def run_hybrid(device: str, dtype: str, interpret: bool) -> dict:
-    return run_script(HYBRID, device, dtype, interpret=interpret)
+    return run_case_script(HYBRID, device, dtype, interpret=interpret)
 
 
 def check_hybrid(res: dict, dtype: str) -> None:

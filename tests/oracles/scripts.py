@@ -22,13 +22,15 @@ def benchmark_module(name: str):
     return mod
 
 
-def run_case_script(script: Path, *args: str, interpret: bool) -> dict:
+def run_case_script(script: Path, *args: str, interpret: bool, timeout: int = 900) -> dict:
     """A case script run in a child process (``TRITON_INTERPRET=1`` there when ``interpret``, so it never leaks
     into a CUDA run); its last line of output, as JSON."""
     env = dict(os.environ)
     env.pop("TRITON_INTERPRET", None)
     if interpret:
         env["TRITON_INTERPRET"] = "1"
-    done = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
