@@ -42,6 +42,8 @@
 # streams-ab (specgen alone: the step graphs with side streams against --no-side-streams, one stream; MTP depth 3,
 # DFlash depth 15 and DSpark depth 7 (STREAMS="mtp 3,dflash 15,dspark 7") at B = 1, 8, 32, ROUNDS interleaved
 # rounds; B = 1 traces kept),
+# head-ab (MTP depth 3, specgen alone: the LM heads on cuBLAS against the skinny GEMM, then the skinny heads on one
+# stream with mapped host writes; ROUNDS interleaved rounds; benchmarks/lm_head_speed.py),
 # guard-ab (the device guard's TPOT cost: specgen alone, depth 3, B = 1, 8, 32, PAIRS interleaved runs with and
 # without --no-device-guard, then one profiled run of each at B = 1 and 8 and benchmarks/trace_diff.py over them),
 # block-ab (the block drafts, specgen alone: BASE's source tree against the checkout, ROUNDS rounds),
@@ -57,7 +59,7 @@
 # still returns what it wrote.
 # Usage: benchmarks/h200.sh OUT_DIR [tests] [tests-changed] [sanitize-vocab] [serving-tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
 #        [bench-sampling] [serve-bench] [attention-sweep] [prefill-speed] [host-profile]
-#        [bench-mtp] [block-bench] [block-ab] [beside-ab] [streams-ab] [guard-ab] [agreement] [vocab-ab]
+#        [bench-mtp] [block-bench] [block-ab] [beside-ab] [streams-ab] [head-ab] [guard-ab] [agreement] [vocab-ab]
 set -u
 out=$1; shift
 mkdir -p "$out"
@@ -199,6 +201,21 @@ s.sort_stats('cumtime').print_stats('runtime/', 45); s.sort_stats('tottime').pri
         find "$d" -name '*.json.gz' ! -name '*_b1.*' -delete
         python3 benchmarks/tree_ab.py "$d" side one | tee "$d/ab.md" | grep -E "tpot_ms|to_verify|to_draft|post_verify"
       done ;;
+    head-ab)  # specgen alone, MTP depth 3 (BENCH_KERNELS), ROUNDS interleaved rounds: the LM heads on cuBLAS (cublas,
+      # SPECGEN_SKINNY_LM_HEAD=0) against the skinny GEMM (skinny, 128), then the skinny heads on one stream with the
+      # host fields written through mapped memory (onestream, --no-side-streams); B = 1 traces kept
+      G="--model qwen3-0.6b --depth 3 --modes specgen --warmup 10 --acceptance 0.7 --prompt-len 1024 --block-size 128 \
+         --block-table-width 64 --kernels ${BENCH_KERNELS:-build/specgen_kernels} --batch 1,8,32 --steps 96"
+      d="$out/head_ab"; mkdir -p "$d"
+      for r in $(seq 1 ${ROUNDS:-2}); do for tag in cublas skinny onestream; do
+        x=""; hd=128; [ $tag = cublas ] && hd=0; [ $tag = onestream ] && x="--no-side-streams"
+        SPECGEN_SKINNY_LM_HEAD=$hd specgen bench $G $x --out "$d/${tag}_$r" > "$d/${tag}_$r.log" 2>&1
+        echo "head-ab $tag round $r: exit $?"
+      done; done
+      find "$d" -name '*.json.gz' ! -name '*_b1.*' -delete
+      python3 benchmarks/tree_ab.py "$d" cublas skinny | tee "$d/skinny.md" | grep tpot_ms
+      python3 benchmarks/tree_ab.py "$d" skinny onestream | tee "$d/onestream.md" | grep -E "tpot_ms|to_verify|to_draft"
+      python3 benchmarks/lm_head_speed.py --out "$d/lm_head.json" | tail -7 ;;
     guard-ab)
       G="--model qwen3-0.6b --depth 3 --modes specgen --warmup 10 --acceptance 0.7 --prompt-len 1024 --block-size 128 \
          --block-table-width 64 --kernels build/specgen_kernels"
