@@ -14,10 +14,12 @@ What changes against the MTP chain:
   every verify row, writing only the accepted rows' slots).
 
 Verification is ``W = K + 1`` rows wide for both kinds; the draft forward
-has ``rows(K)`` rows (``K + 1`` for DFlash, ``K`` for DSpark).  The draft
-graph stays its own graph (it reads the whole context, and ``specgen``
-measures it apart); ``inductor`` is the MTP plan's compiled pipeline and is
-not run here.
+has ``rows(K)`` rows (``K + 1`` for DFlash, ``K`` for DSpark).  With side
+streams (the default) the draft graph stays its own graph, before the step
+graph; on one stream (``side_streams=False``) ``specgen`` runs the block
+forward at the head of the step graph as the runtime's prologue (``carry``,
+then ``propose``), as the MTP chain does, so a step is one graph.
+``inductor`` is the MTP plan's compiled pipeline and is not run here.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class BlockProposer(Proposer):
     _beside = _side = _held = None  # the staged context rows (``alloc_hidden``): none until set up
     unsupported_modes = ("inductor",)
     reads = ("next_last_token", "next_seq_lens", "block_table")
-    writes = ("draft_tokens", "last_tokens", "seq_lens")
+    carry_writes = ("last_tokens", "seq_lens")
     DRAFT_INPUTS = ("accepted", "next_last_token", "next_seq_lens")
     epilogue_names = ("context_kv_projection",)
 
@@ -174,8 +176,26 @@ class BlockProposer(Proposer):
             self._held = None
         return out
 
+    @property
+    def fusable(self) -> bool:
+        """Whether ``specgen`` runs the block forward inside its step graph: on one stream (one graph a step)."""
+        return self.engine is not None and not self.engine.side_streams
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        """What ``propose`` writes: the drafts, and the anchor and its length unless ``carry`` does (fused)."""
+        return ("draft_tokens",) if self.fusable else ("draft_tokens", "last_tokens", "seq_lens")
+
+    def carry(self) -> None:
+        """Fused: the anchor and its length become the verification's last token and length, one multi-tensor copy
+        kernel (two ``copy_`` calls are two memcpy nodes); otherwise ``propose`` does it."""
+        if self.fusable:
+            b = self.engine.bufs
+            torch._foreach_copy_([b["last_tokens"], b["seq_lens"]], [b["next_last_token"], b["next_seq_lens"]])
+
     def propose(self) -> None:
-        """One block forward from the anchor; writes the verification's draft tokens, last token and length."""
+        """One block forward from the anchor; writes the verification's draft tokens (and, unfused, its last token
+        and length)."""
         e = self.engine
         b = e.bufs
         anchor, seq_lens = b["next_last_token"], b["next_seq_lens"]
@@ -183,8 +203,9 @@ class BlockProposer(Proposer):
         if e.acceptance is not None:
             out = e.acceptance.apply(out, seq_lens, e.prompt_lens)
         b["draft_tokens"].copy_(out)
-        b["last_tokens"].copy_(anchor)
-        b["seq_lens"].copy_(seq_lens)
+        if not self.fusable:
+            b["last_tokens"].copy_(anchor)
+            b["seq_lens"].copy_(seq_lens)
 
     def context_write(self) -> None:
         """Every verify row's taps -> context K/V at ``context_slots`` (-1 for rejected rows: no write)."""

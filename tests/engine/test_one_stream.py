@@ -93,7 +93,32 @@ def test_cuda_one_stream_block_drafts_match_side_streams(block_kernels, kind, de
         outputs[side_streams] = eng.run(prompts, max_new_tokens=NEW).outputs
         timed = eng.run(prompts, steps=6, warmup_steps=2, timing=True)
         assert [t.host_syncs for t in timed.timings] == [0] * 6, side_streams
+        assert eng.strategy.fuses_draft == (not side_streams)  # one stream: the block forward in the step graph
         if not side_streams:
             assert eng.proposer._side is None and eng.strategy.runtime._mirror.copy_stream is None
         eng.close()
     assert outputs[False] == outputs[True] == greedy_generate(model, prompts, NEW)
+
+
+@pytest.mark.parametrize("kind", ["dflash", "dspark"])
+def test_one_stream_runs_the_block_forward_as_its_step_graph_s_prologue(block_kernels, kind):
+    """On one stream a block draft is the runtime's prologue (the anchor carried first by one copy kernel, the
+    block writing only the drafts): one step graph a step, and greedy decoding's tokens; with side streams it keeps
+    its own graph and carries the anchor itself."""
+    model = Qwen3Model.create("tiny", seed=0)
+    draft = DRAFT_KINDS[kind].create(model, seed=1)
+    prompts = _prompts(2, seed=3)
+    for side_streams in (False, True):
+        eng = DRAFT_KINDS[kind].engine(
+            model, draft, mode="specgen", width=4, batch=2, block_size=BS, block_table_width=BT,
+            library=block_kernels, side_streams=side_streams,
+        )  # fmt: skip
+        res = eng.run(prompts, max_new_tokens=8)
+        prologue = eng.strategy.runtime.prologue
+        assert res.fused_draft == eng.strategy.fuses_draft == (not side_streams)
+        if side_streams:
+            assert prologue is None and eng.proposer.writes == ("draft_tokens", "last_tokens", "seq_lens")
+        else:
+            assert prologue.writes == ("draft_tokens",) and prologue.setup_writes == ("last_tokens", "seq_lens")
+        assert res.outputs == greedy_generate(model, prompts, 8), side_streams
+        eng.close()
