@@ -165,8 +165,8 @@ class BlockProposer(Proposer):
             step_bufs=bufs,
             on_taps=None if self._beside is None else self._stage,
         )
-        if self._held is None:
-            e.verify_hidden[: taps.shape[0]].copy_(taps)
+        if self._held is None:  # a copy kernel: a plain ``copy_`` is a memcpy node in the step graph
+            torch._foreach_copy_([e.verify_hidden[: taps.shape[0]]], [taps])
         else:
             self._project()
         self.keep_logits(logits)
