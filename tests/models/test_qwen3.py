@@ -195,7 +195,7 @@ def test_on_taps_sees_the_taps_before_the_later_layers_and_the_lm_head():
     for i, layer in enumerate(layers):
         layer.register_forward_hook(lambda *_, i=i: order.append(f"layer{i}"))
     lm = model.project
-    model.project = lambda h: (order.append("lm_head"), lm(h))[1]
+    model.project = lambda h, **kw: (order.append("lm_head"), lm(h, **kw))[1]  # the fast forward passes fast=True
     try:
         hidden, logits, tapped = model(
             *args, qsl, 4, taps=taps, on_taps=lambda t: (order.append("taps"), seen.append(t))
