@@ -30,10 +30,14 @@ def _recording_graphs(torch, dumps: list, folder: Path):
     capture ends (an engine resets its graphs when its run ends); the dumps' paths go to ``dumps``."""
 
     class Recorded(torch.cuda.CUDAGraph):
+        # The bound graph object is built by ``__init__`` (a ``keep_graph`` or debug flag set in ``__new__`` alone is
+        # lost when the engine's ``CUDAGraph()`` runs ``__init__`` with its own default), so both ask to keep it.
         def __new__(cls, keep_graph: bool = False):
-            g = super().__new__(cls, keep_graph=True)
-            g.enable_debug_mode()
-            return g
+            return super().__new__(cls, True)
+
+        def __init__(self, keep_graph: bool = False):
+            super().__init__(True)
+            self.enable_debug_mode()
 
         def capture_end(self) -> None:
             super().capture_end()

@@ -16,11 +16,12 @@ else torch), ``"torch"`` or ``"triton"`` (forced; on the CPU only under
 so the fast forward captures in a CUDA graph like the torch one.
 
 The LM head of a fast forward (``lm_head``) runs the skinny GEMM for heads
-of at most ``SPECGEN_SKINNY_LM_HEAD`` rows (0 to ``skinny_gemm.MAX_HEAD_ROWS``,
-the default; 0: always cuBLAS).  On an H100 at Qwen3-0.6B's head (151936 x
-1024, weight streamed from memory) it takes 103-113 us against cuBLAS's
-111-123 us from 1 to 64 rows and ties at 128, and it puts no memset node in a
-captured graph, where cuBLAS puts one before the head's GEMM.
+of at most ``SPECGEN_SKINNY_LM_HEAD`` rows (0 to ``skinny_gemm.MAX_HEAD_ROWS``;
+default ``LM_HEAD_ROWS``, 64; 0: always cuBLAS).  At Qwen3-0.6B's head
+(151936 x 1024, weight streamed from memory) it takes 72.8-85.2 us against
+cuBLAS's 77.0-86.9 us from 1 to 64 rows on an H200, and 106.4 against 91.0 us
+at 128 rows, where cuBLAS stays; it puts no memset node in a captured graph,
+where cuBLAS puts one before the head's GEMM.
 ``SPECGEN_SKINNY_GEMM=0`` turns it off with the other skinny products.
 """
 
@@ -36,6 +37,7 @@ import torch.nn.functional as F
 
 KERNEL_CHOICES = ("auto", "torch", "triton")
 MAX_HEAD_ROWS = 128  # skinny_gemm.MAX_HEAD_ROWS (that module imports triton; this one must not)
+LM_HEAD_ROWS = 64  # the default limit: past 64 rows cuBLAS is faster on an H200 (91.0 against 106.4 us at 128)
 
 
 @functools.cache
@@ -80,11 +82,11 @@ def linear(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 def lm_head_rows() -> int:
-    """The most rows ``lm_head`` gives the skinny GEMM: ``SPECGEN_SKINNY_LM_HEAD`` (default ``MAX_HEAD_ROWS``; 0: none), and 0 under
-    ``SPECGEN_SKINNY_GEMM=0``."""
+    """The most rows ``lm_head`` gives the skinny GEMM: ``SPECGEN_SKINNY_LM_HEAD`` (default ``LM_HEAD_ROWS``; 0:
+    none), and 0 under ``SPECGEN_SKINNY_GEMM=0``."""
     if os.environ.get("SPECGEN_SKINNY_GEMM", "1") in ("", "0"):
         return 0
-    raw = os.environ.get("SPECGEN_SKINNY_LM_HEAD", str(MAX_HEAD_ROWS))
+    raw = os.environ.get("SPECGEN_SKINNY_LM_HEAD", str(LM_HEAD_ROWS))
     try:
         rows = int(raw or "0")
     except ValueError:

@@ -68,7 +68,7 @@ def test_lm_head_on_the_skinny_gemm_cuda():
 def test_lm_head_rows_reads_the_switch(monkeypatch):
     monkeypatch.delenv("SPECGEN_SKINNY_LM_HEAD", raising=False)
     monkeypatch.delenv("SPECGEN_SKINNY_GEMM", raising=False)
-    assert cuda_forward.lm_head_rows() == 128  # the default: every head the kernel takes
+    assert cuda_forward.lm_head_rows() == cuda_forward.LM_HEAD_ROWS == 64  # the default: heads of up to 64 rows
     for raw, rows in (("32", 32), ("128", 128), ("0", 0), ("", 0)):
         monkeypatch.setenv("SPECGEN_SKINNY_LM_HEAD", raw)
         assert cuda_forward.lm_head_rows() == rows
