@@ -184,6 +184,7 @@ class KernelPass:
                 "profile_steps": c.profile_steps,
                 "device_guard": c.device_guard,
                 "side_streams": c.side_streams,
+                "mapped_mirror": c.mapped_mirror,
                 "runs": [list(r) for r in runs],
                 "machine": machine(c),
                 "model_shape": model_shape(c),
@@ -242,6 +243,7 @@ class KernelPass:
             rank_check=s.rank_check,
             device_guard=c.device_guard,
             side_streams=c.side_streams,
+            mapped_mirror=c.mapped_mirror,
             sampling=c.sampling_params(batch),
             draft_sampling=c.draft_sampling,
         )

@@ -49,7 +49,9 @@ last kernels write the host fields straight into mapped pinned memory
 (``HostMirror(mapped=True)``; elsewhere the host copies go on the step's
 stream), so the graph is a single chain of nodes with no fork, join, event
 wait or copy node.  The checks and the head then sit on the step's critical
-path; it is a switch, not the default.
+path; it is a switch, not the default.  ``mapped_mirror=True`` writes the host
+fields through mapped memory with side streams too (no copy stream, no event
+wait node; ``False`` copies them on one stream as well).
 
 ``prologue`` (optional, a ``Prologue``) is work that belongs at the head of
 every step: an engine passes its draft, which writes this step's inputs
@@ -145,6 +147,7 @@ class SpecVerifyRuntime(StepCapture, HostSide):
         allow_eager: bool = False,
         device_guard: bool = True,  # False: no device-side checks (an A/B of their cost; host guards stay)
         side_streams: bool = True,  # False: one stream, the graph a single chain (see the module docstring)
+        mapped_mirror: bool | None = None,  # host fields through mapped memory; None: on one stream, on CUDA
     ):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -208,7 +211,8 @@ class SpecVerifyRuntime(StepCapture, HostSide):
                 self.max_batch,
                 self.width,
                 beside=self.side_streams,
-                mapped=not self.side_streams and torch.device(self.device).type == "cuda",
+                mapped=(not self.side_streams if mapped_mirror is None else bool(mapped_mirror))
+                and self.device.type == "cuda",
             )
             if self._api is not None
             else None

@@ -68,6 +68,7 @@ class SpecgenMode(Mode):
                 sampler=None if e.sampling is None else e.sampling.sampler,
                 device_guard=e.device_guard,
                 side_streams=e.side_streams,
+                mapped_mirror=e.mapped_mirror,
             )
             self.runtime.check_block_table(e.block_table)
             return self.runtime.buffers(e.batch)

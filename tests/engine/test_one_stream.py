@@ -20,7 +20,7 @@ def _prompts(batch: int, seed: int) -> list[list[int]]:
     return [[rng.randrange(512) for _ in range(rng.randint(1, 10))] for _ in range(batch)]
 
 
-def _mtp_run(model, head, kernels, prompts, width, oracle, side_streams, timing=False):
+def _mtp_run(model, head, kernels, prompts, width, oracle, side_streams, timing=False, mapped_mirror=None):
     mix = AcceptanceMix(0.7, oracle, model.config.vocab_size, seed=1)
     eng = SpecDecodeEngine(
         model,
@@ -33,6 +33,7 @@ def _mtp_run(model, head, kernels, prompts, width, oracle, side_streams, timing=
         library=kernels,
         acceptance=mix,
         side_streams=side_streams,
+        mapped_mirror=mapped_mirror,
     )
     res = eng.run(prompts, max_new_tokens=NEW)
     syncs = [t.host_syncs for t in eng.run(prompts, steps=3, warmup_steps=1, timing=True).timings] if timing else None
@@ -66,6 +67,26 @@ def test_cuda_one_stream_mtp_lossless(engine_kernels):
             assert syncs == [0, 0, 0], (width, batch, syncs)
             rt = eng.strategy.runtime
             assert rt._hoist_stream is None and rt._guard.stream is None and rt._mirror.copy_stream is None
+
+
+@pytest.mark.gpu
+def test_cuda_side_streams_with_the_mapped_mirror_mtp_lossless(engine_kernels):
+    """Side streams with ``mapped_mirror=True`` (``specgen bench --mapped-mirror``): greedy's tokens with 0 host syncs
+    per step at widths 3 and 5, batches 1 and 8; the hoist and guard streams stay, the copy stream is gone, and the
+    host fields come through the ring (a read-back one step late equals the run's own last tokens)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    m = Qwen3Model.create("tiny", seed=0, device="cuda")
+    head = MTPHead.create(m, seed=1)
+    for width in (3, 5):
+        for batch in (1, 8):
+            prompts = _prompts(batch, width * 7 + batch)
+            oracle = torch.tensor(greedy_generate(m, prompts, NEW + 3 * width), device="cuda")
+            eng, res, syncs = _mtp_run(m, head, engine_kernels, prompts, width, oracle, True, True, mapped_mirror=True)
+            assert res.outputs == greedy_generate(m, prompts, NEW), (width, batch)
+            assert syncs == [0, 0, 0], (width, batch, syncs)
+            rt = eng.strategy.runtime
+            assert rt.side_streams and rt._mirror.mapped and rt._mirror.copy_stream is None
+            assert rt._hoist_stream is not None and rt._guard.stream is not None
 
 
 @pytest.mark.gpu
