@@ -187,11 +187,16 @@ class BlockProposer(Proposer):
         return ("draft_tokens",) if self.fusable else ("draft_tokens", "last_tokens", "seq_lens")
 
     def carry(self) -> None:
-        """Fused: the anchor and its length become the verification's last token and length, one multi-tensor copy
-        kernel (two ``copy_`` calls are two memcpy nodes); otherwise ``propose`` does it."""
+        """Fused: the anchor and its length become the verification's last token and length; otherwise ``propose``
+        does it, after the draft."""
         if self.fusable:
-            b = self.engine.bufs
-            torch._foreach_copy_([b["last_tokens"], b["seq_lens"]], [b["next_last_token"], b["next_seq_lens"]])
+            self._carry_anchor()
+
+    def _carry_anchor(self) -> None:
+        """``last_tokens`` / ``seq_lens`` <- the anchor and its length: one multi-tensor copy kernel (two ``copy_``
+        calls are two memcpy nodes, which put a captured graph in the slower launch class)."""
+        b = self.engine.bufs
+        torch._foreach_copy_([b["last_tokens"], b["seq_lens"]], [b["next_last_token"], b["next_seq_lens"]])
 
     def propose(self) -> None:
         """One block forward from the anchor; writes the verification's draft tokens (and, unfused, its last token
@@ -204,8 +209,7 @@ class BlockProposer(Proposer):
             out = e.acceptance.apply(out, seq_lens, e.prompt_lens)
         b["draft_tokens"].copy_(out)
         if not self.fusable:
-            b["last_tokens"].copy_(anchor)
-            b["seq_lens"].copy_(seq_lens)
+            self._carry_anchor()
 
     def context_write(self) -> None:
         """Every verify row's taps -> context K/V at ``context_slots`` (-1 for rejected rows: no write)."""
