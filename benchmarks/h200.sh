@@ -42,7 +42,7 @@
 # streams-ab (specgen alone: the step graphs with side streams against --no-side-streams, one stream; MTP depth 3,
 # DFlash depth 15 and DSpark depth 7 (STREAMS="mtp 3,dflash 15,dspark 7") at B = 1, 8, 32, ROUNDS interleaved
 # rounds; B = 1 traces kept),
-# mirror-ab (specgen alone, side streams: the host fields by a copy against mapped memory, --mapped-mirror; MTP depth 3
+# mirror-ab (specgen alone, side streams: the host fields by a copy, --copy-mirror, against mapped memory; MTP depth 3
 # and the block drafts, MIRRORS as STREAMS, ROUNDS interleaved rounds),
 # head-ab (MTP depth 3, specgen alone: the LM heads on cuBLAS against the skinny GEMM, then the skinny heads on one
 # stream with mapped host writes; ROUNDS interleaved rounds; benchmarks/lm_head_speed.py),
@@ -203,15 +203,15 @@ s.sort_stats('cumtime').print_stats('runtime/', 45); s.sort_stats('tottime').pri
         find "$d" -name '*.json.gz' ! -name '*_b1.*' -delete
         python3 benchmarks/tree_ab.py "$d" side one | tee "$d/ab.md" | grep -E "tpot_ms|to_verify|to_draft|post_verify"
       done ;;
-    mirror-ab)  # specgen alone, the checkout, side streams: the host fields by a copy on the copy stream (copy, the
-      # default) against mapped pinned memory (mapped, --mapped-mirror), ROUNDS interleaved rounds; MTP depth 3
+    mirror-ab)  # specgen alone, the checkout, side streams: the host fields by a copy on the copy stream (copy,
+      # --copy-mirror) against mapped pinned memory (mapped, the default), ROUNDS interleaved rounds; MTP depth 3
       # (BENCH_KERNELS), then the block drafts (MIRRORS="mtp 3,dflash 15,dspark 7"); B = 1 traces kept
       G="--model qwen3-0.6b --depth 3 --modes specgen --warmup 10 --acceptance 0.7 --prompt-len 1024 --block-size 128 \
          --block-table-width 64 --kernels ${BENCH_KERNELS:-build/specgen_kernels}"
       K="--warmup 3 --acceptance 0.7 --block-table-width 80 --kernels build/block_bench_kernels --modes specgen"
       IFS=, read -ra specs <<< "${MIRRORS:-mtp 3,dflash 15,dspark 7}"
       for spec in "${specs[@]}"; do set -- $spec; d="$out/mirror_ab_$1"; mkdir -p "$d"
-        for r in $(seq 1 ${ROUNDS:-2}); do for tag in copy mapped; do x=""; [ $tag = mapped ] && x="--mapped-mirror"
+        for r in $(seq 1 ${ROUNDS:-2}); do for tag in copy mapped; do x=""; [ $tag = copy ] && x="--copy-mirror"
           if [ $1 = mtp ]; then a="$G --batch 1,8,32 --steps 96"; else a="--model qwen3-0.6b --draft $1 --depth $2 \
             --batch 1,8,32 --steps 64 $K"; fi
           specgen bench $a $x --out "$d/${tag}_$r" > "$d/${tag}_$r.log" 2>&1; echo "mirror $1 $tag round $r: exit $?"
