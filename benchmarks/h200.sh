@@ -79,6 +79,25 @@ export SPECGEN_TEST_HYBRID_KERNELS=build/hybrid_test_kernels
 export SPECGEN_TEST_SAMPLING_KERNELS=build/sampling_test_kernels
 export SPECGEN_TEST_CUDA_FUZZ_KERNELS=build/specgen_kernels:build/kbuild-cuda-edge
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
+# draft_ab NAME SPECS TAG_A FLAG_A TAG_B FLAG_B: specgen alone, the checkout, arm A (bench flag FLAG_A, may be empty)
+# against arm B, ROUNDS interleaved rounds (default 2), for each "draft depth" of the comma-separated SPECS: MTP at
+# depth 3 on BENCH_KERNELS (default build/specgen_kernels), a block draft on build/block_bench_kernels; B = 1, 8, 32;
+# B = 1 traces kept for trace_diff.py; OUT_DIR/NAME_ab_DRAFT/ab.md compares the arms
+draft_ab() {
+  local name=$1 ta=$3 xa=$4 tb=$5 xb=$6 spec d r tag x a specs
+  local G="--model qwen3-0.6b --depth 3 --modes specgen --warmup 10 --acceptance 0.7 --prompt-len 1024 \
+    --block-size 128 --block-table-width 64 --kernels ${BENCH_KERNELS:-build/specgen_kernels} --batch 1,8,32 --steps 96"
+  local K="--warmup 3 --acceptance 0.7 --block-table-width 80 --kernels build/block_bench_kernels --modes specgen"
+  IFS=, read -ra specs <<< "$2"
+  for spec in "${specs[@]}"; do set -- $spec; d="$out/${name}_ab_$1"; mkdir -p "$d"
+    for r in $(seq 1 ${ROUNDS:-2}); do for tag in "$ta" "$tb"; do x=$xa; [ "$tag" = "$tb" ] && x=$xb
+      if [ "$1" = mtp ]; then a=$G; else a="--model qwen3-0.6b --draft $1 --depth $2 --batch 1,8,32 --steps 64 $K"; fi
+      specgen bench $a $x --out "$d/${tag}_$r" > "$d/${tag}_$r.log" 2>&1; echo "$name $1 $tag round $r: exit $?"
+    done; done
+    find "$d" -name '*.json.gz' ! -name '*_b1.*' -delete
+    python3 benchmarks/tree_ab.py "$d" "$ta" "$tb" | tee "$d/ab.md" | grep -E "tpot_ms|to_verify|to_draft|post_verify"
+  done
+}
 for stage in "$@"; do
   case $stage in
     tests) SPECGEN_FAILURES_TO="$out/gpu_failures.txt" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/ 2>&1 | tee "$out/gpu_tests.txt" | tail -40 ;;
@@ -187,38 +206,11 @@ s.sort_stats('cumtime').print_stats('runtime/', 45); s.sort_stats('tottime').pri
         find "$d" -name '*.json.gz' ! -name '*_b1.*' -delete
         python3 benchmarks/tree_ab.py "$d" off on | tee "$d/ab.md" | grep -E "tpot_ms|post_verify|projection"
       done ;;
-    streams-ab)  # specgen alone, the checkout: its step graphs with side streams (side) against one stream (one,
-      # --no-side-streams), ROUNDS interleaved rounds: MTP depth 3 (BENCH_KERNELS, default build/specgen_kernels), then
-      # the block drafts; B = 1 traces kept for trace_diff.py
-      G="--model qwen3-0.6b --depth 3 --modes specgen --warmup 10 --acceptance 0.7 --prompt-len 1024 --block-size 128 \
-         --block-table-width 64 --kernels ${BENCH_KERNELS:-build/specgen_kernels}"
-      K="--warmup 3 --acceptance 0.7 --block-table-width 80 --kernels build/block_bench_kernels --modes specgen"
-      IFS=, read -ra specs <<< "${STREAMS:-mtp 3,dflash 15,dspark 7}"  # which drafts, at which depths
-      for spec in "${specs[@]}"; do set -- $spec; d="$out/streams_ab_$1"; mkdir -p "$d"
-        for r in $(seq 1 ${ROUNDS:-2}); do for tag in side one; do x=""; [ $tag = one ] && x="--no-side-streams"
-          if [ $1 = mtp ]; then a="$G --batch 1,8,32 --steps 96"; else a="--model qwen3-0.6b --draft $1 --depth $2 \
-            --batch 1,8,32 --steps 64 $K"; fi
-          specgen bench $a $x --out "$d/${tag}_$r" > "$d/${tag}_$r.log" 2>&1; echo "streams $1 $tag round $r: exit $?"
-        done; done
-        find "$d" -name '*.json.gz' ! -name '*_b1.*' -delete
-        python3 benchmarks/tree_ab.py "$d" side one | tee "$d/ab.md" | grep -E "tpot_ms|to_verify|to_draft|post_verify"
-      done ;;
-    mirror-ab)  # specgen alone, the checkout, side streams: the host fields by a copy on the copy stream (copy,
-      # --copy-mirror) against mapped pinned memory (mapped, the default), ROUNDS interleaved rounds; MTP depth 3
-      # (BENCH_KERNELS), then the block drafts (MIRRORS="mtp 3,dflash 15,dspark 7"); B = 1 traces kept
-      G="--model qwen3-0.6b --depth 3 --modes specgen --warmup 10 --acceptance 0.7 --prompt-len 1024 --block-size 128 \
-         --block-table-width 64 --kernels ${BENCH_KERNELS:-build/specgen_kernels}"
-      K="--warmup 3 --acceptance 0.7 --block-table-width 80 --kernels build/block_bench_kernels --modes specgen"
-      IFS=, read -ra specs <<< "${MIRRORS:-mtp 3,dflash 15,dspark 7}"
-      for spec in "${specs[@]}"; do set -- $spec; d="$out/mirror_ab_$1"; mkdir -p "$d"
-        for r in $(seq 1 ${ROUNDS:-2}); do for tag in copy mapped; do x=""; [ $tag = copy ] && x="--copy-mirror"
-          if [ $1 = mtp ]; then a="$G --batch 1,8,32 --steps 96"; else a="--model qwen3-0.6b --draft $1 --depth $2 \
-            --batch 1,8,32 --steps 64 $K"; fi
-          specgen bench $a $x --out "$d/${tag}_$r" > "$d/${tag}_$r.log" 2>&1; echo "mirror $1 $tag round $r: exit $?"
-        done; done
-        find "$d" -name '*.json.gz' ! -name '*_b1.*' -delete
-        python3 benchmarks/tree_ab.py "$d" copy mapped | tee "$d/ab.md" | grep -E "tpot_ms|to_verify|to_draft|post_verify"
-      done ;;
+    streams-ab)  # the step graphs with side streams (side) against one stream (one, --no-side-streams)
+      draft_ab streams "${STREAMS:-mtp 3,dflash 15,dspark 7}" side "" one --no-side-streams ;;
+    mirror-ab)  # side streams: the host fields copied on a copy stream (copy, --copy-mirror) against written through
+      # mapped pinned memory (mapped, the default)
+      draft_ab mirror "${MIRRORS:-mtp 3,dflash 15,dspark 7}" copy --copy-mirror mapped "" ;;
     head-ab)  # specgen alone, MTP depth 3 (BENCH_KERNELS), ROUNDS interleaved rounds: the LM heads on cuBLAS (cublas,
       # SPECGEN_SKINNY_LM_HEAD=0) against the skinny GEMM (skinny, 128), then the skinny heads on one stream with the
       # host fields written through mapped memory (onestream, --no-side-streams); B = 1 traces kept
