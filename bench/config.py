@@ -225,10 +225,10 @@ class BenchSettings:
         "copies on the step's stream (an A/B of the side streams' cost; recorded)",
         text=SWITCH,
     )
-    copy_mirror: bool = setting(
+    mapped_mirror: bool = setting(
         False,
-        "specgen's step graphs copy the host fields to pinned memory (with side streams on a copy stream) instead "
-        "of writing them through mapped memory from their last kernels (an A/B of the mapped writes; recorded)",
+        "specgen's step graphs write the host fields through mapped pinned memory with side streams too (no copy "
+        "stream, no event wait node; one stream always does); recorded",
         text=SWITCH,
     )
 
@@ -298,7 +298,7 @@ class BenchSettings:
             profile_steps=self.profile_steps,
             device_guard=not self.no_device_guard,
             side_streams=not self.no_side_streams,
-            mapped_mirror=not self.copy_mirror,
+            mapped_mirror=self.mapped_mirror or self.no_side_streams,
         )
 
 
@@ -343,7 +343,7 @@ class BenchConfig:
     profile_steps: int = 0  # steps profiled per run after every timed run (the CPU: host-serial runs; 0: none)
     device_guard: bool = True  # False: the runtime modes' verify graphs run without the device guard
     side_streams: bool = True  # False: specgen's step graphs on one stream (--no-side-streams)
-    mapped_mirror: bool = True  # False: the host fields by a copy (--copy-mirror), not through mapped memory
+    mapped_mirror: bool = False  # True: the host fields through mapped memory (--mapped-mirror, or one stream)
     sampling: tuple[float, int, float] | None = None  # (temperature, top_k, top_p); None: greedy verification
     draft_sampling: str = "sample"  # a sampling MTP draft draws from its own q, or proposes its argmax (one-hot)
 

@@ -326,7 +326,7 @@ class _Sweep:
             "repeats": c.repeats,  # timed runs per mode, depth and batch (each row: the median-TPOT one; "rounds")
             "device_guard": c.device_guard,  # False: --no-device-guard (the runtime modes without the device guard)
             "side_streams": c.side_streams,  # False: --no-side-streams (specgen's step graphs on one stream)
-            "mapped_mirror": c.mapped_mirror,  # False: --copy-mirror (the host fields copied, not written mapped)
+            "mapped_mirror": c.mapped_mirror,  # True: the host fields through mapped memory (--mapped-mirror)
             "settled": SETTLED,  # what every timed and profiled run starts from (bench/support.py)
             "acceptance_p": c.acceptance,
             "sampling": (

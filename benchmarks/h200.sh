@@ -42,7 +42,7 @@
 # streams-ab (specgen alone: the step graphs with side streams against --no-side-streams, one stream; MTP depth 3,
 # DFlash depth 15 and DSpark depth 7 (STREAMS="mtp 3,dflash 15,dspark 7") at B = 1, 8, 32, ROUNDS interleaved
 # rounds; B = 1 traces kept),
-# mirror-ab (specgen alone, side streams: the host fields by a copy, --copy-mirror, against mapped memory; MTP depth 3
+# mirror-ab (specgen alone, side streams: the host fields by a copy against mapped memory, --mapped-mirror; MTP depth 3
 # and the block drafts, MIRRORS as STREAMS, ROUNDS interleaved rounds),
 # head-ab (MTP depth 3, specgen alone: the LM heads on cuBLAS against the skinny GEMM, then the skinny heads on one
 # stream with mapped host writes; ROUNDS interleaved rounds; benchmarks/lm_head_speed.py),
@@ -208,9 +208,9 @@ s.sort_stats('cumtime').print_stats('runtime/', 45); s.sort_stats('tottime').pri
       done ;;
     streams-ab)  # the step graphs with side streams (side) against one stream (one, --no-side-streams)
       draft_ab streams "${STREAMS:-mtp 3,dflash 15,dspark 7}" side "" one --no-side-streams ;;
-    mirror-ab)  # side streams: the host fields copied on a copy stream (copy, --copy-mirror) against written through
-      # mapped pinned memory (mapped, the default)
-      draft_ab mirror "${MIRRORS:-mtp 3,dflash 15,dspark 7}" copy --copy-mirror mapped "" ;;
+    mirror-ab)  # side streams: the host fields copied on a copy stream (copy, the default) against written through
+      # mapped pinned memory (mapped, --mapped-mirror)
+      draft_ab mirror "${MIRRORS:-mtp 3,dflash 15,dspark 7}" copy "" mapped --mapped-mirror ;;
     head-ab)  # specgen alone, MTP depth 3 (BENCH_KERNELS), ROUNDS interleaved rounds: the LM heads on cuBLAS (cublas,
       # SPECGEN_SKINNY_LM_HEAD=0) against the skinny GEMM (skinny, 128), then the skinny heads on one stream with the
       # host fields written through mapped memory (onestream, --no-side-streams); B = 1 traces kept

@@ -129,7 +129,7 @@ class SpecDecodeEngine:
         self.rank_check = rank_check  # tensor-parallel debug: rank_check.RankCheck, called after every step
         self.device_guard = bool(device_guard)  # False: the runtime modes' verify graphs run without the device guard
         self.side_streams = bool(side_streams)  # False: specgen's step graphs on one stream (no fork or event wait)
-        self.mapped_mirror = mapped_mirror  # the runtime's host fields through mapped memory (None: its default, yes)
+        self.mapped_mirror = mapped_mirror  # the runtime's host copies through mapped memory; None: its default
         self.device = model.embed_tokens.weight.device
         self.linear_state = has_linear_state(model)  # a hybrid target (engine/linear_state.py)
         self.state: LinearState | None = None

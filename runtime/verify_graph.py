@@ -44,17 +44,14 @@ shows it set, the next step runs eager (``device_guard_trip``) and
 the flag is read directly, so the very next step sees it.
 
 ``side_streams=False`` keeps a captured step on one stream: the device
-guard's checks and the hoisted head work run in line, and (with the host
-fields written into mapped pinned memory, below) the graph is a single chain
-of nodes with no fork, join, event wait or copy node.  The checks and the head then sit on the step's critical
-path; it is a switch, not the default.
-
-On CUDA the host fields reach the host through mapped memory with side
-streams too (``mapped_mirror``, default on): the pack's last kernels write
-them, so the step graph has no device-to-host copy node, no copy stream and
-no event wait node for it.  ``mapped_mirror=False`` copies them instead: on a
-copy stream beside the next step with side streams, on the step's stream
-without.
+guard's checks and the hoisted head work run in line, and on CUDA the step's
+last kernels write the host fields straight into mapped pinned memory
+(``HostMirror(mapped=True)``; elsewhere the host copies go on the step's
+stream), so the graph is a single chain of nodes with no fork, join, event
+wait or copy node.  The checks and the head then sit on the step's critical
+path; it is a switch, not the default.  ``mapped_mirror=True`` writes the host
+fields through mapped memory with side streams too (no copy stream, no event
+wait node; ``False`` copies them on one stream as well).
 
 ``prologue`` (optional, a ``Prologue``) is work that belongs at the head of
 every step: an engine passes its draft, which writes this step's inputs
@@ -150,7 +147,7 @@ class SpecVerifyRuntime(StepCapture, HostSide):
         allow_eager: bool = False,
         device_guard: bool = True,  # False: no device-side checks (an A/B of their cost; host guards stay)
         side_streams: bool = True,  # False: one stream, the graph a single chain (see the module docstring)
-        mapped_mirror: bool | None = None,  # host fields through mapped memory (CUDA); None: True
+        mapped_mirror: bool | None = None,  # host fields through mapped memory; None: on one stream, on CUDA
     ):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -214,7 +211,8 @@ class SpecVerifyRuntime(StepCapture, HostSide):
                 self.max_batch,
                 self.width,
                 beside=self.side_streams,
-                mapped=(True if mapped_mirror is None else bool(mapped_mirror)) and self.device.type == "cuda",
+                mapped=(not self.side_streams if mapped_mirror is None else bool(mapped_mirror))
+                and self.device.type == "cuda",
             )
             if self._api is not None
             else None

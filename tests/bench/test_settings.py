@@ -134,7 +134,7 @@ def test_the_option_names_and_metavars_of_the_command_line():
         "--profile-steps",
         "--no-device-guard",
         "--no-side-streams",
-        "--copy-mirror",
+        "--mapped-mirror",
         "--replot",
     ]
     usage = _bench_parser().format_usage()
@@ -189,16 +189,16 @@ def test_no_side_streams_reaches_the_config():
     assert _settings(build_parser().parse_args(["bench"])).resolve().side_streams is True
     s = _settings(build_parser().parse_args(["bench", "--no-side-streams", "--device", "cpu"]))
     assert s.no_side_streams is True and s.resolve().side_streams is False
-    assert s.resolve().mapped_mirror is True  # the host fields through mapped memory, as with side streams
+    assert s.resolve().mapped_mirror is True  # one stream writes the host fields through mapped memory
 
 
-def test_copy_mirror_reaches_the_config():
-    """``--copy-mirror``: the host fields copied, not written through mapped memory (recorded as ``mapped_mirror``)."""
+def test_mapped_mirror_reaches_the_config():
+    """``--mapped-mirror``: the host fields through mapped memory with side streams (recorded as ``mapped_mirror``)."""
     from specgen.cli.bench import _settings
 
-    assert _settings(build_parser().parse_args(["bench"])).resolve().mapped_mirror is True
-    c = _settings(build_parser().parse_args(["bench", "--copy-mirror", "--device", "cpu"])).resolve()
-    assert c.mapped_mirror is False and c.side_streams is True
+    assert _settings(build_parser().parse_args(["bench"])).resolve().mapped_mirror is False
+    c = _settings(build_parser().parse_args(["bench", "--mapped-mirror", "--device", "cpu"])).resolve()
+    assert c.mapped_mirror is True and c.side_streams is True
 
 
 def test_every_validated_setting_has_a_bad_case():
