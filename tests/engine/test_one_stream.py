@@ -70,23 +70,25 @@ def test_cuda_one_stream_mtp_lossless(engine_kernels):
 
 
 @pytest.mark.gpu
-def test_cuda_side_streams_with_the_mapped_mirror_mtp_lossless(engine_kernels):
-    """Side streams with ``mapped_mirror=True`` (``specgen bench --mapped-mirror``): greedy's tokens with 0 host syncs
-    per step at widths 3 and 5, batches 1 and 8; the hoist and guard streams stay, the copy stream is gone, and the
-    host fields come through the ring (a read-back one step late equals the run's own last tokens)."""
+def test_cuda_side_streams_copied_and_mapped_host_fields_mtp_lossless(engine_kernels):
+    """Side streams with the host fields copied on a copy stream (the default) and through mapped memory
+    (``mapped_mirror=True``, ``specgen bench --mapped-mirror``): greedy's tokens with 0 host syncs per step at widths
+    3 and 5, batches 1 and 8; the hoist and guard streams stay either way, the copy stream only when copying."""
     torch.backends.cuda.matmul.allow_tf32 = False
     m = Qwen3Model.create("tiny", seed=0, device="cuda")
     head = MTPHead.create(m, seed=1)
-    for width in (3, 5):
-        for batch in (1, 8):
-            prompts = _prompts(batch, width * 7 + batch)
-            oracle = torch.tensor(greedy_generate(m, prompts, NEW + 3 * width), device="cuda")
-            eng, res, syncs = _mtp_run(m, head, engine_kernels, prompts, width, oracle, True, True, mapped_mirror=True)
-            assert res.outputs == greedy_generate(m, prompts, NEW), (width, batch)
-            assert syncs == [0, 0, 0], (width, batch, syncs)
-            rt = eng.strategy.runtime
-            assert rt.side_streams and rt._mirror.mapped and rt._mirror.copy_stream is None
-            assert rt._hoist_stream is not None and rt._guard.stream is not None
+    for mapped in (None, True):
+        for width in (3, 5):
+            for batch in (1, 8):
+                prompts = _prompts(batch, width * 7 + batch)
+                oracle = torch.tensor(greedy_generate(m, prompts, NEW + 3 * width), device="cuda")
+                eng, res, syncs = _mtp_run(m, head, engine_kernels, prompts, width, oracle, True, True, mapped)
+                assert res.outputs == greedy_generate(m, prompts, NEW), (mapped, width, batch)
+                assert syncs == [0, 0, 0], (mapped, width, batch, syncs)
+                rt = eng.strategy.runtime
+                assert rt.side_streams and rt._mirror.mapped is bool(mapped)
+                assert (rt._mirror.copy_stream is None) is bool(mapped)
+                assert rt._hoist_stream is not None and rt._guard.stream is not None
 
 
 @pytest.mark.gpu
