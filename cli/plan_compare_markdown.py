@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["WHY", "cells_markdown", "markdown", "why_markdown"]
+__all__ = ["WHY", "WHY_ONE_STREAM", "cells_markdown", "markdown", "why_markdown"]
 
 MODES = ("baseline", "compile", "inductor", "specgen")
 # what the model is known to miss, per (mode, figure); the markdown lists it for the cells that miss
@@ -34,6 +34,15 @@ WHY = {
     "graph's draft waits behind memcpy nodes (boundary.specgen.graph_switch_behind_copies, measured, not "
     "loaded) or its first kernel is launched behind the side stream's, the gap is longer",
     ("specgen", "tpot"): "follows the bubbles' misses",
+}
+# a run with its step graphs on one stream (bench.json ``side_streams: false``, ``--no-side-streams``): the plan still
+# prices the hoisted head beside the draft and no device guard, where the step runs the head before the draft and the
+# guard's checks before the forward
+WHY_ONE_STREAM = {
+    ("specgen", "draft_to_verify"): "one stream (side_streams false): the device guard's check kernel runs in line "
+    "between the draft (and the token update) and the forward; the plan has no guard",
+    ("specgen", "verify_to_draft"): "one stream (side_streams false): the next step's hoisted head runs in line "
+    "before its draft; the plan prices it beside the draft",
 }
 
 
@@ -70,8 +79,10 @@ def _cell(v, missing: str) -> str:
     return missing if v is None else f"{v:g}"
 
 
-def why_markdown(cells: list[dict]) -> str:
-    """The cells outside the goal, per mode and figure, with the known reason (``WHY``); empty if none."""
+def why_markdown(cells: list[dict], one_stream: bool = False) -> str:
+    """The cells outside the goal, per mode and figure, with the known reason (``WHY``, or ``WHY_ONE_STREAM`` for a
+    run on one stream); empty if none."""
+    why = {**WHY, **WHY_ONE_STREAM} if one_stream else WHY
     misses: dict[tuple[str, str], list[str]] = {}
     for c in cells:
         for part in ("draft_to_verify", "verify_to_draft", "tpot"):
@@ -80,7 +91,7 @@ def why_markdown(cells: list[dict]) -> str:
     names = {"draft_to_verify": "d->v", "verify_to_draft": "v->d", "tpot": "TPOT"}
     order = sorted(misses, key=lambda k: (MODES.index(k[0]), list(names).index(k[1])))
     out = [
-        f"- {mode} {names[part]} ({', '.join(misses[mode, part])}): {WHY.get((mode, part), 'not known')}"
+        f"- {mode} {names[part]} ({', '.join(misses[mode, part])}): {why.get((mode, part), 'not known')}"
         for mode, part in order
     ]
     return ("Outside the goal, and why:\n\n" + "\n".join(out)) if out else ""

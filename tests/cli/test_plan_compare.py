@@ -235,3 +235,23 @@ def test_replay_the_b8b269e_sweep_with_inductors_own_tail(tmp_path, capsys):
         r = rows[("draft-to-verify", m, 8)]
         assert 2.0 < r["out_of_plan_us"]["draft_handover"] < 4.0 and "specgen's" not in r["out_of_plan_from"]
     assert doc["summary"]["draft_to_verify"]["within_goal"] == 6
+
+
+def test_a_one_stream_run_names_its_in_line_guard_and_head(tmp_path, capsys):
+    """mapped_h100's one-stream run (bench.json ``side_streams: false``): its specgen bubbles miss the plan, which
+    prices the hoisted head beside the draft and no guard, and the reason printed for them says so; a side-stream
+    run's misses keep the usual reasons."""
+    from specgen.cli.plan_compare_markdown import WHY, WHY_ONE_STREAM, why_markdown
+
+    run = Path(specgen.__file__).parent / "benchmarks/results/performance/mapped_h100/ab/onehead_1"
+    assert json.loads((run / "bench.json").read_text())["side_streams"] is False
+    out = tmp_path / "compare.json"
+    argv = ["plan", "--compare", str(run / "bench.json"), "--costs", str(run / "costs.json")]
+    assert main([*argv, "--compare-json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    missed = [c for c in doc["cells"] if c["verify_to_draft"]["within_goal"] is False]
+    assert missed and all(c["mode"] == "specgen" for c in missed)
+    assert WHY_ONE_STREAM[("specgen", "verify_to_draft")] in printed
+    assert WHY[("specgen", "verify_to_draft")] not in printed
+    assert WHY[("specgen", "verify_to_draft")] in why_markdown(doc["cells"])  # the same cells, side streams
