@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from . import cuda_forward
@@ -307,9 +306,8 @@ class BlockDraft(nn.Module):
             h = layer.input_layernorm(x)
             x = x + self._attend(layer.self_attn, h, cos, sin, i, block_table, visible, b, rows)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
-        h = self.norm(x)
-        head = cuda_forward.lm_head if self.fast_on(h.device) else F.linear  # the target's forward's LM head
-        return head(h, target.lm_head_weight).view(b, rows, -1)
+        h = self.norm(x)  # the LM head as the target's forward runs it
+        return cuda_forward.lm_head(h, target.lm_head_weight, self.fast_on(h.device)).view(b, rows, -1)
 
     def _attend(self, a, x, cos, sin, layer: int, block_table, visible, b: int, rows: int) -> torch.Tensor:
         c = self.target_config

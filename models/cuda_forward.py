@@ -96,10 +96,11 @@ def lm_head_rows() -> int:
     return rows
 
 
-def lm_head(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """A fast forward's LM head ``h @ weight.T``: the skinny GEMM for at most ``lm_head_rows()`` rows (no memset
-    node in a captured graph), else cuBLAS (also for no rows: the skinny GEMM would stream the weight for nothing)."""
-    return _skinny().skinny_gemm(h, weight) if 0 < h.shape[0] <= lm_head_rows() else F.linear(h, weight)
+def lm_head(h: torch.Tensor, weight: torch.Tensor, fast: bool = True) -> torch.Tensor:
+    """An LM head ``h @ weight.T``: in a fast forward (``fast``) the skinny GEMM for at most ``lm_head_rows()`` rows
+    (no memset node in a captured graph), else cuBLAS (also for no rows: the skinny GEMM would stream the weight for
+    nothing); a torch forward's (``fast=False``) is cuBLAS whatever the switch says."""
+    return _skinny().skinny_gemm(h, weight) if fast and 0 < h.shape[0] <= lm_head_rows() else F.linear(h, weight)
 
 
 def projection(module: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:

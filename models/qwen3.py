@@ -336,7 +336,7 @@ class Qwen3Model(nn.Module):
     def project(self, h: torch.Tensor, fast: bool = False) -> torch.Tensor:
         """The LM head alone, on the final norm's output ``h``; ``fast``: the Triton forward's
         (``cuda_forward.lm_head``), else cuBLAS."""
-        return cuda_forward.lm_head(h, self.lm_head_weight) if fast else F.linear(h, self.lm_head_weight)
+        return cuda_forward.lm_head(h, self.lm_head_weight, fast)
 
     def greedy_tokens(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Greedy tokens from ``forward``'s logits: the argmax over the whole vocabulary, lowest index

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from . import cuda_forward, qwen3_5_fast
@@ -367,7 +366,7 @@ class Qwen35Model(nn.Module):
     def project(self, h: torch.Tensor, fast: bool = False) -> torch.Tensor:
         """The LM head alone, on the final norm's output ``h``; ``fast``: the Triton forward's
         (``cuda_forward.lm_head``), else cuBLAS."""
-        return cuda_forward.lm_head(h, self.lm_head_weight) if fast else F.linear(h, self.lm_head_weight)
+        return cuda_forward.lm_head(h, self.lm_head_weight, fast)
 
     def greedy_tokens(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """The argmax over the vocabulary, lowest index on ties, into ``out`` when given (as ``Qwen3Model``)."""

@@ -205,8 +205,7 @@ class VocabParallelHead:
     def project(self, h: torch.Tensor, fast: bool = False) -> torch.Tensor:
         """``[N, V / tp]``: the logits of this rank's vocabulary range (a row slice of the head, no copy); ``fast``
         as ``Qwen3Model.project``."""
-        w = self.lm_head_weight[self.vocab_lo : self.vocab_hi]
-        return cuda_forward.lm_head(h, w) if fast else F.linear(h, w)
+        return cuda_forward.lm_head(h, self.lm_head_weight[self.vocab_lo : self.vocab_hi], fast)
 
     def whole_logits(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """``[N, V]``: the whole vocabulary's logits of this rank's ``logits[N, V / tp]``, gathered from every
