@@ -148,8 +148,15 @@ class SpecDecodeEngine:
         for name in ("draft_graph", "bufs", "verify_hidden"):
             if hasattr(self, name):
                 setattr(self, name, None)
+        self.release_caches()
         if self.sampling is not None:
             self.sampling.logits = self.sampling.dists = None
+
+    def release_caches(self) -> None:
+        """Drop the target's and the draft's paged KV caches (the model keeps its last cache until then)."""
+        for module in (self.model, getattr(self.proposer, "module", None)):
+            if getattr(module, "kv_cache", None) is not None:
+                module.kv_cache = None
 
     def set_sampling(self, sampling: SamplingParams | list[SamplingParams]) -> None:
         """New sampling parameters (one for every row, or one per row), from the next step on: written in place
@@ -185,12 +192,17 @@ class SpecDecodeEngine:
                 f"block_table_width or lower the number of steps"
             )
         B, BT, BS, dev = self.batch, self.block_table_width, self.block_size, self.device
-        num_blocks = 1 + B * BT  # block 0 is the scratch block no sequence owns
+        # the blocks a sequence can reach, not the whole table: the cache grows with the run, not the layout
+        per_seq = min(BT, -(-need // BS))
+        num_blocks = 1 + B * per_seq  # block 0 is the scratch block no sequence owns
+        self.release_caches()  # an earlier run's cache goes before this one is allocated
         self.model.allocate_kv_cache(num_blocks, BS, block_table_width=BT)
         self.proposer.allocate(num_blocks, BS)
-        # every block but the scratch block, shuffled so the tables are non-contiguous
+        # every block but the scratch block, shuffled so the tables are non-contiguous; the entries past what a
+        # sequence reaches repeat its last block (no position maps them; any read of one stays in the cache)
         owned = [b for b in BlockAllocator(num_blocks, seed=0).allocate(num_blocks) if b != SCRATCH_BLOCK]
-        self.block_table = torch.tensor(owned[: B * BT], dtype=I32, device=dev).view(B, BT)
+        table = torch.tensor(owned[: B * per_seq], dtype=I32, device=dev).view(B, per_seq)
+        self.block_table = torch.cat([table, table[:, -1:].expand(B, BT - per_seq)], dim=1)
         self.prompt_lens = torch.tensor([len(p) for p in prompts], device=dev)
         self.verify_hidden = self.proposer.alloc_hidden()
         self.bufs = self.strategy.buffers()

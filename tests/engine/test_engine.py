@@ -217,3 +217,22 @@ def test_forward_writes_target_tokens_in_place(model, engine_kernels, mode, monk
     res = engine(model, engine_kernels, mode, 4, 3).run(prompts, steps=4)
     assert seen and all(seen)
     assert res.outputs == [g[: len(o)] for o, g in zip(res.outputs, greedy(model[0], prompts, 30))]
+
+
+@pytest.mark.parametrize("mode", ["baseline", "specgen"])
+def test_the_cache_holds_what_the_run_reaches(model, engine_kernels, mode):
+    """The KV cache has the blocks a sequence can reach, not the whole table; the table's entries past them
+    repeat the row's last block; the tokens stay greedy decoding's; close() drops both caches."""
+    m, head = model
+    prompts = prompts_for(3, seed=7)
+    eng = engine(model, engine_kernels, mode, 4, 3)
+    res = eng.run(prompts, steps=3)
+    need = max(map(len, prompts)) + (3 + 2) * 4 + 1  # the longest prompt and the run's horizon (3 steps, W = 4)
+    per_seq = -(-need // BS)
+    assert m.kv_cache.num_blocks == head.kv_cache.num_blocks == 1 + 3 * per_seq < 1 + 3 * BT
+    owned = eng.block_table[:, :per_seq]
+    assert owned.unique().numel() == owned.numel() and int(owned.min()) >= 1  # distinct, never the scratch block
+    assert bool((eng.block_table[:, per_seq:] == owned[:, -1:]).all())
+    assert res.outputs == [g[: len(o)] for o, g in zip(res.outputs, greedy(m, prompts, 40))]
+    eng.close()
+    assert m.kv_cache is None and head.kv_cache is None
