@@ -20,7 +20,9 @@ WHY = {
     ("compile", "verify_to_draft"): "after the read-back the host does its own work before it launches the "
     "next draft; the model has that turnaround only from a calibration or trace holding boundary.compile."
     "read_back (a compile run's trace)",
-    ("compile", "tpot"): "follows the verify->draft miss",
+    ("compile", "tpot"): "TPOT is unprofiled, while the verify->draft it is composed from prices the read-back's "
+    "turnaround (read_back) as the profiled steps ran it, where CUPTI slows the host's calls; the timed steps' "
+    "event-level verify->draft is shorter, so the prediction runs high",
     ("inductor", "draft_to_verify"): "the head families run as Inductor (Triton) kernels, more launches than "
     "the plan's one composite; the draft's hand-over (draft_handover) is added, those kernels' own "
     "time is priced as the composite",
