@@ -260,11 +260,12 @@ def test_a_one_stream_run_names_its_in_line_guard_and_head(tmp_path, capsys):
 SWEEP = Path(specgen.__file__).parent / "benchmarks/results/performance/sweep_513862e_h100"
 
 
-@pytest.mark.parametrize("run", ["bench_d3", "bench_d4", "bench_d5", "bench_8b_d3"])
+@pytest.mark.parametrize("run", ["bench_d3", "bench_d4", "bench_d5", "bench_8b_d3", "bench_8b_d3_b32"])
 def test_replay_the_513862e_sweep(tmp_path, capsys, run):
-    """The four-mode sweep at 513862e (one H100; Qwen3-0.6B at depths 3-5, Qwen3-8B at depth 3): every specgen and
-    inductor cell is within the goal (both bubbles and TPOT); the cells outside it are baseline's and compile's,
-    each printed with its reason; the file kept beside the sweep is what the command prints today."""
+    """The four-mode sweep at 513862e (one H100; Qwen3-0.6B at depths 3-5, Qwen3-8B at depth 3, its B = 32 at
+    e8af988): every specgen and inductor cell is within the goal (both bubbles and TPOT); the cells outside it are
+    baseline's and compile's, each printed with its reason; the file kept beside the sweep is what the command
+    prints today."""
     from specgen.cli.plan_compare_markdown import WHY
 
     folder = SWEEP / run
@@ -276,7 +277,7 @@ def test_replay_the_513862e_sweep(tmp_path, capsys, run):
     assert printed.splitlines()[:-1] == kept[:-1] and "compare.json" in kept[-1]  # the last line names the JSON
     doc = json.loads(out.read_text())
     finished = [r for r in json.loads((folder / "bench.json").read_text())["runs"] if "error" not in r]
-    assert len(doc["cells"]) == len(finished) == (8 if run == "bench_8b_d3" else 12)
+    assert len(doc["cells"]) == len(finished) == {"bench_8b_d3": 8, "bench_8b_d3_b32": 4}.get(run, 12)
     for c in doc["cells"]:
         parts = ("draft_to_verify", "verify_to_draft", "tpot")
         if c["mode"] in ("specgen", "inductor"):
