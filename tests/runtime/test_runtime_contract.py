@@ -128,10 +128,10 @@ def test_the_engine_refuses_a_scratch_block_it_hands_to_a_sequence(tiny, engine_
     from specgen.engine import EngineError, SpecDecodeEngine
 
     class SharedScratch(SpecDecodeEngine):
-        scratch_block = 3  # the allocator hands block 3 to a sequence
+        scratch_block = 1  # the allocator hands block 1 to a sequence (every block but block 0)
 
     eng = SharedScratch(
         *tiny, mode="specgen", width=W, batch=2, block_size=BS, block_table_width=BT, library=engine_kernels
     )
-    with pytest.raises(EngineError, match="maps the scratch block 3"):
+    with pytest.raises(EngineError, match="maps the scratch block 1"):
         eng.run([[1, 2, 3], [4, 5]], steps=1)
