@@ -36,7 +36,8 @@
 # block-bench (DFlash depth 15 and DSpark depth 7 drafts, three modes),
 # fuzz-heads (the CUDA fuzz of the head families at W = 2..16, build/head_kernels), heads (benchmarks/head_updates.py), bench / bench-8b (`specgen bench`, four modes, Qwen3-0.6B / Qwen3-8B
 # shapes, context 1024, the default build's bt64 bs128 layout; cli/bench.py over bench/harness.py),
-# (DEPTHS, e.g. 3,4,5, MODES, STEPS and REPEATS (--repeats) choose the sweep; bench-sampling: the same at --temperature 0.7 --top-p 0.9), host-profile (cProfile of the host's step loop), bench-mtp (the MTP head's own acceptance), forward (benchmarks/forward_speed.py: the bare verify
+# (DEPTHS, e.g. 3,4,5: one run and folder per depth, OUT_DIR/bench_MODEL_dD; BATCHES, MODES, STEPS and REPEATS
+# (--repeats) choose the rest; bench-sampling: the same at --temperature 0.7 --top-p 0.9), host-profile (cProfile of the host's step loop), bench-mtp (the MTP head's own acceptance), forward (benchmarks/forward_speed.py: the bare verify
 # forward and the draft step, torch and Triton forwards, kernels per layer).
 # serve-bench (specgen serve-bench: Qwen3-0.6B shapes, MTP depth 3, rates 8/s, 48/s and all at once, a closed loop of 32).
 # streams-ab (specgen alone: the step graphs with side streams against --no-side-streams, one stream; MTP depth 3,
@@ -64,6 +65,7 @@
 #        [bench-mtp] [block-bench] [block-ab] [beside-ab] [streams-ab] [mirror-ab] [head-ab] [guard-ab] [agreement] [vocab-ab]
 set -u
 out=$1; shift
+DEPTHS=${DEPTHS:-3}
 mkdir -p "$out"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/install.log" 2>&1 || { cat "$out/install.log"; exit 1; }
 # fla-core (the Gated DeltaNet kernels' outside reference), where its wheel travels in .whl/ (h200_hybrid.sh)
@@ -146,14 +148,17 @@ for stage in "$@"; do
       python3 benchmarks/forward_speed.py --model qwen3-0.6b --batch 1,8,32 --kernels ${FORWARD_KERNELS:-torch,triton} \
         --out "$out/forward_qwen3-0.6b.json" \
         2>&1 | grep '^{' ;;
-    bench|bench-8b|bench-sampling)
+    bench|bench-8b|bench-sampling)  # one bench run (and folder, NAME_MODEL_dD) per depth: a cut call keeps the depths done
       model=qwen3-0.6b; steps=${STEPS:-96}; [ $stage = bench-8b ] && { model=qwen3-8b; steps=${STEPS:-48}; }
       name=bench; sampling=""; [ $stage = bench-sampling ] && { name=bench_sampling; sampling="--temperature 0.7 --top-p 0.9"; }
-      specgen bench --model $model $sampling --depth ${DEPTHS:-3} --batch 1,8,32 --steps $steps --profile-steps 8 --warmup 10 \
-        --modes ${MODES:-baseline,compile,inductor,specgen} --acceptance 0.7 --prompt-len 1024 --block-size 128 \
-        --block-table-width 64 --repeats ${REPEATS:-1} --kernels build/specgen_kernels --out "$out/${name}_$model" \
-        > "$out/${name}_$model.log" 2>&1
-      echo "$name $model: exit $?"; grep -v "^frame #" "$out/${name}_$model.log" | grep -v "^bench: \[" | tail -24 ;;
+      for d in ${DEPTHS//,/ }; do
+        [ -z "$d" ] && continue; r="$out/${name}_${model}_d$d"
+        specgen bench --model $model $sampling --depth $d --batch ${BATCHES:-1,8,32} --steps $steps --profile-steps 8 \
+          --warmup 10 --modes ${MODES:-baseline,compile,inductor,specgen} --acceptance 0.7 --prompt-len 1024 \
+          --block-size 128 --block-table-width 64 --repeats ${REPEATS:-1} --kernels build/specgen_kernels --out "$r" \
+          > "$r.log" 2>&1
+        echo "$name $model depth $d: exit $?"; grep -v "^frame #" "$r.log" | grep -v "^bench: \[" | tail -24
+      done ;;
     serve-bench)  # the serving workload: three request rates and a closed loop of 32, each mode (RATES, REQUESTS, MODES;
       # CLOSED="" leaves the closed loop out, CLOSED="--closed-loop N" sets another N)
       # float32 by default: in bfloat16 the serving batches pick other near-tied tokens than the acceptance
@@ -252,8 +257,10 @@ s.sort_stats('cumtime').print_stats('runtime/', 45); s.sort_stats('tottime').pri
         --warmup 10 --modes specgen --acceptance 0.7 --prompt-len 1024 --block-size 128 --block-table-width 64 \
         --kernels build/specgen_kernels --out "$out/bench_one_mode" > "$out/bench_one_mode.log" 2>&1
       echo "one-mode sweep: exit $?"
-      python3 benchmarks/sweep_agreement.py "$out/bench_qwen3-0.6b/bench.json" "$out/bench_one_mode/bench.json" \
-        --out "$out/agreement.json" | tee "$out/agreement.md" | tail -4 ;;
+      for d in ${DEPTHS//,/ }; do  # the bench stage's folder of each depth against the one-mode sweep's cells
+        python3 benchmarks/sweep_agreement.py "$out/bench_qwen3-0.6b_d$d/bench.json" "$out/bench_one_mode/bench.json" \
+          --out "$out/agreement_d$d.json" | tee "$out/agreement_d$d.md" | tail -2
+      done ;;
     vocab-ab)
       OUT="$out" python3 benchmarks/vocab_gpu.py check 2>&1 | tail -2
       OUT="$out" python3 benchmarks/vocab_ab.py time ${VOCAB_BASE:-build/vocab_base} build/sampling_test_kernels 2>&1 \
