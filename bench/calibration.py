@@ -38,6 +38,10 @@ runtime / driver calls on the host; only the last kind on the CPU):
   whole duration when nothing ended during it).
 * ``host_family.<family>``: the host-serial mode's own time for one
   family's torch semantics in one step (``profiling.host_range`` marks).
+  Where the host clock timed the family (``bench/host_clock.py``: the same
+  semantics over host copies of the step buffers, unprofiled), its figure is
+  the loaded one and the profiled ranges' stay under ``measured`` as
+  ``profiled.host_family.<family>``.
 * ``boundary.<mode>.<term>``: what the runtime of ``mode`` does at
   verify->draft outside the boundary's plan (``boundary_terms.boundary_terms``,
   ``BOUNDARY_TERMS``): the casting copy after the forward, the host-field
@@ -93,8 +97,9 @@ HOST_CLOCK = "host_clock"
 PROFILED_CALL = "profiled_host_call"
 # how each figure was taken: every ``measured`` entry names one of these as its ``method``
 METHODS = {
-    HOST_CLOCK: "unprofiled: time.perf_counter_ns around each API call, no profiler active, the stream "
-    "synchronized before each call; the median of many repeats (bench/host_clock.py)",
+    HOST_CLOCK: "unprofiled: time.perf_counter_ns around each API call (or a host-serial family's torch "
+    "semantics), no profiler active, the stream synchronized before each call; the median of many repeats "
+    "(bench/host_clock.py)",
     "kernel_trace": "device records of the profiled steps' kernel trace (torch.profiler / CUPTI)",
     "profiled_sync": "profiled steps: a synchronizing call's end minus the last device record's end",
     "profiled_host_range": "profiled steps: host duration of the host-serial mode's marked family ranges",
@@ -239,10 +244,11 @@ def method_of(key: str) -> str:
 
 
 def _document(profiled: dict[str, list[float]], clocked: dict[str, list[float]], how: dict[str, str]) -> dict:
-    """Loadable medians, ``measured`` and ``method`` of one pool: the host clock's ``issue.*`` figures, the
-    profile's others; the profile's ``issue.*`` only under ``measured`` (``profiled.issue.*``, not loaded)."""
-    kept = {k: v for k, v in profiled.items() if _loaded(k) and v}
-    calls = {k: v for k, v in profiled.items() if k.startswith("issue.") and v}
+    """Loadable medians, ``measured`` and ``method`` of one pool: the host clock's figures (``issue.*``, and the
+    ``host_family.*`` it timed), the profile's others; the profile's ``issue.*`` and the host-family figures the
+    clock also has only under ``measured`` (``profiled.<key>``, not loaded)."""
+    kept = {k: v for k, v in profiled.items() if _loaded(k) and k not in clocked and v}
+    calls = {k: v for k, v in profiled.items() if (k.startswith("issue.") or k in clocked) and v}
     aside = {k: v for k, v in profiled.items() if not _loaded(k) and not k.startswith("issue.") and v}
     loaded = merge(dict(kept), {k: v for k, v in clocked.items() if v})
     doc = _loadable(loaded)
@@ -252,7 +258,7 @@ def _document(profiled: dict[str, list[float]], clocked: dict[str, list[float]],
         if k in clocked:
             entry["from"] = how.get(k, entry["from"])
     for k, entry in _measured(calls).items():
-        measured["profiled." + k] = dict(entry, method=PROFILED_CALL, loaded=False)
+        measured["profiled." + k] = dict(entry, method=method_of(k), loaded=False)
     for k, entry in _measured(aside).items():
         measured[k] = dict(entry, method=method_of(k), loaded=False)
     doc["measured"] = measured

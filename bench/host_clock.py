@@ -22,7 +22,12 @@ Per (width, batch), once, on the engine of its first timed run:
 * ``issue.event_record``: ``Event.record()`` on the current stream;
   ``issue.event_wait``: ``Stream.wait_event()`` of a recorded event;
 * ``issue.device_kernel``: a one-element ``add_`` (torch's dispatch and the
-  kernel launch).
+  kernel launch);
+* ``host_family.<family>``: the torch semantics a host-serial step runs on
+  the host (``baseline``'s ``host_range`` marks: the head update, and the MTP
+  chain's acceptance and next-draft preparation), each call over a fresh host
+  copy of the engine's step buffers.  The profiled ranges of the same work
+  stay in the cost file under ``measured`` (``profiled.host_family.*``).
 
 On the CPU the same code runs the CPU's equivalents: ``copy_`` between CPU
 tensors of the step buffers' shapes (``h2d`` / ``d2h``) and the ``add_`` run
@@ -36,9 +41,17 @@ import time
 
 import torch
 
+from ..engine.graphs import TAIL_FAMILIES, head_update, tail_family
+from ..engine.proposers import MTPProposer
+
 __all__ = ["METHOD", "REPEATS", "HostClock", "measure", "profiler_active"]
 
 REPEATS = 200  # timed calls per figure and size
+HEAD_FAMILY = "spec_verify_head_update"  # the host-serial head (a hybrid target's included), as baseline marks it
+HOST_FAMILY_METHOD = {
+    f"host_family.{f}": f"perf_counter_ns around {f}'s torch semantics on a fresh host copy of the step buffers"
+    for f in (HEAD_FAMILY, *TAIL_FAMILIES)
+}
 WARMUP = 5  # untimed calls first (first-call costs, allocator)
 METHOD = {
     "cuda": {
@@ -48,11 +61,13 @@ METHOD = {
         "issue.event_record": "perf_counter_ns around torch.cuda.Event.record() on the current stream",
         "issue.event_wait": "perf_counter_ns around torch.cuda.Stream.wait_event() of a recorded event",
         "issue.device_kernel": "perf_counter_ns around a one-element Tensor.add_ on the device (dispatch + launch)",
+        **HOST_FAMILY_METHOD,
     },
     "cpu": {
         "issue.h2d": "cpu: perf_counter_ns around Tensor.copy_ between CPU tensors of each step buffer's shape",
         "issue.d2h": "cpu: perf_counter_ns around Tensor.copy_ between CPU tensors of each step buffer's shape",
         "issue.device_kernel": "cpu: perf_counter_ns around a one-element Tensor.add_ run in line",
+        **HOST_FAMILY_METHOD,
     },
 }
 NOT_ON_CPU = {
@@ -95,6 +110,32 @@ def _copies(bufs: dict, cuda: bool, device, sync, repeats: int) -> dict[str, lis
     return out
 
 
+def _fresh(call, host: dict, repeats: int) -> list[float]:
+    """``repeats`` host durations (us) of ``call(b)``, each over its own copy ``b`` of ``host`` (the semantics
+    write their buffers in place), after ``WARMUP`` untimed calls."""
+    clock = time.perf_counter_ns
+    out = []
+    for k in range(WARMUP + repeats):
+        b = {n: t.clone() for n, t in host.items()}
+        t0 = clock()
+        call(b)
+        if k >= WARMUP:
+            out.append((clock() - t0) / 1e3)
+    return out
+
+
+def host_families(engine, repeats: int = REPEATS) -> dict[str, list[float]]:
+    """``host_family.*`` samples (us): what a host-serial step of ``engine``'s shape runs on the host, timed
+    unprofiled over host copies of its step buffers (the values of its last step)."""
+    host = {n: t.detach().cpu().clone() for n, t in engine.bufs.items() if isinstance(t, torch.Tensor)}
+    bs, linear = engine.block_size, getattr(engine, "state", None) is not None
+    out = {f"host_family.{HEAD_FAMILY}": _fresh(lambda b: head_update(b, bs, linear), host, repeats)}
+    if isinstance(engine.proposer, MTPProposer):  # the chain's host tail (a block draft's marks no family)
+        for f in TAIL_FAMILIES:
+            out[f"host_family.{f}"] = _fresh(lambda b, f=f: tail_family(f, b, bs), host, repeats)
+    return out
+
+
 @torch.inference_mode()
 def measure(engine, repeats: int = REPEATS) -> dict[str, list[float]]:
     """The host-clock samples (us) of one engine's API calls, keyed like the cost file (``issue.*``)."""
@@ -127,6 +168,7 @@ class HostClock:
         self.enabled, self.repeats = enabled, repeats
         self.samples: dict[int, dict[str, list[float]]] = {}
         self.device_type = "cpu"
+        self.skipped: dict[str, str] = {}  # figures this pass could not take, and why
 
     def measure(self, engine) -> None:
         """Add ``engine``'s figures to its batch's (nothing when disabled or under a profiler)."""
@@ -134,7 +176,13 @@ class HostClock:
             return
         self.device_type = engine.device.type
         pool = self.samples.setdefault(engine.batch, {})
-        for k, v in measure(engine, self.repeats).items():
+        got = measure(engine, self.repeats)
+        if got and engine.sampling is None:  # a sampled step's host rule reads the vocabulary pass's weights
+            try:
+                got.update(host_families(engine, self.repeats))
+            except (LookupError, RuntimeError, TypeError, ValueError) as err:  # the profiled ranges stand
+                self.skipped["host_family.*"] = f"host clock failed on {type(engine.strategy).__name__}: {err}"
+        for k, v in got.items():
             pool.setdefault(k, []).extend(v)
 
     def provenance(self) -> dict:
@@ -142,6 +190,6 @@ class HostClock:
         cuda = self.device_type == "cuda"
         return {
             "method": dict(METHOD["cuda" if cuda else "cpu"]),
-            "not_measured": {} if cuda else dict(NOT_ON_CPU),
+            "not_measured": ({} if cuda else dict(NOT_ON_CPU)) | self.skipped,
             "repeats": self.repeats,
         }

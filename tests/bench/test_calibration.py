@@ -146,7 +146,14 @@ def test_a_tiny_cpu_bench_writes_the_host_calibration(tmp_path, capsys):
     )
     result = run_bench(c, trace_dir=tmp_path)
     doc = result["calibration"]
-    assert doc["measured"]["host_family.spec_verify_head_update"]["samples"] == 6  # 3 steps x 2 batches
+    # the host-serial families: the host clock's figures are loaded (200 calls x 2 batches); the profiled
+    # ranges (3 steps x 2 batches) stay beside them, not loaded
+    head = "host_family.spec_verify_head_update"
+    assert doc["measured"][head]["samples"] == 2 * 200 and doc["method"][head] == cal.HOST_CLOCK
+    assert "fresh host copy" in doc["measured"][head]["from"]
+    prof = doc["measured"]["profiled." + head]
+    assert prof["samples"] == 6 and prof["loaded"] is False and prof["method"] == "profiled_host_range"
+    assert set(doc["host_family"]) == {"spec_verify_head_update", "greedy_prefix_verify", "prepare_next_draft"}
     assert set(doc["by_batch"]) == {"1", "2"} and all(v > 0 for v in doc["host_family"].values())
     assert "in_graph_kernel" not in doc  # the CPU has no graphs
     # the unprofiled host clock: the CPU's copies and in-line ops; events and graph launches are not measured
@@ -206,3 +213,56 @@ def test_boundary_terms_are_loaded_per_mode_and_the_long_switch_only_measured():
     assert CostModel.from_dict({}).boundary == {}  # a file without them: nothing added
     with pytest.raises(ValueError, match="boundary"):
         CostModel.from_dict({"boundary": {"specgen": {"no_such_term": 1.0}}})
+
+
+@pytest.mark.parametrize("draft", ["mtp", "dflash"])
+def test_the_host_clock_times_the_host_serial_families_on_copies(draft):
+    """``host_families``: the head update (and the MTP chain's host tail) timed over host copies of the step
+    buffers, each call on its own copy, so the engine's buffers are left as they were."""
+    import torch
+
+    from specgen.bench import host_clock
+    from specgen.engine.draft_kinds import draft_kind
+    from specgen.models import Qwen3Model
+
+    target = Qwen3Model.create("tiny", seed=0)
+    kind = draft_kind(draft)
+    eng = kind.engine(
+        target, kind.create(target), mode="baseline", width=4, batch=2, block_size=16, block_table_width=8
+    )
+    eng.run([[1, 2, 3], [4, 5]], steps=2)
+    before = {n: t.clone() for n, t in eng.bufs.items() if isinstance(t, torch.Tensor)}
+    got = host_clock.host_families(eng, repeats=3)
+    tail = ("greedy_prefix_verify", "prepare_next_draft")
+    families = ("spec_verify_head_update", *(tail if draft == "mtp" else ()))
+    assert set(got) == {f"host_family.{f}" for f in families}
+    assert all(len(v) == 3 and all(us > 0 for us in v) for v in got.values())
+    assert all(torch.equal(before[n], eng.bufs[n]) for n in before)
+    assert set(host_clock.HOST_FAMILY_METHOD) == {f"host_family.{f}" for f in ("spec_verify_head_update", *tail)}
+
+
+def test_a_host_family_clock_that_fails_leaves_the_profiled_figures_and_says_why(monkeypatch):
+    from specgen.bench import host_clock
+    from specgen.engine.draft_kinds import draft_kind
+    from specgen.models import Qwen3Model
+
+    target = Qwen3Model.create("tiny", seed=0)
+    kind = draft_kind("mtp")
+    eng = kind.engine(
+        target, kind.create(target), mode="baseline", width=3, batch=1, block_size=16, block_table_width=8
+    )
+    eng.run([[1, 2, 3]], steps=1)
+
+    def boom(engine, repeats):
+        raise KeyError("state_slots")
+
+    monkeypatch.setattr(host_clock, "host_families", boom)
+    clock = host_clock.HostClock(True, repeats=2)
+    clock.measure(eng)
+    assert clock.samples[1]["issue.h2d"] and not any(k.startswith("host_family") for k in clock.samples[1])
+    why = clock.provenance()["not_measured"]["host_family.*"]
+    assert "state_slots" in why and "Baseline" in why
+    profiled = {1: {"host_family.spec_verify_head_update": [7.0]}}
+    doc = cal.costs(profiled, {}, clock.samples, clock.provenance())
+    assert doc["host_family"] == {"spec_verify_head_update": 7.0}  # the profiled range stands in
+    assert doc["not_measured"]["host_family.*"] == why
