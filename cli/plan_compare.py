@@ -390,7 +390,7 @@ def run_compare(args, costs_check) -> int:
         f"\nwithin the goal (bubbles max({GOAL['bubble_rel']:.0%}, {GOAL['bubble_us']:g} us), TPOT "
         f"{GOAL['tpot_rel']:.0%}), of the measured cells: {tally}\n"
     )
-    why = why_markdown(table, one_stream=result.get("side_streams") is False)
+    why = why_markdown(table, result.get("side_streams") is False, costs)
     if why:
         print(why + "\n")
     if traces["files"]:

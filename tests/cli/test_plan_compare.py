@@ -286,3 +286,17 @@ def test_replay_the_513862e_sweep(tmp_path, capsys, run):
             if c[p]["within_goal"] is False:
                 assert c["mode"] in ("baseline", "compile")
                 assert WHY[(c["mode"], p)] in printed
+
+
+def test_a_host_clocked_calibration_gives_baselines_misses_their_own_reasons():
+    """Where costs.json took the host-serial families from the host clock, baseline's misses say the model
+    predicts the unprofiled bubble; the other modes keep their reasons."""
+    from specgen.cli.plan_compare_markdown import WHY, WHY_HOST_CLOCKED, why_markdown
+
+    cells = json.loads((SWEEP / "bench_d5" / "compare.json").read_text())["cells"]
+    plain = why_markdown(cells)
+    clocked = why_markdown(cells, costs={"method": {"host_family.spec_verify_head_update": "host_clock"}})
+    for part in ("draft_to_verify", "tpot"):
+        assert WHY[("baseline", part)] in plain and WHY[("baseline", part)] not in clocked
+        assert WHY_HOST_CLOCKED[("baseline", part)] in clocked
+    assert WHY[("compile", "draft_to_verify")] in clocked
