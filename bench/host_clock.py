@@ -124,6 +124,7 @@ def _fresh(call, host: dict, repeats: int) -> list[float]:
     return out
 
 
+@torch.inference_mode()
 def host_families(engine, repeats: int = REPEATS) -> dict[str, list[float]]:
     """``host_family.*`` samples (us): what a host-serial step of ``engine``'s shape runs on the host, timed
     unprofiled over host copies of its step buffers (the values of its last step)."""
