@@ -42,7 +42,6 @@ import time
 import torch
 
 from ..engine.graphs import TAIL_FAMILIES, head_update, tail_family
-from ..engine.proposers import MTPProposer
 
 __all__ = ["METHOD", "REPEATS", "HostClock", "measure", "profiler_active"]
 
@@ -111,17 +110,11 @@ def _copies(bufs: dict, cuda: bool, device, sync, repeats: int) -> dict[str, lis
 
 
 def _fresh(call, host: dict, repeats: int) -> list[float]:
-    """``repeats`` host durations (us) of ``call(b)``, each over its own copy ``b`` of ``host`` (the semantics
-    write their buffers in place), after ``WARMUP`` untimed calls."""
-    clock = time.perf_counter_ns
-    out = []
-    for k in range(WARMUP + repeats):
-        b = {n: t.clone() for n, t in host.items()}
-        t0 = clock()
-        call(b)
-        if k >= WARMUP:
-            out.append((clock() - t0) / 1e3)
-    return out
+    """``_timed`` of ``call(b)``, each call over its own copy ``b`` of ``host`` (the semantics write their buffers
+    in place), made untimed before it."""
+    copy: dict = {}
+    fresh = lambda: copy.update(b={n: t.clone() for n, t in host.items()})  # noqa: E731
+    return _timed(lambda: call(copy["b"]), fresh, repeats)
 
 
 @torch.inference_mode()
@@ -131,9 +124,8 @@ def host_families(engine, repeats: int = REPEATS) -> dict[str, list[float]]:
     host = {n: t.detach().cpu().clone() for n, t in engine.bufs.items() if isinstance(t, torch.Tensor)}
     bs, linear = engine.block_size, getattr(engine, "state", None) is not None
     out = {f"host_family.{HEAD_FAMILY}": _fresh(lambda b: head_update(b, bs, linear), host, repeats)}
-    if isinstance(engine.proposer, MTPProposer):  # the chain's host tail (a block draft's marks no family)
-        for f in TAIL_FAMILIES:
-            out[f"host_family.{f}"] = _fresh(lambda b, f=f: tail_family(f, b, bs), host, repeats)
+    for f in engine.proposer.host_families:  # the proposer's marked host tail (the MTP chain's; a block's none)
+        out[f"host_family.{f}"] = _fresh(lambda b, f=f: tail_family(f, b, bs), host, repeats)
     return out
 
 

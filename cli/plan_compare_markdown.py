@@ -52,8 +52,6 @@ WHY_HOST_CLOCKED = {
     ("baseline", "draft_to_verify"): "host-serial: the kernel-level bubble comes from profiled steps, where the "
     "profiler inflates every host torch call, while the calibrated host work (host_family, issue.*) is unprofiled: "
     "the model predicts the unprofiled bubble",
-    ("baseline", "verify_to_draft"): "as draft->verify; besides, the acceptance kernels' host time is not charged: "
-    "host_family prices host compute ops only, and the baseline graph's acceptance ops are device kernels",
     ("baseline", "tpot"): "the host work outside the marked families (the syncs' wake-up, the host buffers' "
     "copies and stacking) is priced from the profile or not at all",
 }

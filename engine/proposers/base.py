@@ -46,6 +46,7 @@ class Proposer:
     writes: tuple[str, ...] = ("draft_tokens",)
     epilogue_names: ClassVar[tuple[str, ...]] = ()  # what ``epilogue`` runs, for the step graph's listing
     samples: ClassVar[bool] = False  # whether a sampling engine's draft samples (else it is one-hot: q(x) = 1)
+    host_families: ClassVar[tuple[str, ...]] = ()  # the families ``host_tail`` runs and marks (``host_range``)
 
     def __init__(self, module: torch.nn.Module):
         self.module = module  # the draft network (MTP head, block draft)

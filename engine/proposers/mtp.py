@@ -32,6 +32,7 @@ class MTPProposer(Proposer):
 
     tail = VERIFY_TO_DRAFT
     fusable = True
+    host_families = TAIL_FAMILIES  # acceptance, then the next draft's inputs
     samples = True  # a sampling engine's chain draws each draft from the head's filtered distribution
     READS = (
         "tokens",
@@ -184,7 +185,7 @@ class MTPProposer(Proposer):
         return cuda_forward.argmax(logits, self.engine.model.forward_kernels)
 
     def host_tail(self, h: dict, bufs: dict, accept: bool = True) -> None:
-        for family in TAIL_FAMILIES if accept else TAIL_FAMILIES[1:]:
+        for family in self.host_families if accept else self.host_families[1:]:
             with host_range(family):
                 tail_family(family, h, self.engine.block_size)
         for n in self.DRAFT_INPUTS:
