@@ -1,0 +1,92 @@
+"""``specgen plan --compare``'s cells: per (mode, depth, batch) the predicted bubbles and TPOT against the measured.
+
+Each cell holds the predicted bubbles (calibrated where ``--costs`` was given)
+against the kernel-level measured ones, and a predicted TPOT against the
+measured one, each with its error (``predicted - measured``, in the unit and
+as a fraction of the measurement) and whether it lies within issue 25's goal
+(``GOAL``: a bubble within max(25%, 3 us), TPOT within 10%).  The predicted
+TPOT composes a step the way the bench measures its parts: the run's draft
+graph (``draft_us``) and bare verify graph (``bare_verify_us``) plus the two
+predicted bubbles, over the run's ``tokens_per_step``; so only the model's
+bubbles separate it from the measured TPOT.
+"""
+
+from __future__ import annotations
+
+__all__ = ["GOAL", "MEASURED", "cells", "predicted_tpot_ms", "summary"]
+
+# the bench.json fields of a boundary's measured bubble: the event-based figure and the kernel-level one
+MEASURED = {
+    "draft-to-verify": ("draft_to_verify_us", "kernel_draft_to_verify_us"),
+    "verify-to-draft": ("verify_to_draft_us", "kernel_verify_to_draft_us"),
+}
+
+GOAL = {"bubble_rel": 0.25, "bubble_us": 3.0, "tpot_rel": 0.10}  # issue 25: max(25%, 3 us); 10%
+
+
+def _error(predicted, measured, unit: str, tolerance) -> dict:
+    """``predicted`` against ``measured``: the difference, its fraction of the measurement, within the goal."""
+    out = {f"predicted_{unit}": predicted, f"measured_{unit}": measured}
+    if predicted is None or measured is None:
+        return dict(out, **{f"error_{unit}": None, "error_rel": None, "within_goal": None})
+    err = predicted - measured
+    return dict(
+        out,
+        **{
+            f"error_{unit}": round(err, 4 if unit == "ms" else 2),
+            "error_rel": round(err / measured, 4) if measured else None,
+            "within_goal": abs(err) <= tolerance(measured),
+        },
+    )
+
+
+def _bubble(predicted, measured) -> dict:
+    return _error(predicted, measured, "us", lambda m: max(GOAL["bubble_rel"] * abs(m), GOAL["bubble_us"]))
+
+
+def predicted_tpot_ms(run: dict, d2v_us: float | None, v2d_us: float | None) -> float | None:
+    """A step as the bench measures its parts: the draft graph, the bare verify graph and the two predicted
+    bubbles; over the run's tokens per step (``tpot_ms = step_us / tokens_per_step``)."""
+    parts = (run.get("draft_us"), run.get("bare_verify_us"), d2v_us, v2d_us)
+    tps = run.get("tokens_per_step")
+    if any(p is None for p in parts) or not tps:
+        return None
+    return round(sum(parts) / tps / 1e3, 4)
+
+
+def cells(result: dict, rows: list[dict]) -> list[dict]:
+    """Per (mode, depth, batch): the predicted and the measured kernel-level draft->verify and verify->draft
+    bubbles and TPOT, with the errors; predictions from the calibrated costs where ``rows`` have them."""
+    runs = {(r["mode"], r["depth"], r["batch"]): r for r in result["runs"] if "error" not in r}
+    pred: dict[tuple, dict] = {}
+    for r in rows:
+        p = r["predicted_calibrated_us"] if r["predicted_calibrated_us"] is not None else r["predicted_default_us"]
+        p = r.get("predicted_us", p)  # with the out-of-plan figures
+        pred.setdefault((r["mode"], r["depth"], r["batch"]), {})[r["boundary"]] = p
+        pred[r["mode"], r["depth"], r["batch"]]["calibrated"] = r["predicted_calibrated_us"] is not None
+    out = []
+    for key, p in pred.items():
+        run = runs[key]
+        d2v, v2d = p.get("draft-to-verify"), p.get("verify-to-draft")
+        tpot = _error(predicted_tpot_ms(run, d2v, v2d), run.get("tpot_ms"), "ms", lambda m: GOAL["tpot_rel"] * m)
+        out.append(
+            {
+                "mode": key[0],
+                "depth": key[1],
+                "batch": key[2],
+                "costs": "calibrated" if p["calibrated"] else "default",
+                "draft_to_verify": _bubble(d2v, run.get(MEASURED["draft-to-verify"][1])),
+                "verify_to_draft": _bubble(v2d, run.get(MEASURED["verify-to-draft"][1])),
+                "tpot": tpot,
+            }
+        )
+    return out
+
+
+def summary(cells: list[dict]) -> dict:
+    """How many figures were measured and how many of those the prediction meets the goal on."""
+    out = {}
+    for part in ("draft_to_verify", "verify_to_draft", "tpot"):
+        judged = [c[part]["within_goal"] for c in cells if c[part]["within_goal"] is not None]
+        out[part] = {"measured": len(judged), "within_goal": sum(judged)}
+    return out
