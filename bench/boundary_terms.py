@@ -38,6 +38,8 @@ BOUNDARY_TERMS = {
     "verify's stream for the draft's)",
     "read_back": "from the return of the last synchronizing call of the verify phase (the host reading the "
     "step's result back) to the next step's first draft record",
+    "read_back_launch": "in those steps, from the return of the call that launched the next step's first draft "
+    "record to that record's start (the device's part of the read-back's turnaround)",
 }
 SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize", "cudaMemcpy"})
 
@@ -127,4 +129,6 @@ def boundary_terms(events: list[dict], steps: dict[int, StepKernels], forward: l
             i = bisect.bisect_right(syncs, hi) - 1
             if i >= 0 and lo <= syncs[i] and last.end <= syncs[i] <= first.start:
                 add("read_back", first.start - syncs[i])
+                if launched is not None and syncs[i] <= launched <= first.start:
+                    add("read_back_launch", first.start - launched)
     return out

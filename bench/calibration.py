@@ -30,7 +30,8 @@ runtime / driver calls on the host; only the last kind on the CPU):
 * ``run.device_kernel``: device time of the verify phase's kernels outside
   the target forward (the head and tail updates, acceptance), in a graph or not;
   ``in_graph_kernel`` / ``in_graph_copy``: the same kernels, and the copies,
-  that a graph replay launched.  Kernel figures need the forward's kernel names.
+  that a graph replay launched; ``in_graph_gap``: the idle between two such
+  kernels that ran one after the other on one stream.  Kernel figures need the forward's kernel names.
 * ``run.host_sync``: the host's wake-up latency of a synchronizing call
   (``cudaStreamSynchronize``, ``cudaEventSynchronize``,
   ``cudaDeviceSynchronize``, a synchronous ``cudaMemcpy``): from the last
@@ -88,11 +89,13 @@ SOURCES = {
     "run.device_kernel": "device time of verify-phase kernels outside the target forward",
     "in_graph_kernel": "device time of verify-phase kernels outside the target forward launched by a graph replay",
     "in_graph_copy": "device time of copies launched by a graph replay",
+    "in_graph_gap": "idle between two kernels outside the forward that a graph replay ran back to back on one stream",
     "run.host_sync": "host wake-up latency of synchronizing calls (call end - last device record end)",
 }
 NOT_LOADED_TERMS = frozenset({"pack_kernel", "graph_switch_behind_copies"})  # boundary terms for the reader only
 
 
+IN_GRAPH_GAP_MAX_US = 3.0  # a longer idle between two of a graph's kernels is a wait (a join, a switch)
 HOST_CLOCK = "host_clock"
 PROFILED_CALL = "profiled_host_call"
 # how each figure was taken: every ``measured`` entry names one of these as its ``method``
@@ -164,6 +167,8 @@ def samples(
                     add("run.device_kernel", r.dur)
                     if r.correlation in graph_corr:
                         add("in_graph_kernel", r.dur)
+            for gap in _in_graph_gaps(step.verify, names, graph_corr):
+                add("in_graph_gap", gap)
         if mode:
             for term, vals in bterms.boundary_terms(events, steps, forward).items():
                 out.setdefault(f"boundary.{mode}.{term}", []).extend(vals)
@@ -171,6 +176,27 @@ def samples(
         name = str(e.get("name", ""))
         if name.startswith(HOST_RANGE_PREFIX) and e.get("cat") != "gpu_user_annotation":
             add("host_family." + name[len(HOST_RANGE_PREFIX) :].split("#")[0], float(e.get("dur", 0.0)))
+    return out
+
+
+def _in_graph_gaps(records, forward_names: set[str], graph_corr: set) -> list[float]:
+    """The idle between two kernels outside the forward that one graph replay ran one after the other on one
+    stream (no record of that stream between them); a gap of ``IN_GRAPH_GAP_MAX_US`` or more is a wait, not a
+    launch's hand-over, and is left out."""
+    out, by_stream = [], {}
+    for r in records:
+        by_stream.setdefault(r.stream, []).append(r)
+    for rs in by_stream.values():
+        rs.sort(key=lambda r: r.start)
+        for a, b in zip(rs, rs[1:]):
+            if not all(r.cat == "kernel" and r.name not in forward_names for r in (a, b)):
+                continue
+            if (
+                a.correlation == b.correlation
+                and a.correlation in graph_corr
+                and 0 <= b.start - a.end < IN_GRAPH_GAP_MAX_US
+            ):
+                out.append(b.start - a.end)
     return out
 
 

@@ -283,6 +283,7 @@ class _Sweep:
             self._bare = bare_spans(eng, c.bare_repeats)
             self.host_clock.measure(eng)  # before any profiler has run in this process (bench/host_clock.py)
         eng.close()
+        self.host_clock.turnaround(mode, batch, res.host_turnaround_us)  # unprofiled: a timed run's own clock
         row = {"draft": c.draft, **summary(res, self._bare)}
         if oracle is not None and c.sampling is None:  # a sampled run follows its own drafts' draws
             row["equals_target_reference"] = all(o == g[: len(o)] for o, g in zip(res.outputs, oracle.tolist()))

@@ -29,6 +29,12 @@ Per (width, batch), once, on the engine of its first timed run:
   copy of the engine's step buffers.  The profiled ranges of the same work
   stay in the cost file under ``measured`` (``profiled.host_family.*``).
 
+Per timed run of a mode whose host waits for each step (``compile``'s read-back,
+``baseline``'s host tail): ``boundary.<mode>.host_turnaround``, the engine's
+own host clock in the timed steps (``RunResult.host_turnaround_us``): from the
+end of that work to the call that launches the next draft graph (the launch
+itself is ``issue.graph_replay``).
+
 On the CPU the same code runs the CPU's equivalents: ``copy_`` between CPU
 tensors of the step buffers' shapes (``h2d`` / ``d2h``) and the ``add_`` run
 in line (``device_kernel``); events and graphs do not exist there, so those
@@ -43,7 +49,7 @@ import torch
 
 from ..engine.graphs import TAIL_FAMILIES, head_update, tail_family
 
-__all__ = ["METHOD", "REPEATS", "HostClock", "measure", "profiler_active"]
+__all__ = ["METHOD", "REPEATS", "TURNAROUND_METHOD", "HostClock", "measure", "profiler_active"]
 
 REPEATS = 200  # timed calls per figure and size
 HEAD_FAMILY = "spec_verify_head_update"  # the host-serial head (a hybrid target's included), as baseline marks it
@@ -69,6 +75,10 @@ METHOD = {
         **HOST_FAMILY_METHOD,
     },
 }
+TURNAROUND_METHOD = (
+    "perf_counter_ns in the timed steps (no profiler): from the end of the mode's host work after the verification "
+    "(its read-back returned; baseline: its host tail issued) to the call that launches the next draft graph"
+)
 NOT_ON_CPU = {
     k: "not measured on cpu: the CPU has no streams, events or graphs (its ops run in line)"
     for k in ("issue.graph_replay", "issue.event_record", "issue.event_wait")
@@ -162,6 +172,7 @@ class HostClock:
         self.samples: dict[int, dict[str, list[float]]] = {}
         self.device_type = "cpu"
         self.skipped: dict[str, str] = {}  # figures this pass could not take, and why
+        self.turnaround_keys: set[str] = set()
 
     def measure(self, engine) -> None:
         """Add ``engine``'s figures to its batch's (nothing when disabled or under a profiler)."""
@@ -178,11 +189,18 @@ class HostClock:
         for k, v in got.items():
             pool.setdefault(k, []).extend(v)
 
+    def turnaround(self, mode: str, batch: int, samples: list[float]) -> None:
+        """A timed run's ``host_turnaround_us`` as ``boundary.<mode>.host_turnaround`` of its batch."""
+        if self.enabled and samples:
+            self.samples.setdefault(batch, {}).setdefault(f"boundary.{mode}.host_turnaround", []).extend(samples)
+            self.turnaround_keys.add(f"boundary.{mode}.host_turnaround")
+
     def provenance(self) -> dict:
         """How each host-clock figure was taken (``method``) and which were not (``not_measured``)."""
         cuda = self.device_type == "cuda"
         return {
-            "method": dict(METHOD["cuda" if cuda else "cpu"]),
+            "method": dict(METHOD["cuda" if cuda else "cpu"])
+            | dict.fromkeys(sorted(self.turnaround_keys), TURNAROUND_METHOD),
             "not_measured": ({} if cuda else dict(NOT_ON_CPU)) | self.skipped,
             "repeats": self.repeats,
         }

@@ -59,6 +59,8 @@ def summary(res: RunResult, bare: tuple[float, float] | None) -> dict:
                 "step_us_by_quarter": _quarters(t),
             }
         )
+    if res.host_turnaround_us:
+        out["host_turnaround_us"] = round(median(res.host_turnaround_us), 2)
     if res.lagged_event_waits:
         out["lagged_event_waits_per_step"] = round(res.lagged_event_waits / max(res.steps, 1), 3)
     if res.runtime_stats is not None:

@@ -98,7 +98,7 @@ def _costs(path: str, cost_model):
         if not isinstance(table, dict) or not all(_number(v) for v in table.values()):
             kinds = "kernel families" if part == "host_family" else "op kinds"
             raise UsageError(f"--costs {path}: '{part}' must map {kinds} to microseconds; {example}")
-    for key in ("in_graph_kernel", "in_graph_copy"):
+    for key in ("in_graph_kernel", "in_graph_copy", "in_graph_gap"):
         if key in data and not _number(data[key]):
             raise UsageError(f"--costs {path}: '{key}' must be a number of microseconds; {example}")
     try:

@@ -41,7 +41,9 @@ first draft record (``graph_switch``); for ``inductor`` its tail as its own
 kernels ran (``graph_tail``, from its own trace only) stands in for the planned
 tail and the casting copy; for ``compile`` the planned bubble up to the
 read-back's synchronization plus the host's turnaround from its return to the
-next draft's first record (``read_back``). At draft->verify, the modes with
+next draft's first record (``read_back``); at draft->verify ``compile``'s head,
+whose torch.compile'd kernels the plan does not describe, is priced as the
+launches its own trace counts (``HEAD_AS_RAN``, ``graph_head``). At draft->verify, the modes with
 captured graphs add the device's hand-over from the draft's last record to the
 verify's first (``draft_handover``: a switch between graphs, or in one graph
 the verify stream's wait for the draft's). The figures come from ``--costs`` (by batch,
@@ -56,18 +58,30 @@ cells that miss.
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
-import statistics
 from pathlib import Path
 
 from .common import UsageError
 from .plan_compare_cells import GOAL, MEASURED, _bubble, _error, cells, predicted_tpot_ms, summary  # noqa: F401
-from .plan_compare_markdown import WHY, cells_markdown, markdown, why_markdown
+from .plan_compare_markdown import WHY, cells_markdown, markdown, unprofiled_markdown, why_markdown
+from .plan_compare_terms import (
+    AFTER_SYNC,
+    FIGURES_OF,
+    HEAD_AS_RAN,
+    OUT_OF_PLAN,
+    OUT_OF_PLAN_D2V,
+    REPLACES_PLAN,
+    TERMS_AT,
+    head_launches,
+    out_of_plan,
+    sources,
+    trace_terms,
+)
 
 __all__ = [
     "FIGURES_OF",
     "GOAL",
+    "HEAD_AS_RAN",
     "MODE_PIPELINES",
     "OUT_OF_PLAN",
     "OUT_OF_PLAN_D2V",
@@ -75,6 +89,7 @@ __all__ = [
     "cells",
     "cells_markdown",
     "compare",
+    "head_launches",
     "markdown",
     "run_compare",
     "summary",
@@ -86,22 +101,6 @@ DEFAULT = "default"
 COMPILE_PIPELINE = "sync-to-event,hoist,fuse,capture"
 MODE_PIPELINES = {"baseline": None, "compile": COMPILE_PIPELINE, "inductor": DEFAULT, "specgen": DEFAULT}
 READ_BACK_FIRST = {"compile"}  # modes whose host waits for the step's result before the next draft
-# verify->draft work outside the plan, per mode (the cost file's ``boundary`` figures); ``read_back`` replaces
-# the planned bubble after the read-back's synchronization
-OUT_OF_PLAN = {
-    "specgen": ("cast", "graph_pack", "after_replay", "graph_switch"),
-    "inductor": ("graph_tail", "cast", "graph_pack", "after_replay", "graph_switch"),
-    "compile": ("read_back",),
-}
-# draft->verify work outside the plan: the device's hand-over from the draft's last record to the verify's first
-OUT_OF_PLAN_D2V = {"specgen": ("draft_handover",), "inductor": ("draft_handover",), "compile": ("draft_handover",)}
-TERMS_AT = {"verify-to-draft": OUT_OF_PLAN, "draft-to-verify": OUT_OF_PLAN_D2V}
-FIGURES_OF = {"inductor": "specgen"}  # runs the same runtime: takes specgen's figures when it has none of its own
-# a term measured for the mode's own kernels, never borrowed from FIGURES_OF
-OWN_ONLY = frozenset({"graph_tail"})
-# terms that stand in for the planned bubble (and for the terms whose time they hold): ``graph_tail`` is
-# inductor's tail as its several Triton kernels ran, where the plan prices one composite launch
-REPLACES_PLAN = {"graph_tail": ("cast",)}
 
 
 def _read_back_first(graph):
@@ -148,58 +147,11 @@ def _calibrated(costs: dict | None, batch: int):
     return CostModel.from_dict((costs.get("by_batch") or {}).get(str(batch), costs))
 
 
-def trace_terms(result: dict, folder: str | Path) -> dict:
-    """The ``boundary`` figures of the runs whose kernel trace lies in ``folder`` (bench.json's): per batch
-    and pooled, ``{mode: {term: median us}}``, and the traces read (``files``)."""
-    from ..bench import kernel_timeline as kt
-    from ..bench.boundary_terms import boundary_terms
+def _host_bound(graph, model) -> bool:
+    """Whether a host synchronization lies on the bubble's critical path (the host waits, then works)."""
+    from ..passes.ir.cost import simulate
 
-    folder, pooled, by_batch, files = Path(folder), {}, {}, []
-    for run in result.get("runs", []):
-        name = run.get("kernel_trace")
-        if not name or "error" in run or run.get("mode") not in OUT_OF_PLAN:
-            continue
-        path = next((p for p in (folder / name, folder / Path(name).name) if p.is_file()), None)
-        if path is None:
-            continue
-        data = json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
-        names = data.get("specgen") or {}
-        events, forward = kt.load_trace(data), list(names.get("forward_kernels") or [])
-        if not forward:
-            continue
-        terms = boundary_terms(events, kt.attribute(events, names.get("draft_kernels") or []), forward)
-        files.append(path.name)
-        for term in OUT_OF_PLAN[run["mode"]] + OUT_OF_PLAN_D2V.get(run["mode"], ()):
-            if terms.get(term):
-                by_batch.setdefault(str(run["batch"]), {}).setdefault(run["mode"], {})[term] = terms[term]
-                pooled.setdefault(run["mode"], {}).setdefault(term, []).extend(terms[term])
-    med = lambda d: {m: {t: round(statistics.median(v), 3) for t, v in ts.items()} for m, ts in d.items()}  # noqa: E731
-    return {"by_batch": {b: med(d) for b, d in by_batch.items()}, "pooled": med(pooled), "files": files}
-
-
-def _terms(mode: str, batch: int, costs: dict | None, traces: dict | None, boundary: str) -> tuple[dict, str | None]:
-    """The out-of-plan figures a (mode, batch) cell adds at ``boundary`` and where they came from (None: none)."""
-    sources = []
-    if costs is not None:
-        sources += [((costs.get("by_batch") or {}).get(str(batch)) or {}, "costs, by batch"), (costs, "costs")]
-    if traces:
-        sources += [((traces["by_batch"].get(str(batch)) or {}), "trace"), (traces["pooled"], "trace, pooled")]
-    # each term from the first source that has it: a cost file made before a term existed lacks it, and the
-    # traces beside bench.json can still give it
-    got, used = {}, []
-    for term in TERMS_AT[boundary].get(mode, ()):
-        for owner in (mode,) if term in OWN_ONLY else (mode, FIGURES_OF.get(mode)):
-            found = None
-            for figures, where in sources:
-                have = ((figures.get("boundary") if where.startswith("costs") else figures) or {}).get(owner) or {}
-                if owner is not None and term in have:
-                    found = float(have[term]), where + ("" if owner == mode else f", {owner}'s")
-                    break
-            if found is not None:
-                got[term] = found[0]
-                used += [found[1]] if found[1] not in used else []
-                break
-    return got, "; ".join(used) if used else None
+    return any(graph.op(n).kind.value == "host_sync" for n in simulate(graph, model).critical_path(graph))
 
 
 def _until_sync(graph, model) -> float | None:
@@ -227,19 +179,32 @@ def compare(result: dict, costs: dict | None = None, traces: dict | None = None)
             cal = _calibrated(costs, run["batch"])
             pipeline = MODE_PIPELINES[run["mode"]]
             planned = round(bubble_us(g, cal), 2) if cal is not None else round(bubble_us(g, CostModel()), 2)
-            terms, where = _terms(run["mode"], run["batch"], costs, traces, boundary)
+            terms, src = out_of_plan(run["mode"], run["batch"], costs, traces, boundary)
             base = planned
+            n = ((traces or {}).get("head_launches") or {}).get(str(run["batch"]), {}).get(run["mode"])
+            if boundary == "draft-to-verify" and run["mode"] in HEAD_AS_RAN and n:
+                m = cal or CostModel()  # the launches the trace counts, each a graph kernel and its hand-over
+                base = terms["graph_head"] = round(n * (m.in_graph_kernel + m.in_graph_gap), 3)
+                src["graph_head"] = (
+                    f"graph_head: {n:g} launches counted in the trace x (in_graph_kernel + in_graph_gap)"
+                )
             for term, held in REPLACES_PLAN.items():
                 if term in terms:  # the measured tail replaces the planned one and the terms it holds
                     base = terms[term]
                     terms = {t: v for t, v in terms.items() if t not in held}
-            predicted = base + sum(v for t, v in terms.items() if t != "read_back" and t not in REPLACES_PLAN)
-            if "read_back" in terms:
+            after_sync = AFTER_SYNC if run["mode"] in READ_BACK_FIRST else ()
+            predicted = base + sum(v for t, v in terms.items() if t not in ("graph_head", *after_sync, *REPLACES_PLAN))
+            if after_sync and ("read_back" in terms or "host_turnaround" in terms):
                 until = _until_sync(g, cal or CostModel())
                 if until is None:
-                    terms, where = {}, None
-                else:
-                    predicted = until + terms["read_back"]
+                    terms = {}
+                else:  # the host clock's turnaround where the calibration has it, else the profiled one
+                    drop = ("read_back",) if "host_turnaround" in terms else ("host_turnaround", "read_back_launch")
+                    terms = {t: v for t, v in terms.items() if t not in drop}
+                    if "host_turnaround" in terms:
+                        terms["draft_launch"] = (cal or CostModel()).issue["graph_replay"]
+                        src["draft_launch"] = "issue.graph_replay" + ("" if cal else ", default")
+                    predicted = until + sum(terms.get(t, 0.0) for t in AFTER_SYNC)
             rows.append(
                 {
                     "boundary": boundary,
@@ -250,8 +215,9 @@ def compare(result: dict, costs: dict | None = None, traces: dict | None = None)
                     "predicted_default_us": round(bubble_us(g, CostModel()), 2),
                     "predicted_calibrated_us": round(bubble_us(g, cal), 2) if cal is not None else None,
                     "out_of_plan_us": terms,
-                    "out_of_plan_from": where,
+                    "out_of_plan_from": sources(src, terms),
                     "predicted_us": round(predicted, 2),
+                    "host_synced": _host_bound(g, cal or CostModel()),
                     "measured_events_us": run.get(events_key),
                     "measured_kernel_us": run.get(kernel_key),
                 }
@@ -290,7 +256,14 @@ def run_compare(args, costs_check) -> int:
         "bench": str(args.compare),
         "costs": args.costs,
         "mode_pipelines": MODE_PIPELINES,
-        "out_of_plan": {"terms": TERMS_AT, "figures_of": FIGURES_OF, "traces": traces["files"]},
+        "out_of_plan": {
+            "terms": TERMS_AT,
+            "figures_of": FIGURES_OF,
+            "traces": traces["files"],
+            "head_as_ran": {
+                m: {b: c[m] for b, c in traces["head_launches"].items() if m in c} for m in sorted(HEAD_AS_RAN)
+            },
+        },
         "goal": GOAL,
         "cells": table,
         "summary": summary(table),
@@ -305,7 +278,8 @@ def run_compare(args, costs_check) -> int:
         print(json.dumps(doc, indent=2))
         return 0
     print(cells_markdown(table, on_cpu))
-    tally = ", ".join(f"{k} {v['within_goal']}/{v['measured']}" for k, v in doc["summary"].items())
+    parts = ("draft_to_verify", "verify_to_draft", "tpot")
+    tally = ", ".join(f"{k} {v['within_goal']}/{v['measured']}" for k, v in doc["summary"].items() if k in parts)
     print(
         f"\nwithin the goal (bubbles max({GOAL['bubble_rel']:.0%}, {GOAL['bubble_us']:g} us), TPOT "
         f"{GOAL['tpot_rel']:.0%}), of the measured cells: {tally}\n"
@@ -313,6 +287,8 @@ def run_compare(args, costs_check) -> int:
     why = why_markdown(table, result.get("side_streams") is False, costs)
     if why:
         print(why + "\n")
+    if doc["summary"]["host_bound_unprofiled"]["measured"]:
+        print(unprofiled_markdown(table) + "\n")
     if traces["files"]:
         print(f"out-of-plan figures the calibration lacks measured from: {', '.join(traces['files'])}\n")
     print(markdown(rows, costs is not None, on_cpu))

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-__all__ = ["WHY", "WHY_ONE_STREAM", "cells_markdown", "markdown", "why_markdown"]
+__all__ = [
+    "WHY",
+    "WHY_HOST_CLOCKED",
+    "WHY_ONE_STREAM",
+    "WHY_TURNAROUND_CLOCKED",
+    "cells_markdown",
+    "markdown",
+    "unprofiled_markdown",
+    "why_markdown",
+]
 
 MODES = ("baseline", "compile", "inductor", "specgen")
 # what the model is known to miss, per (mode, figure); the markdown lists it for the cells that miss
@@ -15,8 +24,9 @@ WHY = {
     "baseline graph's acceptance ops are device kernels",
     ("baseline", "tpot"): "TPOT is unprofiled, the host_family figures it is composed from are profiled "
     "(inflated), and they differ from batch to batch more than the batch explains",
-    ("compile", "draft_to_verify"): "the head runs as torch.compile'd kernels, more launches than the plan "
-    "prices; the draft's hand-over (draft_handover) is added, those kernels' own time is not",
+    ("compile", "draft_to_verify"): "the head runs as torch.compile'd kernels: with a compile trace beside "
+    "bench.json the model counts them (graph_head) and prices each at the median in-graph kernel and gap, "
+    "without one it prices the plan's launches, fewer than ran",
     ("compile", "verify_to_draft"): "after the read-back the host does its own work before it launches the "
     "next draft; the model has that turnaround only from a calibration or trace holding boundary.compile."
     "read_back (a compile run's trace)",
@@ -57,6 +67,15 @@ WHY_HOST_CLOCKED = {
 }
 
 
+# a calibration whose compile turnaround after the read-back the host clock timed (boundary.compile.host_turnaround)
+WHY_TURNAROUND_CLOCKED = {
+    ("compile", "verify_to_draft"): "host-bound: the kernel-level bubble comes from profiled steps, where CUPTI "
+    "slows the host's turnaround after the read-back, while the model's turnaround is the host clock's "
+    "(host_turnaround, unprofiled): it predicts the unprofiled bubble (the host-bound table below)",
+    ("compile", "tpot"): "follows the bubbles' misses",
+}
+
+
 def _signed(v, unit: str, rel) -> str:
     if v is None:
         return "n/a"
@@ -86,17 +105,47 @@ def cells_markdown(cells: list[dict], on_cpu: bool = False) -> str:
     return "\n".join(out)
 
 
+def unprofiled_markdown(cells: list[dict]) -> str:
+    """The host-bound bubbles (a boundary graph that waits on the host) against the timed steps' event-level
+    figure, unprofiled, beside the profiled kernel-level one; with the count within the goal."""
+    out = [
+        "Host-bound bubbles against the unprofiled measurement (the timed steps' events; the kernel-level figure "
+        "is from profiled steps, where CUPTI slows the host calls these bubbles are made of):",
+        "",
+        "| mode | depth | B | bubble | predicted (us) | measured, events, unprofiled (us) | error | "
+        "measured, kernels, profiled (us) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    names, n, ok = {"draft_to_verify": "d->v", "verify_to_draft": "v->d"}, 0, 0
+    for c in cells:
+        for part, name in names.items():
+            u = c[part].get("unprofiled")
+            if u is None:
+                continue
+            mark = {True: "", False: " miss", None: ""}[u["within_goal"]]
+            n, ok = n + (u["within_goal"] is not None), ok + bool(u["within_goal"])
+            out.append(
+                f"| {c['mode']} | {c['depth']} | {c['batch']} | {name} | {_cell(u['predicted_us'], 'n/a')} | "
+                f"{_cell(u['measured_us'], 'n/a')} | {_signed(u['error_us'], 'us', u['error_rel'])}{mark} | "
+                f"{_cell(c[part]['measured_us'], 'needs a trace')} |"
+            )
+    return "\n".join(out + ["", f"within the goal against the unprofiled figure: {ok}/{n}"])
+
+
 def _cell(v, missing: str) -> str:
     return missing if v is None else f"{v:g}"
 
 
 def why_markdown(cells: list[dict], one_stream: bool = False, costs: dict | None = None) -> str:
     """The cells outside the goal, per mode and figure, with the known reason (``WHY``; ``WHY_ONE_STREAM`` for a
-    run on one stream, ``WHY_HOST_CLOCKED`` where ``costs`` took the host-serial families from the host clock);
-    empty if none."""
+    run on one stream, ``WHY_HOST_CLOCKED`` where ``costs`` took the host-serial families from the host clock,
+    ``WHY_TURNAROUND_CLOCKED`` where it took compile's turnaround after the read-back from it); empty if none."""
     why = {**WHY, **WHY_ONE_STREAM} if one_stream else dict(WHY)
-    if (costs or {}).get("method", {}).get("host_family.spec_verify_head_update") == "host_clock":
+    method = (costs or {}).get("method", {})
+    if method.get("host_family.spec_verify_head_update") == "host_clock":
         why |= WHY_HOST_CLOCKED
+    if method.get("boundary.compile.host_turnaround") == "host_clock":
+        why |= WHY_TURNAROUND_CLOCKED
     misses: dict[tuple[str, str], list[str]] = {}
     for c in cells:
         for part in ("draft_to_verify", "verify_to_draft", "tpot"):

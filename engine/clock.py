@@ -164,6 +164,13 @@ class StepClock:
         """This step's stamps, enabled for timed steps when timing."""
         return StepStamps(self._make if self.timing and timed else None)
 
+    def turnaround(self, mode, res: RunResult, timed: bool) -> None:
+        """In a timed step, right before the draft's launch: the host's time since ``mode`` finished its work after
+        the last verification (``Mode.synced_ns``), into ``res.host_turnaround_us``."""
+        t, mode.synced_ns = mode.synced_ns, None
+        if timed and t is not None:
+            res.host_turnaround_us.append(round((time.perf_counter_ns() - t) / 1e3, 3))
+
     def counts_syncs(self, timed: bool) -> bool:
         return self.cuda_events and timed
 

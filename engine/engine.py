@@ -348,6 +348,7 @@ class SpecDecodeEngine:
                 stamps = clock.step(timed)
                 stamps.mark(0)
                 with prof.phase("draft", i):
+                    clock.turnaround(self.strategy, res, timed)  # the host's own work since the last verification's
                     if not self.strategy.fuses_draft:  # else the mode's step graph runs the draft
                         self.draft_graph()
                 stamps.mark(1)

@@ -36,6 +36,9 @@ class RunResult:
     capture_s: float | None = None  # capturing the run's graphs (draft and verify), device work included
     trace: dict | None = None  # the profiled steps' Chrome trace (``run(profile=True)``)
     fused_draft: bool = False  # the mode's step graph ran the draft (``draft_us`` then spans nothing)
+    # timed steps of a mode whose host waits for the step (``Mode.synced_ns``): the host's time from the end of
+    # that wait's work to the next draft graph's launch call (us, host clock, no profiler)
+    host_turnaround_us: list[float] = field(default_factory=list)
 
     @property
     def acceptance(self) -> float:

@@ -46,6 +46,10 @@ class Mode:
     # whether ``verify`` runs the draft itself (inside its step graph); the engine then launches no draft graph
     fuses_draft: ClassVar[bool] = False
     cpu_skip_reason: ClassVar[str | None] = None  # why a benchmark skips the mode on the CPU, if it does
+    # the host clock (``time.perf_counter_ns``) where the mode's work after the verification ended on the host (its
+    # read-back returned, and for baseline its host tail was issued); the engine times from it to the call that
+    # launches the next draft (``RunResult.host_turnaround_us``); None where the mode's host does not wait
+    synced_ns: int | None = None
 
     def __init__(self, engine):
         self.engine = engine  # the SpecDecodeEngine: its buffers, model, layout and graph pool

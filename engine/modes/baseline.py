@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 import torch
@@ -104,6 +105,7 @@ class BaselineMode(Mode):
                 sampling.host_verify(h, bufs, self.weights, self.totals)
         self.engine.proposer.host_tail(h, bufs, accept=sampling is None)
         self.h_last, self.h_seq = h["next_last_token"].clone(), h["next_seq_lens"].clone()
+        self.synced_ns = time.perf_counter_ns()
         return h["accepted"].clone(), h["next_tokens"].clone()
 
     def close(self) -> None:

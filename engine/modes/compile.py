@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from ..graphs import compiled_updates
@@ -50,7 +51,9 @@ class CompileMode(Mode):
         self.verify_graph()
         mark()
         # one read-back that synchronizes, as gpt-fast's
-        return self.commit(self.engine.bufs["next_tokens"].cpu())
+        tokens = self.engine.bufs["next_tokens"].cpu()
+        self.synced_ns = time.perf_counter_ns()
+        return self.commit(tokens)
 
     @staticmethod
     def commit(next_tokens):

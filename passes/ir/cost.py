@@ -10,7 +10,9 @@ Defaults are leads from an H200 with torch 2.11 (see docs/passes.md); a JSON fil
 such as ``{"run": {"host_compute": 20}, "issue": {"device_kernel": 6}}``
 overrides any of them.  ``specgen bench`` writes such a file (``costs.json``):
 device costs from its profiled steps' kernel trace, host API costs (``issue``)
-from an unprofiled host clock around each call; besides ``run`` / ``issue`` / ``in_graph_*`` it may
+from an unprofiled host clock around each call; besides ``run`` / ``issue`` / ``in_graph_*`` (a kernel's and
+a copy's device time in a graph, and ``in_graph_gap``, the idle between two kernels a graph runs back to
+back, which ``specgen plan --compare`` charges per launch where it counts launches) it may
 carry ``host_family`` (the host's time for one step of a kernel family's
 torch semantics, e.g. ``{"spec_verify_head_update": 180}``: the host compute
 ops of that family, or of a composite's members, share it evenly),
@@ -55,10 +57,23 @@ DEFAULT_ISSUE_US = {
 }
 IN_GRAPH_KERNEL_US = 1.5
 IN_GRAPH_COPY_US = 2.0
-COST_KEYS = frozenset({"run", "issue", "in_graph_kernel", "in_graph_copy", "host_family", "boundary"})
+# the idle between two kernels one graph replay runs back to back on one stream: the median of the e56411c
+# sweep's H100 traces (benchmarks/results/performance/sweep_e56411c_h100), 0.42 us in every mode and batch
+IN_GRAPH_GAP_US = 0.42
+COST_KEYS = frozenset({"run", "issue", "in_graph_kernel", "in_graph_copy", "in_graph_gap", "host_family", "boundary"})
 # work outside a boundary's plan (bench/boundary_terms.py measures each from a kernel trace): verify->draft's,
 # then draft->verify's graph switch
-BOUNDARY_TERMS = ("cast", "graph_tail", "graph_pack", "after_replay", "graph_switch", "read_back", "draft_handover")
+BOUNDARY_TERMS = (
+    "cast",
+    "graph_tail",
+    "graph_pack",
+    "after_replay",
+    "graph_switch",
+    "read_back",
+    "host_turnaround",
+    "read_back_launch",
+    "draft_handover",
+)
 # for the reader (how each figure was taken, on what); the model ignores them
 PROVENANCE_KEYS = frozenset(
     {"measured", "source", "by_batch", "method", "methods", "host_clock", "not_measured", "machine", "model_shape"}
@@ -71,6 +86,7 @@ class CostModel:
     issue: dict = field(default_factory=lambda: dict(DEFAULT_ISSUE_US))
     in_graph_kernel: float = IN_GRAPH_KERNEL_US
     in_graph_copy: float = IN_GRAPH_COPY_US
+    in_graph_gap: float = IN_GRAPH_GAP_US  # priced where a count of launches stands in for a plan (plan --compare)
 
     host_family: dict = field(default_factory=dict)  # family -> host us per step, shared by its host ops
     boundary: dict = field(default_factory=dict)  # mode -> {BOUNDARY_TERMS key: us}, outside the plan
@@ -118,6 +134,7 @@ class CostModel:
             base.issue,
             float(data.get("in_graph_kernel", base.in_graph_kernel)),
             float(data.get("in_graph_copy", base.in_graph_copy)),
+            float(data.get("in_graph_gap", base.in_graph_gap)),
             {k: float(v) for k, v in fams.items()},
             {m: {t: float(v) for t, v in ts.items()} for m, ts in terms.items()},
         )

@@ -165,6 +165,12 @@ def test_a_tiny_cpu_bench_writes_the_host_calibration(tmp_path, capsys):
     assert doc["model_shape"]["name"] == "tiny" and doc["model_shape"]["batches"] == [1, 2]
     assert doc["machine"]["device"] == "cpu" and doc["source"]["device_guard"] is True
     assert all(r["calibrated"] for r in result["runs"])
+    # the engine loop's own host work after baseline's host tail, timed in each timed step (the step before it,
+    # a warm-up one for the first, ended in the host tail), loaded per batch as the host clock's
+    turn = "boundary.baseline.host_turnaround"
+    assert doc["method"][turn] == cal.HOST_CLOCK and doc["measured"][turn]["samples"] == 2 * 2
+    assert "timed steps" in doc["measured"][turn]["from"] and doc["boundary"]["baseline"]["host_turnaround"] > 0
+    assert all(r["host_turnaround_us"] > 0 for r in result["runs"])
     paths = bench_report.write(result, tmp_path)
     assert tmp_path / "costs.json" in paths
     assert json.loads((tmp_path / "bench.json").read_text())["costs"] == "costs.json"
@@ -266,3 +272,28 @@ def test_a_host_family_clock_that_fails_leaves_the_profiled_figures_and_says_why
     doc = cal.costs(profiled, {}, clock.samples, clock.provenance())
     assert doc["host_family"] == {"spec_verify_head_update": 7.0}  # the profiled range stands in
     assert doc["not_measured"]["host_family.*"] == why
+
+
+def test_in_graph_gap_is_the_idle_between_a_graphs_kernels_back_to_back():
+    """Kernels outside the forward that one replay ran one after another on one stream give their gap; a gap
+    of 3 us or more (a wait), another replay's kernel, another stream and the forward's kernels give none."""
+    ev = [
+        _x("user_annotation", kt.phase_name("draft", 0), 0.0, 20.0),
+        _x("cuda_runtime", "cudaGraphLaunch", 1.0, 5.0, 10),
+        _x("kernel", "draft_mtp", 10.0, 50.0, 10),
+        _x("user_annotation", kt.phase_name("verify", 0), 70.0, 200.0),
+        _x("cuda_runtime", "cudaGraphLaunch", 71.0, 5.0, 20),
+        _x("kernel", "head_a", 80.0, 1.0, 20),
+        _x("kernel", "head_b", 81.4, 1.0, 20),  # 0.4 us after head_a
+        _x("kernel", "head_c", 82.9, 1.0, 20),  # 0.5 us after head_b
+        _x("kernel", "head_d", 88.9, 1.0, 20),  # 5 us: a wait, left out
+        _x("kernel", "side", 90.0, 1.0, 20, stream=9),  # alone on its stream
+        _x("kernel", "gemm", 90.3, 40.0, 20),  # the forward: its gaps are not the graph's hand-over
+        _x("kernel", "attn", 130.6, 30.0, 20),
+        _x("cuda_runtime", "cudaLaunchKernel", 150.0, 5.0, 30),
+        _x("kernel", "tail_eager", 161.0, 1.0, 30),  # not a graph's
+    ]
+    s = cal.samples(ev, FORWARD, ["draft_mtp"])
+    assert s["in_graph_gap"] == pytest.approx([0.4, 0.5])
+    doc = cal.costs({1: s}, {"command": "test"})
+    assert doc["in_graph_gap"] == pytest.approx(0.45) and doc["method"]["in_graph_gap"] == "kernel_trace"

@@ -74,6 +74,7 @@ def test_errors_of_a_synthetic_cell_known_by_hand():
         "draft_to_verify": {"measured": 1, "within_goal": 1},
         "verify_to_draft": {"measured": 1, "within_goal": 0},
         "tpot": {"measured": 1, "within_goal": 1},
+        "host_bound_unprofiled": {"measured": 0, "within_goal": 0},  # no row waits on the host
     }
     # no calibration: the default prediction; no trace: nothing to judge
     run = dict(RUN, kernel_verify_to_draft_us=None)
@@ -136,7 +137,7 @@ def test_replay_the_recorded_h200_pair(tmp_path, capsys):
             f = c[part]
             row = rows[(boundary, *key)]
             assert f["predicted_us"] == row["predicted_us"]
-            if "graph_tail" in row["out_of_plan_us"]:  # the mode's own measured tail stands for the planned one
+            if {"graph_tail", "graph_head"} & set(row["out_of_plan_us"]):  # the mode's own kernels stand for the plan
                 assert row["predicted_us"] == pytest.approx(sum(row["out_of_plan_us"].values()), abs=0.011)
             elif row["out_of_plan_us"] and "read_back" not in row["out_of_plan_us"]:  # added to the planned bubble
                 added = row["predicted_calibrated_us"] + sum(row["out_of_plan_us"].values())
@@ -299,4 +300,100 @@ def test_a_host_clocked_calibration_gives_baselines_misses_their_own_reasons():
     for part in ("draft_to_verify", "tpot"):
         assert WHY[("baseline", part)] in plain and WHY[("baseline", part)] not in clocked
         assert WHY_HOST_CLOCKED[("baseline", part)] in clocked
-    assert WHY[("compile", "draft_to_verify")] in clocked
+    assert WHY[("compile", "tpot")] in clocked
+
+
+FRESH = Path(specgen.__file__).parent / "benchmarks/results/performance/sweep_e56411c_h100"
+
+
+def test_compiles_head_is_priced_as_the_launches_its_trace_counts(tmp_path, capsys):
+    """e56411c's depth-3 run: compile's draft->verify is its head's kernels as its own trace counts them (12 at
+    B = 1, 6 at B = 8 and 32), each at the calibrated in-graph kernel plus the in-graph gap, and the draft's
+    hand-over; within the goal at every batch, where the plan's launches alone gave 9.5-9.9 us against 15-25."""
+    from specgen.bench import kernel_timeline as kt
+    from specgen.bench.profiler import read_trace
+    from specgen.cli.plan_compare import head_launches
+    from specgen.passes import CostModel
+
+    folder = FRESH / "bench_d3"
+    out = tmp_path / "compare.json"
+    argv = ["plan", "--compare", str(folder / "bench.json"), "--costs", str(folder / "costs.json")]
+    assert main([*argv, "--compare-json", str(out)]) == 0
+    capsys.readouterr()
+    doc = json.loads(out.read_text())
+    costs = json.loads((folder / "costs.json").read_text())
+    rows = {(r["boundary"], r["mode"], r["batch"]): r for r in doc["rows"]}
+    counts = {}
+    for batch in (1, 8, 32):
+        events, forward, draft = read_trace(folder / "traces" / f"trace_compile_d3_b{batch}.json.gz")
+        counts[batch] = statistics.median(head_launches(kt.attribute(events, draft), forward))
+        m = CostModel.from_dict(costs["by_batch"][str(batch)])
+        r = rows[("draft-to-verify", "compile", batch)]
+        head = r["out_of_plan_us"]["graph_head"]
+        assert head == pytest.approx(counts[batch] * (m.in_graph_kernel + m.in_graph_gap), abs=1e-3)
+        assert r["predicted_us"] == pytest.approx(head + r["out_of_plan_us"]["draft_handover"], abs=0.011)
+        assert f"{counts[batch]:g} launches counted in the trace" in r["out_of_plan_from"]
+        assert "graph_head" not in rows[("draft-to-verify", "specgen", batch)]["out_of_plan_us"]
+    assert counts == {1: 12, 8: 6, 32: 6}
+    assert doc["out_of_plan"]["head_as_ran"]["compile"] == {str(b): n for b, n in counts.items()}
+    assert all(c["draft_to_verify"]["within_goal"] for c in doc["cells"] if c["mode"] == "compile")
+
+
+def test_a_host_clocked_turnaround_stands_in_for_compiles_profiled_read_back(tmp_path, capsys):
+    """With boundary.compile.host_turnaround in the calibration (the host clock's, unprofiled), compile's
+    verify->draft is the planned bubble up to the read-back's sync, that turnaround, the draft graph's launch call
+    (issue.graph_replay) and the launch's device latency (read_back_launch): the profiled read_back is not used.
+    Baseline adds its own turnaround to its planned bubble.  Host-bound bubbles are judged against the unprofiled
+    event-level figure as well; the others are not."""
+    from specgen.cli.plan_compare import _graph, _until_sync
+    from specgen.passes import CostModel
+
+    folder = FRESH / "bench_d3"
+    costs = json.loads((folder / "costs.json").read_text())
+    for doc in (costs, *costs["by_batch"].values()):
+        doc["boundary"]["compile"] |= {"host_turnaround": 80.0, "read_back_launch": 4.0}
+        doc["boundary"]["baseline"]["host_turnaround"] = 50.0
+        doc.setdefault("method", {})["boundary.compile.host_turnaround"] = "host_clock"
+    (tmp_path / "costs.json").write_text(json.dumps(costs))
+    bench = tmp_path / "bench.json"
+    bench.write_text((folder / "bench.json").read_text())
+    (tmp_path / "traces").symlink_to(folder / "traces")
+    assert main(["plan", "--compare", str(bench), "--costs", str(tmp_path / "costs.json")]) == 0
+    printed = capsys.readouterr().out
+    doc = json.loads((tmp_path / "compare.json").read_text())
+    rows = {(r["boundary"], r["mode"], r["batch"]): r for r in doc["rows"]}
+    runs = {r["batch"]: r for r in json.loads(bench.read_text())["runs"] if r["mode"] == "compile"}
+    for batch in (1, 8, 32):
+        m = CostModel.from_dict(costs["by_batch"][str(batch)])
+        r = rows[("verify-to-draft", "compile", batch)]
+        assert "read_back" not in r["out_of_plan_us"]
+        assert r["out_of_plan_us"]["draft_launch"] == m.issue["graph_replay"]
+        until = _until_sync(_graph("verify-to-draft", "compile", runs[batch], doc_layout(bench)), m)
+        assert r["predicted_us"] == pytest.approx(until + 80.0 + m.issue["graph_replay"] + 4.0, abs=0.011)
+        b = rows[("verify-to-draft", "baseline", batch)]
+        assert b["predicted_us"] == pytest.approx(b["predicted_calibrated_us"] + 50.0, abs=0.011)
+        assert r["host_synced"] and b["host_synced"] and not rows[("verify-to-draft", "specgen", batch)]["host_synced"]
+    unprofiled = {
+        (c["mode"], p) for c in doc["cells"] for p in ("draft_to_verify", "verify_to_draft") if "unprofiled" in c[p]
+    }
+    assert unprofiled == {
+        ("baseline", "draft_to_verify"),
+        ("baseline", "verify_to_draft"),
+        ("compile", "verify_to_draft"),
+    }
+    for c in doc["cells"]:
+        u = c["verify_to_draft"].get("unprofiled")
+        if u is not None:
+            run = next(
+                r for r in json.loads(bench.read_text())["runs"] if (r["mode"], r["batch"]) == (c["mode"], c["batch"])
+            )
+            assert (
+                u["measured_us"] == run["verify_to_draft_us"]
+                and u["predicted_us"] == c["verify_to_draft"]["predicted_us"]
+            )
+    s = doc["summary"]["host_bound_unprofiled"]
+    assert s["measured"] == 9 and f"within the goal against the unprofiled figure: {s['within_goal']}/9" in printed
+
+
+def doc_layout(bench: Path) -> dict:
+    return json.loads(bench.read_text())["layout"]
