@@ -13,6 +13,7 @@ from pathlib import Path
 
 __all__ = [
     "AFTER_SYNC",
+    "CLOCK_ONLY",
     "FIGURES_OF",
     "HEAD_AS_RAN",
     "OUT_OF_PLAN",
@@ -59,6 +60,15 @@ OWN_ONLY = frozenset({"graph_tail"})
 REPLACES_PLAN = {"graph_tail": ("cast",)}
 
 
+CLOCK_ONLY = frozenset({"host_turnaround"})  # terms only the host clock gives (no trace holds them)
+
+
+def _from_trace(mode) -> bool:
+    """Whether a mode's trace can give it a figure (an out-of-plan term, or its head's launch count)."""
+    terms = set(OUT_OF_PLAN.get(mode, ())) | set(OUT_OF_PLAN_D2V.get(mode, ()))
+    return bool(terms - CLOCK_ONLY) or mode in HEAD_AS_RAN
+
+
 def trace_terms(result: dict, folder: str | Path) -> dict:
     """The ``boundary`` figures of the runs whose kernel trace lies in ``folder`` (bench.json's): per batch
     and pooled, ``{mode: {term: median us}}``, and the traces read (``files``)."""
@@ -68,7 +78,7 @@ def trace_terms(result: dict, folder: str | Path) -> dict:
     folder, pooled, by_batch, files, counts = Path(folder), {}, {}, [], {}
     for run in result.get("runs", []):
         name = run.get("kernel_trace")
-        if not name or "error" in run or run.get("mode") not in OUT_OF_PLAN:
+        if not name or "error" in run or not _from_trace(run.get("mode")):
             continue
         path = next((p for p in (folder / name, folder / Path(name).name) if p.is_file()), None)
         if path is None:

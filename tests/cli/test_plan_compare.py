@@ -397,3 +397,42 @@ def test_a_host_clocked_turnaround_stands_in_for_compiles_profiled_read_back(tmp
 
 def doc_layout(bench: Path) -> dict:
     return json.loads(bench.read_text())["layout"]
+
+
+CLOCKED = Path(specgen.__file__).parent / "benchmarks/results/performance/sweep_3cd945d_h100"
+
+
+@pytest.mark.parametrize("run", ["bench_d3", "bench_d5", "bench_8b_d3"])
+def test_replay_the_3cd945d_sweep_with_the_host_clocked_turnaround(tmp_path, capsys, run):
+    """The sweep at 3cd945d (one H100; Qwen3-0.6B depths 3 and 5, Qwen3-8B depth 3), whose calibration has the
+    host clock's turnaround after compile's read-back and baseline's host tail: every specgen and inductor cell
+    within the goal; compile's draft->verify (its head's launches) and TPOT within it in every cell, and its
+    verify->draft within it against the unprofiled measurement in every cell; what misses is baseline's and
+    compile's profiled verify->draft, each with its reason; the kept compare.md is what the command prints."""
+    from specgen.cli.plan_compare_markdown import WHY, WHY_HOST_CLOCKED, WHY_TURNAROUND_CLOCKED
+
+    folder = CLOCKED / run
+    out = tmp_path / "compare.json"
+    argv = ["plan", "--compare", str(folder / "bench.json"), "--costs", str(folder / "costs.json")]
+    assert main([*argv, "--compare-json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    kept = (folder / "compare.md").read_text().splitlines()
+    assert printed.splitlines()[:-1] == kept[:-1]
+    doc = json.loads(out.read_text())
+    costs = json.loads((folder / "costs.json").read_text())
+    assert costs["method"]["boundary.compile.host_turnaround"] == "host_clock"
+    why = {**WHY, **WHY_HOST_CLOCKED, **WHY_TURNAROUND_CLOCKED}
+    assert len(doc["cells"]) == 12
+    for c in doc["cells"]:
+        parts = ("draft_to_verify", "verify_to_draft", "tpot")
+        if c["mode"] in ("specgen", "inductor"):
+            assert all(c[p]["within_goal"] for p in parts), (c["mode"], c["batch"])
+        if c["mode"] == "compile":
+            assert c["draft_to_verify"]["within_goal"] and c["tpot"]["within_goal"]
+            assert c["verify_to_draft"]["unprofiled"]["within_goal"], c["batch"]
+        for p in parts:
+            if c[p]["within_goal"] is False:
+                assert (c["mode"], p) in {("compile", "verify_to_draft")} or c["mode"] == "baseline"
+                assert why[(c["mode"], p)] in printed
+    s = doc["summary"]["host_bound_unprofiled"]
+    assert s["measured"] == 9 and s["within_goal"] >= 4
