@@ -101,6 +101,9 @@ DEFAULT = "default"
 COMPILE_PIPELINE = "sync-to-event,hoist,fuse,capture"
 MODE_PIPELINES = {"baseline": None, "compile": COMPILE_PIPELINE, "inductor": DEFAULT, "specgen": DEFAULT}
 READ_BACK_FIRST = {"compile"}  # modes whose host waits for the step's result before the next draft
+# modes whose host runs the acceptance after its read-back (baseline's host tail), where the boundary graph has it
+# as device kernels before the read-back: their verify->draft adds the family's host time (``host_acceptance``)
+HOST_ACCEPTANCE = {"baseline": "greedy_prefix_verify"}
 
 
 def _read_back_first(graph):
@@ -188,6 +191,9 @@ def compare(result: dict, costs: dict | None = None, traces: dict | None = None)
                 src["graph_head"] = (
                     f"graph_head: {n:g} launches counted in the trace x (in_graph_kernel + in_graph_gap)"
                 )
+            fam = HOST_ACCEPTANCE.get(run["mode"])
+            if boundary == "verify-to-draft" and fam and cal is not None and fam in cal.host_family:
+                terms["host_acceptance"], src["host_acceptance"] = cal.host_family[fam], f"host_family.{fam}"
             for term, held in REPLACES_PLAN.items():
                 if term in terms:  # the measured tail replaces the planned one and the terms it holds
                     base = terms[term]

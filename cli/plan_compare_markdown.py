@@ -19,9 +19,9 @@ WHY = {
     ("baseline", "draft_to_verify"): "host-serial: the kernel-level bubble comes from profiled steps, where the "
     "profiler inflates every host torch call; the model's host work is the marked family ranges "
     "(host_family) only, and the host's work outside them is in no calibrated figure",
-    ("baseline", "verify_to_draft"): "as draft->verify; besides, the acceptance kernels' host time "
-    "(host_family.greedy_prefix_verify) is not charged: host_family prices host compute ops only, and the "
-    "baseline graph's acceptance ops are device kernels",
+    ("baseline", "verify_to_draft"): "as draft->verify; the host's acceptance is charged (host_acceptance, "
+    "from host_family.greedy_prefix_verify), but the engine's read-back itself (a pageable .cpu() copy and its "
+    "allocation), the copies into the host buffers and the host tail's clones are in no calibrated figure",
     ("baseline", "tpot"): "TPOT is unprofiled, the host_family figures it is composed from are profiled "
     "(inflated), and they differ from batch to batch more than the batch explains",
     ("compile", "draft_to_verify"): "the head runs as torch.compile'd kernels: with a compile trace beside "
@@ -64,6 +64,10 @@ WHY_HOST_CLOCKED = {
     "the model predicts the unprofiled bubble",
     ("baseline", "tpot"): "the host work outside the marked families (the syncs' wake-up, the host buffers' "
     "copies and stacking) is priced from the profile or not at all",
+    ("baseline", "verify_to_draft"): "host-serial: the kernel-level bubble is the profiled steps', while the model "
+    "predicts the unprofiled one (the host-bound table below), and even there the read-back itself (a pageable "
+    ".cpu() copy and its allocation), the copies into the host buffers and the host tail's clones are in no "
+    "calibrated figure",
 }
 
 

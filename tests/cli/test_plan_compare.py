@@ -370,8 +370,10 @@ def test_a_host_clocked_turnaround_stands_in_for_compiles_profiled_read_back(tmp
         assert r["out_of_plan_us"]["draft_launch"] == m.issue["graph_replay"]
         until = _until_sync(_graph("verify-to-draft", "compile", runs[batch], doc_layout(bench)), m)
         assert r["predicted_us"] == pytest.approx(until + 80.0 + m.issue["graph_replay"] + 4.0, abs=0.011)
-        b = rows[("verify-to-draft", "baseline", batch)]
-        assert b["predicted_us"] == pytest.approx(b["predicted_calibrated_us"] + 50.0, abs=0.011)
+        b = rows[("verify-to-draft", "baseline", batch)]  # its turnaround, and its acceptance run on the host
+        accept = m.host_family["greedy_prefix_verify"]
+        assert b["out_of_plan_us"] == {"host_turnaround": 50.0, "host_acceptance": accept}
+        assert b["predicted_us"] == pytest.approx(b["predicted_calibrated_us"] + 50.0 + accept, abs=0.011)
         assert r["host_synced"] and b["host_synced"] and not rows[("verify-to-draft", "specgen", batch)]["host_synced"]
     unprofiled = {
         (c["mode"], p) for c in doc["cells"] for p in ("draft_to_verify", "verify_to_draft") if "unprofiled" in c[p]
