@@ -2,7 +2,8 @@
 
 With the recorded H200 calibrations (Qwen3-0.6B shapes, ``benchmarks/results/performance/qwen3-0.6b`` and the
 newer ``guard_ef74ce4``, whose file also holds the verify->draft work outside the plan) and an H100's
-(``sweep_513862e_h100``: Qwen3-0.6B at depths 3-5, Qwen3-8B at depth 3), pooled and per batch,
+(``sweep_513862e_h100``: Qwen3-0.6B at depths 3-5, Qwen3-8B at depth 3; ``sweep_3cd945d_h100``, with the host
+clock's host families and turnarounds), pooled and per batch,
 every rewrite of the default pipeline is still taken; a constructed rewrite that the costs make
 slower (the composite head split back into three launches) is refused, with the reason noted.
 """
@@ -30,8 +31,10 @@ from specgen.specializations.capabilities import SpeculativeVerifyCapabilities
 RESULTS = Path(specgen.__file__).parent / "benchmarks/results/performance"
 H200 = RESULTS / "qwen3-0.6b/costs.json"
 LATEST = RESULTS / "guard_ef74ce4/costs.json"  # with the ``boundary`` figures
-# an H100's calibrations at 513862e: Qwen3-0.6B at depths 3-5, Qwen3-8B at depth 3
+# an H100's calibrations at 513862e: Qwen3-0.6B at depths 3-5, Qwen3-8B at depth 3; and at 3cd945d, whose host
+# families and host turnarounds the host clock timed (Qwen3-0.6B at depths 3 and 5, Qwen3-8B at depth 3)
 H100 = [RESULTS / f"sweep_513862e_h100/bench_{r}/costs.json" for r in ("d3", "d4", "d5", "8b_d3", "8b_d3_b32")]
+H100 += [RESULTS / f"sweep_3cd945d_h100/bench_{r}/costs.json" for r in ("d3", "d5", "8b_d3")]
 HEAD_SPLIT = "sync-to-event,hoist,fuse,capture"  # the head as three launches: no fuse-chain
 
 
@@ -51,7 +54,7 @@ def test_every_default_rewrite_is_taken_under_the_h200_calibration(boundary, lin
     planned, _ = run_pipeline(before)  # the default costs' plan
     paths = (H200, LATEST, *H100)
     models = {f"{p.parent.parent.name}/{p.parent.name} {k}": m for p in paths for k, m in _calibrations(p).items()}
-    assert len(models) == 25  # each file pooled and per batch (1, 8, 32; Qwen3-8B: 1, 8 and 32 apart)
+    assert len(models) == 25 + 3 * 4  # each file pooled and per batch (1, 8, 32; 513862e's Qwen3-8B: 32 apart)
     for name, model in models.items():
         after, ctx = run_pipeline(before, model=model)
         refused = [n for n in ctx.notes if "lengthen" in n]
