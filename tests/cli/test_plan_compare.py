@@ -261,6 +261,18 @@ def test_a_one_stream_run_names_its_in_line_guard_and_head(tmp_path, capsys):
 SWEEP = Path(specgen.__file__).parent / "benchmarks/results/performance/sweep_513862e_h100"
 
 
+def _replayed(folder: Path, tmp_path, capsys) -> tuple[str, dict]:
+    """``specgen plan --compare`` over a recorded run's bench.json and costs.json: what it printed (the kept
+    compare.md, but for its last line, which names the JSON it wrote) and its compare.json."""
+    out = tmp_path / "compare.json"
+    argv = ["plan", "--compare", str(folder / "bench.json"), "--costs", str(folder / "costs.json")]
+    assert main([*argv, "--compare-json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    kept = (folder / "compare.md").read_text().splitlines()
+    assert printed.splitlines()[:-1] == kept[:-1] and "compare.json" in kept[-1]
+    return printed, json.loads(out.read_text())
+
+
 @pytest.mark.parametrize("run", ["bench_d3", "bench_d4", "bench_d5", "bench_8b_d3", "bench_8b_d3_b32"])
 def test_replay_the_513862e_sweep(tmp_path, capsys, run):
     """The four-mode sweep at 513862e (one H100; Qwen3-0.6B at depths 3-5, Qwen3-8B at depth 3, its B = 32 at
@@ -270,13 +282,7 @@ def test_replay_the_513862e_sweep(tmp_path, capsys, run):
     from specgen.cli.plan_compare_markdown import WHY
 
     folder = SWEEP / run
-    out = tmp_path / "compare.json"
-    argv = ["plan", "--compare", str(folder / "bench.json"), "--costs", str(folder / "costs.json")]
-    assert main([*argv, "--compare-json", str(out)]) == 0
-    printed = capsys.readouterr().out
-    kept = (folder / "compare.md").read_text().splitlines()
-    assert printed.splitlines()[:-1] == kept[:-1] and "compare.json" in kept[-1]  # the last line names the JSON
-    doc = json.loads(out.read_text())
+    printed, doc = _replayed(folder, tmp_path, capsys)
     finished = [r for r in json.loads((folder / "bench.json").read_text())["runs"] if "error" not in r]
     assert len(doc["cells"]) == len(finished) == {"bench_8b_d3": 8, "bench_8b_d3_b32": 4}.get(run, 12)
     for c in doc["cells"]:
@@ -414,13 +420,7 @@ def test_replay_the_3cd945d_sweep_with_the_host_clocked_turnaround(tmp_path, cap
     from specgen.cli.plan_compare_markdown import WHY, WHY_HOST_CLOCKED, WHY_TURNAROUND_CLOCKED
 
     folder = CLOCKED / run
-    out = tmp_path / "compare.json"
-    argv = ["plan", "--compare", str(folder / "bench.json"), "--costs", str(folder / "costs.json")]
-    assert main([*argv, "--compare-json", str(out)]) == 0
-    printed = capsys.readouterr().out
-    kept = (folder / "compare.md").read_text().splitlines()
-    assert printed.splitlines()[:-1] == kept[:-1]
-    doc = json.loads(out.read_text())
+    printed, doc = _replayed(folder, tmp_path, capsys)
     costs = json.loads((folder / "costs.json").read_text())
     assert costs["method"]["boundary.compile.host_turnaround"] == "host_clock"
     why = {**WHY, **WHY_HOST_CLOCKED, **WHY_TURNAROUND_CLOCKED}
