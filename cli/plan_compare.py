@@ -64,6 +64,7 @@ from pathlib import Path
 from .common import UsageError
 from .plan_compare_cells import GOAL, MEASURED, _bubble, _error, cells, predicted_tpot_ms, summary  # noqa: F401
 from .plan_compare_markdown import WHY, cells_markdown, markdown, unprofiled_markdown, why_markdown
+from .plan_compare_plot import plot
 from .plan_compare_terms import (
     AFTER_SYNC,
     FIGURES_OF,
@@ -279,6 +280,7 @@ def run_compare(args, costs_check) -> int:
         out.write_text(json.dumps(doc, indent=1) + "\n")
     except OSError as e:
         raise UsageError(f"--compare-json {out}: cannot write it ({e.strerror or e})") from None
+    picture = plot(doc, out.with_suffix(".png"))  # where matplotlib is installed and a figure was measured
     on_cpu = (result.get("environment") or {}).get("clock") == "host perf_counter"
     if args.format == "json":
         print(json.dumps(doc, indent=2))
@@ -298,5 +300,5 @@ def run_compare(args, costs_check) -> int:
     if traces["files"]:
         print(f"out-of-plan figures the calibration lacks measured from: {', '.join(traces['files'])}\n")
     print(markdown(rows, costs is not None, on_cpu))
-    print(f"wrote {out}")
+    print(f"wrote {out}" + (f" and {picture}" if picture else ""))
     return 0
