@@ -40,10 +40,17 @@ pack is not in the graph) and the switch to the next step's graph up to its
 first draft record (``graph_switch``); for ``inductor`` its tail as its own
 kernels ran (``graph_tail``, from its own trace only) stands in for the planned
 tail and the casting copy; for ``compile`` the planned bubble up to the
-read-back's synchronization plus the host's turnaround from its return to the
-next draft's first record (``read_back``); at draft->verify ``compile``'s head,
-whose torch.compile'd kernels the plan does not describe, is priced as the
-launches its own trace counts (``HEAD_AS_RAN``, ``graph_head``). At draft->verify, the modes with
+read-back's synchronization plus the host's turnaround after it: the host
+clock's (``host_turnaround``), the draft's launch call (``draft_launch``,
+``issue.graph_replay``) and its device latency (``read_back_launch``) where the
+calibration has the first, else the profiled steps' (``read_back``); for
+``baseline`` the host clock's turnaround and the acceptance its host runs
+(``host_acceptance``, in place of the graph's device kernels of that family). At
+draft->verify ``compile``'s head, whose torch.compile'd kernels the plan does
+not describe, is priced as the launches its own trace counts (``HEAD_AS_RAN``,
+``graph_head``). A host-bound row also carries ``predicted_events_us``, its
+prediction as the bench's events split a step (the next draft's launch is in
+the draft's span there), which the cells' unprofiled judgment and TPOT use. At draft->verify, the modes with
 captured graphs add the device's hand-over from the draft's last record to the
 verify's first (``draft_handover``: a switch between graphs, or in one graph
 the verify stream's wait for the draft's). The figures come from ``--costs`` (by batch,
@@ -158,6 +165,19 @@ def _host_bound(graph, model) -> bool:
     return any(graph.op(n).kind.value == "host_sync" for n in simulate(graph, model).critical_path(graph))
 
 
+def _after_mark(boundary: str, graph, cal, terms: dict) -> float:
+    """The part of a host-bound verify->draft prediction that the bench's events leave to the next draft's span:
+    the host's launch of the next draft and its device latency, which follow the stamp the step's draft span
+    opens with (the timed steps' verify->draft ends there; ``draft_us`` holds them)."""
+    from ..passes import CostModel
+
+    if boundary != "verify-to-draft":
+        return 0.0
+    if "draft_launch" in terms:  # compile's turnaround: its launch terms
+        return terms["draft_launch"] + terms.get("read_back_launch", 0.0)
+    return (cal or CostModel()).issue_us(graph.op(graph.end))  # the planned launch of the next draft
+
+
 def _until_sync(graph, model) -> float | None:
     """The planned bubble up to the end of its last host synchronization (None: no sync)."""
     from ..passes.ir.cost import simulate
@@ -185,16 +205,22 @@ def compare(result: dict, costs: dict | None = None, traces: dict | None = None)
             planned = round(bubble_us(g, cal), 2) if cal is not None else round(bubble_us(g, CostModel()), 2)
             terms, src = out_of_plan(run["mode"], run["batch"], costs, traces, boundary)
             base = planned
-            n = ((traces or {}).get("head_launches") or {}).get(str(run["batch"]), {}).get(run["mode"])
+            counted = ((traces or {}).get("head_launches") or {}).get(run["mode"], {})
+            n = counted.get(f"{run['depth']}/{run['batch']}")
             if boundary == "draft-to-verify" and run["mode"] in HEAD_AS_RAN and n:
                 m = cal or CostModel()  # the launches the trace counts, each a graph kernel and its hand-over
                 base = terms["graph_head"] = round(n * (m.in_graph_kernel + m.in_graph_gap), 3)
                 src["graph_head"] = (
-                    f"graph_head: {n:g} launches counted in the trace x (in_graph_kernel + in_graph_gap)"
+                    f"graph_head: {n:g} launches counted in the trace x (in_graph_kernel + in_graph_gap"
+                    + ("" if cal else ", default")
+                    + ")"
                 )
             fam = HOST_ACCEPTANCE.get(run["mode"])
             if boundary == "verify-to-draft" and fam and cal is not None and fam in cal.host_family:
-                terms["host_acceptance"], src["host_acceptance"] = cal.host_family[fam], f"host_family.{fam}"
+                # the host's acceptance in place of the graph's device kernels of the family, which the plan priced
+                dev = sum(cal.run_us(o) for o in g.ops if o.attr("family") == fam and o.kind.value == "device_kernel")
+                terms["host_acceptance"] = round(cal.host_family[fam] - dev, 3)
+                src["host_acceptance"] = f"host_family.{fam} less the graph's {fam} kernels ({dev:g} us)"
             for term, held in REPLACES_PLAN.items():
                 if term in terms:  # the measured tail replaces the planned one and the terms it holds
                     base = terms[term]
@@ -212,6 +238,7 @@ def compare(result: dict, costs: dict | None = None, traces: dict | None = None)
                         terms["draft_launch"] = (cal or CostModel()).issue["graph_replay"]
                         src["draft_launch"] = "issue.graph_replay" + ("" if cal else ", default")
                     predicted = until + sum(terms.get(t, 0.0) for t in AFTER_SYNC)
+            bound = _host_bound(g, cal or CostModel())
             rows.append(
                 {
                     "boundary": boundary,
@@ -224,7 +251,10 @@ def compare(result: dict, costs: dict | None = None, traces: dict | None = None)
                     "out_of_plan_us": terms,
                     "out_of_plan_from": sources(src, terms),
                     "predicted_us": round(predicted, 2),
-                    "host_synced": _host_bound(g, cal or CostModel()),
+                    "host_synced": bound,
+                    "predicted_events_us": round(predicted - _after_mark(boundary, g, cal, terms), 2)
+                    if bound
+                    else None,
                     "measured_events_us": run.get(events_key),
                     "measured_kernel_us": run.get(kernel_key),
                 }
@@ -267,8 +297,12 @@ def run_compare(args, costs_check) -> int:
             "terms": TERMS_AT,
             "figures_of": FIGURES_OF,
             "traces": traces["files"],
-            "head_as_ran": {
-                m: {b: c[m] for b, c in traces["head_launches"].items() if m in c} for m in sorted(HEAD_AS_RAN)
+            "head_as_ran": {m: traces["head_launches"].get(m, {}) for m in sorted(HEAD_AS_RAN)},
+            # terms the compare derives from other figures rather than reads
+            "derived": {
+                "graph_head": "compile's head launches counted in its trace x (in_graph_kernel + in_graph_gap)",
+                "draft_launch": "issue.graph_replay, with a host-clocked host_turnaround (compile)",
+                "host_acceptance": "host_family.greedy_prefix_verify less the graph's device acceptance (baseline)",
             },
         },
         "goal": GOAL,

@@ -70,14 +70,21 @@ def cells(result: dict, rows: list[dict]) -> list[dict]:
         p = r["predicted_calibrated_us"] if r["predicted_calibrated_us"] is not None else r["predicted_default_us"]
         p = r.get("predicted_us", p)  # with the out-of-plan figures
         pred.setdefault((r["mode"], r["depth"], r["batch"]), {})[r["boundary"]] = p
+        if r.get("predicted_events_us") is not None:  # as the timed steps' events split a step
+            pred[r["mode"], r["depth"], r["batch"]].setdefault("events", {})[r["boundary"]] = r["predicted_events_us"]
         pred[r["mode"], r["depth"], r["batch"]]["calibrated"] = r["predicted_calibrated_us"] is not None
         if r.get("host_synced"):
             pred[r["mode"], r["depth"], r["batch"]].setdefault("host_synced", set()).add(r["boundary"])
     out = []
     for key, p in pred.items():
         run = runs[key]
-        d2v, v2d = p.get("draft-to-verify"), p.get("verify-to-draft")
-        tpot = _error(predicted_tpot_ms(run, d2v, v2d), run.get("tpot_ms"), "ms", lambda m: GOAL["tpot_rel"] * m)
+        ev = {b: p.get("events", {}).get(b, p.get(b)) for b in BUBBLES.values()}  # the bench's split of a step
+        tpot = _error(
+            predicted_tpot_ms(run, ev["draft-to-verify"], ev["verify-to-draft"]),
+            run.get("tpot_ms"),
+            "ms",
+            lambda m: GOAL["tpot_rel"] * m,
+        )
         cell = {
             "mode": key[0],
             "depth": key[1],
@@ -88,7 +95,7 @@ def cells(result: dict, rows: list[dict]) -> list[dict]:
             events, kernels = MEASURED[boundary]
             cell[part] = _bubble(p.get(boundary), run.get(kernels))
             if boundary in p.get("host_synced", ()):  # also against the unprofiled event-level figure
-                cell[part]["unprofiled"] = _bubble(p.get(boundary), run.get(events))
+                cell[part]["unprofiled"] = _bubble(ev[boundary], run.get(events))
         out.append(cell | {"tpot": tpot})
     return out
 

@@ -28,8 +28,8 @@ WHY = {
     "bench.json the model counts them (graph_head) and prices each at the median in-graph kernel and gap, "
     "without one it prices the plan's launches, fewer than ran",
     ("compile", "verify_to_draft"): "after the read-back the host does its own work before it launches the "
-    "next draft; the model has that turnaround only from a calibration or trace holding boundary.compile."
-    "read_back (a compile run's trace)",
+    "next draft; without the host clock's boundary.compile.host_turnaround the model has that turnaround only as "
+    "the profiled steps ran it (read_back), from a calibration or a compile run's trace",
     ("compile", "tpot"): "TPOT is unprofiled, while the verify->draft it is composed from prices the read-back's "
     "turnaround (read_back) as the profiled steps ran it, where CUPTI slows the host's calls; the timed steps' "
     "event-level verify->draft is shorter, so the prediction runs high",

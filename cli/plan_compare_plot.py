@@ -8,6 +8,7 @@ the 10% band).  Drawn where matplotlib is installed; ``plot`` returns None where
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from .plan_compare_cells import BUBBLES, GOAL
@@ -45,6 +46,9 @@ def plot(doc: dict, path: Path) -> Path | None:
     fig.tight_layout(rect=(0, 0.06, 1, 0.93))
     try:
         fig.savefig(path, dpi=110)
+    except OSError as e:  # the table and compare.json stand without the picture
+        print(f"plan --compare: cannot write {path} ({e.strerror or e})", file=sys.stderr)
+        return None
     finally:
         plt.close(fig)
     return path
@@ -66,7 +70,9 @@ def _bubbles(ax, cells: list[dict], part: str, boundary: str) -> None:
         if u and u["measured_us"] is not None and u["predicted_us"] is not None and u["measured_us"] > 0:
             ax.scatter(u["measured_us"], max(u["predicted_us"], 0.1), facecolors="none", edgecolors=color, s=40)
             xs += [u["measured_us"]]
-    lo, hi = max(min((x for x in xs if x > 0), default=1.0) / 2, 0.5), max(xs, default=10.0) * 2
+    xs = [x for x in xs if x > 0]  # a log axis: a figure at or below zero is drawn at its floor
+    lo = max(min(xs, default=1.0) / 2, 0.5)
+    hi = max(max(xs, default=10.0) * 2, lo * 10)
     grid = [lo * (hi / lo) ** (i / 99) for i in range(100)]
     band = [max(GOAL["bubble_rel"] * m, GOAL["bubble_us"]) for m in grid]
     ax.fill_between(grid, [max(m - b, lo) for m, b in zip(grid, band)], [m + b for m, b in zip(grid, band)],

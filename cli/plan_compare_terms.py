@@ -92,7 +92,8 @@ def trace_terms(result: dict, folder: str | Path) -> dict:
         terms = boundary_terms(events, steps, forward)
         files.append(path.name)
         if run["mode"] in HEAD_AS_RAN and (n := head_launches(steps, forward)):
-            counts.setdefault(str(run["batch"]), {})[run["mode"]] = statistics.median(n)
+            key = f"{run['depth']}/{run['batch']}"  # one run's count: depths differ in what their head runs
+            counts.setdefault(run["mode"], {})[key] = statistics.median(n)
         for term in OUT_OF_PLAN[run["mode"]] + OUT_OF_PLAN_D2V.get(run["mode"], ()):
             if terms.get(term):
                 by_batch.setdefault(str(run["batch"]), {}).setdefault(run["mode"], {})[term] = terms[term]

@@ -142,10 +142,12 @@ def median_wall_us(fn, device: torch.device, repeats: int) -> float:
 
 
 class StepClock:
-    """The wall clock over the timed steps and, with ``timing``, every timed step's stamps."""
+    """The wall clock over the timed steps and, with ``timing``, every timed step's stamps; with ``turnaround``,
+    the host's turnaround before each timed step's draft launch (``turnaround``)."""
 
-    def __init__(self, device: torch.device, timing: bool):
+    def __init__(self, device: torch.device, timing: bool, turnaround: bool = False):
         self.on_cuda = device.type == "cuda"
+        self.turnarounds = turnaround  # read the host's turnaround (``turnaround``): a timed run, no profiler
         self.cuda_events = self.on_cuda and timing  # CUDA events and sync counts
         self.timing = timing
         self._make = stamp_factory(self.cuda_events)
@@ -165,10 +167,10 @@ class StepClock:
         return StepStamps(self._make if self.timing and timed else None)
 
     def turnaround(self, mode, res: RunResult, timed: bool) -> None:
-        """In a timed step, right before the draft's launch: the host's time since ``mode`` finished its work after
-        the last verification (``Mode.synced_ns``), into ``res.host_turnaround_us``."""
+        """In a timed step of a run that reads it, right before the draft's launch: the host's time since ``mode``
+        finished its work after the last verification (``Mode.synced_ns``), into ``res.host_turnaround_us``."""
         t, mode.synced_ns = mode.synced_ns, None
-        if timed and t is not None:
+        if self.turnarounds and timed and t is not None:
             res.host_turnaround_us.append(round((time.perf_counter_ns() - t) / 1e3, 3))
 
     def counts_syncs(self, timed: bool) -> bool:

@@ -322,7 +322,8 @@ class SpecDecodeEngine:
             capture_s=capture.s,
             fused_draft=self.strategy.fuses_draft,
         )
-        clock = StepClock(self.device, timing)
+        clock = StepClock(self.device, timing, turnaround=timing and not profile)
+        self.strategy.synced_ns = None  # nothing a previous run stamped
         with StepProfiler(self.device, warmup_steps if profile else None) as prof:
             self._loop(res, budget, clock, prof)
         res.trace = prof.trace

@@ -48,3 +48,17 @@ def test_without_matplotlib_the_compare_still_writes_its_json(tmp_path, capsys, 
     printed, out = _compare(tmp_path, capsys)
     assert printed.splitlines()[-1] == f"wrote {out}"
     assert json.loads(out.read_text())["cells"] and not out.with_suffix(".png").exists()
+
+
+def test_a_picture_that_cannot_be_written_says_so_and_the_rest_stands(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    _, out = _compare(tmp_path, capsys)
+    doc = json.loads(out.read_text())
+    assert plot(doc, tmp_path / "missing" / "compare.png") is None
+    assert "cannot write" in capsys.readouterr().err
+    # figures at or below zero (an event-level gap can be negative) still draw on the log axes
+    for c in doc["cells"]:
+        c["draft_to_verify"]["predicted_us"] = 0.0
+        if c["verify_to_draft"].get("unprofiled"):
+            c["verify_to_draft"]["unprofiled"]["measured_us"] = -5.0
+    assert plot(doc, tmp_path / "floor.png") == tmp_path / "floor.png"
