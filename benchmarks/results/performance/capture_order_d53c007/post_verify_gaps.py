@@ -1,6 +1,9 @@
-"""The gaps around this folder's block step graphs, per B = 1 trace: medians over the profiled steps.
+"""The gaps around the block step graphs, per trace: medians over the profiled steps.
 
     python benchmarks/results/performance/capture_order_d53c007/post_verify_gaps.py > post_verify_gaps.txt
+    python benchmarks/results/performance/capture_order_d53c007/post_verify_gaps.py TRACE.json.gz ...
+
+With no argument: this folder's B = 1 traces.
 
 argmax->tail: the forward's last kernel to the tail kernel (and whether both ran on one stream); after tail: the gaps
 between the tail, the two context stores and the host mirror's pack; ->next draft: the step graph's last kernel to
@@ -54,6 +57,6 @@ def gaps(path: Path) -> dict:
 
 
 if __name__ == "__main__":
-    for path in sorted(HERE.glob("trace_*_b1.json.gz")):
+    for path in [Path(a) for a in sys.argv[1:]] or sorted(HERE.glob("trace_*_b1.json.gz")):
         print(path.name, gaps(path))
     sys.exit(0)
