@@ -172,7 +172,6 @@ class HostClock:
         self.samples: dict[int, dict[str, list[float]]] = {}
         self.device_type = "cpu"
         self.skipped: dict[str, str] = {}  # figures this pass could not take, and why
-        self.turnaround_keys: set[str] = set()
 
     def measure(self, engine) -> None:
         """Add ``engine``'s figures to its batch's (nothing when disabled or under a profiler)."""
@@ -193,14 +192,13 @@ class HostClock:
         """A timed run's ``host_turnaround_us`` as ``boundary.<mode>.host_turnaround`` of its batch."""
         if self.enabled and samples:
             self.samples.setdefault(batch, {}).setdefault(f"boundary.{mode}.host_turnaround", []).extend(samples)
-            self.turnaround_keys.add(f"boundary.{mode}.host_turnaround")
 
     def provenance(self) -> dict:
         """How each host-clock figure was taken (``method``) and which were not (``not_measured``)."""
         cuda = self.device_type == "cuda"
+        turns = sorted({k for pool in self.samples.values() for k in pool if k.endswith(".host_turnaround")})
         return {
-            "method": dict(METHOD["cuda" if cuda else "cpu"])
-            | dict.fromkeys(sorted(self.turnaround_keys), TURNAROUND_METHOD),
+            "method": dict(METHOD["cuda" if cuda else "cpu"]) | dict.fromkeys(turns, TURNAROUND_METHOD),
             "not_measured": ({} if cuda else dict(NOT_ON_CPU)) | self.skipped,
             "repeats": self.repeats,
         }

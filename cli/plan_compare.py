@@ -165,17 +165,15 @@ def _host_bound(graph, model) -> bool:
     return any(graph.op(n).kind.value == "host_sync" for n in simulate(graph, model).critical_path(graph))
 
 
-def _after_mark(boundary: str, graph, cal, terms: dict) -> float:
+def _after_mark(boundary: str, graph, model, terms: dict) -> float:
     """The part of a host-bound verify->draft prediction that the bench's events leave to the next draft's span:
     the host's launch of the next draft and its device latency, which follow the stamp the step's draft span
     opens with (the timed steps' verify->draft ends there; ``draft_us`` holds them)."""
-    from ..passes import CostModel
-
     if boundary != "verify-to-draft":
         return 0.0
     if "draft_launch" in terms:  # compile's turnaround: its launch terms
         return terms["draft_launch"] + terms.get("read_back_launch", 0.0)
-    return (cal or CostModel()).issue_us(graph.op(graph.end))  # the planned launch of the next draft
+    return model.issue_us(graph.op(graph.end))  # the planned launch of the next draft
 
 
 def _until_sync(graph, model) -> float | None:
@@ -201,15 +199,18 @@ def compare(result: dict, costs: dict | None = None, traces: dict | None = None)
         for run in sorted(runs, key=lambda r: (r["depth"], r["batch"], list(MODE_PIPELINES).index(r["mode"]))):
             g = _graph(boundary, run["mode"], run, layout)
             cal = _calibrated(costs, run["batch"])
+            model = cal or CostModel()  # the costs the prediction uses: the calibration, else the defaults
             pipeline = MODE_PIPELINES[run["mode"]]
-            planned = round(bubble_us(g, cal), 2) if cal is not None else round(bubble_us(g, CostModel()), 2)
+            default = round(bubble_us(g, CostModel()), 2)
+            calibrated = round(bubble_us(g, cal), 2) if cal is not None else None
+            planned = default if calibrated is None else calibrated
             terms, src = out_of_plan(run["mode"], run["batch"], costs, traces, boundary)
             base = planned
             counted = ((traces or {}).get("head_launches") or {}).get(run["mode"], {})
             n = counted.get(f"{run['depth']}/{run['batch']}")
             if boundary == "draft-to-verify" and run["mode"] in HEAD_AS_RAN and n:
-                m = cal or CostModel()  # the launches the trace counts, each a graph kernel and its hand-over
-                base = terms["graph_head"] = round(n * (m.in_graph_kernel + m.in_graph_gap), 3)
+                # the launches the trace counts, each a graph kernel and its hand-over
+                base = terms["graph_head"] = round(n * (model.in_graph_kernel + model.in_graph_gap), 3)
                 src["graph_head"] = (
                     f"graph_head: {n:g} launches counted in the trace x (in_graph_kernel + in_graph_gap"
                     + ("" if cal else ", default")
@@ -228,17 +229,17 @@ def compare(result: dict, costs: dict | None = None, traces: dict | None = None)
             after_sync = AFTER_SYNC if run["mode"] in READ_BACK_FIRST else ()
             predicted = base + sum(v for t, v in terms.items() if t not in ("graph_head", *after_sync, *REPLACES_PLAN))
             if after_sync and ("read_back" in terms or "host_turnaround" in terms):
-                until = _until_sync(g, cal or CostModel())
+                until = _until_sync(g, model)
                 if until is None:
                     terms = {}
                 else:  # the host clock's turnaround where the calibration has it, else the profiled one
                     drop = ("read_back",) if "host_turnaround" in terms else ("host_turnaround", "read_back_launch")
                     terms = {t: v for t, v in terms.items() if t not in drop}
                     if "host_turnaround" in terms:
-                        terms["draft_launch"] = (cal or CostModel()).issue["graph_replay"]
+                        terms["draft_launch"] = model.issue["graph_replay"]
                         src["draft_launch"] = "issue.graph_replay" + ("" if cal else ", default")
                     predicted = until + sum(terms.get(t, 0.0) for t in AFTER_SYNC)
-            bound = _host_bound(g, cal or CostModel())
+            bound = _host_bound(g, model)
             rows.append(
                 {
                     "boundary": boundary,
@@ -246,13 +247,13 @@ def compare(result: dict, costs: dict | None = None, traces: dict | None = None)
                     "depth": run["depth"],
                     "batch": run["batch"],
                     "pipeline": "none (before passes)" if pipeline is None else pipeline,
-                    "predicted_default_us": round(bubble_us(g, CostModel()), 2),
-                    "predicted_calibrated_us": round(bubble_us(g, cal), 2) if cal is not None else None,
+                    "predicted_default_us": default,
+                    "predicted_calibrated_us": calibrated,
                     "out_of_plan_us": terms,
                     "out_of_plan_from": sources(src, terms),
                     "predicted_us": round(predicted, 2),
                     "host_synced": bound,
-                    "predicted_events_us": round(predicted - _after_mark(boundary, g, cal, terms), 2)
+                    "predicted_events_us": round(predicted - _after_mark(boundary, g, model, terms), 2)
                     if bound
                     else None,
                     "measured_events_us": run.get(events_key),
