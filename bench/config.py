@@ -231,6 +231,21 @@ class BenchSettings:
         "stream, no event wait node; one stream always does); recorded",
         text=SWITCH,
     )
+    draft_at_end: bool = setting(
+        False,
+        "a block draft (dflash, dspark) runs at the end of specgen's step graph, drafting for the next step, "
+        "instead of in its own graph before it (no graph switch between the verification and the next draft); "
+        "recorded",
+        text=SWITCH,
+        relation=lambda on, s: (
+            f"--draft-at-end runs a block draft (dflash, dspark) at the step graph's end; the {s.draft} draft "
+            "runs at its head"
+            if on and s.draft == "mtp"
+            else "--draft-at-end needs side streams: on one stream the block draft already runs in the step graph"
+            if on and s.no_side_streams
+            else None
+        ),
+    )
 
     @property
     def positions_needed(self) -> int:
@@ -299,6 +314,7 @@ class BenchSettings:
             device_guard=not self.no_device_guard,
             side_streams=not self.no_side_streams,
             mapped_mirror=self.mapped_mirror or self.no_side_streams,
+            draft_at_end=self.draft_at_end,
         )
 
 
@@ -344,6 +360,7 @@ class BenchConfig:
     device_guard: bool = True  # False: the runtime modes' verify graphs run without the device guard
     side_streams: bool = True  # False: specgen's step graphs on one stream (--no-side-streams)
     mapped_mirror: bool = False  # True: the host fields through mapped memory (--mapped-mirror, or one stream)
+    draft_at_end: bool = False  # True: a block draft at the end of specgen's step graph (--draft-at-end)
     sampling: tuple[float, int, float] | None = None  # (temperature, top_k, top_p); None: greedy verification
     draft_sampling: str = "sample"  # a sampling MTP draft draws from its own q, or proposes its argmax (one-hot)
 

@@ -16,7 +16,9 @@ draft kernels come with the verify phase's replay.  Given the draft's signature 
 draft graph, profiled alone, as its device records' names in order, every copy written ``COPY``: a small copy
 is a memcpy node in one capture and a copy kernel in another), ``attribute_with_method(events, draft)`` finds
 it among one stream's records of such a verify phase and moves every record that starts from its first to its
-last matched record back to the draft; the draft's own trailing copies (its hand-over) stay the draft's.
+last matched record back to the draft; the draft's own trailing copies (its hand-over) stay the draft's.  A
+step graph that ends by drafting for the next step (``draft_at_end``) holds the next step's draft after its
+own forward and tail: found there, it moves to the next step's draft phase.
 
 Within a step's verify phase the *target forward* is found by its kernel names: the bare forward graph, profiled
 alone, gives the name sequence, and the first place that sequence occurs among one stream's kernels of the phase
@@ -116,12 +118,15 @@ def attribute_with_method(
 
 
 def split_fused(steps: dict[int, StepKernels], draft: list[str] | tuple[str, ...]) -> dict[int, StepKernels]:
-    """``steps`` with the draft of every step whose draft phase is empty found in its verify phase (in place).
+    """``steps`` with the draft of every step whose draft phase is empty found in a verify phase (in place).
 
     The draft is the first place ``draft`` (a ``draft_signature``, less its
     leading copies) occurs among one stream's records of the verify phase; every verify record that
-    starts from its first matched record's start to its last one's moves to
-    the draft.  A step whose verify phase lacks the signature is left alone.
+    starts from its first matched record's start to its last one's moves to a draft.  A draft with
+    nothing but copies before it on its stream leads the step graph (a prologue): it is that step's.
+    One after other work trails it (``draft_at_end``: the step graph drafts for the next step): it is
+    the next step's, and dropped when the next step was not profiled.  A step whose verify phase lacks
+    the signature is left alone.
     """
     # leading copies (the carry of the previous step's state into the inputs) may run on another stream
     # than the draft proper in a graph that forks beside the draft, so they are not part of the pattern
@@ -130,22 +135,35 @@ def split_fused(steps: dict[int, StepKernels], draft: list[str] | tuple[str, ...
         pattern.pop(0)
     if not pattern:
         return steps
-    for s in steps.values():
-        if s.draft or not s.verify:
+    found: dict[int, tuple[list[DeviceRecord], bool]] = {}  # step -> (the draft's records, whether it leads)
+    own = {key for key, s in steps.items() if s.draft}  # the steps whose draft phase launched their draft
+    for key, s in steps.items():
+        if not s.verify:
             continue
         by_stream: dict = {}
         for r in s.verify:
             by_stream.setdefault(r.stream, []).append(r)
         for records in by_stream.values():
             records.sort(key=lambda r: r.start)
-            at = _find(draft_signature(records, ordered=True), pattern)
+            names = draft_signature(records, ordered=True)
+            at = _find(names, pattern)
             if at is not None:
                 break
         else:
             continue
+        leads = all(n == COPY for n in names[:at])
+        if leads and key in own:
+            continue  # a step that launched its own draft holds no other at its head
         lo, hi = records[at].start, records[at + len(pattern) - 1].start
-        s.draft = [r for r in s.verify if lo <= r.start <= hi]
-        s.verify = [r for r in s.verify if not lo <= r.start <= hi]
+        found[key] = ([r for r in s.verify if lo <= r.start <= hi], leads)
+    for key, (moved, leads) in found.items():
+        s = steps[key]
+        ids = {id(r) for r in moved}
+        s.verify = [r for r in s.verify if id(r) not in ids]
+        if leads:
+            s.draft = moved
+        elif key + 1 in steps and key + 1 not in own:
+            steps[key + 1].draft = moved
     return steps
 
 

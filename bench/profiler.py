@@ -185,6 +185,7 @@ class KernelPass:
                 "device_guard": c.device_guard,
                 "side_streams": c.side_streams,
                 "mapped_mirror": c.mapped_mirror,
+                "draft_at_end": c.draft_at_end,
                 "runs": [list(r) for r in runs],
                 "machine": machine(c),
                 "model_shape": model_shape(c),
@@ -244,6 +245,7 @@ class KernelPass:
             device_guard=c.device_guard,
             side_streams=c.side_streams,
             mapped_mirror=c.mapped_mirror,
+            draft_at_end=c.draft_at_end,
             sampling=c.sampling_params(batch),
             draft_sampling=c.draft_sampling,
         )

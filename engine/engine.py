@@ -13,7 +13,11 @@ verify graph, one; ``specgen``: the built kernel variants in
 ``SpecVerifyRuntime``'s step graph, none).  A mode whose ``fuses_draft`` is
 set runs the draft inside its own step graph (``specgen``, ``inductor``): one
 graph replay per step, so no graph switch sits between the draft and the
-verification.
+verification.  A draft that keeps its own graph (a block draft with side
+streams) may instead run at the end of ``specgen``'s step graph
+(``draft_at_end``, ``trails_draft``): the step graph drafts for the next
+step, so after the first step no draft graph is launched and no graph switch
+sits between the verification and the next draft.
 
 On the CPU the graphs run eagerly (``compile`` mode takes ``compile_backend``,
 e.g. ``"eager"`` in tests).  ``run`` returns the tokens, the acceptance and,
@@ -108,6 +112,7 @@ class SpecDecodeEngine:
         device_guard: bool = True,
         side_streams: bool = True,
         mapped_mirror: bool | None = None,
+        draft_at_end: bool = False,
         sampling: SamplingParams | list[SamplingParams] | None = None,
         draft_sampling: str = "sample",
     ):
@@ -130,6 +135,13 @@ class SpecDecodeEngine:
         self.device_guard = bool(device_guard)  # False: the runtime modes' verify graphs run without the device guard
         self.side_streams = bool(side_streams)  # False: specgen's step graphs on one stream (no fork or event wait)
         self.mapped_mirror = mapped_mirror  # the runtime's host copies through mapped memory; None: its default
+        # specgen: a draft that keeps its own graph runs instead at the end of the step graph, for the next step
+        self.draft_at_end = bool(draft_at_end)
+        if self.draft_at_end and mode == "specgen" and not self.proposer.can_trail:
+            raise EngineError(
+                f"draft_at_end: the {type(self.proposer).__name__} draft cannot run at the end of the step graph "
+                "(an MTP chain runs at its head)"
+            )
         self.device = model.embed_tokens.weight.device
         self.linear_state = has_linear_state(model)  # a hybrid target (engine/linear_state.py)
         self.state: LinearState | None = None
@@ -320,7 +332,7 @@ class SpecDecodeEngine:
             self.batch,
             [[t] for t in bonus.tolist()],
             capture_s=capture.s,
-            fused_draft=self.strategy.fuses_draft,
+            fused_draft=self.strategy.fuses_draft or self.strategy.trails_draft,
         )
         clock = StepClock(self.device, timing, turnaround=timing and not profile)
         self.strategy.synced_ns = None  # nothing a previous run stamped
@@ -350,7 +362,8 @@ class SpecDecodeEngine:
                 stamps.mark(0)
                 with prof.phase("draft", i):
                     clock.turnaround(self.strategy, res, timed)  # the host's own work since the last verification's
-                    if not self.strategy.fuses_draft:  # else the mode's step graph runs the draft
+                    # else the mode's step graph runs the draft: at its head, or at the previous step's end
+                    if not self.strategy.fuses_draft and not (self.strategy.trails_draft and i > 0):
                         self.draft_graph()
                 stamps.mark(1)
                 with prof.phase("verify", i):

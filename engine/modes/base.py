@@ -45,6 +45,9 @@ class Mode:
     needs_library: ClassVar[bool] = False
     # whether ``verify`` runs the draft itself (inside its step graph); the engine then launches no draft graph
     fuses_draft: ClassVar[bool] = False
+    # whether ``verify`` ends by drafting for the next step (at the end of its step graph); the engine then launches
+    # the draft graph only before the first step
+    trails_draft: ClassVar[bool] = False
     cpu_skip_reason: ClassVar[str | None] = None  # why a benchmark skips the mode on the CPU, if it does
     # the host clock (``time.perf_counter_ns``) where the mode's work after the verification ended on the host (its
     # read-back returned, and for baseline its host tail was issued); the engine times from it to the call that

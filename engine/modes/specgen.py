@@ -35,6 +35,27 @@ class SpecgenMode(Mode):
     def fuses_draft(self) -> bool:  # the draft runs as the runtime's prologue when the proposer allows it
         return self.engine.proposer.fusable
 
+    @property
+    def trails_draft(self) -> bool:  # a draft with its own graph runs at the step graph's end instead (draft_at_end)
+        e = self.engine
+        return e.draft_at_end and e.proposer.can_trail and not e.proposer.fusable
+
+    def epilogue(self) -> Callable[[], None] | None:
+        """The proposer's work after the tail, then (``trails_draft``) the next step's draft: its anchor carried and
+        its block forward, after the context rows it reads are stored.  The eager fallback step runs it too, so every
+        step, fast or not, leaves the next step's drafts in the buffers."""
+        work = self.engine.proposer.epilogue()
+        if not self.trails_draft:
+            return work
+        draft = self.engine._draft
+
+        def run() -> None:
+            if work is not None:
+                work()
+            draft()
+
+        return run
+
     def kernel_library(self):
         """The library whose plans and variants the runtime runs (the engine's build)."""
         return self.engine.library
@@ -64,7 +85,7 @@ class SpecgenMode(Mode):
                 scratch_block=e.scratch_block,
                 prologue=self.prologue(),
                 tail=e.proposer.tail if e.sampling is None else SAMPLED_TAILS[e.proposer.tail],
-                epilogue=e.proposer.epilogue(),
+                epilogue=self.epilogue(),
                 sampler=None if e.sampling is None else e.sampling.sampler,
                 device_guard=e.device_guard,
                 side_streams=e.side_streams,
@@ -97,7 +118,8 @@ class SpecgenMode(Mode):
     def stats(self) -> dict | None:
         """The runtime's counts and what its step graph runs (plan steps, then the draft's epilogue)."""
         graph = [s.name for s in (*self.runtime.hoisted, *self.runtime.sequence)]
-        return {**self.runtime.stats(), "graph": graph + list(self.engine.proposer.epilogue_names)}
+        after = list(self.engine.proposer.epilogue_names) + ["next_draft"] * self.trails_draft
+        return {**self.runtime.stats(), "graph": graph + after}
 
     def close(self) -> None:
         self.runtime = None

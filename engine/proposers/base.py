@@ -21,7 +21,8 @@ after the tail, in the captured graph: ``None`` or a callable), ``host_tail``
 (the host-serial version, for ``baseline``) and ``compiled_tail`` (the
 ``torch.compile``'d one, for ``compile``).  ``modes`` names the boundary modes
 the draft runs; ``fusable`` says whether ``specgen`` may run the draft inside
-its step graph (as the runtime's prologue).
+its step graph (as the runtime's prologue), ``can_trail`` whether it may run at
+the step graph's end instead, drafting for the next step (``draft_at_end``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Proposer:
 
     tail: ClassVar[str]
     fusable: ClassVar[bool] = False
+    can_trail: ClassVar[bool] = False  # whether ``specgen`` may run the draft at its step graph's end (draft_at_end)
     unsupported_modes: ClassVar[tuple[str, ...]] = ()  # registered modes this draft cannot run
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ("draft_tokens",)

@@ -16,9 +16,12 @@ What changes against the MTP chain:
 Verification is ``W = K + 1`` rows wide for both kinds; the draft forward
 has ``rows(K)`` rows (``K + 1`` for DFlash, ``K`` for DSpark).  With side
 streams (the default) the draft graph stays its own graph, before the step
-graph; on one stream (``side_streams=False``) ``specgen`` runs the block
-forward at the head of the step graph as the runtime's prologue (``carry``,
-then ``propose``), as the MTP chain does, so a step is one graph.
+graph, unless ``draft_at_end``: ``specgen``'s step graph then ends with the
+next step's block forward (after the tail and the context stores it reads),
+and the draft graph runs only before the first step.  On one stream
+(``side_streams=False``) ``specgen`` runs the block forward at the head of
+the step graph as the runtime's prologue (``carry``, then ``propose``), as the
+MTP chain does, so a step is one graph.
 ``inductor`` is the MTP plan's compiled pipeline and is not run here.
 """
 
@@ -56,6 +59,7 @@ class BlockProposer(Proposer):
     """A DFlash / DSpark block draft; see the module docstring."""
 
     tail = CONTEXT_KV
+    can_trail = True  # its inputs (the anchor, its length, the context rows) are all written by the step's tail
     _beside = _side = _held = None  # the staged context rows (``alloc_hidden``): none until set up
     unsupported_modes = ("inductor",)
     reads = ("next_last_token", "next_seq_lens", "block_table")

@@ -102,6 +102,44 @@ def test_a_fused_draft_is_found_inside_the_verify_phase():
     assert not kt.attribute(fused, ["draft_0", "no_such_kernel"])[0].draft
 
 
+def _trailing(trace):
+    """``trace`` as a step graph that ends by drafting for the next step records it (``draft_at_end``): after the
+    first step the draft phase launches nothing, and each draft's kernels come with the previous verify launch."""
+    ev = trace["traceEvents"]
+    launches = [e for e in ev if e["name"] == "cudaGraphLaunch"]  # draft 0, verify 0, draft 1, verify 1, ...
+    corr = [e["args"]["correlation"] for e in launches]
+    owner = {corr[i]: corr[i - 1] for i in range(2, len(corr), 2)}
+    out = []
+    for e in ev:
+        corr = (e.get("args") or {}).get("correlation")
+        if e["name"] == "cudaGraphLaunch" and corr in owner:
+            continue  # the draft phase launches nothing after the first step
+        if e["cat"] in kt.DEVICE_CATS and corr in owner:
+            e = dict(e, args={"correlation": owner[corr]})
+        out.append(e)
+    return {"traceEvents": out}
+
+
+def test_a_trailing_draft_is_the_next_steps():
+    """A draft found after the forward and tail of a verify phase was launched there for the next step: it moves to
+    that step's draft, so each step's figures are those of the two-graph trace."""
+    trace, expect = steps_trace(steps=3, head=2.0, d2v_idle=6.0, v2d=25.0)
+    draft = kt.phase_signature(kt.attribute(kt.load_trace(trace)))
+    trailing = kt.load_trace(_trailing(trace))
+    assert all(not s.draft for k, s in kt.attribute(trailing).items() if k > 0)
+    steps = kt.attribute(trailing, draft)
+    assert all([r.name for r in s.draft] == draft for s in steps.values())  # step 0 ran its own draft graph
+    assert all(not r.name.startswith("draft_") for s in steps.values() for r in s.verify)
+    figs = kt.step_figures(steps, FORWARD)
+    assert [f["kernel_draft_to_verify_us"] for f in figs] == pytest.approx([d for d, _, _ in expect])
+    assert [f["kernel_verify_to_draft_us"] for f in figs] == pytest.approx([25.0, 25.0, None])
+    # the last profiled step's trailing draft belongs to a step that was not profiled: it is dropped
+    cut = {"traceEvents": [e for e in _trailing(trace)["traceEvents"] if not e["name"].endswith("#2")]}
+    steps = kt.attribute(kt.load_trace(cut), draft)
+    assert sorted(steps) == [0, 1] and all([r.name for r in s.draft] == draft for s in steps.values())
+    assert [r.name for r in steps[1].verify] == ["spec_head_w4", *FORWARD, "greedy_verify"]
+
+
 def test_a_draft_signature_matches_copies_of_either_kind():
     """The draft's hand-over copies are memcpy nodes in one capture and copy kernels in another: both are COPY."""
     trace, expect = steps_trace(steps=2, head=2.0, d2v_idle=3.0, v2d=20.0)
