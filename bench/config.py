@@ -231,18 +231,16 @@ class BenchSettings:
         "stream, no event wait node; one stream always does); recorded",
         text=SWITCH,
     )
-    draft_at_end: bool = setting(
+    own_draft_graph: bool = setting(
         False,
-        "a block draft (dflash, dspark) runs at the end of specgen's step graph, drafting for the next step, "
-        "instead of in its own graph before it (no graph switch between the verification and the next draft); "
-        "recorded",
+        "a block draft (dflash, dspark) keeps its own graph before each of specgen's step graphs instead of running "
+        "at the step graph's end, drafting for the next step (an A/B of the graph switch after the verification; "
+        "recorded as draft_at_end)",
         text=SWITCH,
         relation=lambda on, s: (
-            f"--draft-at-end runs a block draft (dflash, dspark) at the step graph's end; the {s.draft} draft "
-            "runs at its head"
+            f"--own-draft-graph is for a block draft (dflash, dspark); the {s.draft} draft runs at the step graph's "
+            "head"
             if on and s.draft == "mtp"
-            else "--draft-at-end needs side streams: on one stream the block draft already runs in the step graph"
-            if on and s.no_side_streams
             else None
         ),
     )
@@ -314,7 +312,8 @@ class BenchSettings:
             device_guard=not self.no_device_guard,
             side_streams=not self.no_side_streams,
             mapped_mirror=self.mapped_mirror or self.no_side_streams,
-            draft_at_end=self.draft_at_end,
+            # a block draft at the end of specgen's step graph, where side streams keep it out of the step's head
+            draft_at_end=self.draft != "mtp" and not self.no_side_streams and not self.own_draft_graph,
         )
 
 
@@ -360,7 +359,7 @@ class BenchConfig:
     device_guard: bool = True  # False: the runtime modes' verify graphs run without the device guard
     side_streams: bool = True  # False: specgen's step graphs on one stream (--no-side-streams)
     mapped_mirror: bool = False  # True: the host fields through mapped memory (--mapped-mirror, or one stream)
-    draft_at_end: bool = False  # True: a block draft at the end of specgen's step graph (--draft-at-end)
+    draft_at_end: bool = False  # a block draft at the end of specgen's step graph (the default; --own-draft-graph)
     sampling: tuple[float, int, float] | None = None  # (temperature, top_k, top_p); None: greedy verification
     draft_sampling: str = "sample"  # a sampling MTP draft draws from its own q, or proposes its argmax (one-hot)
 

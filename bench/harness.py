@@ -329,7 +329,7 @@ class _Sweep:
             "device_guard": c.device_guard,  # False: --no-device-guard (the runtime modes without the device guard)
             "side_streams": c.side_streams,  # False: --no-side-streams (specgen's step graphs on one stream)
             "mapped_mirror": c.mapped_mirror,  # True: the host fields through mapped memory (--mapped-mirror)
-            "draft_at_end": c.draft_at_end,  # True: a block draft at the end of specgen's step graph (--draft-at-end)
+            "draft_at_end": c.draft_at_end,  # a block draft at the end of specgen's step graph (--own-draft-graph: off)
             "settled": SETTLED,  # what every timed and profiled run starts from (bench/support.py)
             "acceptance_p": c.acceptance,
             "sampling": (

@@ -43,7 +43,7 @@
 # streams-ab (specgen alone: the step graphs with side streams against --no-side-streams, one stream; MTP depth 3,
 # DFlash depth 15 and DSpark depth 7 (STREAMS="mtp 3,dflash 15,dspark 7") at B = 1, 8, 32, ROUNDS interleaved
 # rounds; B = 1 traces kept),
-# tail-ab (specgen alone: the block drafts in their own graph against at the end of the step graph, --draft-at-end;
+# tail-ab (specgen alone: the block drafts in their own graph, --own-draft-graph, against at the end of the step graph;
 # TAILS="dflash 15,dspark 7", ROUNDS interleaved rounds),
 # mirror-ab (specgen alone, side streams: the host fields by a copy against mapped memory, --mapped-mirror; MTP depth 3
 # and the block drafts, MIRRORS as STREAMS, ROUNDS interleaved rounds),
@@ -215,9 +215,9 @@ s.sort_stats('cumtime').print_stats('runtime/', 45); s.sort_stats('tottime').pri
       done ;;
     streams-ab)  # the step graphs with side streams (side) against one stream (one, --no-side-streams)
       draft_ab streams "${STREAMS:-mtp 3,dflash 15,dspark 7}" side "" one --no-side-streams ;;
-    tail-ab)  # a block draft in its own graph (own, the default) against at the end of the step graph (end,
-      # --draft-at-end): the next draft after the verification with no graph switch between them
-      draft_ab tail "${TAILS:-dflash 15,dspark 7}" own "" end --draft-at-end ;;
+    tail-ab)  # a block draft in its own graph (own, --own-draft-graph) against at the end of the step graph (end, the
+      # default): the next draft after the verification with no graph switch between them
+      draft_ab tail "${TAILS:-dflash 15,dspark 7}" own --own-draft-graph end "" ;;
     mirror-ab)  # side streams: the host fields copied on a copy stream (copy, the default) against written through
       # mapped pinned memory (mapped, --mapped-mirror)
       draft_ab mirror "${MIRRORS:-mtp 3,dflash 15,dspark 7}" copy "" mapped --mapped-mirror ;;

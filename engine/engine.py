@@ -13,11 +13,12 @@ verify graph, one; ``specgen``: the built kernel variants in
 ``SpecVerifyRuntime``'s step graph, none).  A mode whose ``fuses_draft`` is
 set runs the draft inside its own step graph (``specgen``, ``inductor``): one
 graph replay per step, so no graph switch sits between the draft and the
-verification.  A draft that keeps its own graph (a block draft with side
-streams) may instead run at the end of ``specgen``'s step graph
-(``draft_at_end``, ``trails_draft``): the step graph drafts for the next
-step, so after the first step no draft graph is launched and no graph switch
-sits between the verification and the next draft.
+verification.  A draft that would keep its own graph (a block draft with
+side streams) runs at the end of ``specgen``'s step graph instead
+(``draft_at_end``, the default; ``trails_draft``): the step graph drafts for
+the next step, so after the first step no draft graph is launched and no
+graph switch sits between the verification and the next draft
+(``draft_at_end=False`` keeps the draft graph before every step).
 
 On the CPU the graphs run eagerly (``compile`` mode takes ``compile_backend``,
 e.g. ``"eager"`` in tests).  ``run`` returns the tokens, the acceptance and,
@@ -112,7 +113,7 @@ class SpecDecodeEngine:
         device_guard: bool = True,
         side_streams: bool = True,
         mapped_mirror: bool | None = None,
-        draft_at_end: bool = False,
+        draft_at_end: bool | None = None,
         sampling: SamplingParams | list[SamplingParams] | None = None,
         draft_sampling: str = "sample",
     ):
@@ -135,9 +136,10 @@ class SpecDecodeEngine:
         self.device_guard = bool(device_guard)  # False: the runtime modes' verify graphs run without the device guard
         self.side_streams = bool(side_streams)  # False: specgen's step graphs on one stream (no fork or event wait)
         self.mapped_mirror = mapped_mirror  # the runtime's host copies through mapped memory; None: its default
-        # specgen: a draft that keeps its own graph runs instead at the end of the step graph, for the next step
-        self.draft_at_end = bool(draft_at_end)
-        if self.draft_at_end and mode == "specgen" and not self.proposer.can_trail:
+        # specgen: a draft that would keep its own graph runs at the end of the step graph instead, drafting for the
+        # next step (None: wherever the draft can, i.e. a block draft with side streams; False: its own graph)
+        self.draft_at_end = self.proposer.can_trail if draft_at_end is None else bool(draft_at_end)
+        if draft_at_end and mode == "specgen" and not self.proposer.can_trail:
             raise EngineError(
                 f"draft_at_end: the {type(self.proposer).__name__} draft cannot run at the end of the step graph "
                 "(an MTP chain runs at its head)"

@@ -15,10 +15,10 @@ What changes against the MTP chain:
 
 Verification is ``W = K + 1`` rows wide for both kinds; the draft forward
 has ``rows(K)`` rows (``K + 1`` for DFlash, ``K`` for DSpark).  With side
-streams (the default) the draft graph stays its own graph, before the step
-graph, unless ``draft_at_end``: ``specgen``'s step graph then ends with the
-next step's block forward (after the tail and the context stores it reads),
-and the draft graph runs only before the first step.  On one stream
+streams (the default) the draft graph runs before the first step only: ``specgen``'s step graph ends with
+the next step's block forward (``draft_at_end``, after the tail and the
+context stores it reads); ``draft_at_end=False`` (and the serving loop, whose
+rows change between steps) keeps the draft graph before every step.  On one stream
 (``side_streams=False``) ``specgen`` runs the block forward at the head of
 the step graph as the runtime's prologue (``carry``, then ``propose``), as the
 MTP chain does, so a step is one graph.

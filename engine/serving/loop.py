@@ -166,6 +166,7 @@ class ServingLoop:
             sampling=SamplingParams() if sampling else None,
             draft_sampling=draft_sampling,
             compile_backend=compile_backend,
+            draft_at_end=False,  # the loop drafts before each step, over the rows that step runs (joins included)
         )
         self.device = self.engine.device
         self.draft_name = getattr(getattr(proposer, "draft", None), "kind", "mtp")

@@ -79,16 +79,7 @@ BAD = [
     ("draft_tp", {"draft_tp": 2}, TP),
     ("check_ranks", {"check_ranks": -1}, TP),
     ("profile_steps", {"profile_steps": -1}, "--profile-steps must be at least 0 (0: no kernel-level profile)"),
-    (
-        "draft_at_end",
-        {"draft_at_end": True},
-        "--draft-at-end runs a block draft (dflash, dspark) at the step graph's end",
-    ),
-    (
-        "draft_at_end",
-        {"draft_at_end": True, "draft": "dflash", "no_side_streams": True},
-        "--draft-at-end needs side streams: on one stream the block draft already runs in the step graph",
-    ),
+    ("own_draft_graph", {"own_draft_graph": True}, "--own-draft-graph is for a block draft (dflash, dspark)"),
 ]
 
 
@@ -145,7 +136,7 @@ def test_the_option_names_and_metavars_of_the_command_line():
         "--no-device-guard",
         "--no-side-streams",
         "--mapped-mirror",
-        "--draft-at-end",
+        "--own-draft-graph",
         "--replot",
     ]
     usage = _bench_parser().format_usage()
@@ -212,13 +203,18 @@ def test_mapped_mirror_reaches_the_config():
     assert c.mapped_mirror is True and c.side_streams is True
 
 
-def test_draft_at_end_reaches_the_config():
-    """``--draft-at-end``: a block draft at the end of specgen's step graph (recorded as ``draft_at_end``)."""
+def test_a_block_draft_runs_at_the_step_graphs_end_unless_told():
+    """A block draft with side streams runs at the end of specgen's step graph (recorded as ``draft_at_end``);
+    ``--own-draft-graph`` keeps its own graph; the MTP chain and one stream never trail."""
     from specgen.cli.bench import _settings
 
-    assert _settings(build_parser().parse_args(["bench"])).resolve().draft_at_end is False
-    args = ["bench", "--draft", "dspark", "--draft-at-end", "--device", "cpu"]
-    assert _settings(build_parser().parse_args(args)).resolve().draft_at_end is True
+    def resolved(*args):
+        return _settings(build_parser().parse_args(["bench", *args, "--device", "cpu"])).resolve().draft_at_end
+
+    assert resolved() is False  # mtp
+    assert resolved("--draft", "dspark") is True
+    assert resolved("--draft", "dflash", "--own-draft-graph") is False
+    assert resolved("--draft", "dflash", "--no-side-streams") is False
 
 
 def test_every_validated_setting_has_a_bad_case():

@@ -126,8 +126,8 @@ def test_cuda_one_stream_block_drafts_match_side_streams(block_kernels, kind, de
 @pytest.mark.parametrize("kind", ["dflash", "dspark"])
 def test_one_stream_runs_the_block_forward_as_its_step_graph_s_prologue(block_kernels, kind):
     """On one stream a block draft is the runtime's prologue (the anchor carried first by one copy kernel, the
-    block writing only the drafts): one step graph a step, and greedy decoding's tokens; with side streams it keeps
-    its own graph and carries the anchor itself."""
+    block writing only the drafts): one step graph a step, and greedy decoding's tokens; with side streams it runs at
+    the step graph's end instead and carries the anchor itself."""
     model = Qwen3Model.create("tiny", seed=0)
     draft = DRAFT_KINDS[kind].create(model, seed=1)
     prompts = _prompts(2, seed=3)
@@ -138,7 +138,7 @@ def test_one_stream_runs_the_block_forward_as_its_step_graph_s_prologue(block_ke
         )  # fmt: skip
         res = eng.run(prompts, max_new_tokens=8)
         prologue = eng.strategy.runtime.prologue
-        assert res.fused_draft == eng.strategy.fuses_draft == (not side_streams)
+        assert res.fused_draft and eng.strategy.fuses_draft == (not side_streams) == (not eng.strategy.trails_draft)
         if side_streams:
             assert prologue is None and eng.proposer.writes == ("draft_tokens", "last_tokens", "seq_lens")
         else:

@@ -148,5 +148,6 @@ def test_cuda_specgen_step_has_no_host_sync(block_kernels):
             model, draft, mode="specgen", width=8, batch=4, block_size=BS, block_table_width=BT, library=block_kernels
         )
         assert type(eng.strategy) is SpecgenMode and eng.strategy.lagged and not eng.strategy.fuses_draft
+        assert eng.strategy.trails_draft  # the default: the block forward at the step graph's end
         res = eng.run(_prompts(4, 1), steps=6, warmup_steps=2, timing=True)
         assert [t.host_syncs for t in res.timings] == [0] * 6

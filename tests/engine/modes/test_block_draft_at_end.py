@@ -1,6 +1,6 @@
-"""A block draft at the end of specgen's step graph (``draft_at_end``): the step graph drafts for the next step, the
-draft graph runs only before the first, and the tokens, the accepted drafts and a fallback step are those of the
-draft in its own graph."""
+"""A block draft at the end of specgen's step graph (``draft_at_end``, the default): the step graph drafts for the
+next step, the draft graph runs only before the first, and the tokens, the accepted drafts and a fallback step are
+those of the draft in its own graph (``draft_at_end=False``)."""
 
 from __future__ import annotations
 
@@ -114,6 +114,17 @@ def test_a_fallback_step_drafts_for_the_next_step_too(block_kernels, kind):
         res = eng.run(prompts, max_new_tokens=NEW)
     assert res.outputs == greedy and res.accepted == want.accepted
     assert res.runtime_stats["fallback"] == {"forced": 3} and len(launches) == 1
+
+
+def test_a_block_draft_trails_by_default_where_it_can(tiny_target, block_kernels):
+    """``draft_at_end=None`` (the default): a block draft with side streams trails the step graph; on one stream it is
+    the step graph's prologue instead; the other modes launch their draft graph every step."""
+    draft = DRAFT_KINDS["dflash"].create(tiny_target, seed=1)
+    kw = dict(width=4, batch=1, block_size=BS, block_table_width=BT, library=block_kernels)
+    assert DRAFT_KINDS["dflash"].engine(tiny_target, draft, mode="specgen", **kw).strategy.trails_draft
+    one = DRAFT_KINDS["dflash"].engine(tiny_target, draft, mode="specgen", side_streams=False, **kw).strategy
+    assert one.fuses_draft and not one.trails_draft
+    assert not DRAFT_KINDS["dflash"].engine(tiny_target, draft, mode="compile", **kw).strategy.trails_draft
 
 
 def test_draft_at_end_is_refused_for_a_chain_draft(tiny_target, block_kernels):

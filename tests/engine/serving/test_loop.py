@@ -140,6 +140,7 @@ def test_block_drafts(tiny, block_kernels, stops, kind, mode, lag, read_lag):
         num_blocks=7,
     )
     assert_exact(model, loop, run, reqs)
+    assert not loop.engine.strategy.trails_draft  # the loop drafts before each step, over that step's rows
     assert (
         run.draft == kind
         and run.settings["read_lag"] == read_lag
