@@ -450,3 +450,32 @@ def test_replay_the_3cd945d_sweep_with_the_host_clocked_turnaround(tmp_path, cap
                 assert why[(c["mode"], p)] in printed
     s = doc["summary"]["host_bound_unprofiled"]
     assert s["measured"] == 9 and s["within_goal"] >= 4
+
+
+LATEST_SWEEP = Path(specgen.__file__).parent / "benchmarks/results/performance/sweep_314ce70_h100"
+
+
+@pytest.mark.parametrize("run", ["bench_d3", "bench_d4", "bench_d5", "bench_8b_d3"])
+def test_replay_the_314ce70_sweep(tmp_path, capsys, run):
+    """The sweep at 314ce70 (one H100; Qwen3-0.6B depths 3-5, Qwen3-8B depth 3), issue 25's latest: every specgen
+    and inductor cell within the goal; compile's draft->verify and TPOT in every cell, its verify->draft against
+    the unprofiled measurement in every cell; the cells outside the goal are baseline's and compile's profiled
+    verify->draft, each printed with its reason; the kept compare.md is what the command prints."""
+    from specgen.cli.plan_compare_markdown import WHY, WHY_HOST_CLOCKED, WHY_TURNAROUND_CLOCKED
+
+    printed, doc = _replayed(LATEST_SWEEP / run, tmp_path, capsys)
+    why = {**WHY, **WHY_HOST_CLOCKED, **WHY_TURNAROUND_CLOCKED}
+    assert len(doc["cells"]) == 12
+    parts = ("draft_to_verify", "verify_to_draft", "tpot")
+    for c in doc["cells"]:
+        if c["mode"] in ("specgen", "inductor"):
+            assert all(c[p]["within_goal"] for p in parts), (c["mode"], c["batch"])
+        if c["mode"] == "compile":
+            assert c["draft_to_verify"]["within_goal"] and c["tpot"]["within_goal"]
+            assert c["verify_to_draft"]["unprofiled"]["within_goal"], c["batch"]
+        for p in parts:
+            if c[p]["within_goal"] is False:
+                assert (c["mode"], p) == ("compile", "verify_to_draft") or c["mode"] == "baseline"
+                assert why[(c["mode"], p)] in printed
+    s = doc["summary"]
+    assert s["tpot"]["within_goal"] >= 11 and s["host_bound_unprofiled"]["within_goal"] >= 6

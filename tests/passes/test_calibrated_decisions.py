@@ -35,6 +35,8 @@ LATEST = RESULTS / "guard_ef74ce4/costs.json"  # with the ``boundary`` figures
 # families and host turnarounds the host clock timed (Qwen3-0.6B at depths 3 and 5, Qwen3-8B at depth 3)
 H100 = [RESULTS / f"sweep_513862e_h100/bench_{r}/costs.json" for r in ("d3", "d4", "d5", "8b_d3", "8b_d3_b32")]
 H100 += [RESULTS / f"sweep_3cd945d_h100/bench_{r}/costs.json" for r in ("d3", "d5", "8b_d3")]
+# and at 314ce70 (Qwen3-0.6B at depths 3-5, Qwen3-8B at depth 3; the block drafts at the step graph's end)
+H100 += [RESULTS / f"sweep_314ce70_h100/bench_{r}/costs.json" for r in ("d3", "d4", "d5", "8b_d3")]
 HEAD_SPLIT = "sync-to-event,hoist,fuse,capture"  # the head as three launches: no fuse-chain
 
 
@@ -54,7 +56,7 @@ def test_every_default_rewrite_is_taken_under_the_h200_calibration(boundary, lin
     planned, _ = run_pipeline(before)  # the default costs' plan
     paths = (H200, LATEST, *H100)
     models = {f"{p.parent.parent.name}/{p.parent.name} {k}": m for p in paths for k, m in _calibrations(p).items()}
-    assert len(models) == 25 + 3 * 4  # each file pooled and per batch (1, 8, 32; 513862e's Qwen3-8B: 32 apart)
+    assert len(models) == 25 + 3 * 4 + 4 * 4  # each file pooled and per batch (1, 8, 32; 513862e's Qwen3-8B: 32 apart)
     for name, model in models.items():
         after, ctx = run_pipeline(before, model=model)
         refused = [n for n in ctx.notes if "lengthen" in n]
