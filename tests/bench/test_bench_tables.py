@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from oracles.scripts import benchmark_module
 
 
@@ -121,6 +122,21 @@ def test_sweep_agreement_compares_the_shared_cells(tmp_path, capsys):
     assert {(r["batch"], r["figure"]) for r in rows if not r["agrees"]} == {(8, "kernel_draft_to_verify_us")}
     assert agree.main([str(four), str(one), "--tolerance-us", "2"]) == 0
     assert agree.main([str(four), str(sweep("none", [_run("inductor", 1, 0.7, 4.0)]))]) == 2
+
+
+@pytest.mark.parametrize("depth", [3, 5])
+def test_the_recorded_one_mode_sweep_agrees_with_the_four_mode_sweep(capsys, depth):
+    """The agreement check at 18d96fb (one H100, one process each): specgen's kernel-level figures in the four-mode
+    sweep and in a sweep of specgen alone are within 1 us in every cell (issue 25)."""
+    from pathlib import Path
+
+    import specgen
+
+    agree = _module("sweep_agreement")
+    folder = Path(specgen.__file__).parent / "benchmarks/results/performance/sweep_314ce70_h100/agreement_18d96fb"
+    four, one = folder / f"bench_qwen3-0.6b_d{depth}/bench.json", folder / "bench_one_mode/bench.json"
+    assert agree.main([str(four), str(one)]) == 0
+    assert "9/9 cells within 1.0 us" in capsys.readouterr().out
 
 
 def test_tree_ab_reads_any_two_labels(tmp_path, capsys):
