@@ -53,6 +53,7 @@ __all__ = ["BenchConfig", "BenchSettings", "Option", "configure", "options"]
 TEXT, INT, FLOAT, INTS, NAMES, SWITCH = "text", "int", "float", "ints", "names", "switch"
 DTYPES = ("auto", "float32", "bfloat16")
 DRAFT_SAMPLING = ("sample", "argmax")  # engine.sampling.DRAFT_SAMPLING, without loading torch for the parser
+OWN_GRAPH_MTP = "--own-draft-graph is for a block draft (dflash, dspark): the mtp draft runs at the step graph's head"
 
 Check = Callable[[Any], "str | None"]  # a value -> what is wrong with it (the BenchError's message), or None
 Relation = Callable[[Any, "BenchSettings"], "str | None"]  # the same, reading the other settings too
@@ -233,16 +234,10 @@ class BenchSettings:
     )
     own_draft_graph: bool = setting(
         False,
-        "a block draft (dflash, dspark) keeps its own graph before each of specgen's step graphs instead of running "
-        "at the step graph's end, drafting for the next step (an A/B of the graph switch after the verification; "
-        "recorded as draft_at_end)",
+        "a block draft (dflash, dspark) keeps its own graph before specgen's step graph instead of drafting for the "
+        "next step at its end (an A/B of the graph switch after the verification; recorded as draft_at_end)",
         text=SWITCH,
-        relation=lambda on, s: (
-            f"--own-draft-graph is for a block draft (dflash, dspark); the {s.draft} draft runs at the step graph's "
-            "head"
-            if on and s.draft == "mtp"
-            else None
-        ),
+        relation=lambda on, s: OWN_GRAPH_MTP if on and s.draft == "mtp" else None,
     )
 
     @property

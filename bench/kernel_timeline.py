@@ -120,13 +120,11 @@ def attribute_with_method(
 def split_fused(steps: dict[int, StepKernels], draft: list[str] | tuple[str, ...]) -> dict[int, StepKernels]:
     """``steps`` with the draft of every step whose draft phase is empty found in a verify phase (in place).
 
-    The draft is the first place ``draft`` (a ``draft_signature``, less its
-    leading copies) occurs among one stream's records of the verify phase; every verify record that
-    starts from its first matched record's start to its last one's moves to a draft.  A draft with
-    nothing but copies before it on its stream leads the step graph (a prologue): it is that step's.
-    One after other work trails it (``draft_at_end``: the step graph drafts for the next step): it is
-    the next step's, and dropped when the next step was not profiled.  A step whose verify phase lacks
-    the signature is left alone.
+    The draft is the first place ``draft`` (a ``draft_signature``, less its leading copies) occurs among one
+    stream's records of the verify phase; every verify record from its first matched record's start to its last
+    one's moves to a draft.  A draft with nothing but copies before it on its stream leads the step graph: it is
+    that step's.  One after other work trails it (``draft_at_end``): it is the next step's, and dropped when the
+    next step was not profiled.  A step whose verify phase lacks the signature is left alone.
     """
     # leading copies (the carry of the previous step's state into the inputs) may run on another stream
     # than the draft proper in a graph that forks beside the draft, so they are not part of the pattern

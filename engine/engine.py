@@ -1,38 +1,31 @@
 """One speculative decode loop (target + a draft behind the proposer seam), with pluggable ways to cross
 its boundaries.
 
-``SpecDecodeEngine`` runs greedy speculative decoding for a fixed batch ``B``
-and verify width ``W`` (draft depth ``W - 1``) over a paged KV cache whose
-block 0 is the scratch block.  What drafts is a proposer
-(``engine/proposers/``: the MTP chain, a DFlash / DSpark block); every mode
-runs the same captured draft graph (the proposer's ``carry`` and ``propose``)
-and the same target forward; they differ only in how each boundary is
-crossed, which the mode classes of ``engine/modes/`` own (``baseline``: host-serial, two host
-synchronizations per step; ``compile``: ``torch.compile``'d updates in the
-verify graph, one; ``specgen``: the built kernel variants in
-``SpecVerifyRuntime``'s step graph, none).  A mode whose ``fuses_draft`` is
-set runs the draft inside its own step graph (``specgen``, ``inductor``): one
-graph replay per step, so no graph switch sits between the draft and the
-verification.  A draft that would keep its own graph (a block draft with
-side streams) runs at the end of ``specgen``'s step graph instead
-(``draft_at_end``, the default; ``trails_draft``): the step graph drafts for
-the next step, so after the first step no draft graph is launched and no
-graph switch sits between the verification and the next draft
-(``draft_at_end=False`` keeps the draft graph before every step).
+``SpecDecodeEngine`` runs greedy speculative decoding for a fixed batch ``B`` and verify width ``W``
+(draft depth ``W - 1``) over a paged KV cache whose block 0 is the scratch block.  What drafts is a
+proposer (``engine/proposers/``: the MTP chain, a DFlash / DSpark block); every mode runs the same
+captured draft graph (the proposer's ``carry`` and ``propose``) and the same target forward; they
+differ only in how each boundary is crossed, which the mode classes of ``engine/modes/`` own
+(``baseline``: host-serial, two host synchronizations per step; ``compile``: ``torch.compile``'d
+updates in the verify graph, one; ``specgen``: the built kernel variants in ``SpecVerifyRuntime``'s
+step graph, none).  A mode whose ``fuses_draft`` is set runs the draft inside its own step graph
+(``specgen``, ``inductor``): one graph replay per step, no graph switch between the draft and the
+verification.  A draft that would keep its own graph (a block draft with side streams) runs at the
+end of ``specgen``'s step graph instead (``draft_at_end``, the default; ``trails_draft``): the step
+graph drafts for the next step, so after the first step no draft graph is launched and no graph
+switch sits between the verification and the next draft (``draft_at_end=False``: the draft graph
+before every step).
 
-On the CPU the graphs run eagerly (``compile`` mode takes ``compile_backend``,
-e.g. ``"eager"`` in tests).  ``run`` returns the tokens, the acceptance and,
-with ``timing=True`` on CUDA, per-step CUDA-event timings and host
-synchronization counts; ``capture_s`` is how long capturing the run's graphs
-took.  With ``profile=True`` the steps after the warm-up run under
-``torch.profiler`` with their draft and verify phases marked
-(``profiling.StepProfiler``); the Chrome trace lands in ``RunResult.trace``.
+On the CPU the graphs run eagerly (``compile`` mode takes ``compile_backend``, e.g. ``"eager"`` in
+tests).  ``run`` returns the tokens, the acceptance and, with ``timing=True`` on CUDA, per-step
+CUDA-event timings and host synchronization counts; ``capture_s`` is how long capturing the run's
+graphs took.  With ``profile=True`` the steps after the warm-up run under ``torch.profiler`` with their
+draft and verify phases marked (``profiling.StepProfiler``); the trace lands in ``RunResult.trace``.
 
-``engine.observer``, when set, is called around every decode step:
-``observer.before_step(engine, i)`` before the draft graph and
-``observer.after_step(engine, i)`` once the step is enqueued and committed
-(outside the timed and sync-counted span).  Tests inject faults into the step
-buffers and inspect the KV caches there.
+``engine.observer``, when set, is called around every decode step: ``observer.before_step(engine, i)``
+before the draft graph and ``observer.after_step(engine, i)`` once the step is enqueued and committed
+(outside the timed and sync-counted span).  Tests inject faults into the step buffers and inspect the
+KV caches there.
 """
 
 from __future__ import annotations
@@ -136,8 +129,7 @@ class SpecDecodeEngine:
         self.device_guard = bool(device_guard)  # False: the runtime modes' verify graphs run without the device guard
         self.side_streams = bool(side_streams)  # False: specgen's step graphs on one stream (no fork or event wait)
         self.mapped_mirror = mapped_mirror  # the runtime's host copies through mapped memory; None: its default
-        # specgen: a draft that would keep its own graph runs at the end of the step graph instead, drafting for the
-        # next step (None: wherever the draft can, i.e. a block draft with side streams; False: its own graph)
+        # specgen: a block draft runs at the step graph's end, for the next step (None: wherever the draft can)
         self.draft_at_end = self.proposer.can_trail if draft_at_end is None else bool(draft_at_end)
         if draft_at_end and mode == "specgen" and not self.proposer.can_trail:
             raise EngineError(
@@ -183,7 +175,6 @@ class SpecDecodeEngine:
         else:
             self.sampling.write(rows)
 
-    # ------------------------------------------------------------------ set-up
     @property
     def capacity(self) -> int:
         return self.block_table_width * self.block_size
@@ -232,7 +223,6 @@ class SpecDecodeEngine:
         """Target and draft prefill (the proposer's); leaves the first draft graph's inputs in the buffers."""
         return self.proposer.prefill(prompts)
 
-    # -------------------------------------------------------------- the graphs
     def call_target(
         self, *args, taps: tuple[int, ...] = (), prefill_lens=None, step_bufs=None, logit_rows=None, on_taps=None
     ):
@@ -275,10 +265,9 @@ class SpecDecodeEngine:
     def _build_graphs(self) -> None:
         """Capture the draft graph and the mode's verify graph, leaving the step state as it was.
 
-        Capture warms each graph up by running it, and a compile-mode verify
-        graph writes the next draft's inputs; the snapshot undoes that.  (The
-        KV entries the warm-ups write are the ones the first step rewrites
-        with the same values.)
+        Capture warms each graph up by running it, and a compile-mode verify graph writes the next draft's
+        inputs; the snapshot undoes that.  (The KV entries the warm-ups write are the ones the first step
+        rewrites with the same values.)
         """
         with self.state_kept():
             self.draft_graph = self.graph(self._draft)
@@ -299,7 +288,6 @@ class SpecDecodeEngine:
             if saved_state is not None:
                 self.state.restore(saved_state)
 
-    # ------------------------------------------------------------------- run
     @torch.inference_mode()
     def run(
         self,
@@ -313,10 +301,9 @@ class SpecDecodeEngine:
     ) -> RunResult:
         """Decode ``prompts`` until every sequence has ``max_new_tokens`` tokens, or for ``steps`` steps.
 
-        The block table is sized for the slowest sequence.  One that finishes
-        early keeps stepping with the batch and may pass the table's end;
-        those steps fail the variants' guards and run on the (exact) torch
-        semantics, and its extra tokens are dropped.
+        The block table is sized for the slowest sequence.  One that finishes early keeps stepping with the
+        batch and may pass the table's end; those steps fail the variants' guards and run on the (exact)
+        torch semantics, and its extra tokens are dropped.
 
         ``warmup_steps`` run first (captures, compilation) and are neither
         timed nor counted; their tokens are part of ``outputs``.  ``profile``:
