@@ -156,8 +156,13 @@ def notes(result: dict) -> list[str]:
         )
     accept = sorted(r.get("acceptance") or 0.0 for r in ok)
     if accept and result.get("acceptance_p") is None and accept[len(accept) // 2] < LOW_ACCEPTANCE:
+        kind = result.get("draft") or "mtp"
+        draft = "MTP head" if kind == "mtp" else f"{kind} draft"
+        draft = (
+            draft if result.get("draft_weights") or result.get("draft_from_checkpoint") else f"random-weight {draft}"
+        )
         out.append(
-            f"acceptance is {accept[len(accept) // 2]}: the random-weight MTP head seldom agrees with the "
+            f"acceptance is {accept[len(accept) // 2]}: the {draft} seldom agrees with the "
             f"target, so a step commits about one token; --acceptance 0.7 measures at a realistic rate"
         )
     fused = sorted({r["mode"] for r in ok if r.get("draft_split")})

@@ -149,6 +149,18 @@ def test_a_hint_about_acceptance_when_the_drafts_seldom_agree(acceptance, accept
     assert not any("syncs/step" in n for n in notes)  # counted here, so no note about an empty column
 
 
+@pytest.mark.parametrize(
+    "draft, weights, named",
+    [("mtp", None, "the random-weight MTP head"), ("dflash", None, "the random-weight dflash draft"),
+     ("dspark", "ckpt/", "the dspark draft seldom")],
+)  # fmt: skip
+def test_the_acceptance_hint_names_the_draft_that_ran(draft, weights, named):
+    runs = [_row(m, 1.0, [], acceptance=0.02, syncs=0.0) for m in ("baseline", "specgen")]
+    result = dict(_result(runs, None), draft=draft, draft_weights=weights)
+    (hint,) = [n for n in bench_report.notes(result) if "--acceptance 0.7" in n]
+    assert named in hint
+
+
 def test_the_table_legend_and_an_empty_ratio_line(capsys):
     text = bench_report.table(_result([_row("specgen", 1.0, [])]))  # one mode: nothing to compare with
     assert bench_report.LEGEND in text and "TPOT vs" not in text
