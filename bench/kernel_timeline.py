@@ -18,7 +18,7 @@ is a memcpy node in one capture and a copy kernel in another), ``attribute_with_
 it among one stream's records of such a verify phase and moves every record that starts from its first to its
 last matched record back to the draft; the draft's own trailing copies (its hand-over) stay the draft's.  A
 step graph that ends by drafting for the next step (``draft_at_end``) holds the next step's draft after its
-own forward and tail: found there, it moves to the next step's draft phase.
+own forward and tail: its signature ends with ``TRAILS``, and what it finds moves to the next step's draft.
 
 Within a step's verify phase the *target forward* is found by its kernel names: the bare forward graph, profiled
 alone, gives the name sequence, and the first place that sequence occurs among one stream's kernels of the phase
@@ -72,6 +72,7 @@ __all__ = [
     "forward_span",
     "lanes",
     "COPY",
+    "TRAILS",
     "draft_signature",
     "phase_signature",
     "split_fused",
@@ -84,6 +85,7 @@ __all__ = [
 
 _PHASE = re.compile(r"^specgen::(?P<phase>[a-z_]+)#(?P<step>\d+)$")
 COPY = "<copy>"  # a copy in a draft signature: a memcpy or memset record, or a copy kernel
+TRAILS = "<trails>"  # a draft signature's last entry when the step graph runs the draft at its end, for the next step
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 
 
@@ -122,46 +124,42 @@ def split_fused(steps: dict[int, StepKernels], draft: list[str] | tuple[str, ...
 
     The draft is the first place ``draft`` (a ``draft_signature``, less its leading copies) occurs among one
     stream's records of the verify phase; every verify record from its first matched record's start to its last
-    one's moves to a draft.  A draft with nothing but copies before it on its stream leads the step graph: it is
-    that step's.  One after other work trails it (``draft_at_end``): it is the next step's, and dropped when the
-    next step was not profiled.  A step whose verify phase lacks the signature is left alone.
+    one's moves to the step's draft.  A signature that ends with ``TRAILS`` is a draft the step graph runs at its
+    end for the next step (``draft_at_end``): found in any step's verify phase, it is the next step's, and dropped
+    when the next step was not profiled.  A step whose verify phase lacks the signature is left alone.
     """
     # leading copies (the carry of the previous step's state into the inputs) may run on another stream
     # than the draft proper in a graph that forks beside the draft, so they are not part of the pattern
     pattern = list(draft)
+    trails = bool(pattern) and pattern[-1] == TRAILS
+    pattern = pattern[:-1] if trails else pattern
     while pattern and pattern[0] == COPY:
         pattern.pop(0)
     if not pattern:
         return steps
-    found: dict[int, tuple[list[DeviceRecord], bool]] = {}  # step -> (the draft's records, whether it leads)
     own = {key for key, s in steps.items() if s.draft}  # the steps whose draft phase launched their draft
+    found: dict[int, list[DeviceRecord]] = {}
     for key, s in steps.items():
-        if not s.verify:
+        if not s.verify or (key in own and not trails):
             continue
         by_stream: dict = {}
         for r in s.verify:
             by_stream.setdefault(r.stream, []).append(r)
         for records in by_stream.values():
             records.sort(key=lambda r: r.start)
-            names = draft_signature(records, ordered=True)
-            at = _find(names, pattern)
+            at = _find(draft_signature(records, ordered=True), pattern)
             if at is not None:
                 break
         else:
             continue
-        leads = all(n == COPY for n in names[:at])
-        if leads and key in own:
-            continue  # a step that launched its own draft holds no other at its head
         lo, hi = records[at].start, records[at + len(pattern) - 1].start
-        found[key] = ([r for r in s.verify if lo <= r.start <= hi], leads)
-    for key, (moved, leads) in found.items():
-        s = steps[key]
+        found[key] = [r for r in s.verify if lo <= r.start <= hi]
+    for key, moved in found.items():
         ids = {id(r) for r in moved}
-        s.verify = [r for r in s.verify if id(r) not in ids]
-        if leads:
-            s.draft = moved
-        elif key + 1 in steps and key + 1 not in own:
-            steps[key + 1].draft = moved
+        steps[key].verify = [r for r in steps[key].verify if id(r) not in ids]
+        to = key + 1 if trails else key
+        if to in steps and to not in own:
+            steps[to].draft = moved
     return steps
 
 

@@ -249,6 +249,7 @@ class KernelPass:
             sampling=c.sampling_params(batch),
             draft_sampling=c.draft_sampling,
         )
+        trails = eng.strategy.trails_draft  # its step graphs draft for the next step: the signature says so
         try:
             with quiet_profiler(), settled(c.cuda):
                 res = eng.run(prompts, steps=c.profile_steps, warmup_steps=c.warmup, profile=True)
@@ -259,6 +260,7 @@ class KernelPass:
         if c.cuda:
             torch.cuda.synchronize(c.device)
         forward, draft = self.forward.get((width, batch), []), self.draft.get((width, batch), [])
+        draft = [*draft, kt.TRAILS] if trails and draft else draft
         projection = self.projection.get((width, batch), [])
         if c.cuda:
             row.update(figures(res.trace, forward, draft, projection))

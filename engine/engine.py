@@ -23,9 +23,9 @@ graphs took.  With ``profile=True`` the steps after the warm-up run under ``torc
 draft and verify phases marked (``profiling.StepProfiler``); the trace lands in ``RunResult.trace``.
 
 ``engine.observer``, when set, is called around every decode step: ``observer.before_step(engine, i)``
-before the draft graph and ``observer.after_step(engine, i)`` once the step is enqueued and committed
-(outside the timed and sync-counted span).  Tests inject faults into the step buffers and inspect the
-KV caches there.
+before its draft graph (a trailing draft of step ``i > 0`` ran at the end of step ``i - 1``) and
+``observer.after_step(engine, i)`` once the step is enqueued and committed (outside the timed and
+sync-counted span).  Tests inject faults into the step buffers and inspect the KV caches there.
 """
 
 from __future__ import annotations

@@ -227,6 +227,8 @@ def test_cuda_block_draft_post_verify_figures(block_kernels, kind):
         forward = kt.forward_names(kt.load_trace(forward_trace(eng)))
         projection = kt.forward_names(kt.load_trace(work_trace(eng, eng.proposer.draft_work_after_verify())))
         draft_names = kt.phase_signature(kt.attribute(kt.load_trace(bare_trace(eng))))
+        assert eng.strategy.trails_draft  # the step graph drafts for the next step: its signature says so
+        draft_names.append(kt.TRAILS)
         eng.close()
     fig = figures(res.trace, forward, draft_names, projection)
     print(kind, {k: v for k, v in fig.items() if not k.endswith("steps_us")})

@@ -124,11 +124,14 @@ def test_a_trailing_draft_is_the_next_steps():
     """A draft found after the forward and tail of a verify phase was launched there for the next step: it moves to
     that step's draft, so each step's figures are those of the two-graph trace."""
     trace, expect = steps_trace(steps=3, head=2.0, d2v_idle=6.0, v2d=25.0)
-    draft = kt.phase_signature(kt.attribute(kt.load_trace(trace)))
+    names = kt.phase_signature(kt.attribute(kt.load_trace(trace)))
+    draft = [*names, kt.TRAILS]  # the signature of a draft the step graph runs at its end
     trailing = kt.load_trace(_trailing(trace))
     assert all(not s.draft for k, s in kt.attribute(trailing).items() if k > 0)
+    unmarked = kt.attribute(trailing, names)  # without TRAILS a draft found in a step's graph is its prologue
+    assert [r.name for r in unmarked[1].draft] == names and not unmarked[2].draft
     steps = kt.attribute(trailing, draft)
-    assert all([r.name for r in s.draft] == draft for s in steps.values())  # step 0 ran its own draft graph
+    assert all([r.name for r in s.draft] == names for s in steps.values())  # step 0 ran its own draft graph
     assert all(not r.name.startswith("draft_") for s in steps.values() for r in s.verify)
     figs = kt.step_figures(steps, FORWARD)
     assert [f["kernel_draft_to_verify_us"] for f in figs] == pytest.approx([d for d, _, _ in expect])
@@ -136,8 +139,25 @@ def test_a_trailing_draft_is_the_next_steps():
     # the last profiled step's trailing draft belongs to a step that was not profiled: it is dropped
     cut = {"traceEvents": [e for e in _trailing(trace)["traceEvents"] if not e["name"].endswith("#2")]}
     steps = kt.attribute(kt.load_trace(cut), draft)
-    assert sorted(steps) == [0, 1] and all([r.name for r in s.draft] == draft for s in steps.values())
+    assert sorted(steps) == [0, 1] and all([r.name for r in s.draft] == names for s in steps.values())
     assert [r.name for r in steps[1].verify] == ["spec_head_w4", *FORWARD, "greedy_verify"]
+
+
+def test_a_prologue_after_hoisted_head_kernels_is_its_own_steps():
+    """On one stream the hoisted head kernels run before the prologue's draft on the draft's stream: without
+    ``TRAILS`` the draft found there is still that step's (and with it, the next step's)."""
+    trace, expect = steps_trace(steps=3, head=2.0, d2v_idle=4.0, v2d=20.0)
+    draft = kt.phase_signature(kt.attribute(kt.load_trace(trace)))
+    fused = _fused(trace)
+    for e in fused["traceEvents"]:  # a hoisted head kernel just before each draft, on the same stream
+        if e["name"] == "draft_0":
+            fused["traceEvents"].append(dict(e, name="spec_verify_metadata_update", ts=e["ts"] - 0.9, dur=0.5))
+    steps = kt.attribute(kt.load_trace(fused), draft)
+    assert all([r.name for r in s.draft] == draft for s in steps.values())
+    figs = kt.step_figures(steps, FORWARD)
+    assert [f["kernel_draft_to_verify_us"] for f in figs] == pytest.approx([d for d, _, _ in expect])
+    moved = kt.attribute(kt.load_trace(fused), [*draft, kt.TRAILS])
+    assert [r.name for r in moved[1].draft] == draft and not moved[0].draft
 
 
 def test_a_draft_signature_matches_copies_of_either_kind():
