@@ -324,3 +324,26 @@ def test_a_projection_on_another_stream_than_the_forward_is_found():
     for k in range(2):
         assert figs[k]["projection_us"] == pytest.approx(expect[k]["span"])
         assert figs[k]["kernel_post_verify_us"] == pytest.approx(expect[k]["gap"] - expect[k]["span"])
+
+
+@pytest.mark.parametrize("run", ["bench_dflash", "bench_dspark"])
+def test_the_recorded_trailing_block_drafts_give_their_figures_back(run):
+    """The block drafts of the 314ce70 sweep ran at the end of specgen's step graph: their traces, read with the
+    draft's signature marked ``TRAILS``, give back every kernel-level figure the bench recorded (their traces
+    predate the mark, so it is added here)."""
+    import gzip
+    from pathlib import Path
+
+    import specgen
+    from specgen.bench.profiler import figures
+
+    folder = Path(specgen.__file__).parent / "benchmarks/results/performance/sweep_314ce70_h100" / run
+    runs = {r["batch"]: r for r in json.loads((folder / "bench.json").read_text())["runs"] if r["mode"] == "specgen"}
+    for path in sorted((folder / "traces").glob("trace_specgen_*.json.gz")):
+        data = json.loads(gzip.decompress(path.read_bytes()))
+        names = data["specgen"]
+        fig = figures(data, names["forward_kernels"], [*names["draft_kernels"], kt.TRAILS], names["projection_kernels"])
+        row = runs[names["batch"]]
+        for key in ("kernel_draft_to_verify_us", "kernel_verify_to_draft_us", "post_verify_idle_us", "projection_us"):
+            assert fig[key] == pytest.approx(row[key], abs=1e-6), (path.name, key)
+        assert fig["post_verify_idle_us"] < 5.0  # issue 25's goal
