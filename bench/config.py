@@ -264,6 +264,7 @@ class BenchSettings:
             raise BenchError(why)
         import torch
 
+        from ..engine.draft_kinds import draft_kind
         from ..engine.modes import MODES
         from .support import check_device, skipped_modes
 
@@ -271,6 +272,7 @@ class BenchSettings:
         cuda = dev.type == "cuda"
         modes = tuple(MODES) if self.modes is None else tuple(self.modes)
         skipped = skipped_modes(modes, self.draft, cuda)
+        trails = draft_kind(self.draft).proposer_class.can_trail  # at the end of specgen's step graph, side streams on
         torch_dtype = {
             "auto": torch.bfloat16 if cuda and self.model not in CPU_PRESETS else torch.float32,
             "float32": torch.float32,
@@ -307,8 +309,7 @@ class BenchSettings:
             device_guard=not self.no_device_guard,
             side_streams=not self.no_side_streams,
             mapped_mirror=self.mapped_mirror or self.no_side_streams,
-            # a block draft at the end of specgen's step graph, where side streams keep it out of the step's head
-            draft_at_end=self.draft != "mtp" and not self.no_side_streams and not self.own_draft_graph,
+            draft_at_end=trails and not self.no_side_streams and not self.own_draft_graph,
         )
 
 

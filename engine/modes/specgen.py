@@ -37,8 +37,7 @@ class SpecgenMode(Mode):
 
     @property
     def trails_draft(self) -> bool:  # a draft with its own graph runs at the step graph's end instead (draft_at_end)
-        e = self.engine
-        return e.draft_at_end and e.proposer.can_trail and not e.proposer.fusable
+        return self.engine.draft_at_end and not self.engine.proposer.fusable
 
     def epilogue(self) -> Callable[[], None] | None:
         """The proposer's work after the tail, then (``trails_draft``) the next step's draft: its anchor carried and
