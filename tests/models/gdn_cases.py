@@ -131,9 +131,11 @@ def cases(device: str, dtype: torch.dtype, shape: str) -> dict:
     write = [-1] * 14
     write[4], write[7 + 6] = 5, 11
     out["prefill_padded"] = run_case(ref, fast, cfg, dtype, device, 2, 7, [-1, -1], write, 3)
-    # a long prefill (past the one-tile conv's 16 rows), each prompt's last row writing the slot it read
+    # a long prefill (past the one-tile conv's 16 rows and the kernels' 8-row chunks), each prompt's last row
+    # writing the slot it read, and the first row of a second chunk writing another (its window spans the chunks)
     write = [-1] * 40
     write[19], write[39] = 2, 7
+    write[8], write[28] = 4, 9
     out["prefill_long_inplace"] = run_case(ref, fast, cfg, dtype, device, 2, 20, [2, 7], write, 7)
     # two rows, fewer than the conv's window: the last row's window keeps old entries while it is written in place
     out["short_inplace"] = run_case(ref, fast, cfg, dtype, device, 2, 2, [3, 8], [-1, 3, -1, 8], 8)
