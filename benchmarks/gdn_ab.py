@@ -2,14 +2,16 @@
 the checkout's, on the same inputs, at Qwen3.5-2B's linear-layer shape.
 
 Usage:
-    git show BASE:models/triton_gdn.py > /tmp/gdn_base.py
+    git show d68b9d6:models/triton_gdn.py > /tmp/gdn_base.py    # a module that stands alone (row by row only)
     python benchmarks/gdn_ab.py /tmp/gdn_base.py OUT.json [ROUNDS]
 
 Cases: verification at W = 4 for B = 1, 8, 32 (each sequence reads its committed slot and writes one slot per
-row), plain decoding at B = 32 (one row, written in place), and a 512-row prefill of one sequence (its last row
-writes). Per case and kernel (``conv_slots``, ``delta_rule_slots``): 20 launches captured in one CUDA graph, the
-graph replayed 7 times per round, the two modules in turn for ROUNDS rounds (default 3); the median over every
-replay, in us per launch. Both modules' outputs and written slots are compared (the largest difference).
+row), plain decoding at B = 32 (one row, written in place), and prefills of 512 rows of one sequence and 128 rows
+of eight (each one's last row writes). Each case records which form of each kernel the checkout's launch takes
+(``chunks`` or ``rows``: ``triton_gdn.conv_in_chunks``, ``delta_rule_in_chunks``). Per case and kernel
+(``conv_slots``, ``delta_rule_slots``): 20 launches captured in one CUDA graph, the graph replayed 7 times per
+round, the two modules in turn for ROUNDS rounds (default 3); the median over every replay, in us per launch.
+Both modules' outputs and written slots are compared (the largest difference).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ CASES = {  # name: (sequences, rows per sequence, verification-style slots)
     "verify_b32_w4": (32, 4, True),
     "decode_b32": (32, 1, False),
     "prefill_b1_r512": (1, 512, False),
+    "prefill_b8_r128": (8, 128, False),
 }
 LAUNCHES, REPLAYS = 20, 7
 
@@ -140,7 +143,14 @@ def main(base_path: str, out_path: str, rounds: int = 3) -> None:
             for m in graphs:
                 for k, g in graphs[m].items():
                     times[m][k] += replay_us(g)
-        case = {"batch": batch, "rows_per_sequence": rows_per, "max_abs_diff": diff}
+        chunks = {
+            "conv_slots": triton_gdn.conv_in_chunks(
+                triton_gdn._channels_per_program(batch, C), triton_gdn._rows_per_chunk(rows_per)
+            ),
+            "delta_rule_slots": triton_gdn.delta_rule_in_chunks(triton_gdn._values_per_program(batch, HV, DV)),
+        }
+        path = {k: "chunks" if v else "rows" for k, v in chunks.items()}
+        case = {"batch": batch, "rows_per_sequence": rows_per, "head_path": path, "max_abs_diff": diff}
         for k in ("conv_slots", "delta_rule_slots"):
             base, head = statistics.median(times["base"][k]), statistics.median(times["head"][k])
             case[k] = {"base_us": round(base, 2), "head_us": round(head, 2), "speedup": round(base / head, 3)}

@@ -13,10 +13,10 @@ gives the semantics, which the CPU keeps as the exact reference):
   needs: the next step reads the accepted row's slot, nothing is copied);
 * ``gated_rms_norm``: the gated RMSNorm of the output with ``silu(z)``.
 
-The two slot kernels take a sequence's rows in chunks of up to 8 (``RP``,
-one chunk for a verification): a chunk's row indices, inputs, gates and
-write slots load together before its rows' recurrence runs from registers,
-so no row waits on the loads of the row before it.
+Each slot kernel has a row-by-row form (here) and a chunked form
+(``triton_gdn_chunks``: a chunk's loads ahead of its rows' recurrence);
+``conv_in_chunks`` and ``delta_rule_in_chunks`` pick one per launch, and both
+give the same bits.
 
 A slot outside ``[0, num_slots)`` (-1 among them) reads the zero state and
 writes nothing; no load or store leaves its tensor whatever the slot values
@@ -38,6 +38,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .triton_gdn_chunks import _conv_chunks_kernel, _delta_rule_chunks_kernel
+
 __all__ = ["conv_slots", "delta_rule_slots", "gated_rms_norm"]
 
 
@@ -56,24 +58,29 @@ def _channels_per_program(batch: int, channels: int) -> int:
     return bc
 
 
+def _values_per_program(batch: int, heads: int, dv: int) -> int:
+    """The delta rule's value tile: 32, narrowed to 8 while the batch would fill less than two waves."""
+    bv = min(_pow2(dv), 32)
+    while bv > 8 and batch * heads * triton.cdiv(dv, bv) < 2 * TARGET_PROGRAMS:
+        bv //= 2
+    return bv
+
+
 def _rows_per_chunk(rows: int) -> int:
     """Rows a program takes at once: a verification's (up to 8) in one chunk, a prefill's in chunks of 8."""
     return min(_pow2(rows), 8)
 
 
-@triton.jit
-def _pick(tile, cols, c: tl.constexpr):
-    """Column ``c`` of ``tile`` (``cols`` its column indices), a vector over the tile's rows."""
-    return tl.sum(tl.where(cols[None, :] == c, tile, 0.0), axis=1)
+# Which kernel a launch takes. The chunked kernels (``triton_gdn_chunks``) cut a launch that waits on its loads
+# (narrow tiles: a small batch) and the conv's one-row chunks (decoding); where wide tiles fill the GPU, their
+# extra register work made a verification slower than row by row (``benchmarks/gdn_ab.py`` on an H100, W = 4:
+# chunks 1.39x / 1.12x faster at B = 1, 0.52x / 0.78x at B = 8 and 0.33x / 0.91x at B = 32, conv / delta rule).
+def conv_in_chunks(channels_per_program: int, rows_per_chunk: int) -> bool:
+    return channels_per_program < 128 or rows_per_chunk == 1
 
 
-@triton.jit
-def _stream(win, x, cols, rr, p: tl.constexpr, K: tl.constexpr):
-    """Stream position ``p`` of a chunk: the window's ``K - 1`` entries, then the chunk's rows."""
-    if p < K - 1:
-        return _pick(win, cols, p)
-    else:
-        return _pick(x, rr, p - (K - 1))
+def delta_rule_in_chunks(values_per_program: int) -> bool:
+    return values_per_program < 32
 
 
 @triton.jit
@@ -92,61 +99,53 @@ def _conv_slots_kernel(
     stride_n,  # qkv's row stride
     K: tl.constexpr,
     KP: tl.constexpr,  # next power of two >= K - 1
-    KW: tl.constexpr,  # next power of two >= K
     BC: tl.constexpr,
-    RP: tl.constexpr,  # rows per chunk: a chunk's row indices, inputs and write slots load at once
 ):
     b = tl.program_id(1)
     offs_c = tl.program_id(0) * BC + tl.arange(0, BC)
     mask_c = offs_c < C
     cols = tl.arange(0, KP)
     mask_w = cols < K - 1
-    taps = tl.arange(0, KW)
-    rr = tl.arange(0, RP)
     slot = tl.load(state_read + b)
     live = (slot >= 0) & (slot < num_slots)
-    base = pool + tl.where(live, slot, 0).to(tl.int64) * C * (K - 1)
+    safe = tl.where(live, slot, 0).to(tl.int64)
+    base = pool + safe * C * (K - 1)
     # the whole initial window first: a row may write the slot read here
     win = tl.load(
         base + offs_c[:, None] * (K - 1) + cols[None, :], mask=live & mask_c[:, None] & mask_w[None, :], other=0.0
     ).to(tl.float32)
-    wts = tl.load(weight + offs_c[:, None] * K + taps[None, :], mask=mask_c[:, None] & (taps < K)[None, :], other=0.0)
-    wts = wts.to(tl.float32)
     i = 0
     while i < R:  # a while loop: Triton's interpreter takes no tensor bound in range()
-        r_ok = i + rr < R
-        n = tl.load(rows + b * R + i + rr, mask=r_ok, other=-1)
-        n_ok = r_ok & (n >= 0) & (n < N)
-        n_safe = tl.where(n_ok, n, 0)
-        at = qkv + n_safe.to(tl.int64)[None, :] * stride_n + offs_c[:, None]
-        x = tl.load(at, mask=n_ok[None, :] & mask_c[:, None], other=0.0).to(tl.float32)
-        w_slot = tl.load(state_write + n_safe, mask=n_ok, other=-1)
-        w_live = n_ok & (w_slot >= 0) & (w_slot < num_slots)
-        w_slot = tl.where(w_live, w_slot, -1)
-        for r in tl.static_range(RP):
-            acc = tl.zeros([BC], dtype=tl.float32)
-            for j in tl.static_range(K):
-                acc += _pick(wts, taps, j) * _stream(win, x, cols, rr, r + j, K)
-            y = acc / (1.0 + tl.exp(-acc))
-            row_ok = i + r < R
-            tl.store(out + (b * R + i + r).to(tl.int64) * C + offs_c, y.to(out.dtype.element_ty), mask=row_ok & mask_c)
-            # the window after row r: stream positions r + 1 .. r + K - 1
-            ws = tl.max(tl.where(rr == r, w_slot, -1), axis=0)
-            after = tl.zeros([BC, KP], dtype=tl.float32)
-            for j in tl.static_range(K - 1):
-                after = tl.where(cols[None, :] == j, _stream(win, x, cols, rr, r + 1 + j, K)[:, None], after)
-            w_base = pool + tl.maximum(ws, 0).to(tl.int64) * C * (K - 1)
-            tl.store(
-                w_base + offs_c[:, None] * (K - 1) + cols[None, :],
-                after.to(pool.dtype.element_ty),
-                mask=(ws >= 0) & mask_c[:, None] & mask_w[None, :],
-            )
-        # the next chunk's window: stream positions RP .. RP + K - 2 (a chunk that is not full is the last)
-        carry = tl.zeros([BC, KP], dtype=tl.float32)
+        acc = tl.zeros([BC], dtype=tl.float32)
+        for j in tl.static_range(K):
+            t = i + j  # stream position: the window's K - 1 entries, then the rows
+            w_j = tl.load(weight + offs_c * K + j, mask=mask_c, other=0.0).to(tl.float32)
+            from_win = tl.sum(tl.where(cols[None, :] == t, win, 0.0), axis=1)
+            r = t - (K - 1)
+            r_ok = (r >= 0) & (r < R)
+            n = tl.load(rows + b * R + tl.where(r_ok, r, 0), mask=r_ok, other=0)
+            n_ok = r_ok & (n >= 0) & (n < N)
+            x = tl.load(qkv + tl.where(n_ok, n, 0).to(tl.int64) * stride_n + offs_c, mask=n_ok & mask_c, other=0.0)
+            acc += w_j * tl.where(t < K - 1, from_win, x.to(tl.float32))
+        y = acc / (1.0 + tl.exp(-acc))
+        tl.store(out + (b * R + i).to(tl.int64) * C + offs_c, y.to(out.dtype.element_ty), mask=mask_c)
+        # the window after row i: stream positions i + 1 .. i + K - 1
+        n_i = tl.load(rows + b * R + i)
+        n_i_ok = (n_i >= 0) & (n_i < N)
+        w_slot = tl.load(state_write + tl.where(n_i_ok, n_i, 0), mask=n_i_ok, other=-1)
+        w_live = n_i_ok & (w_slot >= 0) & (w_slot < num_slots)
+        w_base = pool + tl.where(w_live, w_slot, 0).to(tl.int64) * C * (K - 1)
         for j in tl.static_range(K - 1):
-            carry = tl.where(cols[None, :] == j, _stream(win, x, cols, rr, RP + j, K)[:, None], carry)
-        win = carry
-        i += RP
+            t = i + 1 + j
+            from_win = tl.sum(tl.where(cols[None, :] == t, win, 0.0), axis=1)
+            r = t - (K - 1)
+            r_ok = (r >= 0) & (r < R)
+            n = tl.load(rows + b * R + tl.where(r_ok, r, 0), mask=r_ok, other=0)
+            n_ok = r_ok & (n >= 0) & (n < N)
+            x = tl.load(qkv + tl.where(n_ok, n, 0).to(tl.int64) * stride_n + offs_c, mask=n_ok & mask_c, other=0.0)
+            val = tl.where(t < K - 1, from_win, x.to(tl.float32))
+            tl.store(w_base + offs_c * (K - 1) + j, val.to(pool.dtype.element_ty), mask=w_live & mask_c)
+        i += 1
 
 
 def conv_slots(
@@ -170,25 +169,13 @@ def conv_slots(
     bc = _channels_per_program(b, c)
     if qkv.stride(1) != 1:
         qkv = qkv.contiguous()
-    _conv_slots_kernel[(triton.cdiv(c, bc), b)](
-        qkv,
-        weight.reshape(c, k).contiguous(),
-        pool,
-        rows.contiguous(),
-        state_read.contiguous(),
-        state_write.contiguous(),
-        out,
-        num_slots,
-        n,
-        r,
-        c,
-        qkv.stride(0),
-        K=k,
-        KP=_pow2(k - 1),
-        KW=_pow2(k),
-        BC=bc,
-        RP=_rows_per_chunk(r),
-    )
+    args = (qkv, weight.reshape(c, k).contiguous(), pool, rows.contiguous(), state_read.contiguous())
+    args += (state_write.contiguous(), out, num_slots, n, r, c, qkv.stride(0))
+    rp = _rows_per_chunk(r)
+    if conv_in_chunks(bc, rp):
+        _conv_chunks_kernel[(triton.cdiv(c, bc), b)](*args, K=k, KP=_pow2(k - 1), KW=_pow2(k), BC=bc, RP=rp)
+    else:
+        _conv_slots_kernel[(triton.cdiv(c, bc), b)](*args, K=k, KP=_pow2(k - 1), BC=bc)
     return out
 
 
@@ -215,7 +202,6 @@ def _delta_rule_slots_kernel(
     DV: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
-    RP: tl.constexpr,  # rows per chunk (see the conv)
 ):
     bh = tl.program_id(1)
     b, hv = bh // HV, bh % HV
@@ -233,40 +219,30 @@ def _delta_rule_slots_kernel(
     h = tl.load(pool + tl.where(live, slot, 0).to(tl.int64) * HV * DK * DV + head + tile, mask=live & mask_h, other=0.0)
     decay = -tl.exp(tl.load(a_log + hv).to(tl.float32))
     bias = tl.load(dt_bias + hv).to(tl.float32)
-    rr = tl.arange(0, RP)
     i = 0
     while i < R:
-        # the chunk's row indices, gates and write slots at once, ahead of the recurrence
-        r_ok = i + rr < R
-        n = tl.load(rows + b * R + i + rr, mask=r_ok, other=-1)
-        n_ok = r_ok & (n >= 0) & (n < N)
+        n = tl.load(rows + b * R + i)
+        n_ok = (n >= 0) & (n < N)
         n_safe = tl.where(n_ok, n, 0).to(tl.int64)
+        src = mixed + (b * R + i).to(tl.int64) * C
+        q = tl.load(src + hk * DK + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        k = tl.load(src + QK + hk * DK + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        v = tl.load(src + 2 * QK + hv * DV + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+        q = q / tl.sqrt(tl.sum(q * q) + 1e-6) * scale
+        k = k / tl.sqrt(tl.sum(k * k) + 1e-6)
         a = tl.load(a_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32) + bias
         softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))
-        gate = tl.exp(decay * softplus)
         beta = 1.0 / (1.0 + tl.exp(-tl.load(b_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32)))
+        h = h * tl.exp(decay * softplus)
+        kv_mem = tl.sum(h * k[:, None], axis=0)
+        h = h + k[:, None] * ((v - kv_mem) * beta)[None, :]
+        o = tl.sum(h * q[:, None], axis=0)
+        tl.store(out + (n_safe * HV + hv) * DV + offs_v, o, mask=n_ok & mask_v)
         w_slot = tl.load(state_write + n_safe, mask=n_ok, other=-1)
-        w_slot = tl.where(n_ok & (w_slot >= 0) & (w_slot < num_slots), w_slot, -1)
-        dst = tl.where(n_ok, n_safe, -1)
-        for r in tl.static_range(RP):
-            src = mixed + (b * R + tl.minimum(i + r, R - 1)).to(tl.int64) * C
-            q = tl.load(src + hk * DK + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-            k = tl.load(src + QK + hk * DK + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-            v = tl.load(src + 2 * QK + hv * DV + offs_v, mask=mask_v, other=0.0).to(tl.float32)
-            q = q / tl.sqrt(tl.sum(q * q) + 1e-6) * scale
-            k = k / tl.sqrt(tl.sum(k * k) + 1e-6)
-            here = rr == r
-            h_r = h * tl.sum(tl.where(here, gate, 0.0), axis=0)
-            kv_mem = tl.sum(h_r * k[:, None], axis=0)
-            h_r = h_r + k[:, None] * ((v - kv_mem) * tl.sum(tl.where(here, beta, 0.0), axis=0))[None, :]
-            o = tl.sum(h_r * q[:, None], axis=0)
-            row = tl.max(tl.where(here, dst, -1), axis=0)
-            tl.store(out + (tl.maximum(row, 0) * HV + hv) * DV + offs_v, o, mask=(row >= 0) & mask_v)
-            ws = tl.max(tl.where(here, w_slot, -1), axis=0)
-            w_base = pool + tl.maximum(ws, 0).to(tl.int64) * HV * DK * DV + head
-            tl.store(w_base + tile, h_r, mask=(ws >= 0) & mask_h)
-            h = tl.where(i + r < R, h_r, h)  # a chunk's rows past R leave the state as it is
-        i += RP
+        w_live = n_ok & (w_slot >= 0) & (w_slot < num_slots)
+        w_base = pool + tl.where(w_live, w_slot, 0).to(tl.int64) * HV * DK * DV + head
+        tl.store(w_base + tile, h, mask=w_live & mask_h)
+        i += 1
 
 
 def delta_rule_slots(
@@ -295,34 +271,15 @@ def delta_rule_slots(
         a_raw, b_raw = a_raw.contiguous(), b_raw.contiguous()
     dv = pool.shape[-1]
     out = torch.zeros(n, hv, dv, dtype=torch.float32, device=mixed.device)
-    bv = min(_pow2(dv), 32)
-    while bv > 8 and b * hv * triton.cdiv(dv, bv) < 2 * TARGET_PROGRAMS:  # a small batch: narrower tiles
-        bv //= 2
-    _delta_rule_slots_kernel[(triton.cdiv(dv, bv), b * hv)](
-        mixed.contiguous(),
-        a_raw,
-        b_raw,
-        a_log,
-        dt_bias,
-        pool,
-        rows.contiguous(),
-        state_read.contiguous(),
-        state_write.contiguous(),
-        out,
-        num_slots,
-        n,
-        r,
-        key_dim**-0.5,
-        a_raw.stride(0),
-        HV=hv,
-        GROUP=hv // key_heads,
-        DK=key_dim,
-        DV=dv,
-        BK=_pow2(key_dim),
-        BV=bv,
-        RP=_rows_per_chunk(r),
-        num_warps=4,
-    )
+    bv = _values_per_program(b, hv, dv)
+    args = (mixed.contiguous(), a_raw, b_raw, a_log, dt_bias, pool, rows.contiguous(), state_read.contiguous())
+    args += (state_write.contiguous(), out, num_slots, n, r, key_dim**-0.5, a_raw.stride(0))
+    shape = dict(HV=hv, GROUP=hv // key_heads, DK=key_dim, DV=dv, BK=_pow2(key_dim), BV=bv, num_warps=4)
+    grid = (triton.cdiv(dv, bv), b * hv)
+    if delta_rule_in_chunks(bv):
+        _delta_rule_chunks_kernel[grid](*args, RP=_rows_per_chunk(r), **shape)
+    else:
+        _delta_rule_slots_kernel[grid](*args, **shape)
     return out
 
 

@@ -20,8 +20,8 @@ CASES = Path(__file__).with_name("gdn_cases.py")
 TOL = {"float32": (2e-5, 1e-5, 1e-5), "bfloat16": (3e-2, 2e-2, 2e-2)}
 
 
-def run_cases(device: str, dtype: str, shape: str, interpret: bool) -> dict:
-    return run_case_script(CASES, device, dtype, shape, interpret=interpret)
+def run_cases(device: str, dtype: str, shape: str, interpret: bool, path: str = "auto") -> dict:
+    return run_case_script(CASES, device, dtype, shape, path, interpret=interpret)
 
 
 def check(cases: dict, dtype: str) -> None:
@@ -42,21 +42,25 @@ def check(cases: dict, dtype: str) -> None:
         assert c["err_state"] <= state_tol and c["err_conv"] <= conv_tol, (name, c)
 
 
+@pytest.mark.parametrize("path", ["rows", "chunks"])
 @pytest.mark.parametrize("shape", ["tiny", "odd"])
-def test_gdn_kernels_match_torch_interpreted(shape):
+def test_gdn_kernels_match_torch_interpreted(shape, path):
+    """Both forms of the slot kernels (row by row, chunks of rows), whichever a launch would pick."""
     pytest.importorskip("triton")
-    check(run_cases("cpu", "float32", shape, interpret=True), "float32")
+    check(run_cases("cpu", "float32", shape, interpret=True, path=path), "float32")
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("path", ["auto", "rows", "chunks"])
 @pytest.mark.parametrize(
     "dtype,shape", [("float32", "tiny"), ("float32", "odd"), ("float32", "real"), ("bfloat16", "real")]
 )
-def test_gdn_kernels_match_torch_cuda(dtype, shape):
+def test_gdn_kernels_match_torch_cuda(dtype, shape, path):
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    cases = run_cases("cuda", dtype, shape, interpret=False)
-    print(f"gdn kernels {dtype} {shape}: " + json.dumps({k: round(v["err_out"], 7) for k, v in cases.items()}))
+    cases = run_cases("cuda", dtype, shape, interpret=False, path=path)
+    errs = json.dumps({k: round(v["err_out"], 7) for k, v in cases.items()})
+    print(f"gdn kernels {dtype} {shape} {path}: {errs}")
     check(cases, dtype)
 
 
