@@ -8,9 +8,10 @@ Usage:
 Cases: verification at W = 4 for B = 1, 8, 32 (each sequence reads its committed slot and writes one slot per
 row), plain decoding at B = 32 (one row, written in place), and prefills of 512 rows of one sequence and 128 rows
 of eight (each one's last row writes). Each case records which form of each kernel the checkout's launch takes
-(``chunks`` or ``rows``: ``triton_gdn.conv_in_chunks``, ``delta_rule_in_chunks``). Per case and kernel
-(``conv_slots``, ``delta_rule_slots``): 20 launches captured in one CUDA graph, the graph replayed 7 times per
-round, the two modules in turn for ROUNDS rounds (default 3); the median over every replay, in us per launch.
+(``chunks`` or ``rows``: the conv always chunks, the delta rule as ``triton_gdn.delta_rule_in_chunks`` says).
+Per case and kernel (``conv_slots``, ``delta_rule_slots``): 20 launches captured in one CUDA graph, the graph
+replayed 7 times per round, the two modules in turn for ROUNDS rounds (default 3); the median over every replay,
+in us per launch.
 Both modules' outputs and written slots are compared (the largest difference).
 """
 
@@ -144,9 +145,7 @@ def main(base_path: str, out_path: str, rounds: int = 3) -> None:
                 for k, g in graphs[m].items():
                     times[m][k] += replay_us(g)
         chunks = {
-            "conv_slots": triton_gdn.conv_in_chunks(
-                triton_gdn._channels_per_program(batch, C), triton_gdn._rows_per_chunk(rows_per)
-            ),
+            "conv_slots": True,
             "delta_rule_slots": triton_gdn.delta_rule_in_chunks(triton_gdn._values_per_program(batch, HV, DV)),
         }
         path = {k: "chunks" if v else "rows" for k, v in chunks.items()}

@@ -13,9 +13,9 @@ gives the semantics, which the CPU keeps as the exact reference):
   needs: the next step reads the accepted row's slot, nothing is copied);
 * ``gated_rms_norm``: the gated RMSNorm of the output with ``silu(z)``.
 
-Each slot kernel has a row-by-row form (here) and a chunked form
-(``triton_gdn_chunks``: a chunk's loads ahead of its rows' recurrence);
-``conv_in_chunks`` and ``delta_rule_in_chunks`` pick one per launch, and both
+The conv runs in chunks of rows (``triton_gdn_chunks``: a chunk's loads
+ahead of its rows' arithmetic); the delta rule has a row-by-row form (here)
+and a chunked one, ``delta_rule_in_chunks`` picks one per launch, and both
 give the same bits.
 
 A slot outside ``[0, num_slots)`` (-1 among them) reads the zero state and
@@ -71,81 +71,12 @@ def _rows_per_chunk(rows: int) -> int:
     return min(_pow2(rows), 8)
 
 
-# Which kernel a launch takes. The chunked kernels (``triton_gdn_chunks``) cut a launch that waits on its loads
-# (narrow tiles: a small batch) and the conv's one-row chunks (decoding); where wide tiles fill the GPU, their
-# extra register work made a verification slower than row by row (``benchmarks/gdn_ab.py`` on an H100, W = 4:
-# chunks 1.39x / 1.12x faster at B = 1, 0.52x / 0.78x at B = 8 and 0.33x / 0.91x at B = 32, conv / delta rule).
-def conv_in_chunks(channels_per_program: int, rows_per_chunk: int) -> bool:
-    return channels_per_program < 128 or rows_per_chunk == 1
-
-
+# Which form of the delta rule a launch takes. The chunked one (``triton_gdn_chunks``) cuts a launch that waits
+# on its loads (narrow tiles: a small batch); where wide tiles fill the GPU, its extra register work made a
+# verification slower than row by row (``benchmarks/gdn_ab.py`` on an H100, W = 4: 1.12x faster at B = 1, 0.78x
+# at B = 8 and 0.91x at B = 32).
 def delta_rule_in_chunks(values_per_program: int) -> bool:
     return values_per_program < 32
-
-
-@triton.jit
-def _conv_slots_kernel(
-    qkv,  # [N, C] the in-projection's output, flat rows
-    weight,  # [C, K] depthwise taps
-    pool,  # [S + 1, C, K - 1] conv windows (the layer's)
-    rows,  # [B, R] flat row of each sequence row
-    state_read,  # [B]
-    state_write,  # [N]
-    out,  # [B, R, C] silu(conv), contiguous
-    num_slots,
-    N,
-    R,
-    C,
-    stride_n,  # qkv's row stride
-    K: tl.constexpr,
-    KP: tl.constexpr,  # next power of two >= K - 1
-    BC: tl.constexpr,
-):
-    b = tl.program_id(1)
-    offs_c = tl.program_id(0) * BC + tl.arange(0, BC)
-    mask_c = offs_c < C
-    cols = tl.arange(0, KP)
-    mask_w = cols < K - 1
-    slot = tl.load(state_read + b)
-    live = (slot >= 0) & (slot < num_slots)
-    safe = tl.where(live, slot, 0).to(tl.int64)
-    base = pool + safe * C * (K - 1)
-    # the whole initial window first: a row may write the slot read here
-    win = tl.load(
-        base + offs_c[:, None] * (K - 1) + cols[None, :], mask=live & mask_c[:, None] & mask_w[None, :], other=0.0
-    ).to(tl.float32)
-    i = 0
-    while i < R:  # a while loop: Triton's interpreter takes no tensor bound in range()
-        acc = tl.zeros([BC], dtype=tl.float32)
-        for j in tl.static_range(K):
-            t = i + j  # stream position: the window's K - 1 entries, then the rows
-            w_j = tl.load(weight + offs_c * K + j, mask=mask_c, other=0.0).to(tl.float32)
-            from_win = tl.sum(tl.where(cols[None, :] == t, win, 0.0), axis=1)
-            r = t - (K - 1)
-            r_ok = (r >= 0) & (r < R)
-            n = tl.load(rows + b * R + tl.where(r_ok, r, 0), mask=r_ok, other=0)
-            n_ok = r_ok & (n >= 0) & (n < N)
-            x = tl.load(qkv + tl.where(n_ok, n, 0).to(tl.int64) * stride_n + offs_c, mask=n_ok & mask_c, other=0.0)
-            acc += w_j * tl.where(t < K - 1, from_win, x.to(tl.float32))
-        y = acc / (1.0 + tl.exp(-acc))
-        tl.store(out + (b * R + i).to(tl.int64) * C + offs_c, y.to(out.dtype.element_ty), mask=mask_c)
-        # the window after row i: stream positions i + 1 .. i + K - 1
-        n_i = tl.load(rows + b * R + i)
-        n_i_ok = (n_i >= 0) & (n_i < N)
-        w_slot = tl.load(state_write + tl.where(n_i_ok, n_i, 0), mask=n_i_ok, other=-1)
-        w_live = n_i_ok & (w_slot >= 0) & (w_slot < num_slots)
-        w_base = pool + tl.where(w_live, w_slot, 0).to(tl.int64) * C * (K - 1)
-        for j in tl.static_range(K - 1):
-            t = i + 1 + j
-            from_win = tl.sum(tl.where(cols[None, :] == t, win, 0.0), axis=1)
-            r = t - (K - 1)
-            r_ok = (r >= 0) & (r < R)
-            n = tl.load(rows + b * R + tl.where(r_ok, r, 0), mask=r_ok, other=0)
-            n_ok = r_ok & (n >= 0) & (n < N)
-            x = tl.load(qkv + tl.where(n_ok, n, 0).to(tl.int64) * stride_n + offs_c, mask=n_ok & mask_c, other=0.0)
-            val = tl.where(t < K - 1, from_win, x.to(tl.float32))
-            tl.store(w_base + offs_c * (K - 1) + j, val.to(pool.dtype.element_ty), mask=w_live & mask_c)
-        i += 1
 
 
 def conv_slots(
@@ -171,11 +102,7 @@ def conv_slots(
         qkv = qkv.contiguous()
     args = (qkv, weight.reshape(c, k).contiguous(), pool, rows.contiguous(), state_read.contiguous())
     args += (state_write.contiguous(), out, num_slots, n, r, c, qkv.stride(0))
-    rp = _rows_per_chunk(r)
-    if conv_in_chunks(bc, rp):
-        _conv_chunks_kernel[(triton.cdiv(c, bc), b)](*args, K=k, KP=_pow2(k - 1), KW=_pow2(k), BC=bc, RP=rp)
-    else:
-        _conv_slots_kernel[(triton.cdiv(c, bc), b)](*args, K=k, KP=_pow2(k - 1), BC=bc)
+    _conv_chunks_kernel[(triton.cdiv(c, bc), b)](*args, K=k, BC=bc, RP=_rows_per_chunk(r))
     return out
 
 

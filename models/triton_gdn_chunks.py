@@ -1,32 +1,22 @@
-"""The Gated DeltaNet slot kernels over chunks of rows (``triton_gdn`` launches them where they are faster).
+"""The Gated DeltaNet slot kernels over chunks of rows.
 
 A program takes a sequence's rows in chunks of ``RP`` (up to 8; one chunk
-for a verification): the chunk's row indices, inputs, gates and write slots
-load together before its rows' recurrence runs from registers, so no row
-waits on the loads of the row before it.  The semantics, the slot rules and
-every output bit are those of ``triton_gdn``'s row-by-row kernels (the tests
-hold both against the torch path; ``benchmarks/gdn_ab.py`` compares them).
+for a verification): the chunk's row indices, inputs and write slots load
+together before its rows' arithmetic, so no row waits on the loads of the
+row before it.  The conv keeps a chunk's rows, its window and its taps as
+tuples of channel vectors (unrolled): nothing reduces across threads, so it
+needs no shared memory and no barrier (picking a row out of a tile with a
+row axis would reduce across warps).  The delta rule keeps the chunk's gates
+and slots as ``[RP]`` vectors.  The semantics, the slot rules and every
+output bit are those of ``triton_gdn``'s contract (the tests hold both
+against the torch path; ``benchmarks/gdn_ab.py`` compares them with an
+earlier module).
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
-
-
-@triton.jit
-def _pick(tile, cols, c: tl.constexpr):
-    """Column ``c`` of ``tile`` (``cols`` its column indices), a vector over the tile's rows."""
-    return tl.sum(tl.where(cols[None, :] == c, tile, 0.0), axis=1)
-
-
-@triton.jit
-def _stream(win, x, cols, rr, p: tl.constexpr, K: tl.constexpr):
-    """Stream position ``p`` of a chunk: the window's ``K - 1`` entries, then the chunk's rows."""
-    if p < K - 1:
-        return _pick(win, cols, p)
-    else:
-        return _pick(x, rr, p - (K - 1))
 
 
 @triton.jit
@@ -44,60 +34,52 @@ def _conv_chunks_kernel(
     C,
     stride_n,  # qkv's row stride
     K: tl.constexpr,
-    KP: tl.constexpr,  # next power of two >= K - 1
-    KW: tl.constexpr,  # next power of two >= K
     BC: tl.constexpr,
-    RP: tl.constexpr,  # rows per chunk: a chunk's row indices, inputs and write slots load at once
+    RP: tl.constexpr,  # rows per chunk
 ):
     b = tl.program_id(1)
     offs_c = tl.program_id(0) * BC + tl.arange(0, BC)
     mask_c = offs_c < C
-    cols = tl.arange(0, KP)
-    mask_w = cols < K - 1
-    taps = tl.arange(0, KW)
-    rr = tl.arange(0, RP)
     slot = tl.load(state_read + b)
     live = (slot >= 0) & (slot < num_slots)
-    base = pool + tl.where(live, slot, 0).to(tl.int64) * C * (K - 1)
+    base = pool + tl.where(live, slot, 0).to(tl.int64) * C * (K - 1) + offs_c * (K - 1)
     # the whole initial window first: a row may write the slot read here
-    win = tl.load(
-        base + offs_c[:, None] * (K - 1) + cols[None, :], mask=live & mask_c[:, None] & mask_w[None, :], other=0.0
-    ).to(tl.float32)
-    wts = tl.load(weight + offs_c[:, None] * K + taps[None, :], mask=mask_c[:, None] & (taps < K)[None, :], other=0.0)
-    wts = wts.to(tl.float32)
+    win = ()
+    for j in tl.static_range(K - 1):
+        win = win + (tl.load(base + j, mask=live & mask_c, other=0.0).to(tl.float32),)
+    taps = ()
+    for j in tl.static_range(K):
+        taps = taps + (tl.load(weight + offs_c * K + j, mask=mask_c, other=0.0).to(tl.float32),)
     i = 0
     while i < R:  # a while loop: Triton's interpreter takes no tensor bound in range()
-        r_ok = i + rr < R
-        n = tl.load(rows + b * R + i + rr, mask=r_ok, other=-1)
-        n_ok = r_ok & (n >= 0) & (n < N)
-        n_safe = tl.where(n_ok, n, 0)
-        at = qkv + n_safe.to(tl.int64)[None, :] * stride_n + offs_c[:, None]
-        x = tl.load(at, mask=n_ok[None, :] & mask_c[:, None], other=0.0).to(tl.float32)
-        w_slot = tl.load(state_write + n_safe, mask=n_ok, other=-1)
-        w_live = n_ok & (w_slot >= 0) & (w_slot < num_slots)
-        w_slot = tl.where(w_live, w_slot, -1)
+        xs = ()
+        slots = ()
+        for r in tl.static_range(RP):
+            row_ok = i + r < R
+            n = tl.load(rows + b * R + i + r, mask=row_ok, other=-1)
+            n_ok = row_ok & (n >= 0) & (n < N)
+            n_safe = tl.where(n_ok, n, 0)
+            x = tl.load(qkv + n_safe.to(tl.int64) * stride_n + offs_c, mask=n_ok & mask_c, other=0.0)
+            xs = xs + (x.to(tl.float32),)
+            ws = tl.load(state_write + n_safe, mask=n_ok, other=-1)
+            slots = slots + (tl.where(n_ok & (ws >= 0) & (ws < num_slots), ws, -1),)
+        stream = win + xs  # the window's K - 1 entries, then the chunk's rows
         for r in tl.static_range(RP):
             acc = tl.zeros([BC], dtype=tl.float32)
             for j in tl.static_range(K):
-                acc += _pick(wts, taps, j) * _stream(win, x, cols, rr, r + j, K)
+                acc += taps[j] * stream[r + j]
             y = acc / (1.0 + tl.exp(-acc))
-            row_ok = i + r < R
-            tl.store(out + (b * R + i + r).to(tl.int64) * C + offs_c, y.to(out.dtype.element_ty), mask=row_ok & mask_c)
-            # the window after row r: stream positions r + 1 .. r + K - 1
-            ws = tl.max(tl.where(rr == r, w_slot, -1), axis=0)
-            after = tl.zeros([BC, KP], dtype=tl.float32)
-            for j in tl.static_range(K - 1):
-                after = tl.where(cols[None, :] == j, _stream(win, x, cols, rr, r + 1 + j, K)[:, None], after)
-            w_base = pool + tl.maximum(ws, 0).to(tl.int64) * C * (K - 1)
             tl.store(
-                w_base + offs_c[:, None] * (K - 1) + cols[None, :],
-                after.to(pool.dtype.element_ty),
-                mask=(ws >= 0) & mask_c[:, None] & mask_w[None, :],
+                out + (b * R + i + r).to(tl.int64) * C + offs_c, y.to(out.dtype.element_ty), mask=(i + r < R) & mask_c
             )
+            # the window after row r: stream positions r + 1 .. r + K - 1
+            w_base = pool + tl.maximum(slots[r], 0).to(tl.int64) * C * (K - 1) + offs_c * (K - 1)
+            for j in tl.static_range(K - 1):
+                tl.store(w_base + j, stream[r + 1 + j].to(pool.dtype.element_ty), mask=(slots[r] >= 0) & mask_c)
         # the next chunk's window: stream positions RP .. RP + K - 2 (a chunk that is not full is the last)
-        carry = tl.zeros([BC, KP], dtype=tl.float32)
+        carry = ()
         for j in tl.static_range(K - 1):
-            carry = tl.where(cols[None, :] == j, _stream(win, x, cols, rr, RP + j, K)[:, None], carry)
+            carry = carry + (stream[RP + j],)
         win = carry
         i += RP
 

@@ -1,7 +1,7 @@
 """The Gated DeltaNet layer's Triton kernels against its torch recurrence, case by case.
 
 Run as a script (``python gdn_cases.py DEVICE DTYPE [SHAPE [PATH]]``; PATH ``rows``
-or ``chunks`` forces that form of the slot kernels, ``auto`` by default) so that the CPU
+or ``chunks`` forces that form of the delta rule, ``auto`` by default) so that the CPU
 run can set ``TRITON_INTERPRET=1`` before Triton is imported; prints one JSON
 object: per case, the largest error of the layer's output and of the whole
 state pool (states and conv windows) after the forward, and whether slots
@@ -161,11 +161,11 @@ def cases(device: str, dtype: torch.dtype, shape: str) -> dict:
 
 
 def force_path(path: str) -> None:
-    """``rows`` or ``chunks``: every launch takes that form of the slot kernels; ``auto`` leaves the choice."""
+    """``rows`` or ``chunks``: every launch takes that form of the delta rule; ``auto`` leaves the choice."""
     if path != "auto":
         from specgen.models import triton_gdn
 
-        triton_gdn.conv_in_chunks = triton_gdn.delta_rule_in_chunks = lambda *_: path == "chunks"
+        triton_gdn.delta_rule_in_chunks = lambda *_: path == "chunks"
 
 
 if __name__ == "__main__":

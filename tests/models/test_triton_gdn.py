@@ -45,7 +45,7 @@ def check(cases: dict, dtype: str) -> None:
 @pytest.mark.parametrize("path", ["rows", "chunks"])
 @pytest.mark.parametrize("shape", ["tiny", "odd"])
 def test_gdn_kernels_match_torch_interpreted(shape, path):
-    """Both forms of the slot kernels (row by row, chunks of rows), whichever a launch would pick."""
+    """Both forms of the delta rule (row by row, chunks of rows), whichever a launch would pick; the chunked conv."""
     pytest.importorskip("triton")
     check(run_cases("cpu", "float32", shape, interpret=True, path=path), "float32")
 
