@@ -1,0 +1,111 @@
+"""Static figures of a Triton kernel for a GPU that need no GPU: registers, spills, shared memory, barriers.
+
+Compiles ``@triton.jit`` kernels ahead of time for ``sm_90`` with Triton's own ``ptxas`` and reads what the
+assembler reports (``ptxas -v``) and what the PTX holds. A kernel whose design promises no shared memory, no
+barrier or no spill keeps that promise here, on any machine with Triton installed.
+
+Usage:
+    python benchmarks/triton_static.py            the Gated DeltaNet slot kernels at the launch configurations
+                                                  the engine uses (``models/triton_gdn.py``), one JSON line each
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+
+def static_stats(fn, signature: dict, constexprs: dict, num_warps: int = 4, arch: int = 90) -> dict:
+    """``fn`` compiled for ``sm_<arch>``: ``registers``, ``spill_bytes`` (stores), ``shared_bytes`` (Triton's
+    static shared memory), ``barriers`` and ``global_loads`` (instructions in the PTX)."""
+    sig = dict(signature)
+    sig.update({name: "constexpr" for name in constexprs})
+    src = ASTSource(fn=fn, signature=sig, constexprs=constexprs)
+    kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
+    ptx = kernel.asm["ptx"]
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        arch_name = f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
+        done = subprocess.run(
+            [ptxas, f"-arch={arch_name}", "-v", path, "-o", os.devnull], capture_output=True, text=True
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"ptxas failed for {fn.__name__}: {done.stderr[-2000:]}")
+    regs = re.search(r"Used (\d+) registers", done.stderr)
+    spill = re.search(r"(\d+) bytes spill stores", done.stderr)
+    return {
+        "kernel": fn.__name__,
+        "num_warps": num_warps,
+        "registers": int(regs.group(1)) if regs else None,
+        "spill_bytes": int(spill.group(1)) if spill else 0,
+        "shared_bytes": int(kernel.metadata.shared),
+        "barriers": len(re.findall(r"\bbar\.sync\b|\bbarrier\.sync\b", ptx)),
+        "global_loads": len(re.findall(r"\bld\.global", ptx)),
+    }
+
+
+CONV_SIGNATURE = {
+    "qkv": "*bf16",
+    "weight": "*bf16",
+    "pool": "*bf16",
+    "rows": "*i64",
+    "state_read": "*i32",
+    "state_write": "*i32",
+    "out": "*bf16",
+    "num_slots": "i32",
+    "N": "i32",
+    "R": "i32",
+    "C": "i32",
+    "stride_n": "i32",
+}
+DELTA_SIGNATURE = {
+    "mixed": "*bf16",
+    "a_raw": "*bf16",
+    "b_raw": "*bf16",
+    "a_log": "*fp32",
+    "dt_bias": "*fp32",
+    "pool": "*fp32",
+    "rows": "*i64",
+    "state_read": "*i32",
+    "state_write": "*i32",
+    "out": "*fp32",
+    "num_slots": "i32",
+    "N": "i32",
+    "R": "i32",
+    "scale": "fp32",
+    "stride_ab": "i32",
+}
+# Qwen3.5-2B's linear layer (16 key and value heads of 128)
+DELTA_SHAPE = {"HV": 16, "GROUP": 1, "DK": 128, "DV": 128, "BK": 128}
+
+
+def gdn_configs():
+    """(name, kernel, signature, constexprs) of the slot kernels at the tiles and chunks the launches take."""
+    from specgen.models import triton_gdn, triton_gdn_chunks
+
+    for bc in (32, 64, 128):
+        for rp in (1, 4, 8):
+            cx = {"K": 4, "BC": bc, "RP": rp}
+            yield f"conv_chunks bc{bc} rp{rp}", triton_gdn_chunks._conv_chunks_kernel, CONV_SIGNATURE, cx
+    for bv in (8, 16):
+        for rp in (1, 4, 8):
+            cx = dict(DELTA_SHAPE, BV=bv, RP=rp)
+            yield f"delta_chunks bv{bv} rp{rp}", triton_gdn_chunks._delta_rule_chunks_kernel, DELTA_SIGNATURE, cx
+    for bv in (8, 16, 32):
+        cx = dict(DELTA_SHAPE, BV=bv)
+        yield f"delta_rows bv{bv}", triton_gdn._delta_rule_slots_kernel, DELTA_SIGNATURE, cx
+
+
+if __name__ == "__main__":
+    for name, fn, sig, cx in gdn_configs():
+        print(json.dumps({"config": name, **static_stats(fn, sig, cx)}), flush=True)
