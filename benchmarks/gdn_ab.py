@@ -4,6 +4,8 @@ the checkout's, on the same inputs, at Qwen3.5-2B's linear-layer shape.
 Usage:
     git show d68b9d6:models/triton_gdn.py > /tmp/gdn_base.py    # a module that stands alone (row by row only)
     python benchmarks/gdn_ab.py /tmp/gdn_base.py OUT.json [ROUNDS]
+    mkdir /tmp/base; for m in triton_gdn triton_gdn_chunks; do git show REF:models/$m.py > /tmp/base/$m.py; done
+    python benchmarks/gdn_ab.py /tmp/base OUT.json [ROUNDS]             # a commit whose module imports another
 
 Cases: verification at W = 4 for B = 1, 8, 32 (each sequence reads its committed slot and writes one slot per
 row), plain decoding at B = 32 (one row, written in place), and prefills of 512 rows of one sequence and 128 rows
@@ -17,10 +19,12 @@ Both modules' outputs and written slots are compared (the largest difference).
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import statistics
 import sys
+from pathlib import Path
 
 import torch
 
@@ -40,7 +44,23 @@ LAUNCHES, REPLAYS = 20, 7
 
 
 def load(path: str):
-    spec = importlib.util.spec_from_file_location("gdn_base", path)
+    """The baseline: a module file that stands alone, or a folder holding ``triton_gdn.py`` and the modules it
+    imports relatively (``triton_gdn_chunks.py``), loaded as a package of its own."""
+    root = Path(path)
+    if root.is_dir():
+        if not (root / "triton_gdn.py").is_file():
+            raise SystemExit(f"gdn_ab: {root} holds no triton_gdn.py")
+        spec = importlib.util.spec_from_file_location(
+            "gdn_base", root / "__init__.py", submodule_search_locations=[str(root)]
+        )
+        pkg = importlib.util.module_from_spec(spec)
+        sys.modules["gdn_base"] = pkg
+        if (root / "__init__.py").is_file():
+            spec.loader.exec_module(pkg)
+        return importlib.import_module("gdn_base.triton_gdn")
+    if not root.is_file():
+        raise SystemExit(f"gdn_ab: no baseline module at {root}")
+    spec = importlib.util.spec_from_file_location("gdn_base", root)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
