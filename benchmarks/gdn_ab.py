@@ -9,8 +9,8 @@ Usage:
 
 Cases: verification at W = 4 for B = 1, 8, 32 (each sequence reads its committed slot and writes one slot per
 row), plain decoding at B = 32 (one row, written in place), and prefills of 512 rows of one sequence and 128 rows
-of eight (each one's last row writes). Each case records which form of each kernel the checkout's launch takes
-(``chunks`` or ``rows``: the conv always chunks, the delta rule as ``triton_gdn.delta_rule_in_chunks`` says).
+of eight (each one's last row writes). Each case records the tiles the checkout's launches take (the conv's
+channels per program, the delta rule's values per program).
 Per case and kernel (``conv_slots``, ``delta_rule_slots``): 20 launches captured in one CUDA graph, the graph
 replayed 7 times per round, the two modules in turn for ROUNDS rounds (default 3); the median over every replay,
 in us per launch.
@@ -164,12 +164,11 @@ def main(base_path: str, out_path: str, rounds: int = 3) -> None:
             for m in graphs:
                 for k, g in graphs[m].items():
                     times[m][k] += replay_us(g)
-        chunks = {
-            "conv_slots": True,
-            "delta_rule_slots": triton_gdn.delta_rule_in_chunks(triton_gdn._values_per_program(batch, HV, DV)),
+        tiles = {
+            "conv_slots": triton_gdn._channels_per_program(batch, C),
+            "delta_rule_slots": triton_gdn._values_per_program(batch, HV, DV),
         }
-        path = {k: "chunks" if v else "rows" for k, v in chunks.items()}
-        case = {"batch": batch, "rows_per_sequence": rows_per, "head_path": path, "max_abs_diff": diff}
+        case = {"batch": batch, "rows_per_sequence": rows_per, "head_tiles": tiles, "max_abs_diff": diff}
         for k in ("conv_slots", "delta_rule_slots"):
             base, head = statistics.median(times["base"][k]), statistics.median(times["head"][k])
             case[k] = {"base_us": round(base, 2), "head_us": round(head, 2), "speedup": round(base / head, 3)}

@@ -22,12 +22,22 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 
-def static_stats(fn, signature: dict, constexprs: dict, num_warps: int = 4, arch: int = 90) -> dict:
+def static_stats(
+    fn, signature: dict, constexprs: dict, num_warps: int = 4, arch: int = 90, aligned: bool = True
+) -> dict:
     """``fn`` compiled for ``sm_<arch>``: ``registers``, ``spill_bytes`` (stores), ``shared_bytes`` (Triton's
-    static shared memory), ``barriers`` and ``global_loads`` (instructions in the PTX)."""
+    static shared memory), ``barriers`` and ``global_loads`` (instructions in the PTX).
+
+    ``aligned``: every pointer argument is taken as 16-byte aligned, as Triton's launcher specializes a kernel
+    for the tensors torch allocates (without it, loads and stores are not vectorized and each element keeps its
+    own address: far more registers than the kernel the engine runs)."""
     sig = dict(signature)
     sig.update({name: "constexpr" for name in constexprs})
-    src = ASTSource(fn=fn, signature=sig, constexprs=constexprs)
+    attrs = {}
+    if aligned:
+        names = fn.arg_names
+        attrs = {(names.index(k),): [["tt.divisibility", 16]] for k, v in signature.items() if v.startswith("*")}
+    src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
     kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
     ptx = kernel.asm["ptx"]
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
@@ -90,22 +100,19 @@ DELTA_SHAPE = {"HV": 16, "GROUP": 1, "DK": 128, "DV": 128, "BK": 128}
 
 
 def gdn_configs():
-    """(name, kernel, signature, constexprs) of the slot kernels at the tiles and chunks the launches take."""
+    """(name, kernel, signature, constexprs, num_warps) of the slot kernels at the tiles, chunks and warps the
+    launches take (the conv: 4 warps; the delta rule: one warp per value tile of 16 or 32)."""
     from specgen.models import triton_gdn, triton_gdn_chunks
 
     for bc in (32, 64, 128):
         for rp in (1, 4, 8):
             cx = {"K": 4, "BC": bc, "RP": rp}
-            yield f"conv_chunks bc{bc} rp{rp}", triton_gdn_chunks._conv_chunks_kernel, CONV_SIGNATURE, cx
-    for bv in (8, 16):
-        for rp in (1, 4, 8):
-            cx = dict(DELTA_SHAPE, BV=bv, RP=rp)
-            yield f"delta_chunks bv{bv} rp{rp}", triton_gdn_chunks._delta_rule_chunks_kernel, DELTA_SIGNATURE, cx
-    for bv in (8, 16, 32):
+            yield f"conv_chunks bc{bc} rp{rp}", triton_gdn_chunks._conv_chunks_kernel, CONV_SIGNATURE, cx, 4
+    for bv in (16, 32):
         cx = dict(DELTA_SHAPE, BV=bv)
-        yield f"delta_rows bv{bv}", triton_gdn._delta_rule_slots_kernel, DELTA_SIGNATURE, cx
+        yield f"delta bv{bv}", triton_gdn._delta_rule_slots_kernel, DELTA_SIGNATURE, cx, 1
 
 
 if __name__ == "__main__":
-    for name, fn, sig, cx in gdn_configs():
-        print(json.dumps({"config": name, **static_stats(fn, sig, cx)}), flush=True)
+    for name, fn, sig, cx, warps in gdn_configs():
+        print(json.dumps({"config": name, **static_stats(fn, sig, cx, num_warps=warps)}), flush=True)

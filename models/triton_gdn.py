@@ -14,9 +14,9 @@ gives the semantics, which the CPU keeps as the exact reference):
 * ``gated_rms_norm``: the gated RMSNorm of the output with ``silu(z)``.
 
 The conv runs in chunks of rows (``triton_gdn_chunks``: a chunk's loads
-ahead of its rows' arithmetic); the delta rule has a row-by-row form (here)
-and a chunked one, ``delta_rule_in_chunks`` picks one per launch, and both
-give the same bits.
+ahead of its rows' arithmetic).  The delta rule takes a sequence's rows one
+by one in a one-warp program per value tile, each row's inputs loaded while
+the row before it updates and stores its state.
 
 A slot outside ``[0, num_slots)`` (-1 among them) reads the zero state and
 writes nothing; no load or store leaves its tensor whatever the slot values
@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_gdn_chunks import _conv_chunks_kernel, _delta_rule_chunks_kernel
+from .triton_gdn_chunks import _conv_chunks_kernel
 
 __all__ = ["conv_slots", "delta_rule_slots", "gated_rms_norm"]
 
@@ -59,9 +59,10 @@ def _channels_per_program(batch: int, channels: int) -> int:
 
 
 def _values_per_program(batch: int, heads: int, dv: int) -> int:
-    """The delta rule's value tile: 32, narrowed to 8 while the batch would fill less than two waves."""
+    """The delta rule's value tile (a program is one warp): 32, narrowed to 16 while the batch would fill less
+    than one wave (``benchmarks/gdn_ab.py`` and ``delta_sweep``'s figures in the hybrid results)."""
     bv = min(_pow2(dv), 32)
-    while bv > 8 and batch * heads * triton.cdiv(dv, bv) < 2 * TARGET_PROGRAMS:
+    while bv > 16 and batch * heads * triton.cdiv(dv, bv) < TARGET_PROGRAMS:
         bv //= 2
     return bv
 
@@ -69,14 +70,6 @@ def _values_per_program(batch: int, heads: int, dv: int) -> int:
 def _rows_per_chunk(rows: int) -> int:
     """Rows a program takes at once: a verification's (up to 8) in one chunk, a prefill's in chunks of 8."""
     return min(_pow2(rows), 8)
-
-
-# Which form of the delta rule a launch takes. The chunked one (``triton_gdn_chunks``) cuts a launch that waits
-# on its loads (narrow tiles: a small batch); where wide tiles fill the GPU, its extra register work made a
-# verification slower than row by row (``benchmarks/gdn_ab.py`` on an H100, W = 4: 1.12x faster at B = 1, 0.78x
-# at B = 8 and 0.91x at B = 32).
-def delta_rule_in_chunks(values_per_program: int) -> bool:
-    return values_per_program < 32
 
 
 def conv_slots(
@@ -104,6 +97,47 @@ def conv_slots(
     args += (state_write.contiguous(), out, num_slots, n, r, c, qkv.stride(0))
     _conv_chunks_kernel[(triton.cdiv(c, bc), b)](*args, K=k, BC=bc, RP=_rows_per_chunk(r))
     return out
+
+
+@triton.jit
+def _row_inputs(
+    mixed,
+    a_raw,
+    b_raw,
+    rows,
+    state_write,
+    b,
+    i,
+    R,
+    N,
+    num_slots,
+    stride_ab,
+    hk,
+    hv,
+    offs_k,
+    offs_v,
+    mask_k,
+    mask_v,
+    C: tl.constexpr,
+    QK: tl.constexpr,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+):
+    """Row ``i``'s inputs of sequence ``b`` as loaded (past ``R``: masked, no output row, no write slot): its
+    output row (-1: none), q, k, v, the gates' raw a and b, and its write slot (-1: none)."""
+    ok = i < R
+    n = tl.load(rows + b * R + tl.minimum(i, R - 1), mask=ok, other=-1)
+    n_ok = ok & (n >= 0) & (n < N)
+    n_safe = tl.where(n_ok, n, 0).to(tl.int64)
+    src = mixed + (b * R + tl.minimum(i, R - 1)).to(tl.int64) * C
+    q = tl.load(src + hk * DK + offs_k, mask=mask_k & ok, other=0.0)
+    k = tl.load(src + QK + hk * DK + offs_k, mask=mask_k & ok, other=0.0)
+    v = tl.load(src + 2 * QK + hv * DV + offs_v, mask=mask_v & ok, other=0.0)
+    a = tl.load(a_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0)
+    b_gate = tl.load(b_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0)
+    w = tl.load(state_write + n_safe, mask=n_ok, other=-1)
+    w = tl.where(n_ok & (w >= 0) & (w < num_slots), w, -1)
+    return tl.where(n_ok, n_safe, -1), q, k, v, a, b_gate, w
 
 
 @triton.jit
@@ -146,29 +180,28 @@ def _delta_rule_slots_kernel(
     h = tl.load(pool + tl.where(live, slot, 0).to(tl.int64) * HV * DK * DV + head + tile, mask=live & mask_h, other=0.0)
     decay = -tl.exp(tl.load(a_log + hv).to(tl.float32))
     bias = tl.load(dt_bias + hv).to(tl.float32)
+    geometry = (R, N, num_slots, stride_ab, hk, hv, offs_k, offs_v, mask_k, mask_v, C, QK, DK, DV)
+    dst, q, k, v, a, b_gate, w = _row_inputs(mixed, a_raw, b_raw, rows, state_write, b, 0, *geometry)
     i = 0
     while i < R:
-        n = tl.load(rows + b * R + i)
-        n_ok = (n >= 0) & (n < N)
-        n_safe = tl.where(n_ok, n, 0).to(tl.int64)
-        src = mixed + (b * R + i).to(tl.int64) * C
-        q = tl.load(src + hk * DK + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-        k = tl.load(src + QK + hk * DK + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-        v = tl.load(src + 2 * QK + hv * DV + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+        # row i + 1's inputs load before row i's stores (which may alias them as far as the compiler knows), so
+        # they are in flight during row i's update instead of after it
+        nxt = _row_inputs(mixed, a_raw, b_raw, rows, state_write, b, i + 1, *geometry)
+        q = q.to(tl.float32)
+        k = k.to(tl.float32)
         q = q / tl.sqrt(tl.sum(q * q) + 1e-6) * scale
         k = k / tl.sqrt(tl.sum(k * k) + 1e-6)
-        a = tl.load(a_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32) + bias
+        a = a.to(tl.float32) + bias
         softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))
-        beta = 1.0 / (1.0 + tl.exp(-tl.load(b_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32)))
+        beta = 1.0 / (1.0 + tl.exp(-b_gate.to(tl.float32)))
         h = h * tl.exp(decay * softplus)
         kv_mem = tl.sum(h * k[:, None], axis=0)
-        h = h + k[:, None] * ((v - kv_mem) * beta)[None, :]
+        h = h + k[:, None] * ((v.to(tl.float32) - kv_mem) * beta)[None, :]
         o = tl.sum(h * q[:, None], axis=0)
-        tl.store(out + (n_safe * HV + hv) * DV + offs_v, o, mask=n_ok & mask_v)
-        w_slot = tl.load(state_write + n_safe, mask=n_ok, other=-1)
-        w_live = n_ok & (w_slot >= 0) & (w_slot < num_slots)
-        w_base = pool + tl.where(w_live, w_slot, 0).to(tl.int64) * HV * DK * DV + head
-        tl.store(w_base + tile, h, mask=w_live & mask_h)
+        tl.store(out + (tl.maximum(dst, 0) * HV + hv) * DV + offs_v, o, mask=(dst >= 0) & mask_v)
+        w_base = pool + tl.maximum(w, 0).to(tl.int64) * HV * DK * DV + head
+        tl.store(w_base + tile, h, mask=(w >= 0) & mask_h)
+        dst, q, k, v, a, b_gate, w = nxt
         i += 1
 
 
@@ -201,12 +234,8 @@ def delta_rule_slots(
     bv = _values_per_program(b, hv, dv)
     args = (mixed.contiguous(), a_raw, b_raw, a_log, dt_bias, pool, rows.contiguous(), state_read.contiguous())
     args += (state_write.contiguous(), out, num_slots, n, r, key_dim**-0.5, a_raw.stride(0))
-    shape = dict(HV=hv, GROUP=hv // key_heads, DK=key_dim, DV=dv, BK=_pow2(key_dim), BV=bv, num_warps=4)
-    grid = (triton.cdiv(dv, bv), b * hv)
-    if delta_rule_in_chunks(bv):
-        _delta_rule_chunks_kernel[grid](*args, RP=_rows_per_chunk(r), **shape)
-    else:
-        _delta_rule_slots_kernel[grid](*args, **shape)
+    shape = dict(HV=hv, GROUP=hv // key_heads, DK=key_dim, DV=dv, BK=_pow2(key_dim), BV=bv, num_warps=1)
+    _delta_rule_slots_kernel[(triton.cdiv(dv, bv), b * hv)](*args, **shape)
     return out
 
 

@@ -1,7 +1,7 @@
 """The Gated DeltaNet layer's Triton kernels against its torch recurrence, case by case.
 
-Run as a script (``python gdn_cases.py DEVICE DTYPE [SHAPE [PATH]]``; PATH ``rows``
-or ``chunks`` forces that form of the delta rule, ``auto`` by default) so that the CPU
+Run as a script (``python gdn_cases.py DEVICE DTYPE [SHAPE [TILE]]``; TILE ``16`` or
+``32`` forces the delta rule's value tile, ``auto`` by default) so that the CPU
 run can set ``TRITON_INTERPRET=1`` before Triton is imported; prints one JSON
 object: per case, the largest error of the layer's output and of the whole
 state pool (states and conv windows) after the forward, and whether slots
@@ -160,16 +160,17 @@ def cases(device: str, dtype: torch.dtype, shape: str) -> dict:
     return out
 
 
-def force_path(path: str) -> None:
-    """``rows`` or ``chunks``: every launch takes that form of the delta rule; ``auto`` leaves the choice."""
-    if path != "auto":
+def force_tile(tile: str) -> None:
+    """``16`` or ``32``: every launch of the delta rule takes that value tile (wider than a tiny head's values:
+    masked lanes); ``auto`` leaves the choice to the launch."""
+    if tile != "auto":
         from specgen.models import triton_gdn
 
-        triton_gdn.delta_rule_in_chunks = lambda *_: path == "chunks"
+        triton_gdn._values_per_program = lambda *_: int(tile)
 
 
 if __name__ == "__main__":
     device, dtype = sys.argv[1], getattr(torch, sys.argv[2])
     shape = sys.argv[3] if len(sys.argv) > 3 else "tiny"
-    force_path(sys.argv[4] if len(sys.argv) > 4 else "auto")
+    force_tile(sys.argv[4] if len(sys.argv) > 4 else "auto")
     print(json.dumps(cases(device, dtype, shape)))

@@ -20,8 +20,8 @@ CASES = Path(__file__).with_name("gdn_cases.py")
 TOL = {"float32": (2e-5, 1e-5, 1e-5), "bfloat16": (3e-2, 2e-2, 2e-2)}
 
 
-def run_cases(device: str, dtype: str, shape: str, interpret: bool, path: str = "auto") -> dict:
-    return run_case_script(CASES, device, dtype, shape, path, interpret=interpret)
+def run_cases(device: str, dtype: str, shape: str, interpret: bool, tile: str = "auto") -> dict:
+    return run_case_script(CASES, device, dtype, shape, tile, interpret=interpret)
 
 
 def check(cases: dict, dtype: str) -> None:
@@ -42,25 +42,25 @@ def check(cases: dict, dtype: str) -> None:
         assert c["err_state"] <= state_tol and c["err_conv"] <= conv_tol, (name, c)
 
 
-@pytest.mark.parametrize("path", ["rows", "chunks"])
+@pytest.mark.parametrize("tile", ["16", "32"])
 @pytest.mark.parametrize("shape", ["tiny", "odd"])
-def test_gdn_kernels_match_torch_interpreted(shape, path):
-    """Both forms of the delta rule (row by row, chunks of rows), whichever a launch would pick; the chunked conv."""
+def test_gdn_kernels_match_torch_interpreted(shape, tile):
+    """Both value tiles of the delta rule, whichever a launch would pick; the chunked conv."""
     pytest.importorskip("triton")
-    check(run_cases("cpu", "float32", shape, interpret=True, path=path), "float32")
+    check(run_cases("cpu", "float32", shape, interpret=True, tile=tile), "float32")
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", ["auto", "rows", "chunks"])
+@pytest.mark.parametrize("tile", ["auto", "16", "32"])
 @pytest.mark.parametrize(
     "dtype,shape", [("float32", "tiny"), ("float32", "odd"), ("float32", "real"), ("bfloat16", "real")]
 )
-def test_gdn_kernels_match_torch_cuda(dtype, shape, path):
+def test_gdn_kernels_match_torch_cuda(dtype, shape, tile):
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    cases = run_cases("cuda", dtype, shape, interpret=False, path=path)
+    cases = run_cases("cuda", dtype, shape, interpret=False, tile=tile)
     errs = json.dumps({k: round(v["err_out"], 7) for k, v in cases.items()})
-    print(f"gdn kernels {dtype} {shape} {path}: {errs}")
+    print(f"gdn kernels {dtype} {shape} tile {tile}: {errs}")
     check(cases, dtype)
 
 

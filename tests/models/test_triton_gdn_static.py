@@ -2,8 +2,9 @@
 design promises holds in the machine code.
 
 The chunked conv keeps a chunk's rows as channel vectors so that nothing reduces across threads: no shared memory,
-no barrier. No slot kernel spills registers at the tiles and chunks its launches take (a spill turns the float32
-state tile's register traffic into local-memory traffic).
+no barrier, no spill. The delta rule runs one warp per value tile: its reductions over the key axis stay inside the
+warp (no barrier in the row loop), and it holds the float32 state tile in registers with at most 8 bytes of spill
+per thread (the 32-wide tile: the fastest on an H100 in spite of it; the 16-wide tile spills nothing).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from oracles.scripts import benchmark_module
 
 pytest.importorskip("triton")
 static = benchmark_module("triton_static")
-CONFIGS = {name: (fn, sig, cx) for name, fn, sig, cx in static.gdn_configs()}
+CONFIGS = {name: (fn, sig, cx, warps) for name, fn, sig, cx, warps in static.gdn_configs()}
 
 
 @pytest.mark.parametrize("name", ["conv_chunks bc32 rp8", "conv_chunks bc128 rp4", "conv_chunks bc128 rp1"])
@@ -23,11 +24,21 @@ def test_the_chunked_conv_needs_no_shared_memory_and_no_barrier(name):
     assert stats["spill_bytes"] == 0, stats
 
 
-@pytest.mark.parametrize("name", ["delta_chunks bv8 rp8", "delta_chunks bv16 rp4", "delta_rows bv32"])
-def test_the_delta_rule_does_not_spill(name):
+@pytest.mark.parametrize("name,spill", [("delta bv16", 0), ("delta bv32", 8)])
+def test_the_delta_rule_keeps_its_state_tile_in_registers(name, spill):
     stats = static.static_stats(*CONFIGS[name])
-    assert stats["spill_bytes"] == 0, stats
-    assert stats["registers"] <= 255, stats
+    assert stats["spill_bytes"] <= spill, stats
+    # one warp: a few barriers (scalar broadcasts), where four warps' reductions over the key axis add many
+    four = static.static_stats(*CONFIGS[name][:3], num_warps=4)
+    assert stats["barriers"] <= 4 < four["barriers"], (stats, four)
+
+
+def test_unaligned_pointers_compile_to_per_element_addresses():
+    """The check can fail: without the launcher's 16-byte alignment, the same kernel takes far more registers."""
+    fn, sig, cx, warps = CONFIGS["delta bv16"]
+    aligned = static.static_stats(fn, sig, cx, num_warps=warps)
+    plain = static.static_stats(fn, sig, cx, num_warps=warps, aligned=False)
+    assert plain["registers"] + plain["spill_bytes"] // 4 > aligned["registers"], (plain, aligned)
 
 
 def test_a_reduction_across_warps_shows_as_shared_memory_and_barriers():
