@@ -1,6 +1,7 @@
 """The delta rule's launch configurations (``models/triton_gdn.py``): value tile x warps per program, per case of
 ``benchmarks/gdn_ab.py`` (Qwen3.5-2B's linear layer), timed in CUDA graphs; the basis of the launch's choice
-(``_values_per_program``, one warp).
+(``_values_per_program``, one warp). The chunked matrix form (``models/triton_gdn_prefill.py``) is timed beside it
+(cells ``chunked bvV wN``), the basis of ``triton_gdn.CHUNKED_FROM_ROWS``.
 
 Usage:
     python benchmarks/gdn_tile_sweep.py OUT.json [TILES [WARPS]]      e.g. TILES=16,32,64 WARPS=1,2,4 (the defaults)
@@ -22,7 +23,7 @@ from pathlib import Path
 import torch
 import triton
 
-from specgen.models import triton_gdn
+from specgen.models import triton_gdn, triton_gdn_prefill
 
 spec = importlib.util.spec_from_file_location("gdn_ab", Path(__file__).with_name("gdn_ab.py"))
 ab = importlib.util.module_from_spec(spec)
@@ -42,6 +43,27 @@ def launch(d: dict, states: torch.Tensor, bv: int, warps: int) -> torch.Tensor:
     return out
 
 
+CHUNKED = ((16, 4), (16, 8), (32, 8))  # the chunked form's (value tile, warps)
+
+
+def launch_chunked(d: dict, states: torch.Tensor, bv: int, warps: int) -> torch.Tensor:
+    args = (d["mixed"], d["a_raw"], d["b_raw"], d["a_log"], d["dt_bias"], states, d["rows"], d["read"], d["write"])
+    return triton_gdn_prefill.delta_rule_chunked(
+        *args, d["num_slots"], ab.HK, ab.DK, values_per_program=bv, num_warps=warps
+    )
+
+
+def time_cell(d: dict, want: torch.Tensor, want_states: torch.Tensor, fn) -> dict:
+    """``fn(states)``'s largest difference from the launch's output and states, and its median us per launch."""
+    states = d["states"].clone()
+    got = fn(states)
+    diff = max((got - want).abs().max().item(), (states - want_states).abs().max().item())
+    states = d["states"].clone()
+    graph = ab.graph_of(lambda: fn(states))
+    times = [t for _ in range(3) for t in ab.replay_us(graph)]
+    return {"us": round(statistics.median(times), 2), "max_abs_diff": diff}
+
+
 def main(out_path: str, tiles: list[int], warps: list[int]) -> None:
     result = {"gpu": torch.cuda.get_device_name(), "tiles": tiles, "warps": warps}
     for name, (batch, rows_per, verify) in ab.CASES.items():
@@ -51,13 +73,10 @@ def main(out_path: str, tiles: list[int], warps: list[int]) -> None:
         cells = {}
         for bv in tiles:
             for w in warps:
-                states = d["states"].clone()
-                got = launch(d, states, bv, w)
-                diff = max((got - want).abs().max().item(), (states - want_states).abs().max().item())
-                states = d["states"].clone()
-                graph = ab.graph_of(lambda s=states, bv=bv, w=w: launch(d, s, bv, w))
-                times = [t for _ in range(3) for t in ab.replay_us(graph)]
-                cells[f"bv{bv} w{w}"] = {"us": round(statistics.median(times), 2), "max_abs_diff": diff}
+                cells[f"bv{bv} w{w}"] = time_cell(d, want, want_states, lambda s, bv=bv, w=w: launch(d, s, bv, w))
+        for bv, w in CHUNKED:
+            fn = lambda s, bv=bv, w=w: launch_chunked(d, s, bv, w)  # noqa: E731
+            cells[f"chunked bv{bv} w{w}"] = time_cell(d, want, want_states, fn)
         chosen = f"bv{triton_gdn._values_per_program(batch, ab.HV, ab.DV)} w1"
         fastest = min(cells, key=lambda k: cells[k]["us"])
         result[name] = {"launch": chosen, "fastest": fastest, "cells": cells}

@@ -111,6 +111,12 @@ def gdn_configs():
     for bv in (16, 32):
         cx = dict(DELTA_SHAPE, BV=bv)
         yield f"delta bv{bv}", triton_gdn._delta_rule_slots_kernel, DELTA_SIGNATURE, cx, 1
+    # the chunked matrix form (triton_gdn_prefill) at its default launch; the engine takes it only from
+    # triton_gdn.CHUNKED_FROM_ROWS rows
+    from specgen.models import triton_gdn_prefill
+
+    cx = dict(DELTA_SHAPE, BV=16, CH=triton_gdn_prefill.CHUNK)
+    yield "delta_chunked bv16", triton_gdn_prefill._delta_rule_chunked_kernel, DELTA_SIGNATURE, cx, 8
 
 
 if __name__ == "__main__":

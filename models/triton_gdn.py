@@ -67,6 +67,12 @@ def _values_per_program(batch: int, heads: int, dv: int) -> int:
     return bv
 
 
+# Launches of at least this many rows per sequence take the delta rule's chunked matrix form
+# (``triton_gdn_prefill``); None: none do. It stays None until a GPU has timed that form against the row-by-row
+# one (``benchmarks/gdn_tile_sweep.py`` times both).
+CHUNKED_FROM_ROWS: int | None = None
+
+
 def _rows_per_chunk(rows: int) -> int:
     """Rows a program takes at once: a verification's (up to 8) in one chunk, a prefill's in chunks of 8."""
     return min(_pow2(rows), 8)
@@ -226,6 +232,11 @@ def delta_rule_slots(
     ``n`` goes to ``state_write[n]``'s slot.
     """
     b, r, _ = mixed.shape
+    if CHUNKED_FROM_ROWS is not None and r >= CHUNKED_FROM_ROWS:
+        from .triton_gdn_prefill import delta_rule_chunked
+
+        args = (mixed, a_raw, b_raw, a_log, dt_bias, pool, rows, state_read, state_write, num_slots, key_heads)
+        return delta_rule_chunked(*args, key_dim)
     n, hv = a_raw.shape
     if a_raw.stride(1) != 1 or b_raw.stride(1) != 1 or a_raw.stride(0) != b_raw.stride(0):
         a_raw, b_raw = a_raw.contiguous(), b_raw.contiguous()

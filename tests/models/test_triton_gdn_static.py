@@ -57,3 +57,11 @@ def test_a_reduction_across_warps_shows_as_shared_memory_and_barriers():
 
     stats = static.static_stats(channel_sums, {"x": "*fp32", "y": "*fp32"}, {"BC": 128, "RP": 4})
     assert stats["barriers"] > 0 and stats["shared_bytes"] > 0, stats
+
+
+def test_the_chunked_delta_rule_compiles_for_sm90():
+    """The chunked matrix form (``triton_gdn_prefill``) at its default launch: what the interpreter cannot check
+    (a branch on a loaded slot inside a loop, ``tl.cumsum``, IEEE float32 dots) compiles for sm_90."""
+    fn, sig, cx, warps = CONFIGS["delta_chunked bv16"]
+    stats = static.static_stats(fn, sig, cx, num_warps=warps)
+    assert stats["registers"] and stats["global_loads"] > 0, stats

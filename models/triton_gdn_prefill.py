@@ -1,0 +1,170 @@
+"""The gated delta rule over chunks of rows in matrix form: a prefill's delta rule without a per-row recurrence.
+
+``delta_rule_slots`` (``triton_gdn``) takes a sequence's rows one by one: each
+row waits for the state the row before it wrote, so a 512-row prefill is 512
+dependent updates. Within a chunk of ``CH`` rows the recurrence has a closed
+form (``L_t``: the cumulative log decay from the chunk's start, ``h0``: the
+state entering the chunk, ``k``, ``q`` L2-normalised, ``q`` scaled):
+
+* the values each row writes, ``u_t = beta_t (v_t - k_t . h_{t-1} decayed)``,
+  solve ``(I + diag(beta) A) U = diag(beta) (V - diag(e^L) K h0)`` with
+  ``A_ts = e^(L_t - L_s) (k_t . k_s)`` for ``s < t``; the unit
+  lower-triangular matrix is inverted by forward substitution, row by row
+  (the product form ``(I + X)(I + X^2)...`` loses up to 7e-4 of the inverse
+  in float32 through cancellation where consecutive keys nearly coincide;
+  forward substitution 2.5e-7);
+* the outputs ``O = diag(e^L) Q h0 + (M * Q K^T) U``, ``M_ts = e^(L_t - L_s)``
+  for ``s <= t``;
+* the state after row ``t``: ``e^(L_t) h0 + K^T (m_t * U)``, ``m_t[s] =
+  e^(L_t - L_s)`` for ``s <= t``: the chunk's end always, and any row whose
+  write slot is live.
+
+The semantics, the slot rules (a slot outside ``[0, num_slots)`` reads zeros
+and writes nothing; the whole initial state is read before any write) and the
+arguments are ``delta_rule_slots``'s; only the order of the float32 additions
+differs. Rows past ``R`` are the identity (decay 1, ``beta`` 0, ``k`` 0). The
+products run in IEEE float32 (no TF32).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["delta_rule_chunked"]
+
+CHUNK = 16  # rows per chunk: tl.dot's smallest inner dimension
+
+
+@triton.jit
+def _delta_rule_chunked_kernel(
+    mixed,  # [B, R, C] conv output: q | k | v
+    a_raw,  # [N, HV] in_proj_a's output
+    b_raw,  # [N, HV] in_proj_b's output
+    a_log,  # [HV]
+    dt_bias,  # [HV]
+    pool,  # [S + 1, HV, DK, DV] float32 (the layer's)
+    rows,  # [B, R]
+    state_read,  # [B]
+    state_write,  # [N]
+    out,  # [N, HV, DV] float32, zero where no sequence owns the row
+    num_slots,
+    N,
+    R,
+    scale,
+    stride_ab,  # a_raw's and b_raw's row stride
+    HV: tl.constexpr,
+    GROUP: tl.constexpr,  # value heads per key head
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    CH: tl.constexpr,
+):
+    bh = tl.program_id(1)
+    b, hv = bh // HV, bh % HV
+    hk = hv // GROUP
+    C: tl.constexpr = 2 * (HV // GROUP) * DK + HV * DV
+    QK: tl.constexpr = (HV // GROUP) * DK
+    offs_k = tl.arange(0, BK)
+    offs_v = tl.program_id(0) * BV + tl.arange(0, BV)
+    mask_k, mask_v = offs_k < DK, offs_v < DV
+    mask_h = mask_k[:, None] & mask_v[None, :]
+    tile = offs_k[:, None] * DV + offs_v[None, :]
+    slot = tl.load(state_read + b)
+    live = (slot >= 0) & (slot < num_slots)
+    head = (hv * DK * DV).to(tl.int64)
+    h = tl.load(pool + tl.where(live, slot, 0).to(tl.int64) * HV * DK * DV + head + tile, mask=live & mask_h, other=0.0)
+    decay = -tl.exp(tl.load(a_log + hv).to(tl.float32))
+    bias = tl.load(dt_bias + hv).to(tl.float32)
+    rr = tl.arange(0, CH)
+    lower = rr[:, None] > rr[None, :]  # s < t
+    upto = rr[:, None] >= rr[None, :]  # s <= t
+    eye = tl.where(rr[:, None] == rr[None, :], 1.0, 0.0)
+    i = 0
+    while i < R:
+        r_ok = i + rr < R
+        n = tl.load(rows + b * R + i + rr, mask=r_ok, other=-1)
+        n_ok = r_ok & (n >= 0) & (n < N)
+        n_safe = tl.where(n_ok, n, 0).to(tl.int64)
+        src = (b * R + tl.minimum(i + rr, R - 1)).to(tl.int64) * C
+        qk_mask = r_ok[:, None] & mask_k[None, :]
+        q = tl.load(mixed + src[:, None] + hk * DK + offs_k[None, :], mask=qk_mask, other=0.0).to(tl.float32)
+        k = tl.load(mixed + src[:, None] + QK + hk * DK + offs_k[None, :], mask=qk_mask, other=0.0).to(tl.float32)
+        v_mask = r_ok[:, None] & mask_v[None, :]
+        v = tl.load(mixed + src[:, None] + 2 * QK + hv * DV + offs_v[None, :], mask=v_mask, other=0.0).to(tl.float32)
+        q = q / tl.sqrt(tl.sum(q * q, axis=1) + 1e-6)[:, None] * scale
+        k = k / tl.sqrt(tl.sum(k * k, axis=1) + 1e-6)[:, None]
+        a = tl.load(a_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32) + bias
+        softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))
+        log_g = tl.where(r_ok, decay * softplus, 0.0)
+        beta = 1.0 / (1.0 + tl.exp(-tl.load(b_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32)))
+        beta = tl.where(r_ok, beta, 0.0)
+        cum = tl.cumsum(log_g, axis=0)
+        rel = cum[:, None] - cum[None, :]  # L_t - L_s
+        m_upto = tl.where(upto, tl.exp(tl.minimum(rel, 0.0)), 0.0)
+        kk = tl.dot(k, tl.trans(k), input_precision="ieee")
+        x = -beta[:, None] * tl.where(lower, m_upto * kk, 0.0)
+        inv = eye  # (I - X)^-1 by forward substitution: row t = e_t + sum over s < t of X_ts row s
+        for t in range(1, CH):
+            x_t = tl.sum(tl.where(rr[:, None] == t, x, 0.0), axis=0)
+            row = tl.where(rr == t, 1.0, 0.0) + tl.sum(x_t[:, None] * inv, axis=0)
+            inv = tl.where(rr[:, None] == t, row[None, :], inv)
+        g_row = tl.exp(cum)
+        rhs = beta[:, None] * (v - g_row[:, None] * tl.dot(k, h, input_precision="ieee"))
+        u = tl.dot(inv, rhs, input_precision="ieee")  # [CH, BV]: what each row adds
+        qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+        o = g_row[:, None] * tl.dot(q, h, input_precision="ieee") + tl.dot(m_upto * qk, u, input_precision="ieee")
+        dst = tl.where(n_ok, n_safe, 0)
+        tl.store(out + (dst[:, None] * HV + hv) * DV + offs_v[None, :], o, mask=n_ok[:, None] & mask_v[None, :])
+        for t in range(CH):  # the state after each row that writes one (scalar loads: no reduction)
+            t_ok = i + t < R
+            n_t = tl.load(rows + b * R + i + t, mask=t_ok, other=-1)
+            n_t_ok = t_ok & (n_t >= 0) & (n_t < N)
+            ws = tl.load(state_write + tl.where(n_t_ok, n_t, 0), mask=n_t_ok, other=-1)
+            if n_t_ok & (ws >= 0) & (ws < num_slots):
+                cum_t = tl.sum(tl.where(rr == t, cum, 0.0), axis=0)
+                coef = tl.where(rr <= t, tl.exp(tl.minimum(cum_t - cum, 0.0)), 0.0)  # e^(L_t - L_s), s <= t
+                h_t = tl.exp(cum_t) * h + tl.dot(tl.trans(k * coef[:, None]), u, input_precision="ieee")
+                tl.store(pool + ws.to(tl.int64) * HV * DK * DV + head + tile, h_t, mask=mask_h)
+        last = tl.sum(tl.where(rr == CH - 1, cum, 0.0), axis=0)
+        coef = tl.exp(last - cum)
+        h = tl.exp(last) * h + tl.dot(tl.trans(k * coef[:, None]), u, input_precision="ieee")
+        i += CH
+
+
+def delta_rule_chunked(
+    mixed: torch.Tensor,
+    a_raw: torch.Tensor,
+    b_raw: torch.Tensor,
+    a_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    pool: torch.Tensor,
+    rows: torch.Tensor,
+    state_read: torch.Tensor,
+    state_write: torch.Tensor,
+    num_slots: int,
+    key_heads: int,
+    key_dim: int,
+    values_per_program: int = 16,
+    num_warps: int = 8,
+) -> torch.Tensor:
+    """``triton_gdn.delta_rule_slots`` over chunks of ``CHUNK`` rows in matrix form (the arguments and the result
+    are its own); ``values_per_program`` (at least 16) and ``num_warps``: the launch's tile and warps (the defaults
+    spill least when compiled for sm_90: ``benchmarks/triton_static.py``; no GPU has timed them yet)."""
+    b, r, _ = mixed.shape
+    n, hv = a_raw.shape
+    if a_raw.stride(1) != 1 or b_raw.stride(1) != 1 or a_raw.stride(0) != b_raw.stride(0):
+        a_raw, b_raw = a_raw.contiguous(), b_raw.contiguous()
+    dv = pool.shape[-1]
+    out = torch.zeros(n, hv, dv, dtype=torch.float32, device=mixed.device)
+    bk = max(16, triton.next_power_of_2(key_dim))
+    if values_per_program < 16 or values_per_program & (values_per_program - 1):
+        raise ValueError(f"values_per_program must be a power of two of at least 16, not {values_per_program}")
+    bv = values_per_program
+    args = (mixed.contiguous(), a_raw, b_raw, a_log, dt_bias, pool, rows.contiguous(), state_read.contiguous())
+    args += (state_write.contiguous(), out, num_slots, n, r, key_dim**-0.5, a_raw.stride(0))
+    shape = dict(HV=hv, GROUP=hv // key_heads, DK=key_dim, DV=dv, BK=bk, BV=bv, CH=CHUNK, num_warps=num_warps)
+    _delta_rule_chunked_kernel[(triton.cdiv(dv, bv), b * hv)](*args, **shape)
+    return out
