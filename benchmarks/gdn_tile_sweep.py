@@ -1,7 +1,7 @@
 """The delta rule's launch configurations (``models/triton_gdn.py``): value tile x warps per program, per case of
 ``benchmarks/gdn_ab.py`` (Qwen3.5-2B's linear layer), timed in CUDA graphs; the basis of the launch's choice
 (``_values_per_program``, one warp). The chunked matrix form (``models/triton_gdn_prefill.py``) is timed beside it
-(cells ``chunked bvV wN``), the basis of ``triton_gdn.CHUNKED_FROM_ROWS``.
+(cells ``chunked bvV wN PRECISION``), the basis of ``triton_gdn.CHUNKED_FROM_ROWS``.
 
 Usage:
     python benchmarks/gdn_tile_sweep.py OUT.json [TILES [WARPS]]      e.g. TILES=16,32,64 WARPS=1,2,4 (the defaults)
@@ -43,14 +43,13 @@ def launch(d: dict, states: torch.Tensor, bv: int, warps: int) -> torch.Tensor:
     return out
 
 
-CHUNKED = ((16, 4), (16, 8), (32, 8))  # the chunked form's (value tile, warps)
+CHUNKED = ((16, 4, "ieee"), (16, 8, "ieee"), (32, 8, "ieee"), (16, 8, "tf32x3"))  # (value tile, warps, precision)
 
 
-def launch_chunked(d: dict, states: torch.Tensor, bv: int, warps: int) -> torch.Tensor:
+def launch_chunked(d: dict, states: torch.Tensor, bv: int, warps: int, precision: str) -> torch.Tensor:
     args = (d["mixed"], d["a_raw"], d["b_raw"], d["a_log"], d["dt_bias"], states, d["rows"], d["read"], d["write"])
-    return triton_gdn_prefill.delta_rule_chunked(
-        *args, d["num_slots"], ab.HK, ab.DK, values_per_program=bv, num_warps=warps
-    )
+    kw = dict(values_per_program=bv, num_warps=warps, precision=precision)
+    return triton_gdn_prefill.delta_rule_chunked(*args, d["num_slots"], ab.HK, ab.DK, **kw)
 
 
 def time_cell(d: dict, want: torch.Tensor, want_states: torch.Tensor, fn) -> dict:
@@ -74,9 +73,9 @@ def main(out_path: str, tiles: list[int], warps: list[int]) -> None:
         for bv in tiles:
             for w in warps:
                 cells[f"bv{bv} w{w}"] = time_cell(d, want, want_states, lambda s, bv=bv, w=w: launch(d, s, bv, w))
-        for bv, w in CHUNKED:
-            fn = lambda s, bv=bv, w=w: launch_chunked(d, s, bv, w)  # noqa: E731
-            cells[f"chunked bv{bv} w{w}"] = time_cell(d, want, want_states, fn)
+        for bv, w, prec in CHUNKED:
+            fn = lambda s, bv=bv, w=w, prec=prec: launch_chunked(d, s, bv, w, prec)  # noqa: E731
+            cells[f"chunked bv{bv} w{w} {prec}"] = time_cell(d, want, want_states, fn)
         chosen = f"bv{triton_gdn._values_per_program(batch, ab.HV, ab.DV)} w1"
         fastest = min(cells, key=lambda k: cells[k]["us"])
         result[name] = {"launch": chosen, "fastest": fastest, "cells": cells}

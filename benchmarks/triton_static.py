@@ -115,7 +115,7 @@ def gdn_configs():
     # triton_gdn.CHUNKED_FROM_ROWS rows
     from specgen.models import triton_gdn_prefill
 
-    cx = dict(DELTA_SHAPE, BV=16, CH=triton_gdn_prefill.CHUNK)
+    cx = dict(DELTA_SHAPE, BV=16, CH=triton_gdn_prefill.CHUNK, PRECISION="ieee")
     yield "delta_chunked bv16", triton_gdn_prefill._delta_rule_chunked_kernel, DELTA_SIGNATURE, cx, 8
 
 

@@ -23,7 +23,7 @@ The semantics, the slot rules (a slot outside ``[0, num_slots)`` reads zeros
 and writes nothing; the whole initial state is read before any write) and the
 arguments are ``delta_rule_slots``'s; only the order of the float32 additions
 differs. Rows past ``R`` are the identity (decay 1, ``beta`` 0, ``k`` 0). The
-products run in IEEE float32 (no TF32).
+products run in IEEE float32 by default (``precision``).
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ def _delta_rule_chunked_kernel(
     BK: tl.constexpr,
     BV: tl.constexpr,
     CH: tl.constexpr,
+    PRECISION: tl.constexpr,  # the products' input precision: "ieee" (float32) or "tf32x3"
 ):
     bh = tl.program_id(1)
     b, hv = bh // HV, bh % HV
@@ -104,7 +105,7 @@ def _delta_rule_chunked_kernel(
         cum = tl.cumsum(log_g, axis=0)
         rel = cum[:, None] - cum[None, :]  # L_t - L_s
         m_upto = tl.where(upto, tl.exp(tl.minimum(rel, 0.0)), 0.0)
-        kk = tl.dot(k, tl.trans(k), input_precision="ieee")
+        kk = tl.dot(k, tl.trans(k), input_precision=PRECISION)
         x = -beta[:, None] * tl.where(lower, m_upto * kk, 0.0)
         inv = eye  # (I - X)^-1 by forward substitution: row t = e_t + sum over s < t of X_ts row s
         for t in range(1, CH):
@@ -112,10 +113,11 @@ def _delta_rule_chunked_kernel(
             row = tl.where(rr == t, 1.0, 0.0) + tl.sum(x_t[:, None] * inv, axis=0)
             inv = tl.where(rr[:, None] == t, row[None, :], inv)
         g_row = tl.exp(cum)
-        rhs = beta[:, None] * (v - g_row[:, None] * tl.dot(k, h, input_precision="ieee"))
-        u = tl.dot(inv, rhs, input_precision="ieee")  # [CH, BV]: what each row adds
-        qk = tl.dot(q, tl.trans(k), input_precision="ieee")
-        o = g_row[:, None] * tl.dot(q, h, input_precision="ieee") + tl.dot(m_upto * qk, u, input_precision="ieee")
+        rhs = beta[:, None] * (v - g_row[:, None] * tl.dot(k, h, input_precision=PRECISION))
+        u = tl.dot(inv, rhs, input_precision=PRECISION)  # [CH, BV]: what each row adds
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        o = g_row[:, None] * tl.dot(q, h, input_precision=PRECISION)
+        o += tl.dot(m_upto * qk, u, input_precision=PRECISION)
         dst = tl.where(n_ok, n_safe, 0)
         tl.store(out + (dst[:, None] * HV + hv) * DV + offs_v[None, :], o, mask=n_ok[:, None] & mask_v[None, :])
         for t in range(CH):  # the state after each row that writes one (scalar loads: no reduction)
@@ -126,11 +128,11 @@ def _delta_rule_chunked_kernel(
             if n_t_ok & (ws >= 0) & (ws < num_slots):
                 cum_t = tl.sum(tl.where(rr == t, cum, 0.0), axis=0)
                 coef = tl.where(rr <= t, tl.exp(tl.minimum(cum_t - cum, 0.0)), 0.0)  # e^(L_t - L_s), s <= t
-                h_t = tl.exp(cum_t) * h + tl.dot(tl.trans(k * coef[:, None]), u, input_precision="ieee")
+                h_t = tl.exp(cum_t) * h + tl.dot(tl.trans(k * coef[:, None]), u, input_precision=PRECISION)
                 tl.store(pool + ws.to(tl.int64) * HV * DK * DV + head + tile, h_t, mask=mask_h)
         last = tl.sum(tl.where(rr == CH - 1, cum, 0.0), axis=0)
         coef = tl.exp(last - cum)
-        h = tl.exp(last) * h + tl.dot(tl.trans(k * coef[:, None]), u, input_precision="ieee")
+        h = tl.exp(last) * h + tl.dot(tl.trans(k * coef[:, None]), u, input_precision=PRECISION)
         i += CH
 
 
@@ -149,10 +151,12 @@ def delta_rule_chunked(
     key_dim: int,
     values_per_program: int = 16,
     num_warps: int = 8,
+    precision: str = "ieee",
 ) -> torch.Tensor:
     """``triton_gdn.delta_rule_slots`` over chunks of ``CHUNK`` rows in matrix form (the arguments and the result
     are its own); ``values_per_program`` (at least 16) and ``num_warps``: the launch's tile and warps (the defaults
-    spill least when compiled for sm_90: ``benchmarks/triton_static.py``; no GPU has timed them yet)."""
+    spill least when compiled for sm_90: ``benchmarks/triton_static.py``; no GPU has timed them yet); ``precision``:
+    the products' input precision, ``"ieee"`` (float32 FMA) or ``"tf32x3"`` (three TF32 tensor-core products)."""
     b, r, _ = mixed.shape
     n, hv = a_raw.shape
     if a_raw.stride(1) != 1 or b_raw.stride(1) != 1 or a_raw.stride(0) != b_raw.stride(0):
@@ -163,8 +167,11 @@ def delta_rule_chunked(
     if values_per_program < 16 or values_per_program & (values_per_program - 1):
         raise ValueError(f"values_per_program must be a power of two of at least 16, not {values_per_program}")
     bv = values_per_program
+    if precision not in ("ieee", "tf32x3"):
+        raise ValueError(f"precision must be 'ieee' or 'tf32x3', not {precision!r}")
     args = (mixed.contiguous(), a_raw, b_raw, a_log, dt_bias, pool, rows.contiguous(), state_read.contiguous())
     args += (state_write.contiguous(), out, num_slots, n, r, key_dim**-0.5, a_raw.stride(0))
-    shape = dict(HV=hv, GROUP=hv // key_heads, DK=key_dim, DV=dv, BK=bk, BV=bv, CH=CHUNK, num_warps=num_warps)
+    shape = dict(HV=hv, GROUP=hv // key_heads, DK=key_dim, DV=dv, BK=bk, BV=bv, CH=CHUNK, PRECISION=precision)
+    shape["num_warps"] = num_warps
     _delta_rule_chunked_kernel[(triton.cdiv(dv, bv), b * hv)](*args, **shape)
     return out
