@@ -1,7 +1,8 @@
 """The delta rule's launch configurations (``models/triton_gdn.py``): value tile x warps per program, per case of
 ``benchmarks/gdn_ab.py`` (Qwen3.5-2B's linear layer), timed in CUDA graphs; the basis of the launch's choice
-(``_values_per_program``, one warp). The chunked matrix form (``models/triton_gdn_prefill.py``) is timed beside it
-(cells ``chunked bvV wN PRECISION``), the basis of ``triton_gdn.CHUNKED_FROM_ROWS``.
+(``_values_per_program``, one warp). The chunked matrix form, in one launch (``models/triton_gdn_prefill.py``)
+and in two (``models/triton_gdn_wy.py``), is timed beside it (cells ``one|wy bvV wN PRECISION``), the basis of
+``triton_gdn.CHUNKED_FROM_ROWS`` and ``CHUNKED_FORM``.
 
 Usage:
     python benchmarks/gdn_tile_sweep.py OUT.json [TILES [WARPS]]      e.g. TILES=16,32,64 WARPS=1,2,4 (the defaults)
@@ -23,7 +24,7 @@ from pathlib import Path
 import torch
 import triton
 
-from specgen.models import triton_gdn, triton_gdn_prefill
+from specgen.models import triton_gdn, triton_gdn_prefill, triton_gdn_wy
 
 spec = importlib.util.spec_from_file_location("gdn_ab", Path(__file__).with_name("gdn_ab.py"))
 ab = importlib.util.module_from_spec(spec)
@@ -43,13 +44,22 @@ def launch(d: dict, states: torch.Tensor, bv: int, warps: int) -> torch.Tensor:
     return out
 
 
-CHUNKED = ((16, 4, "ieee"), (16, 8, "ieee"), (32, 8, "ieee"), (16, 8, "tf32x3"))  # (value tile, warps, precision)
+# the chunked forms' (form, value tile, warps, precision): "one" launch (triton_gdn_prefill) or two ("wy")
+CHUNKED = (
+    ("one", 16, 8, "ieee"),
+    ("one", 32, 8, "ieee"),
+    ("wy", 16, 8, "ieee"),
+    ("wy", 32, 8, "ieee"),
+    ("wy", 16, 4, "ieee"),
+    ("wy", 16, 8, "tf32x3"),
+)
 
 
-def launch_chunked(d: dict, states: torch.Tensor, bv: int, warps: int, precision: str) -> torch.Tensor:
+def launch_chunked(d: dict, states: torch.Tensor, form: str, bv: int, warps: int, precision: str) -> torch.Tensor:
     args = (d["mixed"], d["a_raw"], d["b_raw"], d["a_log"], d["dt_bias"], states, d["rows"], d["read"], d["write"])
     kw = dict(values_per_program=bv, num_warps=warps, precision=precision)
-    return triton_gdn_prefill.delta_rule_chunked(*args, d["num_slots"], ab.HK, ab.DK, **kw)
+    fn = triton_gdn_wy.delta_rule_wy if form == "wy" else triton_gdn_prefill.delta_rule_chunked
+    return fn(*args, d["num_slots"], ab.HK, ab.DK, **kw)
 
 
 def time_cell(d: dict, want: torch.Tensor, want_states: torch.Tensor, fn) -> dict:
@@ -73,9 +83,9 @@ def main(out_path: str, tiles: list[int], warps: list[int]) -> None:
         for bv in tiles:
             for w in warps:
                 cells[f"bv{bv} w{w}"] = time_cell(d, want, want_states, lambda s, bv=bv, w=w: launch(d, s, bv, w))
-        for bv, w, prec in CHUNKED:
-            fn = lambda s, bv=bv, w=w, prec=prec: launch_chunked(d, s, bv, w, prec)  # noqa: E731
-            cells[f"chunked bv{bv} w{w} {prec}"] = time_cell(d, want, want_states, fn)
+        for form, bv, w, prec in CHUNKED:
+            fn = lambda s, f=form, bv=bv, w=w, prec=prec: launch_chunked(d, s, f, bv, w, prec)  # noqa: E731
+            cells[f"{form} bv{bv} w{w} {prec}"] = time_cell(d, want, want_states, fn)
         chosen = f"bv{triton_gdn._values_per_program(batch, ab.HV, ab.DV)} w1"
         fastest = min(cells, key=lambda k: cells[k]["us"])
         result[name] = {"launch": chosen, "fastest": fastest, "cells": cells}

@@ -95,6 +95,17 @@ DELTA_SIGNATURE = {
     "scale": "fp32",
     "stride_ab": "i32",
 }
+_WY_BUFFERS = {"uw": "*fp32", "ww": "*fp32", "qg": "*fp32", "kn": "*fp32", "cum_buf": "*fp32", "aqk": "*fp32"}
+WY_PREPARE_SIGNATURE = {
+    **{k: DELTA_SIGNATURE[k] for k in ("mixed", "a_raw", "b_raw", "a_log", "dt_bias", "rows")},
+    **_WY_BUFFERS,
+    **{"N": "i32", "R": "i32", "RP": "i32", "scale": "fp32", "stride_ab": "i32"},
+}
+WY_STATE_SIGNATURE = {
+    **_WY_BUFFERS,
+    **{k: DELTA_SIGNATURE[k] for k in ("pool", "rows", "state_read", "state_write", "out", "num_slots", "N", "R")},
+    "RP": "i32",
+}
 # Qwen3.5-2B's linear layer (16 key and value heads of 128)
 DELTA_SHAPE = {"HV": 16, "GROUP": 1, "DK": 128, "DV": 128, "BK": 128}
 
@@ -117,6 +128,13 @@ def gdn_configs():
 
     cx = dict(DELTA_SHAPE, BV=16, CH=triton_gdn_prefill.CHUNK, PRECISION="ieee")
     yield "delta_chunked bv16", triton_gdn_prefill._delta_rule_chunked_kernel, DELTA_SIGNATURE, cx, 8
+    # the same in two launches (triton_gdn_wy) at their default launch
+    from specgen.models import triton_gdn_wy
+
+    shape = {k: v for k, v in DELTA_SHAPE.items() if k != "GROUP"}
+    cx = dict(shape, CH=triton_gdn_prefill.CHUNK, PRECISION="ieee")
+    yield "wy_prepare", triton_gdn_wy._wy_prepare_kernel, WY_PREPARE_SIGNATURE, dict(cx, GROUP=1, BVF=128), 8
+    yield "wy_state bv16", triton_gdn_wy._wy_state_kernel, WY_STATE_SIGNATURE, dict(cx, BV=16), 8
 
 
 if __name__ == "__main__":

@@ -67,10 +67,11 @@ def _values_per_program(batch: int, heads: int, dv: int) -> int:
     return bv
 
 
-# Launches of at least this many rows per sequence take the delta rule's chunked matrix form
-# (``triton_gdn_prefill``); None: none do. It stays None until a GPU has timed that form against the row-by-row
-# one (``benchmarks/gdn_tile_sweep.py`` times both).
+# Launches of at least this many rows per sequence take the delta rule's chunked matrix form, in two launches
+# (``triton_gdn_wy``, ``CHUNKED_FORM = "wy"``) or one (``triton_gdn_prefill``, ``"one"``); None: none do. It stays
+# None until a GPU has timed those forms against the row-by-row one (``benchmarks/gdn_tile_sweep.py`` times all).
 CHUNKED_FROM_ROWS: int | None = None
+CHUNKED_FORM = "wy"
 
 
 def _rows_per_chunk(rows: int) -> int:
@@ -234,9 +235,10 @@ def delta_rule_slots(
     b, r, _ = mixed.shape
     if CHUNKED_FROM_ROWS is not None and r >= CHUNKED_FROM_ROWS:
         from .triton_gdn_prefill import delta_rule_chunked
+        from .triton_gdn_wy import delta_rule_wy
 
         args = (mixed, a_raw, b_raw, a_log, dt_bias, pool, rows, state_read, state_write, num_slots, key_heads)
-        return delta_rule_chunked(*args, key_dim)
+        return (delta_rule_wy if CHUNKED_FORM == "wy" else delta_rule_chunked)(*args, key_dim)
     n, hv = a_raw.shape
     if a_raw.stride(1) != 1 or b_raw.stride(1) != 1 or a_raw.stride(0) != b_raw.stride(0):
         a_raw, b_raw = a_raw.contiguous(), b_raw.contiguous()

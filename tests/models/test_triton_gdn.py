@@ -42,17 +42,17 @@ def check(cases: dict, dtype: str) -> None:
         assert c["err_state"] <= state_tol and c["err_conv"] <= conv_tol, (name, c)
 
 
-@pytest.mark.parametrize("tile", ["16", "32", "chunked"])
+@pytest.mark.parametrize("tile", ["16", "32", "chunked", "wy"])
 @pytest.mark.parametrize("shape", ["tiny", "odd"])
 def test_gdn_kernels_match_torch_interpreted(shape, tile):
-    """Both value tiles of the delta rule, whichever a launch would pick, and its chunked matrix form; the chunked
-    conv."""
+    """Both value tiles of the delta rule, whichever a launch would pick, and its chunked matrix form in one launch
+    and in two; the chunked conv."""
     pytest.importorskip("triton")
     check(run_cases("cpu", "float32", shape, interpret=True, tile=tile), "float32")
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tile", ["auto", "16", "32", "chunked"])
+@pytest.mark.parametrize("tile", ["auto", "16", "32", "chunked", "wy"])
 @pytest.mark.parametrize(
     "dtype,shape", [("float32", "tiny"), ("float32", "odd"), ("float32", "real"), ("bfloat16", "real")]
 )
@@ -71,6 +71,7 @@ CHUNKED_CASES = Path(__file__).with_name("gdn_chunked_cases.py")
 def check_chunked(cases: dict) -> None:
     assert set(cases) == {"prefill77_random", "prefill77_near_keys", "prefill77_strong_decay", "verify_w5_near_keys"}
     for name, forms in cases.items():
+        assert set(forms) == {"chunked", "wy", "rows"}, forms
         for form, c in forms.items():
             assert c["untouched"], (name, form, c)
             # relative to the largest output / state: the row-by-row form's own error is a few 1e-7
@@ -78,10 +79,10 @@ def check_chunked(cases: dict) -> None:
 
 
 def test_chunked_delta_rule_on_hard_inputs_interpreted():
-    """The chunked matrix form against a float64 recurrence where its triangular solve is hardest (consecutive keys
-    that nearly coincide, beta near 1, almost no decay: inverting by the product (I + X)(I + X^2)... loses 7e-4
-    there), under strong decays, over a prefill of 77 rows with writes inside a chunk, at its end and in place, and
-    a verification writing every row."""
+    """The chunked matrix forms (one launch, two) against a float64 recurrence where the triangular solve is hardest
+    (consecutive keys that nearly coincide, beta near 1, almost no decay: inverting by the product
+    (I + X)(I + X^2)... loses 7e-4 there), under strong decays, over a prefill of 77 rows with writes inside a
+    chunk, at its end and in place, and a verification writing every row."""
     pytest.importorskip("triton")
     check_chunked(run_case_script(CHUNKED_CASES, "cpu", interpret=True))
 

@@ -1,0 +1,189 @@
+"""The delta rule's chunked matrix form in two launches: every chunk's triangular solve at once, then the state pass.
+
+``triton_gdn_prefill`` solves each chunk's triangular system inside the
+program that carries the state from chunk to chunk, so the solve sits on the
+sequential path. The solve does not depend on the state. With ``T`` the
+inverse of ``I + diag(beta) A`` (that module's notation), the values a
+chunk's rows add are ``U = T diag(beta) V - (T diag(beta e^L) K) h0``, so:
+
+* ``_wy_prepare_kernel`` (one program per chunk, sequence and value head, all
+  at once) writes each chunk's ``T diag(beta) V``, ``T diag(beta e^L) K``,
+  ``e^L q``, ``k``, ``L`` and ``M * Q K^T``;
+* ``_wy_state_kernel`` (one program per sequence, value head and value tile)
+  carries the state over the chunks: ``u = uw - w h``, ``o = (e^L q) h +
+  (M * Q K^T) u``, the writing rows' states and the chunk's end state, five
+  products per chunk and nothing else.
+
+The semantics, slot rules and arguments are ``triton_gdn.delta_rule_slots``'s.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .triton_gdn_prefill import CHUNK
+
+__all__ = ["delta_rule_wy"]
+
+
+@triton.jit
+def _wy_prepare_kernel(
+    mixed, a_raw, b_raw, a_log, dt_bias, rows,  # as delta_rule_slots's
+    uw, ww, qg, kn, cum_buf, aqk,  # [B, RP, HV, DV], [B, RP, HV, DK] x 3, [B, RP, HV], [B, RP // CH, HV, CH, CH]
+    N, R, RP, scale, stride_ab,
+    HV: tl.constexpr, GROUP: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr,
+    BVF: tl.constexpr, CH: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    c = tl.program_id(0)
+    bh = tl.program_id(1)
+    b, hv = bh // HV, bh % HV
+    hk = hv // GROUP
+    C: tl.constexpr = 2 * (HV // GROUP) * DK + HV * DV
+    QK: tl.constexpr = (HV // GROUP) * DK
+    offs_k = tl.arange(0, BK)
+    offs_v = tl.arange(0, BVF)
+    mask_k, mask_v = offs_k < DK, offs_v < DV
+    rr = tl.arange(0, CH)
+    i = c * CH
+    r_ok = i + rr < R
+    n = tl.load(rows + b * R + i + rr, mask=r_ok, other=-1)
+    n_ok = r_ok & (n >= 0) & (n < N)
+    n_safe = tl.where(n_ok, n, 0).to(tl.int64)
+    src = (b * R + tl.minimum(i + rr, R - 1)).to(tl.int64) * C
+    qk_mask = r_ok[:, None] & mask_k[None, :]
+    q = tl.load(mixed + src[:, None] + hk * DK + offs_k[None, :], mask=qk_mask, other=0.0).to(tl.float32)
+    k = tl.load(mixed + src[:, None] + QK + hk * DK + offs_k[None, :], mask=qk_mask, other=0.0).to(tl.float32)
+    v_mask = r_ok[:, None] & mask_v[None, :]
+    v = tl.load(mixed + src[:, None] + 2 * QK + hv * DV + offs_v[None, :], mask=v_mask, other=0.0).to(tl.float32)
+    q = q / tl.sqrt(tl.sum(q * q, axis=1) + 1e-6)[:, None] * scale
+    k = k / tl.sqrt(tl.sum(k * k, axis=1) + 1e-6)[:, None]
+    decay = -tl.exp(tl.load(a_log + hv).to(tl.float32))
+    a = tl.load(a_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32) + tl.load(dt_bias + hv)
+    softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))
+    log_g = tl.where(r_ok, decay * softplus, 0.0)
+    beta = 1.0 / (1.0 + tl.exp(-tl.load(b_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32)))
+    beta = tl.where(r_ok, beta, 0.0)
+    cum = tl.cumsum(log_g, axis=0)
+    rel = cum[:, None] - cum[None, :]  # L_t - L_s
+    m_upto = tl.where(rr[:, None] >= rr[None, :], tl.exp(tl.minimum(rel, 0.0)), 0.0)
+    kk = tl.dot(k, tl.trans(k), input_precision=PRECISION)
+    x = -beta[:, None] * tl.where(rr[:, None] > rr[None, :], m_upto * kk, 0.0)
+    inv = tl.where(rr[:, None] == rr[None, :], 1.0, 0.0)  # forward substitution, as triton_gdn_prefill
+    for t in range(1, CH):
+        x_t = tl.sum(tl.where(rr[:, None] == t, x, 0.0), axis=0)
+        row = tl.where(rr == t, 1.0, 0.0) + tl.sum(x_t[:, None] * inv, axis=0)
+        inv = tl.where(rr[:, None] == t, row[None, :], inv)
+    g_row = tl.exp(cum)
+    base = (b * RP + i + rr).to(tl.int64) * HV + hv  # [CH]: the (row, head) of the buffers
+    tl.store(uw + base[:, None] * DV + offs_v[None, :], tl.dot(inv, beta[:, None] * v, input_precision=PRECISION),
+             mask=mask_v[None, :])  # fmt: skip
+    w = tl.dot(inv, (beta * g_row)[:, None] * k, input_precision=PRECISION)
+    tl.store(ww + base[:, None] * DK + offs_k[None, :], w, mask=mask_k[None, :])
+    tl.store(qg + base[:, None] * DK + offs_k[None, :], g_row[:, None] * q, mask=mask_k[None, :])
+    tl.store(kn + base[:, None] * DK + offs_k[None, :], k, mask=mask_k[None, :])
+    tl.store(cum_buf + base, cum)
+    a_qk = m_upto * tl.dot(q, tl.trans(k), input_precision=PRECISION)
+    a_base = ((b * (RP // CH) + c) * HV + hv).to(tl.int64) * CH * CH
+    tl.store(aqk + a_base + rr[:, None] * CH + rr[None, :], a_qk)
+
+
+@triton.jit
+def _wy_state_kernel(
+    uw, ww, qg, kn, cum_buf, aqk, pool, rows, state_read, state_write, out,
+    num_slots, N, R, RP,
+    HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    CH: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    bh = tl.program_id(1)
+    b, hv = bh // HV, bh % HV
+    offs_k = tl.arange(0, BK)
+    offs_v = tl.program_id(0) * BV + tl.arange(0, BV)
+    mask_k, mask_v = offs_k < DK, offs_v < DV
+    mask_h = mask_k[:, None] & mask_v[None, :]
+    tile = offs_k[:, None] * DV + offs_v[None, :]
+    slot = tl.load(state_read + b)
+    live = (slot >= 0) & (slot < num_slots)
+    head = (hv * DK * DV).to(tl.int64)
+    h = tl.load(pool + tl.where(live, slot, 0).to(tl.int64) * HV * DK * DV + head + tile, mask=live & mask_h, other=0.0)
+    rr = tl.arange(0, CH)
+    i = 0
+    while i < R:
+        base = (b * RP + i + rr).to(tl.int64) * HV + hv
+        w = tl.load(ww + base[:, None] * DK + offs_k[None, :], mask=mask_k[None, :], other=0.0)
+        q = tl.load(qg + base[:, None] * DK + offs_k[None, :], mask=mask_k[None, :], other=0.0)
+        k = tl.load(kn + base[:, None] * DK + offs_k[None, :], mask=mask_k[None, :], other=0.0)
+        cum = tl.load(cum_buf + base)
+        a_base = ((b * (RP // CH) + i // CH) * HV + hv).to(tl.int64) * CH * CH
+        a_qk = tl.load(aqk + a_base + rr[:, None] * CH + rr[None, :])
+        u = tl.load(uw + base[:, None] * DV + offs_v[None, :], mask=mask_v[None, :], other=0.0)
+        u -= tl.dot(w, h, input_precision=PRECISION)
+        o = tl.dot(q, h, input_precision=PRECISION) + tl.dot(a_qk, u, input_precision=PRECISION)
+        r_ok = i + rr < R
+        n = tl.load(rows + b * R + i + rr, mask=r_ok, other=-1)
+        n_ok = r_ok & (n >= 0) & (n < N)
+        dst = tl.where(n_ok, n, 0).to(tl.int64)
+        tl.store(out + (dst[:, None] * HV + hv) * DV + offs_v[None, :], o, mask=n_ok[:, None] & mask_v[None, :])
+        for t in range(CH):  # the state after each row that writes one
+            t_ok = i + t < R
+            n_t = tl.load(rows + b * R + i + t, mask=t_ok, other=-1)
+            n_t_ok = t_ok & (n_t >= 0) & (n_t < N)
+            ws = tl.load(state_write + tl.where(n_t_ok, n_t, 0), mask=n_t_ok, other=-1)
+            if n_t_ok & (ws >= 0) & (ws < num_slots):
+                cum_t = tl.sum(tl.where(rr == t, cum, 0.0), axis=0)
+                coef = tl.where(rr <= t, tl.exp(tl.minimum(cum_t - cum, 0.0)), 0.0)
+                h_t = tl.exp(cum_t) * h + tl.dot(tl.trans(k * coef[:, None]), u, input_precision=PRECISION)
+                tl.store(pool + ws.to(tl.int64) * HV * DK * DV + head + tile, h_t, mask=mask_h)
+        last = tl.sum(tl.where(rr == CH - 1, cum, 0.0), axis=0)
+        h = tl.exp(last) * h + tl.dot(tl.trans(k * tl.exp(last - cum)[:, None]), u, input_precision=PRECISION)
+        i += CH
+
+
+def delta_rule_wy(
+    mixed: torch.Tensor,
+    a_raw: torch.Tensor,
+    b_raw: torch.Tensor,
+    a_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    pool: torch.Tensor,
+    rows: torch.Tensor,
+    state_read: torch.Tensor,
+    state_write: torch.Tensor,
+    num_slots: int,
+    key_heads: int,
+    key_dim: int,
+    values_per_program: int = 16,
+    num_warps: int = 8,
+    precision: str = "ieee",
+) -> torch.Tensor:
+    """``triton_gdn.delta_rule_slots`` in two launches (the arguments and the result are its own; the options are
+    ``triton_gdn_prefill.delta_rule_chunked``'s). At the defaults neither kernel spills when compiled for sm_90
+    (``benchmarks/triton_static.py``: 255 and 206 registers); no GPU has timed them yet."""
+    b, r, _ = mixed.shape
+    n, hv = a_raw.shape
+    if values_per_program < 16 or values_per_program & (values_per_program - 1):
+        raise ValueError(f"values_per_program must be a power of two of at least 16, not {values_per_program}")
+    if precision not in ("ieee", "tf32x3"):
+        raise ValueError(f"precision must be 'ieee' or 'tf32x3', not {precision!r}")
+    if a_raw.stride(1) != 1 or b_raw.stride(1) != 1 or a_raw.stride(0) != b_raw.stride(0):
+        a_raw, b_raw = a_raw.contiguous(), b_raw.contiguous()
+    dv, dev, f32 = pool.shape[-1], mixed.device, torch.float32
+    chunks = max(1, triton.cdiv(r, CHUNK))
+    rp = chunks * CHUNK
+    uw = torch.empty(b, rp, hv, dv, dtype=f32, device=dev)
+    ww, qg, kn = (torch.empty(b, rp, hv, key_dim, dtype=f32, device=dev) for _ in range(3))
+    cum = torch.empty(b, rp, hv, dtype=f32, device=dev)
+    aqk = torch.empty(b, chunks, hv, CHUNK, CHUNK, dtype=f32, device=dev)
+    out = torch.zeros(n, hv, dv, dtype=f32, device=dev)
+    bk = max(16, triton.next_power_of_2(key_dim))
+    mixed, rows = mixed.contiguous(), rows.contiguous()
+    shape = dict(HV=hv, DK=key_dim, DV=dv, BK=bk, CH=CHUNK, PRECISION=precision, num_warps=num_warps)
+    if r > 0:
+        args = (mixed, a_raw, b_raw, a_log, dt_bias, rows, uw, ww, qg, kn, cum, aqk, n, r, rp, key_dim**-0.5)
+        bvf = max(16, triton.next_power_of_2(dv))
+        _wy_prepare_kernel[(chunks, b * hv)](*args, a_raw.stride(0), GROUP=hv // key_heads, BVF=bvf, **shape)
+    args = (uw, ww, qg, kn, cum, aqk, pool, rows, state_read.contiguous(), state_write.contiguous(), out)
+    bv = values_per_program
+    _wy_state_kernel[(triton.cdiv(dv, bv), b * hv)](*args, num_slots, n, r, rp, BV=bv, **shape)
+    return out
