@@ -38,6 +38,76 @@ CHUNK = 16  # rows per chunk: tl.dot's smallest inner dimension
 
 
 @triton.jit
+def _chunk_inputs(
+    mixed, a_raw, b_raw, rows, b, i, R, N, stride_ab, hk, hv, offs_k, mask_k, offs_v, mask_v, rr, scale, decay, bias,
+    C: tl.constexpr, QK: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+):  # fmt: skip
+    """Rows ``i .. i + CH - 1`` of sequence ``b`` (past ``R``: the identity): whether each names an output row, that
+    row, its L2-normalised q (scaled) and k, its v (the value tile ``offs_v``), its log decay and its beta."""
+    r_ok = i + rr < R
+    n = tl.load(rows + b * R + i + rr, mask=r_ok, other=-1)
+    n_ok = r_ok & (n >= 0) & (n < N)
+    n_safe = tl.where(n_ok, n, 0).to(tl.int64)
+    src = (b * R + tl.minimum(i + rr, R - 1)).to(tl.int64) * C
+    qk_mask = r_ok[:, None] & mask_k[None, :]
+    q = tl.load(mixed + src[:, None] + hk * DK + offs_k[None, :], mask=qk_mask, other=0.0).to(tl.float32)
+    k = tl.load(mixed + src[:, None] + QK + hk * DK + offs_k[None, :], mask=qk_mask, other=0.0).to(tl.float32)
+    v_mask = r_ok[:, None] & mask_v[None, :]
+    v = tl.load(mixed + src[:, None] + 2 * QK + hv * DV + offs_v[None, :], mask=v_mask, other=0.0).to(tl.float32)
+    q = q / tl.sqrt(tl.sum(q * q, axis=1) + 1e-6)[:, None] * scale
+    k = k / tl.sqrt(tl.sum(k * k, axis=1) + 1e-6)[:, None]
+    a = tl.load(a_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32) + bias
+    softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))
+    log_g = tl.where(r_ok, decay * softplus, 0.0)
+    beta = 1.0 / (1.0 + tl.exp(-tl.load(b_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32)))
+    return n_ok, n_safe, q, k, v, log_g, tl.where(r_ok, beta, 0.0)
+
+
+@triton.jit
+def _solve_chunk(k, beta, cum, rr, CH: tl.constexpr, PRECISION: tl.constexpr):
+    """The chunk's decays ``M_ts = e^(L_t - L_s)`` (``s <= t``, else 0) and ``(I + diag(beta) A)^-1`` by forward
+    substitution: row ``t`` is ``e_t`` plus the sum over ``s < t`` of ``X_ts`` times row ``s``."""
+    rel = cum[:, None] - cum[None, :]  # L_t - L_s
+    m_upto = tl.where(rr[:, None] >= rr[None, :], tl.exp(tl.minimum(rel, 0.0)), 0.0)
+    kk = tl.dot(k, tl.trans(k), input_precision=PRECISION)
+    x = -beta[:, None] * tl.where(rr[:, None] > rr[None, :], m_upto * kk, 0.0)
+    inv = tl.where(rr[:, None] == rr[None, :], 1.0, 0.0)
+    for t in range(1, CH):
+        x_t = tl.sum(tl.where(rr[:, None] == t, x, 0.0), axis=0)
+        row = tl.where(rr == t, 1.0, 0.0) + tl.sum(x_t[:, None] * inv, axis=0)
+        inv = tl.where(rr[:, None] == t, row[None, :], inv)
+    return m_upto, inv
+
+
+@triton.jit
+def _write_states_and_carry(
+    h, k, u, cum, pool, rows, state_write, b, i, R, N, num_slots, head, tile, mask_h, rr,
+    HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, CH: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """The state after each row of the chunk that writes one (its slot read by a scalar load), into that slot;
+    the state after the chunk, returned."""
+    for t in range(CH):
+        t_ok = i + t < R
+        n_t = tl.load(rows + b * R + i + t, mask=t_ok, other=-1)
+        n_t_ok = t_ok & (n_t >= 0) & (n_t < N)
+        ws = tl.load(state_write + tl.where(n_t_ok, n_t, 0), mask=n_t_ok, other=-1)
+        if n_t_ok & (ws >= 0) & (ws < num_slots):
+            cum_t = tl.sum(tl.where(rr == t, cum, 0.0), axis=0)
+            coef = tl.where(rr <= t, tl.exp(tl.minimum(cum_t - cum, 0.0)), 0.0)  # e^(L_t - L_s), s <= t
+            h_t = tl.exp(cum_t) * h + tl.dot(tl.trans(k * coef[:, None]), u, input_precision=PRECISION)
+            tl.store(pool + ws.to(tl.int64) * HV * DK * DV + head + tile, h_t, mask=mask_h)
+    last = tl.sum(tl.where(rr == CH - 1, cum, 0.0), axis=0)
+    return tl.exp(last) * h + tl.dot(tl.trans(k * tl.exp(last - cum)[:, None]), u, input_precision=PRECISION)
+
+
+def check_options(values_per_program: int, precision: str) -> None:
+    if values_per_program < 16 or values_per_program & (values_per_program - 1):
+        raise ValueError(f"values_per_program must be a power of two of at least 16, not {values_per_program}")
+    if precision not in ("ieee", "tf32x3"):
+        raise ValueError(f"precision must be 'ieee' or 'tf32x3', not {precision!r}")
+
+
+@triton.jit
 def _delta_rule_chunked_kernel(
     mixed,  # [B, R, C] conv output: q | k | v
     a_raw,  # [N, HV] in_proj_a's output
@@ -80,38 +150,12 @@ def _delta_rule_chunked_kernel(
     decay = -tl.exp(tl.load(a_log + hv).to(tl.float32))
     bias = tl.load(dt_bias + hv).to(tl.float32)
     rr = tl.arange(0, CH)
-    lower = rr[:, None] > rr[None, :]  # s < t
-    upto = rr[:, None] >= rr[None, :]  # s <= t
-    eye = tl.where(rr[:, None] == rr[None, :], 1.0, 0.0)
     i = 0
     while i < R:
-        r_ok = i + rr < R
-        n = tl.load(rows + b * R + i + rr, mask=r_ok, other=-1)
-        n_ok = r_ok & (n >= 0) & (n < N)
-        n_safe = tl.where(n_ok, n, 0).to(tl.int64)
-        src = (b * R + tl.minimum(i + rr, R - 1)).to(tl.int64) * C
-        qk_mask = r_ok[:, None] & mask_k[None, :]
-        q = tl.load(mixed + src[:, None] + hk * DK + offs_k[None, :], mask=qk_mask, other=0.0).to(tl.float32)
-        k = tl.load(mixed + src[:, None] + QK + hk * DK + offs_k[None, :], mask=qk_mask, other=0.0).to(tl.float32)
-        v_mask = r_ok[:, None] & mask_v[None, :]
-        v = tl.load(mixed + src[:, None] + 2 * QK + hv * DV + offs_v[None, :], mask=v_mask, other=0.0).to(tl.float32)
-        q = q / tl.sqrt(tl.sum(q * q, axis=1) + 1e-6)[:, None] * scale
-        k = k / tl.sqrt(tl.sum(k * k, axis=1) + 1e-6)[:, None]
-        a = tl.load(a_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32) + bias
-        softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))
-        log_g = tl.where(r_ok, decay * softplus, 0.0)
-        beta = 1.0 / (1.0 + tl.exp(-tl.load(b_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32)))
-        beta = tl.where(r_ok, beta, 0.0)
+        chunk = (mixed, a_raw, b_raw, rows, b, i, R, N, stride_ab, hk, hv, offs_k, mask_k, offs_v, mask_v, rr, scale)
+        n_ok, n_safe, q, k, v, log_g, beta = _chunk_inputs(*chunk, decay, bias, C, QK, DK, DV)
         cum = tl.cumsum(log_g, axis=0)
-        rel = cum[:, None] - cum[None, :]  # L_t - L_s
-        m_upto = tl.where(upto, tl.exp(tl.minimum(rel, 0.0)), 0.0)
-        kk = tl.dot(k, tl.trans(k), input_precision=PRECISION)
-        x = -beta[:, None] * tl.where(lower, m_upto * kk, 0.0)
-        inv = eye  # (I - X)^-1 by forward substitution: row t = e_t + sum over s < t of X_ts row s
-        for t in range(1, CH):
-            x_t = tl.sum(tl.where(rr[:, None] == t, x, 0.0), axis=0)
-            row = tl.where(rr == t, 1.0, 0.0) + tl.sum(x_t[:, None] * inv, axis=0)
-            inv = tl.where(rr[:, None] == t, row[None, :], inv)
+        m_upto, inv = _solve_chunk(k, beta, cum, rr, CH, PRECISION)
         g_row = tl.exp(cum)
         rhs = beta[:, None] * (v - g_row[:, None] * tl.dot(k, h, input_precision=PRECISION))
         u = tl.dot(inv, rhs, input_precision=PRECISION)  # [CH, BV]: what each row adds
@@ -120,19 +164,8 @@ def _delta_rule_chunked_kernel(
         o += tl.dot(m_upto * qk, u, input_precision=PRECISION)
         dst = tl.where(n_ok, n_safe, 0)
         tl.store(out + (dst[:, None] * HV + hv) * DV + offs_v[None, :], o, mask=n_ok[:, None] & mask_v[None, :])
-        for t in range(CH):  # the state after each row that writes one (scalar loads: no reduction)
-            t_ok = i + t < R
-            n_t = tl.load(rows + b * R + i + t, mask=t_ok, other=-1)
-            n_t_ok = t_ok & (n_t >= 0) & (n_t < N)
-            ws = tl.load(state_write + tl.where(n_t_ok, n_t, 0), mask=n_t_ok, other=-1)
-            if n_t_ok & (ws >= 0) & (ws < num_slots):
-                cum_t = tl.sum(tl.where(rr == t, cum, 0.0), axis=0)
-                coef = tl.where(rr <= t, tl.exp(tl.minimum(cum_t - cum, 0.0)), 0.0)  # e^(L_t - L_s), s <= t
-                h_t = tl.exp(cum_t) * h + tl.dot(tl.trans(k * coef[:, None]), u, input_precision=PRECISION)
-                tl.store(pool + ws.to(tl.int64) * HV * DK * DV + head + tile, h_t, mask=mask_h)
-        last = tl.sum(tl.where(rr == CH - 1, cum, 0.0), axis=0)
-        coef = tl.exp(last - cum)
-        h = tl.exp(last) * h + tl.dot(tl.trans(k * coef[:, None]), u, input_precision=PRECISION)
+        where = (pool, rows, state_write, b, i, R, N, num_slots, head, tile, mask_h, rr)
+        h = _write_states_and_carry(h, k, u, cum, *where, HV, DK, DV, CH, PRECISION)
         i += CH
 
 
@@ -164,11 +197,8 @@ def delta_rule_chunked(
     dv = pool.shape[-1]
     out = torch.zeros(n, hv, dv, dtype=torch.float32, device=mixed.device)
     bk = max(16, triton.next_power_of_2(key_dim))
-    if values_per_program < 16 or values_per_program & (values_per_program - 1):
-        raise ValueError(f"values_per_program must be a power of two of at least 16, not {values_per_program}")
+    check_options(values_per_program, precision)
     bv = values_per_program
-    if precision not in ("ieee", "tf32x3"):
-        raise ValueError(f"precision must be 'ieee' or 'tf32x3', not {precision!r}")
     args = (mixed.contiguous(), a_raw, b_raw, a_log, dt_bias, pool, rows.contiguous(), state_read.contiguous())
     args += (state_write.contiguous(), out, num_slots, n, r, key_dim**-0.5, a_raw.stride(0))
     shape = dict(HV=hv, GROUP=hv // key_heads, DK=key_dim, DV=dv, BK=bk, BV=bv, CH=CHUNK, PRECISION=precision)

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_gdn_prefill import CHUNK
+from .triton_gdn_prefill import CHUNK, _chunk_inputs, _solve_chunk, _write_states_and_carry, check_options
 
 __all__ = ["delta_rule_wy"]
 
@@ -47,34 +47,12 @@ def _wy_prepare_kernel(
     mask_k, mask_v = offs_k < DK, offs_v < DV
     rr = tl.arange(0, CH)
     i = c * CH
-    r_ok = i + rr < R
-    n = tl.load(rows + b * R + i + rr, mask=r_ok, other=-1)
-    n_ok = r_ok & (n >= 0) & (n < N)
-    n_safe = tl.where(n_ok, n, 0).to(tl.int64)
-    src = (b * R + tl.minimum(i + rr, R - 1)).to(tl.int64) * C
-    qk_mask = r_ok[:, None] & mask_k[None, :]
-    q = tl.load(mixed + src[:, None] + hk * DK + offs_k[None, :], mask=qk_mask, other=0.0).to(tl.float32)
-    k = tl.load(mixed + src[:, None] + QK + hk * DK + offs_k[None, :], mask=qk_mask, other=0.0).to(tl.float32)
-    v_mask = r_ok[:, None] & mask_v[None, :]
-    v = tl.load(mixed + src[:, None] + 2 * QK + hv * DV + offs_v[None, :], mask=v_mask, other=0.0).to(tl.float32)
-    q = q / tl.sqrt(tl.sum(q * q, axis=1) + 1e-6)[:, None] * scale
-    k = k / tl.sqrt(tl.sum(k * k, axis=1) + 1e-6)[:, None]
     decay = -tl.exp(tl.load(a_log + hv).to(tl.float32))
-    a = tl.load(a_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32) + tl.load(dt_bias + hv)
-    softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))
-    log_g = tl.where(r_ok, decay * softplus, 0.0)
-    beta = 1.0 / (1.0 + tl.exp(-tl.load(b_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32)))
-    beta = tl.where(r_ok, beta, 0.0)
+    bias = tl.load(dt_bias + hv).to(tl.float32)
+    chunk = (mixed, a_raw, b_raw, rows, b, i, R, N, stride_ab, hk, hv, offs_k, mask_k, offs_v, mask_v, rr, scale)
+    _, _, q, k, v, log_g, beta = _chunk_inputs(*chunk, decay, bias, C, QK, DK, DV)
     cum = tl.cumsum(log_g, axis=0)
-    rel = cum[:, None] - cum[None, :]  # L_t - L_s
-    m_upto = tl.where(rr[:, None] >= rr[None, :], tl.exp(tl.minimum(rel, 0.0)), 0.0)
-    kk = tl.dot(k, tl.trans(k), input_precision=PRECISION)
-    x = -beta[:, None] * tl.where(rr[:, None] > rr[None, :], m_upto * kk, 0.0)
-    inv = tl.where(rr[:, None] == rr[None, :], 1.0, 0.0)  # forward substitution, as triton_gdn_prefill
-    for t in range(1, CH):
-        x_t = tl.sum(tl.where(rr[:, None] == t, x, 0.0), axis=0)
-        row = tl.where(rr == t, 1.0, 0.0) + tl.sum(x_t[:, None] * inv, axis=0)
-        inv = tl.where(rr[:, None] == t, row[None, :], inv)
+    m_upto, inv = _solve_chunk(k, beta, cum, rr, CH, PRECISION)
     g_row = tl.exp(cum)
     base = (b * RP + i + rr).to(tl.int64) * HV + hv  # [CH]: the (row, head) of the buffers
     tl.store(uw + base[:, None] * DV + offs_v[None, :], tl.dot(inv, beta[:, None] * v, input_precision=PRECISION),
@@ -125,18 +103,8 @@ def _wy_state_kernel(
         n_ok = r_ok & (n >= 0) & (n < N)
         dst = tl.where(n_ok, n, 0).to(tl.int64)
         tl.store(out + (dst[:, None] * HV + hv) * DV + offs_v[None, :], o, mask=n_ok[:, None] & mask_v[None, :])
-        for t in range(CH):  # the state after each row that writes one
-            t_ok = i + t < R
-            n_t = tl.load(rows + b * R + i + t, mask=t_ok, other=-1)
-            n_t_ok = t_ok & (n_t >= 0) & (n_t < N)
-            ws = tl.load(state_write + tl.where(n_t_ok, n_t, 0), mask=n_t_ok, other=-1)
-            if n_t_ok & (ws >= 0) & (ws < num_slots):
-                cum_t = tl.sum(tl.where(rr == t, cum, 0.0), axis=0)
-                coef = tl.where(rr <= t, tl.exp(tl.minimum(cum_t - cum, 0.0)), 0.0)
-                h_t = tl.exp(cum_t) * h + tl.dot(tl.trans(k * coef[:, None]), u, input_precision=PRECISION)
-                tl.store(pool + ws.to(tl.int64) * HV * DK * DV + head + tile, h_t, mask=mask_h)
-        last = tl.sum(tl.where(rr == CH - 1, cum, 0.0), axis=0)
-        h = tl.exp(last) * h + tl.dot(tl.trans(k * tl.exp(last - cum)[:, None]), u, input_precision=PRECISION)
+        where = (pool, rows, state_write, b, i, R, N, num_slots, head, tile, mask_h, rr)
+        h = _write_states_and_carry(h, k, u, cum, *where, HV, DK, DV, CH, PRECISION)
         i += CH
 
 
@@ -162,10 +130,7 @@ def delta_rule_wy(
     (``benchmarks/triton_static.py``: 255 and 206 registers); no GPU has timed them yet."""
     b, r, _ = mixed.shape
     n, hv = a_raw.shape
-    if values_per_program < 16 or values_per_program & (values_per_program - 1):
-        raise ValueError(f"values_per_program must be a power of two of at least 16, not {values_per_program}")
-    if precision not in ("ieee", "tf32x3"):
-        raise ValueError(f"precision must be 'ieee' or 'tf32x3', not {precision!r}")
+    check_options(values_per_program, precision)
     if a_raw.stride(1) != 1 or b_raw.stride(1) != 1 or a_raw.stride(0) != b_raw.stride(0):
         a_raw, b_raw = a_raw.contiguous(), b_raw.contiguous()
     dv, dev, f32 = pool.shape[-1], mixed.device, torch.float32
