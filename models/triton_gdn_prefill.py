@@ -58,7 +58,9 @@ def _chunk_inputs(
     k = k / tl.sqrt(tl.sum(k * k, axis=1) + 1e-6)[:, None]
     a = tl.load(a_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32) + bias
     softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))
-    log_g = tl.where(r_ok, decay * softplus, 0.0)
+    # floored just past where e^x is 0 in float32 (e^-110 = 1.7e-48): an overflowing gate (-inf) would make
+    # L_t - L_s = -inf + inf = NaN, and a deeper floor would cost the later rows' L_t - L_s their precision
+    log_g = tl.where(r_ok, tl.maximum(decay * softplus, -110.0), 0.0)
     beta = 1.0 / (1.0 + tl.exp(-tl.load(b_raw + n_safe * stride_ab + hv, mask=n_ok, other=0.0).to(tl.float32)))
     return n_ok, n_safe, q, k, v, log_g, tl.where(r_ok, beta, 0.0)
 

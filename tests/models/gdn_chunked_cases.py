@@ -6,7 +6,8 @@ prints one JSON object: per case and form, the largest error of the outputs and 
 their largest magnitude) and whether slots nobody names were left untouched.
 
 Cases: consecutive keys that nearly coincide with ``beta`` near 1 and almost no decay (the unit lower-triangular
-matrix of a chunk far from the identity); strong decays (``e^L`` underflowing inside a chunk); a prefill of 77 rows
+matrix of a chunk far from the identity); strong decays (``e^L`` underflowing inside a chunk); gate inputs that
+overflow (a decay of ``e^-inf``, which must clear the state, not turn it into NaN); a prefill of 77 rows
 (chunks of 16 and a partial one) writing after a row inside a chunk, at a chunk's end and after its last row in
 place of the slot it read; a verification writing every row.
 """
@@ -65,6 +66,9 @@ def inputs(batch: int, rows_per: int, kind: str, seed: int) -> dict:
     elif kind == "strong_decay":
         a_log = torch.full((HV,), 3.0)
         a_raw = a_raw.abs() + 4.0
+    elif kind == "overflowing_gate":  # a gate input of +inf: that row's decay e^-inf = 0 clears the state
+        a_raw[3, 0] = float("inf")
+        a_raw[21, 1] = 3e38
     return {
         "mixed": mixed,
         "a_raw": a_raw,
@@ -110,7 +114,7 @@ def cases(device: str) -> dict:
     # after its last row, into the slot it read
     write = [-1] * 77
     write[5], write[31], write[76] = 4, 6, 2
-    for kind in ("random", "near_keys", "strong_decay"):
+    for kind in ("random", "near_keys", "strong_decay", "overflowing_gate"):
         out[f"prefill77_{kind}"] = run(device, inputs(1, 77, kind, 1), [2], write)
     # a verification of W = 5 for two sequences, every row writing its own slot; one reads the zero state
     out["verify_w5_near_keys"] = run(device, inputs(2, 5, "near_keys", 2), [9, -1], list(range(10)))

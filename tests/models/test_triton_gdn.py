@@ -69,13 +69,22 @@ CHUNKED_CASES = Path(__file__).with_name("gdn_chunked_cases.py")
 
 
 def check_chunked(cases: dict) -> None:
-    assert set(cases) == {"prefill77_random", "prefill77_near_keys", "prefill77_strong_decay", "verify_w5_near_keys"}
+    assert set(cases) == {
+        "prefill77_random",
+        "prefill77_near_keys",
+        "prefill77_strong_decay",
+        "prefill77_overflowing_gate",
+        "verify_w5_near_keys",
+    }
     for name, forms in cases.items():
         assert set(forms) == {"chunked", "wy", "rows"}, forms
         for form, c in forms.items():
             assert c["untouched"], (name, form, c)
-            # relative to the largest output / state: the row-by-row form's own error is a few 1e-7
-            assert c["err_out"] <= 2e-6 and c["err_state"] <= 2e-6, (name, form, c)
+            # relative to the largest output / state: the row-by-row form's own error is a few 1e-7; after a gate
+            # that overflowed, the chunk's later rows take their decays as differences of L near the -110 floor
+            # (an ulp of 110 is 7.6e-6), and NaN fails every bound
+            tol = 1e-5 if name.endswith("overflowing_gate") and form != "rows" else 2e-6
+            assert c["err_out"] <= tol and c["err_state"] <= tol, (name, form, c)
 
 
 def test_chunked_delta_rule_on_hard_inputs_interpreted():
