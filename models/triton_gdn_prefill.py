@@ -38,6 +38,25 @@ CHUNK = 16  # rows per chunk: tl.dot's smallest inner dimension
 
 
 @triton.jit
+def _state_tile(
+    pool, state_read, b, hv, num_slots, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr,
+    BV: tl.constexpr,
+):  # fmt: skip
+    """The program's value tile (``program_id(0)``) of head ``hv``'s state, read from sequence ``b``'s slot (the
+    zero state for a slot outside ``[0, num_slots)``), with its offsets, masks and addresses within a slot."""
+    offs_k = tl.arange(0, BK)
+    offs_v = tl.program_id(0) * BV + tl.arange(0, BV)
+    mask_k, mask_v = offs_k < DK, offs_v < DV
+    mask_h = mask_k[:, None] & mask_v[None, :]
+    tile = offs_k[:, None] * DV + offs_v[None, :]
+    slot = tl.load(state_read + b)
+    live = (slot >= 0) & (slot < num_slots)
+    head = (hv * DK * DV).to(tl.int64)
+    h = tl.load(pool + tl.where(live, slot, 0).to(tl.int64) * HV * DK * DV + head + tile, mask=live & mask_h, other=0.0)
+    return offs_k, mask_k, offs_v, mask_v, mask_h, tile, head, h
+
+
+@triton.jit
 def _chunk_inputs(
     mixed, a_raw, b_raw, rows, b, i, R, N, stride_ab, hk, hv, offs_k, mask_k, offs_v, mask_v, rr, scale, decay, bias,
     C: tl.constexpr, QK: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
@@ -102,11 +121,16 @@ def _write_states_and_carry(
     return tl.exp(last) * h + tl.dot(tl.trans(k * tl.exp(last - cum)[:, None]), u, input_precision=PRECISION)
 
 
-def check_options(values_per_program: int, precision: str) -> None:
+def launch_inputs(a_raw, b_raw, key_dim: int, values_per_program: int, precision: str):
+    """The chunked launches' common checks and inputs: the gates' raw inputs with one row stride (copied when
+    they differ) and the key tile."""
     if values_per_program < 16 or values_per_program & (values_per_program - 1):
         raise ValueError(f"values_per_program must be a power of two of at least 16, not {values_per_program}")
     if precision not in ("ieee", "tf32x3"):
         raise ValueError(f"precision must be 'ieee' or 'tf32x3', not {precision!r}")
+    if a_raw.stride(1) != 1 or b_raw.stride(1) != 1 or a_raw.stride(0) != b_raw.stride(0):
+        a_raw, b_raw = a_raw.contiguous(), b_raw.contiguous()
+    return a_raw, b_raw, max(16, triton.next_power_of_2(key_dim))
 
 
 @triton.jit
@@ -140,15 +164,9 @@ def _delta_rule_chunked_kernel(
     hk = hv // GROUP
     C: tl.constexpr = 2 * (HV // GROUP) * DK + HV * DV
     QK: tl.constexpr = (HV // GROUP) * DK
-    offs_k = tl.arange(0, BK)
-    offs_v = tl.program_id(0) * BV + tl.arange(0, BV)
-    mask_k, mask_v = offs_k < DK, offs_v < DV
-    mask_h = mask_k[:, None] & mask_v[None, :]
-    tile = offs_k[:, None] * DV + offs_v[None, :]
-    slot = tl.load(state_read + b)
-    live = (slot >= 0) & (slot < num_slots)
-    head = (hv * DK * DV).to(tl.int64)
-    h = tl.load(pool + tl.where(live, slot, 0).to(tl.int64) * HV * DK * DV + head + tile, mask=live & mask_h, other=0.0)
+    offs_k, mask_k, offs_v, mask_v, mask_h, tile, head, h = _state_tile(
+        pool, state_read, b, hv, num_slots, HV, DK, DV, BK, BV
+    )
     decay = -tl.exp(tl.load(a_log + hv).to(tl.float32))
     bias = tl.load(dt_bias + hv).to(tl.float32)
     rr = tl.arange(0, CH)
@@ -194,12 +212,9 @@ def delta_rule_chunked(
     the products' input precision, ``"ieee"`` (float32 FMA) or ``"tf32x3"`` (three TF32 tensor-core products)."""
     b, r, _ = mixed.shape
     n, hv = a_raw.shape
-    if a_raw.stride(1) != 1 or b_raw.stride(1) != 1 or a_raw.stride(0) != b_raw.stride(0):
-        a_raw, b_raw = a_raw.contiguous(), b_raw.contiguous()
+    a_raw, b_raw, bk = launch_inputs(a_raw, b_raw, key_dim, values_per_program, precision)
     dv = pool.shape[-1]
     out = torch.zeros(n, hv, dv, dtype=torch.float32, device=mixed.device)
-    bk = max(16, triton.next_power_of_2(key_dim))
-    check_options(values_per_program, precision)
     bv = values_per_program
     args = (mixed.contiguous(), a_raw, b_raw, a_log, dt_bias, pool, rows.contiguous(), state_read.contiguous())
     args += (state_write.contiguous(), out, num_slots, n, r, key_dim**-0.5, a_raw.stride(0))

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_gdn_prefill import CHUNK, _chunk_inputs, _solve_chunk, _write_states_and_carry, check_options
+from .triton_gdn_prefill import CHUNK, _chunk_inputs, _solve_chunk, _state_tile, _write_states_and_carry, launch_inputs
 
 __all__ = ["delta_rule_wy"]
 
@@ -76,15 +76,9 @@ def _wy_state_kernel(
 ):  # fmt: skip
     bh = tl.program_id(1)
     b, hv = bh // HV, bh % HV
-    offs_k = tl.arange(0, BK)
-    offs_v = tl.program_id(0) * BV + tl.arange(0, BV)
-    mask_k, mask_v = offs_k < DK, offs_v < DV
-    mask_h = mask_k[:, None] & mask_v[None, :]
-    tile = offs_k[:, None] * DV + offs_v[None, :]
-    slot = tl.load(state_read + b)
-    live = (slot >= 0) & (slot < num_slots)
-    head = (hv * DK * DV).to(tl.int64)
-    h = tl.load(pool + tl.where(live, slot, 0).to(tl.int64) * HV * DK * DV + head + tile, mask=live & mask_h, other=0.0)
+    offs_k, mask_k, offs_v, mask_v, mask_h, tile, head, h = _state_tile(
+        pool, state_read, b, hv, num_slots, HV, DK, DV, BK, BV
+    )
     rr = tl.arange(0, CH)
     i = 0
     while i < R:
@@ -130,9 +124,7 @@ def delta_rule_wy(
     (``benchmarks/triton_static.py``: 255 and 206 registers); no GPU has timed them yet."""
     b, r, _ = mixed.shape
     n, hv = a_raw.shape
-    check_options(values_per_program, precision)
-    if a_raw.stride(1) != 1 or b_raw.stride(1) != 1 or a_raw.stride(0) != b_raw.stride(0):
-        a_raw, b_raw = a_raw.contiguous(), b_raw.contiguous()
+    a_raw, b_raw, bk = launch_inputs(a_raw, b_raw, key_dim, values_per_program, precision)
     dv, dev, f32 = pool.shape[-1], mixed.device, torch.float32
     chunks = max(1, triton.cdiv(r, CHUNK))
     rp = chunks * CHUNK
@@ -141,7 +133,6 @@ def delta_rule_wy(
     cum = torch.empty(b, rp, hv, dtype=f32, device=dev)
     aqk = torch.empty(b, chunks, hv, CHUNK, CHUNK, dtype=f32, device=dev)
     out = torch.zeros(n, hv, dv, dtype=f32, device=dev)
-    bk = max(16, triton.next_power_of_2(key_dim))
     mixed, rows = mixed.contiguous(), rows.contiguous()
     shape = dict(HV=hv, DK=key_dim, DV=dv, BK=bk, CH=CHUNK, PRECISION=precision, num_warps=num_warps)
     if r > 0:
