@@ -338,12 +338,18 @@ class Qwen3Model(nn.Module):
         (``cuda_forward.lm_head``), else cuBLAS."""
         return cuda_forward.lm_head(h, self.lm_head_weight, fast)
 
+    @property
+    def argmax_kernels(self) -> str:
+        """The kernels of the argmax over this model's logits (``cuda_forward.argmax``): its forward's; the drafts'
+        argmax over whole logits takes them too."""
+        return self.forward_kernels
+
     def greedy_tokens(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Greedy tokens from ``forward``'s logits: the argmax over the whole vocabulary, lowest index
         on ties.  Decode loops call this rather than ``argmax``, so a sharded LM head works too.  ``out``
-        (one integer per row, any integer dtype) takes the tokens and is returned; the forward's kernels
-        (``forward_kernels``) pick the argmax's (``cuda_forward.argmax``)."""
-        return cuda_forward.argmax(logits, self.forward_kernels, out)
+        (one integer per row, any integer dtype) takes the tokens and is returned; ``argmax_kernels`` picks
+        the argmax's kernels (``cuda_forward.argmax``)."""
+        return cuda_forward.argmax(logits, self.argmax_kernels, out)
 
     def load_hf_state_dict(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Copy Hugging Face Qwen3 tensors (``model.layers.N.self_attn.q_proj.weight``, ... with or

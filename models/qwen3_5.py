@@ -368,6 +368,12 @@ class Qwen35Model(nn.Module):
         (``cuda_forward.lm_head``), else cuBLAS."""
         return cuda_forward.lm_head(h, self.lm_head_weight, fast)
 
+    @property
+    def argmax_kernels(self) -> str:
+        """The kernels of the argmax over the logits (as ``Qwen3Model``'s): the target forward's
+        (``hybrid_kernels``), not the dense drafts' attention (``forward_kernels``)."""
+        return self.hybrid_kernels
+
     def greedy_tokens(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """The argmax over the vocabulary, lowest index on ties, into ``out`` when given (as ``Qwen3Model``)."""
-        return cuda_forward.argmax(logits, self.forward_kernels, out)
+        return cuda_forward.argmax(logits, self.argmax_kernels, out)

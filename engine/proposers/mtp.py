@@ -182,7 +182,7 @@ class MTPProposer(Proposer):
         sampling = self.engine.sampling
         if sampling is not None and sampling.draft_samples:
             return sampling.draft(logits, positions, index)
-        return cuda_forward.argmax(logits, self.engine.model.forward_kernels)
+        return cuda_forward.argmax(logits, self.engine.model.argmax_kernels)
 
     def host_tail(self, h: dict, bufs: dict, accept: bool = True) -> None:
         for family in self.host_families if accept else self.host_families[1:]:
