@@ -1,11 +1,14 @@
 """The delta rule's launch configurations (``models/triton_gdn.py``): value tile x warps per program, per case of
 ``benchmarks/gdn_ab.py`` (Qwen3.5-2B's linear layer), timed in CUDA graphs; the basis of the launch's choice
-(``_values_per_program``, one warp). The chunked matrix form, in one launch (``models/triton_gdn_prefill.py``)
-and in two (``models/triton_gdn_wy.py``), is timed beside it (cells ``one|wy bvV wN PRECISION``), the basis of
-``triton_gdn.CHUNKED_FROM_ROWS`` and ``CHUNKED_FORM``.
+(``_values_per_program``, one warp). The chunked matrix form (``models/triton_gdn_wy.py``) is timed beside it
+(cells ``wy bvV wN PRECISION``), the basis of ``triton_gdn.takes_chunked``.
 
 Usage:
-    python benchmarks/gdn_tile_sweep.py OUT.json [TILES [WARPS]]      e.g. TILES=16,32,64 WARPS=1,2,4 (the defaults)
+    python benchmarks/gdn_tile_sweep.py OUT.json [TILES [WARPS [CASES]]]   e.g. TILES=16,32,64 WARPS=1,2,4 (the
+                                                                         defaults)
+
+CASES: a comma-separated list of ``gdn_ab.CASES`` names and prefills ``prefill_bB_rR`` (B sequences of R rows);
+all of ``gdn_ab.CASES`` by default.
 
 Per case and configuration: 20 launches in one CUDA graph, replayed 7 times per round for 3 rounds, the median
 in us per launch; every configuration's output and written states compared with the launch's own (the largest
@@ -24,7 +27,7 @@ from pathlib import Path
 import torch
 import triton
 
-from specgen.models import triton_gdn, triton_gdn_prefill, triton_gdn_wy
+from specgen.models import triton_gdn, triton_gdn_wy
 
 spec = importlib.util.spec_from_file_location("gdn_ab", Path(__file__).with_name("gdn_ab.py"))
 ab = importlib.util.module_from_spec(spec)
@@ -44,10 +47,8 @@ def launch(d: dict, states: torch.Tensor, bv: int, warps: int) -> torch.Tensor:
     return out
 
 
-# the chunked forms' (form, value tile, warps, precision): "one" launch (triton_gdn_prefill) or two ("wy")
+# the chunked form's (form, value tile, warps, precision)
 CHUNKED = (
-    ("one", 16, 8, "ieee"),
-    ("one", 32, 8, "ieee"),
     ("wy", 16, 8, "ieee"),
     ("wy", 32, 8, "ieee"),
     ("wy", 16, 4, "ieee"),
@@ -58,8 +59,7 @@ CHUNKED = (
 def launch_chunked(d: dict, states: torch.Tensor, form: str, bv: int, warps: int, precision: str) -> torch.Tensor:
     args = (d["mixed"], d["a_raw"], d["b_raw"], d["a_log"], d["dt_bias"], states, d["rows"], d["read"], d["write"])
     kw = dict(values_per_program=bv, num_warps=warps, precision=precision)
-    fn = triton_gdn_wy.delta_rule_wy if form == "wy" else triton_gdn_prefill.delta_rule_chunked
-    return fn(*args, d["num_slots"], ab.HK, ab.DK, **kw)
+    return triton_gdn_wy.delta_rule_wy(*args, d["num_slots"], ab.HK, ab.DK, **kw)
 
 
 def time_cell(d: dict, want: torch.Tensor, want_states: torch.Tensor, fn) -> dict:
@@ -73,9 +73,20 @@ def time_cell(d: dict, want: torch.Tensor, want_states: torch.Tensor, fn) -> dic
     return {"us": round(statistics.median(times), 2), "max_abs_diff": diff}
 
 
-def main(out_path: str, tiles: list[int], warps: list[int]) -> None:
+def case_shape(name: str) -> tuple[int, int, bool]:
+    """``gdn_ab.CASES[name]``, or ``prefill_bB_rR``'s (B, R, False)."""
+    if name in ab.CASES:
+        return ab.CASES[name]
+    parts = name.split("_")
+    if len(parts) != 3 or parts[0] != "prefill" or not parts[1][1:].isdigit() or not parts[2][1:].isdigit():
+        raise SystemExit(f"unknown case {name!r}: a gdn_ab.CASES name or prefill_bB_rR")
+    return int(parts[1][1:]), int(parts[2][1:]), False
+
+
+def main(out_path: str, tiles: list[int], warps: list[int], names: list[str]) -> None:
     result = {"gpu": torch.cuda.get_device_name(), "tiles": tiles, "warps": warps}
-    for name, (batch, rows_per, verify) in ab.CASES.items():
+    for name in names:
+        batch, rows_per, verify = case_shape(name)
         d = ab.inputs(batch, rows_per, verify)
         own = ab.calls(triton_gdn, d)["delta_rule_slots"]
         want, want_states = own[0]().float(), own[1].clone()
@@ -86,7 +97,10 @@ def main(out_path: str, tiles: list[int], warps: list[int]) -> None:
         for form, bv, w, prec in CHUNKED:
             fn = lambda s, f=form, bv=bv, w=w, prec=prec: launch_chunked(d, s, f, bv, w, prec)  # noqa: E731
             cells[f"{form} bv{bv} w{w} {prec}"] = time_cell(d, want, want_states, fn)
-        chosen = f"bv{triton_gdn._values_per_program(batch, ab.HV, ab.DV)} w1"
+        if triton_gdn.takes_chunked(batch, rows_per, ab.HV, ab.DV):
+            chosen = "wy bv16 w8 ieee"
+        else:
+            chosen = f"bv{triton_gdn._values_per_program(batch, ab.HV, ab.DV)} w1"
         fastest = min(cells, key=lambda k: cells[k]["us"])
         result[name] = {"launch": chosen, "fastest": fastest, "cells": cells}
         print(name, "launch", chosen, cells.get(chosen), "fastest", fastest, cells[fastest], flush=True)
@@ -96,4 +110,5 @@ def main(out_path: str, tiles: list[int], warps: list[int]) -> None:
 
 if __name__ == "__main__":
     ints = lambda i, default: [int(x) for x in sys.argv[i].split(",")] if len(sys.argv) > i else default  # noqa: E731
-    main(sys.argv[1], ints(2, [16, 32, 64]), ints(3, [1, 2, 4]))
+    names = sys.argv[4].split(",") if len(sys.argv) > 4 else list(ab.CASES)
+    main(sys.argv[1], ints(2, [16, 32, 64]), ints(3, [1, 2, 4]), names)

@@ -122,14 +122,9 @@ def gdn_configs():
     for bv in (16, 32):
         cx = dict(DELTA_SHAPE, BV=bv)
         yield f"delta bv{bv}", triton_gdn._delta_rule_slots_kernel, DELTA_SIGNATURE, cx, 1
-    # the chunked matrix form (triton_gdn_prefill) at its default launch; the engine takes it only from
-    # triton_gdn.CHUNKED_FROM_ROWS rows
-    from specgen.models import triton_gdn_prefill
-
-    cx = dict(DELTA_SHAPE, BV=16, CH=triton_gdn_prefill.CHUNK, PRECISION="ieee")
-    yield "delta_chunked bv16", triton_gdn_prefill._delta_rule_chunked_kernel, DELTA_SIGNATURE, cx, 8
-    # the same in two launches (triton_gdn_wy) at their default launch
-    from specgen.models import triton_gdn_wy
+    # the chunked matrix form's two launches (triton_gdn_wy) at their default launch; the engine takes it for long
+    # prefills of small batches (triton_gdn.takes_chunked)
+    from specgen.models import triton_gdn_prefill, triton_gdn_wy
 
     shape = {k: v for k, v in DELTA_SHAPE.items() if k != "GROUP"}
     cx = dict(shape, CH=triton_gdn_prefill.CHUNK, PRECISION="ieee")

@@ -67,11 +67,19 @@ def _values_per_program(batch: int, heads: int, dv: int) -> int:
     return bv
 
 
-# Launches of at least this many rows per sequence take the delta rule's chunked matrix form, in two launches
-# (``triton_gdn_wy``, ``CHUNKED_FORM = "wy"``) or one (``triton_gdn_prefill``, ``"one"``); None: none do. It stays
-# None until a GPU has timed those forms against the row-by-row one (``benchmarks/gdn_tile_sweep.py`` times all).
-CHUNKED_FROM_ROWS: int | None = None
-CHUNKED_FORM = "wy"
+# The delta rule's chunked matrix form in two launches (``triton_gdn_wy``) takes a launch of at least
+# CHUNKED_FROM_ROWS rows per sequence whose state pass (16-wide value tiles) fits CHUNKED_MAX_PROGRAMS programs: on an
+# H100 it ran a 512-row prefill of one sequence 2.9x faster than the row-by-row kernel, and 8 sequences of 128 rows
+# (1024 programs) 1.6x slower (``benchmarks/gdn_tile_sweep.py``, ``benchmarks/results/hybrid/gdn_28495f9_h100/``).
+CHUNKED_FROM_ROWS: int | None = 64  # None: no launch takes it
+CHUNKED_MAX_PROGRAMS = 2 * TARGET_PROGRAMS
+
+
+def takes_chunked(batch: int, rows: int, heads: int, dv: int) -> bool:
+    """Whether ``delta_rule_slots`` over ``batch`` sequences of ``rows`` rows takes the chunked matrix form."""
+    if CHUNKED_FROM_ROWS is None or rows < CHUNKED_FROM_ROWS:
+        return False
+    return batch * heads * triton.cdiv(dv, 16) <= CHUNKED_MAX_PROGRAMS
 
 
 def _rows_per_chunk(rows: int) -> int:
@@ -233,12 +241,11 @@ def delta_rule_slots(
     ``n`` goes to ``state_write[n]``'s slot.
     """
     b, r, _ = mixed.shape
-    if CHUNKED_FROM_ROWS is not None and r >= CHUNKED_FROM_ROWS:
-        from .triton_gdn_prefill import delta_rule_chunked
+    if takes_chunked(b, r, a_raw.shape[1], pool.shape[-1]):
         from .triton_gdn_wy import delta_rule_wy
 
         args = (mixed, a_raw, b_raw, a_log, dt_bias, pool, rows, state_read, state_write, num_slots, key_heads)
-        return (delta_rule_wy if CHUNKED_FORM == "wy" else delta_rule_chunked)(*args, key_dim)
+        return delta_rule_wy(*args, key_dim)
     n, hv = a_raw.shape
     if a_raw.stride(1) != 1 or b_raw.stride(1) != 1 or a_raw.stride(0) != b_raw.stride(0):
         a_raw, b_raw = a_raw.contiguous(), b_raw.contiguous()

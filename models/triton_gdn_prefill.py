@@ -1,4 +1,5 @@
-"""The gated delta rule over chunks of rows in matrix form: a prefill's delta rule without a per-row recurrence.
+"""The gated delta rule over chunks of rows in matrix form, a prefill's delta rule without a per-row recurrence:
+the chunk's algebra as ``@triton.jit`` helpers, which ``triton_gdn_wy``'s two launches run.
 
 ``delta_rule_slots`` (``triton_gdn``) takes a sequence's rows one by one: each
 row waits for the state the row before it wrote, so a 512-row prefill is 512
@@ -28,11 +29,10 @@ products run in IEEE float32 by default (``precision``).
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-__all__ = ["delta_rule_chunked"]
+__all__ = ["CHUNK", "launch_inputs"]
 
 CHUNK = 16  # rows per chunk: tl.dot's smallest inner dimension
 
@@ -131,94 +131,3 @@ def launch_inputs(a_raw, b_raw, key_dim: int, values_per_program: int, precision
     if a_raw.stride(1) != 1 or b_raw.stride(1) != 1 or a_raw.stride(0) != b_raw.stride(0):
         a_raw, b_raw = a_raw.contiguous(), b_raw.contiguous()
     return a_raw, b_raw, max(16, triton.next_power_of_2(key_dim))
-
-
-@triton.jit
-def _delta_rule_chunked_kernel(
-    mixed,  # [B, R, C] conv output: q | k | v
-    a_raw,  # [N, HV] in_proj_a's output
-    b_raw,  # [N, HV] in_proj_b's output
-    a_log,  # [HV]
-    dt_bias,  # [HV]
-    pool,  # [S + 1, HV, DK, DV] float32 (the layer's)
-    rows,  # [B, R]
-    state_read,  # [B]
-    state_write,  # [N]
-    out,  # [N, HV, DV] float32, zero where no sequence owns the row
-    num_slots,
-    N,
-    R,
-    scale,
-    stride_ab,  # a_raw's and b_raw's row stride
-    HV: tl.constexpr,
-    GROUP: tl.constexpr,  # value heads per key head
-    DK: tl.constexpr,
-    DV: tl.constexpr,
-    BK: tl.constexpr,
-    BV: tl.constexpr,
-    CH: tl.constexpr,
-    PRECISION: tl.constexpr,  # the products' input precision: "ieee" (float32) or "tf32x3"
-):
-    bh = tl.program_id(1)
-    b, hv = bh // HV, bh % HV
-    hk = hv // GROUP
-    C: tl.constexpr = 2 * (HV // GROUP) * DK + HV * DV
-    QK: tl.constexpr = (HV // GROUP) * DK
-    offs_k, mask_k, offs_v, mask_v, mask_h, tile, head, h = _state_tile(
-        pool, state_read, b, hv, num_slots, HV, DK, DV, BK, BV
-    )
-    decay = -tl.exp(tl.load(a_log + hv).to(tl.float32))
-    bias = tl.load(dt_bias + hv).to(tl.float32)
-    rr = tl.arange(0, CH)
-    i = 0
-    while i < R:
-        chunk = (mixed, a_raw, b_raw, rows, b, i, R, N, stride_ab, hk, hv, offs_k, mask_k, offs_v, mask_v, rr, scale)
-        n_ok, n_safe, q, k, v, log_g, beta = _chunk_inputs(*chunk, decay, bias, C, QK, DK, DV)
-        cum = tl.cumsum(log_g, axis=0)
-        m_upto, inv = _solve_chunk(k, beta, cum, rr, CH, PRECISION)
-        g_row = tl.exp(cum)
-        rhs = beta[:, None] * (v - g_row[:, None] * tl.dot(k, h, input_precision=PRECISION))
-        u = tl.dot(inv, rhs, input_precision=PRECISION)  # [CH, BV]: what each row adds
-        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        o = g_row[:, None] * tl.dot(q, h, input_precision=PRECISION)
-        o += tl.dot(m_upto * qk, u, input_precision=PRECISION)
-        dst = tl.where(n_ok, n_safe, 0)
-        tl.store(out + (dst[:, None] * HV + hv) * DV + offs_v[None, :], o, mask=n_ok[:, None] & mask_v[None, :])
-        where = (pool, rows, state_write, b, i, R, N, num_slots, head, tile, mask_h, rr)
-        h = _write_states_and_carry(h, k, u, cum, *where, HV, DK, DV, CH, PRECISION)
-        i += CH
-
-
-def delta_rule_chunked(
-    mixed: torch.Tensor,
-    a_raw: torch.Tensor,
-    b_raw: torch.Tensor,
-    a_log: torch.Tensor,
-    dt_bias: torch.Tensor,
-    pool: torch.Tensor,
-    rows: torch.Tensor,
-    state_read: torch.Tensor,
-    state_write: torch.Tensor,
-    num_slots: int,
-    key_heads: int,
-    key_dim: int,
-    values_per_program: int = 16,
-    num_warps: int = 8,
-    precision: str = "ieee",
-) -> torch.Tensor:
-    """``triton_gdn.delta_rule_slots`` over chunks of ``CHUNK`` rows in matrix form (the arguments and the result
-    are its own); ``values_per_program`` (at least 16) and ``num_warps``: the launch's tile and warps (the defaults
-    spill least when compiled for sm_90: ``benchmarks/triton_static.py``; no GPU has timed them yet); ``precision``:
-    the products' input precision, ``"ieee"`` (float32 FMA) or ``"tf32x3"`` (three TF32 tensor-core products)."""
-    b, r, _ = mixed.shape
-    n, hv = a_raw.shape
-    a_raw, b_raw, bk = launch_inputs(a_raw, b_raw, key_dim, values_per_program, precision)
-    dv = pool.shape[-1]
-    out = torch.zeros(n, hv, dv, dtype=torch.float32, device=mixed.device)
-    bv = values_per_program
-    args = (mixed.contiguous(), a_raw, b_raw, a_log, dt_bias, pool, rows.contiguous(), state_read.contiguous())
-    args += (state_write.contiguous(), out, num_slots, n, r, key_dim**-0.5, a_raw.stride(0))
-    shape = dict(HV=hv, GROUP=hv // key_heads, DK=key_dim, DV=dv, BK=bk, BV=bv, CH=CHUNK, PRECISION=precision)
-    shape["num_warps"] = num_warps
-    _delta_rule_chunked_kernel[(triton.cdiv(dv, bv), b * hv)](*args, **shape)
-    return out

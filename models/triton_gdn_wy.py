@@ -1,10 +1,12 @@
 """The delta rule's chunked matrix form in two launches: every chunk's triangular solve at once, then the state pass.
 
-``triton_gdn_prefill`` solves each chunk's triangular system inside the
-program that carries the state from chunk to chunk, so the solve sits on the
-sequential path. The solve does not depend on the state. With ``T`` the
-inverse of ``I + diag(beta) A`` (that module's notation), the values a
-chunk's rows add are ``U = T diag(beta) V - (T diag(beta e^L) K) h0``, so:
+The chunk's triangular solve does not depend on the state, so it stays off
+the sequential path (in one launch, the program that carries the state from
+chunk to chunk would solve each chunk on the way: 2.4-2.6x slower over a
+prefill on an H100, ``benchmarks/results/hybrid/gdn_28495f9_h100/``). With ``T`` the
+inverse of ``I + diag(beta) A`` (``triton_gdn_prefill``'s notation), the
+values a chunk's rows add are ``U = T diag(beta) V - (T diag(beta e^L) K) h0``,
+so:
 
 * ``_wy_prepare_kernel`` (one program per chunk, sequence and value head, all
   at once) writes each chunk's ``T diag(beta) V``, ``T diag(beta e^L) K``,
@@ -119,9 +121,10 @@ def delta_rule_wy(
     num_warps: int = 8,
     precision: str = "ieee",
 ) -> torch.Tensor:
-    """``triton_gdn.delta_rule_slots`` in two launches (the arguments and the result are its own; the options are
-    ``triton_gdn_prefill.delta_rule_chunked``'s). At the defaults neither kernel spills when compiled for sm_90
-    (``benchmarks/triton_static.py``: 255 and 206 registers); no GPU has timed them yet."""
+    """``triton_gdn.delta_rule_slots`` in two launches (the arguments and the result are its own). Options: the
+    state pass's value tile (a power of two, at least 16), the warps of both kernels and the products' input
+    precision (``"ieee"`` float32 or ``"tf32x3"``). At the defaults neither kernel spills when compiled for sm_90
+    (``benchmarks/triton_static.py``: 255 and 206 registers)."""
     b, r, _ = mixed.shape
     n, hv = a_raw.shape
     a_raw, b_raw, bk = launch_inputs(a_raw, b_raw, key_dim, values_per_program, precision)

@@ -1,8 +1,8 @@
 """The Gated DeltaNet layer's Triton kernels against its torch recurrence, case by case.
 
 Run as a script (``python gdn_cases.py DEVICE DTYPE [SHAPE [TILE]]``; TILE ``16`` or
-``32`` forces the delta rule's value tile, ``chunked`` / ``wy`` its chunked matrix
-form in one launch / two, ``auto`` by default) so that the CPU
+``32`` forces the delta rule's row-by-row kernel with that value tile, ``wy`` its
+chunked matrix form, ``auto`` by default) so that the CPU
 run can set ``TRITON_INTERPRET=1`` before Triton is imported; prints one JSON
 object: per case, the largest error of the layer's output and of the whole
 state pool (states and conv windows) after the forward, and whether slots
@@ -162,15 +162,15 @@ def cases(device: str, dtype: torch.dtype, shape: str) -> dict:
 
 
 def force_tile(tile: str) -> None:
-    """``16`` or ``32``: every launch of the delta rule takes that value tile (wider than a tiny head's values:
-    masked lanes); ``auto`` leaves the choice to the launch."""
-    if tile in ("chunked", "wy"):  # the matrix form over chunks of rows for every launch, in one launch or two
-        from specgen.models import triton_gdn
+    """``16`` or ``32``: every launch of the delta rule takes the row-by-row kernel with that value tile (wider
+    than a tiny head's values: masked lanes); ``wy``: every launch takes the chunked matrix form; ``auto`` leaves
+    the choice to the launch."""
+    from specgen.models import triton_gdn
 
-        triton_gdn.CHUNKED_FROM_ROWS, triton_gdn.CHUNKED_FORM = 1, "one" if tile == "chunked" else "wy"
+    if tile == "wy":
+        triton_gdn.CHUNKED_FROM_ROWS, triton_gdn.CHUNKED_MAX_PROGRAMS = 1, 2**62
     elif tile != "auto":
-        from specgen.models import triton_gdn
-
+        triton_gdn.CHUNKED_FROM_ROWS = None
         triton_gdn._values_per_program = lambda *_: int(tile)
 
 

@@ -1,5 +1,5 @@
-"""The delta rule's chunked matrix forms (``models/triton_gdn_prefill.py``, in one launch; ``models/triton_gdn_wy.py``,
-in two) and its row-by-row form against a float64 recurrence, on inputs that make the chunk's triangular solve hard.
+"""The delta rule's chunked matrix form (``models/triton_gdn_wy.py``) and its row-by-row form (``triton_gdn``'s kernel)
+against a float64 recurrence, on inputs that make the chunk's triangular solve hard.
 
 Run as a script (``python gdn_chunked_cases.py DEVICE``) so that the CPU run can set ``TRITON_INTERPRET=1`` first;
 prints one JSON object: per case and form, the largest error of the outputs and of the written states (relative to
@@ -81,13 +81,14 @@ def inputs(batch: int, rows_per: int, kind: str, seed: int) -> dict:
 
 
 def run(device: str, d: dict, read: list[int], write: list[int]) -> dict:
-    from specgen.models import triton_gdn, triton_gdn_prefill, triton_gdn_wy
+    from specgen.models import triton_gdn, triton_gdn_wy
+
+    triton_gdn.CHUNKED_FROM_ROWS = None  # "rows": the row-by-row kernel, whatever the launch would take
 
     want_pool, want_out = reference(**d, read=read, write=write)
     written = {w for w in write if 0 <= w < SLOTS}
     res = {}
     forms = {
-        "chunked": triton_gdn_prefill.delta_rule_chunked,
         "wy": triton_gdn_wy.delta_rule_wy,
         "rows": triton_gdn.delta_rule_slots,
     }

@@ -59,19 +59,11 @@ def test_a_reduction_across_warps_shows_as_shared_memory_and_barriers():
     assert stats["barriers"] > 0 and stats["shared_bytes"] > 0, stats
 
 
-def test_the_chunked_delta_rule_compiles_for_sm90():
-    """The chunked matrix form in one launch (``triton_gdn_prefill``) at its default launch: what the interpreter
-    cannot check (a branch on a loaded slot inside a loop, ``tl.cumsum``, IEEE float32 dots) compiles for sm_90."""
-    fn, sig, cx, warps = CONFIGS["delta_chunked bv16"]
-    stats = static.static_stats(fn, sig, cx, num_warps=warps)
-    assert stats["registers"] and stats["global_loads"] > 0, stats
-
-
 @pytest.mark.parametrize("name", ["wy_prepare", "wy_state bv16"])
 def test_the_two_launch_chunked_form_compiles_without_spills(name):
     """The two launches of the chunked form (``triton_gdn_wy``) at their default 8 warps: the state pass keeps its
-    chunk's operands and the state tile in registers (its one-launch sibling, which also solves the triangular
-    system, spills)."""
+    chunk's operands and the state tile in registers; what the interpreter cannot check (a branch on a loaded slot
+    inside a loop, ``tl.cumsum``, IEEE float32 dots) compiles for sm_90."""
     fn, sig, cx, warps = CONFIGS[name]
     stats = static.static_stats(fn, sig, cx, num_warps=warps)
     assert stats["spill_bytes"] == 0, stats
