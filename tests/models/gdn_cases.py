@@ -139,6 +139,15 @@ def cases(device: str, dtype: torch.dtype, shape: str) -> dict:
     write[19], write[39] = 2, 7
     write[8], write[28] = 4, 9
     out["prefill_long_inplace"] = run_case(ref, fast, cfg, dtype, device, 2, 20, [2, 7], write, 7)
+    # one sequence long enough that the launch takes the chunked matrix form (triton_gdn.takes_chunked), writing
+    # after a row inside a chunk and, at its last row, the slot it read
+    write = [-1] * 70
+    write[37], write[69] = 6, 10
+    out["prefill_chunked_auto"] = run_case(ref, fast, cfg, dtype, device, 1, 70, [10], write, 9)
+    from specgen.models import triton_gdn
+
+    hv, dv = cfg.linear_num_value_heads, cfg.linear_value_head_dim
+    out["prefill_chunked_auto"]["takes_chunked"] = triton_gdn.takes_chunked(1, 70, hv, dv)
     # two rows, fewer than the conv's window: the last row's window keeps old entries while it is written in place
     out["short_inplace"] = run_case(ref, fast, cfg, dtype, device, 2, 2, [3, 8], [-1, 3, -1, 8], 8)
     # plain decoding: one row per sequence, the state written back into the slot it was read from

@@ -24,18 +24,21 @@ def run_cases(device: str, dtype: str, shape: str, interpret: bool, tile: str = 
     return run_case_script(CASES, device, dtype, shape, tile, interpret=interpret)
 
 
-def check(cases: dict, dtype: str) -> None:
+def check(cases: dict, dtype: str, tile: str) -> None:
     out_tol, state_tol, conv_tol = TOL[dtype]
     assert set(cases) == {
         "verify_w4",
         "verify_b1_w6",
         "prefill_padded",
         "prefill_long_inplace",
+        "prefill_chunked_auto",
         "short_inplace",
         "decode_inplace",
         "largest_batch",
         "hostile",
     }
+    # a launch of the layer's own choice takes the chunked form there, unless a tile forces the row-by-row kernel
+    assert cases["prefill_chunked_auto"]["takes_chunked"] == (tile in ("auto", "wy")), cases["prefill_chunked_auto"]
     for name, c in cases.items():
         assert c["finite"] and c["untouched"], (name, c)
         assert c["err_out"] <= out_tol * max(1.0, c["scale_out"]), (name, c)
@@ -48,7 +51,7 @@ def test_gdn_kernels_match_torch_interpreted(shape, tile):
     """Both value tiles of the row-by-row delta rule, whichever a launch would pick, and its chunked matrix form;
     the chunked conv."""
     pytest.importorskip("triton")
-    check(run_cases("cpu", "float32", shape, interpret=True, tile=tile), "float32")
+    check(run_cases("cpu", "float32", shape, interpret=True, tile=tile), "float32", tile)
 
 
 @pytest.mark.gpu
@@ -62,7 +65,7 @@ def test_gdn_kernels_match_torch_cuda(dtype, shape, tile):
     cases = run_cases("cuda", dtype, shape, interpret=False, tile=tile)
     errs = json.dumps({k: round(v["err_out"], 7) for k, v in cases.items()})
     print(f"gdn kernels {dtype} {shape} tile {tile}: {errs}")
-    check(cases, dtype)
+    check(cases, dtype, tile)
 
 
 def test_long_prefills_of_small_batches_take_the_chunked_form(monkeypatch):
