@@ -4,13 +4,14 @@ the checkout's, on the same inputs, at Qwen3.5-2B's linear-layer shape.
 Usage:
     git show d68b9d6:models/triton_gdn.py > /tmp/gdn_base.py    # a module that stands alone (row by row only)
     python benchmarks/gdn_ab.py /tmp/gdn_base.py OUT.json [ROUNDS]
-    mkdir /tmp/base; for m in triton_gdn triton_gdn_chunks; do git show REF:models/$m.py > /tmp/base/$m.py; done
+    mkdir /tmp/base; for m in triton_gdn triton_gdn_chunks triton_gdn_prefill triton_gdn_wy; do
+        git show REF:models/$m.py > /tmp/base/$m.py; done      # (the modules REF has)
     python benchmarks/gdn_ab.py /tmp/base OUT.json [ROUNDS]             # a commit whose module imports another
 
 Cases: verification at W = 4 for B = 1, 8, 32 (each sequence reads its committed slot and writes one slot per
 row), plain decoding at B = 32 (one row, written in place), and prefills of 512 rows of one sequence and 128 rows
 of eight (each one's last row writes). Each case records the tiles the checkout's launches take (the conv's
-channels per program, the delta rule's values per program).
+channels per program, the delta rule's values per program, or ``wy`` where it takes the chunked form).
 Per case and kernel (``conv_slots``, ``delta_rule_slots``): 20 launches captured in one CUDA graph, the graph
 replayed 7 times per round, the two modules in turn for ROUNDS rounds (default 3); the median over every replay,
 in us per launch.
@@ -166,7 +167,9 @@ def main(base_path: str, out_path: str, rounds: int = 3) -> None:
                     times[m][k] += replay_us(g)
         tiles = {
             "conv_slots": triton_gdn._channels_per_program(batch, C),
-            "delta_rule_slots": triton_gdn._values_per_program(batch, HV, DV),
+            "delta_rule_slots": "wy"
+            if triton_gdn.takes_chunked(batch, rows_per, HV, DV)
+            else triton_gdn._values_per_program(batch, HV, DV),
         }
         case = {"batch": batch, "rows_per_sequence": rows_per, "head_tiles": tiles, "max_abs_diff": diff}
         for k in ("conv_slots", "delta_rule_slots"):

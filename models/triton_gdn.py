@@ -16,7 +16,9 @@ gives the semantics, which the CPU keeps as the exact reference):
 The conv runs in chunks of rows (``triton_gdn_chunks``: a chunk's loads
 ahead of its rows' arithmetic).  The delta rule takes a sequence's rows one
 by one in a one-warp program per value tile, each row's inputs loaded while
-the row before it updates and stores its state.
+the row before it updates and stores its state; a long prefill of a small
+batch takes the chunked matrix form in two launches instead
+(``takes_chunked``, ``triton_gdn_wy``).
 
 A slot outside ``[0, num_slots)`` (-1 among them) reads the zero state and
 writes nothing; no load or store leaves its tensor whatever the slot values

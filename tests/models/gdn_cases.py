@@ -143,11 +143,16 @@ def cases(device: str, dtype: torch.dtype, shape: str) -> dict:
     # after a row inside a chunk and, at its last row, the slot it read
     write = [-1] * 70
     write[37], write[69] = 6, 10
-    out["prefill_chunked_auto"] = run_case(ref, fast, cfg, dtype, device, 1, 70, [10], write, 9)
-    from specgen.models import triton_gdn
+    # (ran_chunked: whether the layer's launch called the chunked form)
+    from specgen.models import triton_gdn_wy
 
-    hv, dv = cfg.linear_num_value_heads, cfg.linear_value_head_dim
-    out["prefill_chunked_auto"]["takes_chunked"] = triton_gdn.takes_chunked(1, 70, hv, dv)
+    chunked, calls = triton_gdn_wy.delta_rule_wy, []
+    triton_gdn_wy.delta_rule_wy = lambda *a, **k: calls.append(1) or chunked(*a, **k)
+    try:
+        out["prefill_chunked_auto"] = run_case(ref, fast, cfg, dtype, device, 1, 70, [10], write, 9)
+    finally:
+        triton_gdn_wy.delta_rule_wy = chunked
+    out["prefill_chunked_auto"]["ran_chunked"] = bool(calls)
     # two rows, fewer than the conv's window: the last row's window keeps old entries while it is written in place
     out["short_inplace"] = run_case(ref, fast, cfg, dtype, device, 2, 2, [3, 8], [-1, 3, -1, 8], 8)
     # plain decoding: one row per sequence, the state written back into the slot it was read from
