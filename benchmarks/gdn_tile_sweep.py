@@ -47,16 +47,16 @@ def launch(d: dict, states: torch.Tensor, bv: int, warps: int) -> torch.Tensor:
     return out
 
 
-# the chunked form's (form, value tile, warps, precision)
+# the chunked form's (value tile, warps, precision)
 CHUNKED = (
-    ("wy", 16, 8, "ieee"),
-    ("wy", 32, 8, "ieee"),
-    ("wy", 16, 4, "ieee"),
-    ("wy", 16, 8, "tf32x3"),
+    (16, 8, "ieee"),
+    (32, 8, "ieee"),
+    (16, 4, "ieee"),
+    (16, 8, "tf32x3"),
 )
 
 
-def launch_chunked(d: dict, states: torch.Tensor, form: str, bv: int, warps: int, precision: str) -> torch.Tensor:
+def launch_chunked(d: dict, states: torch.Tensor, bv: int, warps: int, precision: str) -> torch.Tensor:
     args = (d["mixed"], d["a_raw"], d["b_raw"], d["a_log"], d["dt_bias"], states, d["rows"], d["read"], d["write"])
     kw = dict(values_per_program=bv, num_warps=warps, precision=precision)
     return triton_gdn_wy.delta_rule_wy(*args, d["num_slots"], ab.HK, ab.DK, **kw)
@@ -94,9 +94,9 @@ def main(out_path: str, tiles: list[int], warps: list[int], names: list[str]) ->
         for bv in tiles:
             for w in warps:
                 cells[f"bv{bv} w{w}"] = time_cell(d, want, want_states, lambda s, bv=bv, w=w: launch(d, s, bv, w))
-        for form, bv, w, prec in CHUNKED:
-            fn = lambda s, f=form, bv=bv, w=w, prec=prec: launch_chunked(d, s, f, bv, w, prec)  # noqa: E731
-            cells[f"{form} bv{bv} w{w} {prec}"] = time_cell(d, want, want_states, fn)
+        for bv, w, prec in CHUNKED:
+            fn = lambda s, bv=bv, w=w, prec=prec: launch_chunked(d, s, bv, w, prec)  # noqa: E731
+            cells[f"wy bv{bv} w{w} {prec}"] = time_cell(d, want, want_states, fn)
         if triton_gdn.takes_chunked(batch, rows_per, ab.HV, ab.DV):
             chosen = "wy bv16 w8 ieee"
         else:
