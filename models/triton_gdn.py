@@ -41,6 +41,7 @@ import triton
 import triton.language as tl
 
 from .triton_gdn_chunks import _conv_chunks_kernel
+from .triton_gdn_prefill import _state_tile
 
 __all__ = ["conv_slots", "delta_rule_slots", "gated_rms_norm"]
 
@@ -155,25 +156,6 @@ def _row_inputs(
     w = tl.load(state_write + n_safe, mask=n_ok, other=-1)
     w = tl.where(n_ok & (w >= 0) & (w < num_slots), w, -1)
     return tl.where(n_ok, n_safe, -1), q, k, v, a, b_gate, w
-
-
-@triton.jit
-def _state_tile(
-    pool, state_read, b, hv, num_slots, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr,
-    BV: tl.constexpr,
-):  # fmt: skip
-    """The program's value tile (``program_id(0)``) of head ``hv``'s state, read from sequence ``b``'s slot (the
-    zero state for a slot outside ``[0, num_slots)``), with its offsets, masks and addresses within a slot."""
-    offs_k = tl.arange(0, BK)
-    offs_v = tl.program_id(0) * BV + tl.arange(0, BV)
-    mask_k, mask_v = offs_k < DK, offs_v < DV
-    mask_h = mask_k[:, None] & mask_v[None, :]
-    tile = offs_k[:, None] * DV + offs_v[None, :]
-    slot = tl.load(state_read + b)
-    live = (slot >= 0) & (slot < num_slots)
-    head = (hv * DK * DV).to(tl.int64)
-    h = tl.load(pool + tl.where(live, slot, 0).to(tl.int64) * HV * DK * DV + head + tile, mask=live & mask_h, other=0.0)
-    return offs_k, mask_k, offs_v, mask_v, mask_h, tile, head, h
 
 
 @triton.jit

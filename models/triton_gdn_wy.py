@@ -25,8 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_gdn import _state_tile
-from .triton_gdn_prefill import CHUNK, _chunk_inputs, _solve_chunk, _write_states_and_carry, launch_inputs
+from .triton_gdn_prefill import CHUNK, _chunk_inputs, _solve_chunk, _state_tile, _write_states_and_carry, launch_inputs
 
 __all__ = ["delta_rule_wy"]
 
