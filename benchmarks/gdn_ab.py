@@ -46,7 +46,7 @@ LAUNCHES, REPLAYS = 20, 7
 
 def load(path: str):
     """The baseline: a module file that stands alone, or a folder holding ``triton_gdn.py`` and the modules it
-    imports relatively (``triton_gdn_chunks.py``), loaded as a package of its own."""
+    imports relatively (``triton_gdn_chunks.py``, ``triton_gdn_prefill.py``), loaded as a package of its own."""
     root = Path(path)
     if root.is_dir():
         if not (root / "triton_gdn.py").is_file():

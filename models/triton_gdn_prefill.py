@@ -1,5 +1,6 @@
 """The gated delta rule over chunks of rows in matrix form, a prefill's delta rule without a per-row recurrence:
-the chunk's algebra as ``@triton.jit`` helpers, which ``triton_gdn_wy``'s two launches run.
+the chunk's algebra as ``@triton.jit`` helpers, which ``triton_gdn_wy``'s two launches run, and the read of a
+program's state tile that those launches share with ``triton_gdn``'s row-by-row kernel.
 
 ``delta_rule_slots`` (``triton_gdn``) takes a sequence's rows one by one: each
 row waits for the state the row before it wrote, so a 512-row prefill is 512

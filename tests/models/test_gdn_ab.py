@@ -24,13 +24,14 @@ def test_a_folder_loads_as_its_own_package(gdn_ab, tmp_path):
     from specgen.models import triton_gdn
 
     src = Path(triton_gdn.__file__).parent
-    for name in ("triton_gdn.py", "triton_gdn_chunks.py"):
+    for name in ("triton_gdn.py", "triton_gdn_chunks.py", "triton_gdn_prefill.py"):
         shutil.copy(src / name, tmp_path / name)
     base = gdn_ab.load(str(tmp_path))
     assert base.__name__ == "gdn_base.triton_gdn" and base is not triton_gdn
     assert Path(base.__file__) == tmp_path / "triton_gdn.py"
-    # its relative import took the folder's copy, not the installed package's
-    assert Path(sys.modules["gdn_base.triton_gdn_chunks"].__file__) == tmp_path / "triton_gdn_chunks.py"
+    # its relative imports took the folder's copies, not the installed package's
+    for name in ("triton_gdn_chunks", "triton_gdn_prefill"):
+        assert Path(sys.modules[f"gdn_base.{name}"].__file__) == tmp_path / f"{name}.py"
     assert callable(base.conv_slots) and callable(base.delta_rule_slots)
 
 
