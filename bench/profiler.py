@@ -46,6 +46,7 @@ from . import calibration as cal
 from . import host_bound
 from . import kernel_timeline as kt
 from .bare import bare_trace, forward_trace, work_trace
+from .kernel_breakdown import VOCAB_KERNELS, step_breakdown
 from .support import log, quiet_profiler, settled
 
 __all__ = [
@@ -61,8 +62,6 @@ __all__ = [
 KERNEL_FIELDS = ("kernel_draft_to_verify_us", "head_us", "kernel_verify_to_draft_us")
 # a draft with its own work after the verification (the block drafts' context projection) also gets these
 POST_VERIFY_FIELDS = kt.PROJECTION_FIGURES
-# the vocabulary pass's kernels (the generated families' entry names hold the family's name)
-VOCAB_KERNELS = ("spec_target_sample", "spec_draft_sample")
 HOST_SERIAL = "baseline"  # the mode whose host computes the boundary updates (profiled on the CPU too)
 
 
@@ -129,6 +128,7 @@ def figures(trace: dict, forward: list[str], draft: list[str] = (), projection: 
     vocab = [t for t in vocab if t > 0]
     if vocab:  # a sampled run: the vocabulary pass's device time per step
         out["vocab_kernel_us"] = round(statistics.median(vocab), 3)
+    out["kernel_breakdown"] = step_breakdown(steps, forward)  # by part of the step and kind of kernel
     return out
 
 

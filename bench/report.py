@@ -321,6 +321,19 @@ def _plot_kernels(result: dict, out: Path) -> Path | None:
         return None
 
 
+def _plot_breakdown(result: dict, out: Path) -> Path | None:
+    """``kernel_breakdown.png`` from the runs' breakdowns, when there are any (a failure is reported, not raised)."""
+    if not any(r.get("kernel_breakdown") for r in result["runs"]):
+        return None
+    from .kernel_plot import plot_breakdown
+
+    try:
+        return plot_breakdown(result, out)
+    except Exception as e:  # noqa: BLE001  the results are written; a picture that fails is reported
+        log(f"bench: could not draw kernel_breakdown.png ({type(e).__name__}: {e})")
+        return None
+
+
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(text)
@@ -328,10 +341,11 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def write(result: dict, out: Path) -> list[Path]:
-    """``bench.json``, ``costs.json`` (with a calibration) and, where matplotlib is installed, ``timeline.png``.
+    """``bench.json``, ``costs.json`` (with a calibration) and, where matplotlib is installed, ``timeline.png``,
+    and from a kernel-level pass ``kernel_timeline.png`` and ``kernel_breakdown.png``.
 
     A result without a finished run is a ``ResultError`` and writes nothing; a
-    ``timeline.png`` that cannot be redrawn is removed rather than left stale.
+    picture that cannot be drawn for this result is removed rather than left stale.
     """
     if not ok_runs(result):
         raise ResultError("no run finished")
@@ -348,9 +362,12 @@ def write(result: dict, out: Path) -> list[Path]:
     _write_atomic(paths[0], json.dumps(dict(result, notes=notes(result)), indent=1) + "\n")
     if calibration is not None:
         paths.append(costs)
-    kernels = _plot_kernels(result, out)
-    if kernels is not None:
-        paths.append(kernels)
+    for name, draw in (("kernel_timeline.png", _plot_kernels), ("kernel_breakdown.png", _plot_breakdown)):
+        picture = draw(result, out)
+        if picture is None:
+            (out / name).unlink(missing_ok=True)  # a picture of an earlier run would pass for this one
+        else:
+            paths.append(picture)
     png = out / "timeline.png"
     try:
         drawn = plot(result, png)

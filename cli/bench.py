@@ -32,7 +32,11 @@ def register(sub) -> None:
         if name == "check":  # where the command's own options read best in --help
             p.add_argument("--out", default="bench_results", help="folder for bench.json and timeline.png")
             p.add_argument("--kernels", help="kernel build folder (default build/bench_kernels, built when missing)")
-    p.add_argument("--replot", metavar="BENCH_JSON", help="only redraw timeline.png from a bench.json")
+    p.add_argument(
+        "--replot",
+        metavar="BENCH_JSON",
+        help="only redraw the pictures of a bench.json: timeline.png, and kernel_breakdown.png from its traces",
+    )
     p.set_defaults(func=run)
 
 
@@ -82,6 +86,14 @@ def _replot(path: str) -> int:
     if drawn is None:
         raise UsageError("--replot needs matplotlib (pip install 'specgen[plot]')")
     print(f"wrote {drawn}")
+    # a step's device time by kind of kernel: from the bench.json, or from the traces saved beside it
+    from ..bench.kernel_breakdown import breakdown_table
+    from ..bench.kernel_plot import breakdowns_from_traces, plot_breakdown
+
+    breakdowns_from_traces(result, png.parent)
+    if breakdown_table(result):
+        print(breakdown_table(result))
+        print(f"wrote {plot_breakdown(result, png.parent)}")
     return 0
 
 
@@ -94,6 +106,7 @@ def run(args) -> int:
         return _replot(args.replot)
     from ..bench import harness as bench
     from ..bench import report as bench_report
+    from ..bench.kernel_breakdown import breakdown_table
     from ..parallel import group as parallel
 
     command = "specgen bench " + " ".join(args.cli_argv[1:])  # the words after "bench", as given
@@ -112,6 +125,8 @@ def run(args) -> int:
     if not tp.is_writer:
         return 0
     print(bench_report.table(result))
+    if breakdown_table(result):
+        print(breakdown_table(result))
     if not bench_report.ok_runs(result):
         print(
             f"specgen: no run finished; {out / 'bench.json'} and its timeline.png are left as they were",
