@@ -124,9 +124,9 @@ def run(args) -> int:
     tp.close()  # the engines, and their captured graphs, are gone by now (a failed rank just exits)
     if not tp.is_writer:
         return 0
-    print(bench_report.table(result))
-    if breakdown_table(result):
+    if breakdown_table(result):  # the detail first, so that the table ends the output
         print(breakdown_table(result))
+    print(bench_report.table(result))
     if not bench_report.ok_runs(result):
         print(
             f"specgen: no run finished; {out / 'bench.json'} and its timeline.png are left as they were",
