@@ -91,8 +91,8 @@ def kernel_figure(result: dict, folder: Path, steps: int = 3):
     return fig
 
 
-def plot_kernels(result: dict, folder: Path, steps: int = 3) -> Path | None:
-    """``kernel_timeline.png`` in ``folder``; None without matplotlib or without saved traces."""
+def _save(draw, folder: Path, name: str) -> Path | None:
+    """The figure ``draw()`` gives, saved as ``folder/name``; None without matplotlib or without a figure."""
     try:
         import matplotlib
 
@@ -100,15 +100,20 @@ def plot_kernels(result: dict, folder: Path, steps: int = 3) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    fig = kernel_figure(result, folder, steps)
+    fig = draw()
     if fig is None:
         return None
-    path = Path(folder) / "kernel_timeline.png"
+    path = Path(folder) / name
     try:
         fig.savefig(path, dpi=120)
     finally:
         plt.close(fig)
     return path
+
+
+def plot_kernels(result: dict, folder: Path, steps: int = 3) -> Path | None:
+    """``kernel_timeline.png`` in ``folder``; None without matplotlib or without saved traces."""
+    return _save(lambda: kernel_figure(result, folder, steps), folder, "kernel_timeline.png")
 
 
 def breakdowns_from_traces(result: dict, folder: Path) -> int:
@@ -172,19 +177,4 @@ def breakdown_figure(result: dict):
 
 def plot_breakdown(result: dict, folder: Path) -> Path | None:
     """``kernel_breakdown.png`` in ``folder``; None without matplotlib or without a run's breakdown."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    fig = breakdown_figure(result)
-    if fig is None:
-        return None
-    path = Path(folder) / "kernel_breakdown.png"
-    try:
-        fig.savefig(path, dpi=120)
-    finally:
-        plt.close(fig)
-    return path
+    return _save(lambda: breakdown_figure(result), folder, "kernel_breakdown.png")

@@ -308,29 +308,24 @@ def figure(result: dict):
     return fig
 
 
-def _plot_kernels(result: dict, out: Path) -> Path | None:
-    """``kernel_timeline.png`` from the saved traces, when there are any (a failure is reported, not raised)."""
-    if not any(r.get("kernel_trace") for r in result["runs"]):
+# the kernel-level pictures: (file, the run field it is drawn from, its drawing function in kernel_plot)
+KERNEL_PICTURES = (
+    ("kernel_timeline.png", "kernel_trace", "plot_kernels"),
+    ("kernel_breakdown.png", "kernel_breakdown", "plot_breakdown"),
+)
+
+
+def _plot_kernel_picture(result: dict, out: Path, name: str, field: str, draw: str) -> Path | None:
+    """``name`` from the runs' ``field`` (their saved traces, their breakdowns), when a run has it (a failure is
+    reported, not raised)."""
+    if not any(r.get(field) for r in result["runs"]):
         return None
-    from .kernel_plot import plot_kernels
+    from . import kernel_plot
 
     try:
-        return plot_kernels(result, out)
+        return getattr(kernel_plot, draw)(result, out)
     except Exception as e:  # noqa: BLE001  the results are written; a picture that fails is reported
-        log(f"bench: could not draw kernel_timeline.png ({type(e).__name__}: {e})")
-        return None
-
-
-def _plot_breakdown(result: dict, out: Path) -> Path | None:
-    """``kernel_breakdown.png`` from the runs' breakdowns, when there are any (a failure is reported, not raised)."""
-    if not any(r.get("kernel_breakdown") for r in result["runs"]):
-        return None
-    from .kernel_plot import plot_breakdown
-
-    try:
-        return plot_breakdown(result, out)
-    except Exception as e:  # noqa: BLE001  the results are written; a picture that fails is reported
-        log(f"bench: could not draw kernel_breakdown.png ({type(e).__name__}: {e})")
+        log(f"bench: could not draw {name} ({type(e).__name__}: {e})")
         return None
 
 
@@ -362,8 +357,8 @@ def write(result: dict, out: Path) -> list[Path]:
     _write_atomic(paths[0], json.dumps(dict(result, notes=notes(result)), indent=1) + "\n")
     if calibration is not None:
         paths.append(costs)
-    for name, draw in (("kernel_timeline.png", _plot_kernels), ("kernel_breakdown.png", _plot_breakdown)):
-        picture = draw(result, out)
+    for name, field, draw in KERNEL_PICTURES:
+        picture = _plot_kernel_picture(result, out, name, field, draw)
         if picture is None:
             (out / name).unlink(missing_ok=True)  # a picture of an earlier run would pass for this one
         else:
