@@ -91,8 +91,9 @@ def _replot(path: str) -> int:
     from ..bench.kernel_plot import breakdowns_from_traces, plot_breakdown
 
     breakdowns_from_traces(result, png.parent)
-    if breakdown_table(result):
-        print(breakdown_table(result))
+    breakdown = breakdown_table(result)
+    if breakdown:
+        print(breakdown)
         print(f"wrote {plot_breakdown(result, png.parent)}")
     return 0
 
@@ -124,8 +125,9 @@ def run(args) -> int:
     tp.close()  # the engines, and their captured graphs, are gone by now (a failed rank just exits)
     if not tp.is_writer:
         return 0
-    if breakdown_table(result):  # the detail first, so that the table ends the output
-        print(breakdown_table(result))
+    breakdown = breakdown_table(result)
+    if breakdown:  # the detail first, so that the table ends the output
+        print(breakdown)
     print(bench_report.table(result))
     if not bench_report.ok_runs(result):
         print(
