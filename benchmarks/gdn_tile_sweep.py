@@ -98,7 +98,7 @@ def main(out_path: str, tiles: list[int], warps: list[int], names: list[str]) ->
             fn = lambda s, bv=bv, w=w, prec=prec: launch_chunked(d, s, bv, w, prec)  # noqa: E731
             cells[f"wy bv{bv} w{w} {prec}"] = time_cell(d, want, want_states, fn)
         if triton_gdn.takes_chunked(batch, rows_per, ab.HV, ab.DV):
-            chosen = "wy bv16 w8 ieee"
+            chosen = f"wy bv16 w{triton_gdn._chunked_warps(batch, ab.HV, ab.DV)} ieee"
         else:
             chosen = f"bv{triton_gdn._values_per_program(batch, ab.HV, ab.DV)} w1"
         fastest = min(cells, key=lambda k: cells[k]["us"])

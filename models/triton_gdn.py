@@ -78,6 +78,12 @@ CHUNKED_FROM_ROWS: int | None = 64  # None: no launch takes it
 CHUNKED_MAX_PROGRAMS = 2 * TARGET_PROGRAMS
 
 
+def _chunked_warps(batch: int, heads: int, dv: int) -> int:
+    """The chunked form's warps: 8 while its state pass fits one wave of programs, else 4 (on an H100, 2 x 512 rows
+    259 against 376 us; 1 x 512 rows 181 against 174 us, ``benchmarks/results/hybrid/gdn_035cfd4_h100/``)."""
+    return 8 if batch * heads * triton.cdiv(dv, 16) <= TARGET_PROGRAMS else 4
+
+
 def takes_chunked(batch: int, rows: int, heads: int, dv: int) -> bool:
     """Whether ``delta_rule_slots`` over ``batch`` sequences of ``rows`` rows takes the chunked matrix form."""
     if CHUNKED_FROM_ROWS is None or rows < CHUNKED_FROM_ROWS:
@@ -242,7 +248,7 @@ def delta_rule_slots(
         from .triton_gdn_wy import delta_rule_wy
 
         args = (mixed, a_raw, b_raw, a_log, dt_bias, pool, rows, state_read, state_write, num_slots, key_heads)
-        return delta_rule_wy(*args, key_dim)
+        return delta_rule_wy(*args, key_dim, num_warps=_chunked_warps(b, a_raw.shape[1], pool.shape[-1]))
     n, hv = a_raw.shape
     if a_raw.stride(1) != 1 or b_raw.stride(1) != 1 or a_raw.stride(0) != b_raw.stride(0):
         a_raw, b_raw = a_raw.contiguous(), b_raw.contiguous()

@@ -181,8 +181,10 @@ def force_tile(tile: str) -> None:
     the choice to the launch."""
     from specgen.models import triton_gdn
 
-    if tile == "wy":
+    if tile in ("wy", "wy4"):  # wy4: at 4 warps, as a launch past one wave of programs takes it
         triton_gdn.CHUNKED_FROM_ROWS, triton_gdn.CHUNKED_MAX_PROGRAMS = 1, 2**62
+        if tile == "wy4":
+            triton_gdn._chunked_warps = lambda *_: 4
     elif tile != "auto":
         triton_gdn.CHUNKED_FROM_ROWS = None
         triton_gdn._values_per_program = lambda *_: int(tile)
