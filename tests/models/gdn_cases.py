@@ -185,9 +185,11 @@ def force_tile(tile: str) -> None:
         triton_gdn.CHUNKED_FROM_ROWS, triton_gdn.CHUNKED_MAX_PROGRAMS = 1, 2**62
         if tile == "wy4":
             triton_gdn._chunked_warps = lambda *_: 4
-    elif tile != "auto":
+    elif tile in ("16", "32"):
         triton_gdn.CHUNKED_FROM_ROWS = None
         triton_gdn._values_per_program = lambda *_: int(tile)
+    elif tile != "auto":
+        raise ValueError(f"tile {tile!r}: expected 16, 32, wy, wy4 or auto")
 
 
 if __name__ == "__main__":
