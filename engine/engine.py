@@ -1,5 +1,4 @@
-"""One speculative decode loop (target + a draft behind the proposer seam), with pluggable ways to cross
-its boundaries.
+"""One speculative decode loop (target + a draft behind the proposer seam), with pluggable ways to cross its boundaries.
 
 ``SpecDecodeEngine`` runs greedy speculative decoding for a fixed batch ``B`` and verify width ``W``
 (draft depth ``W - 1``) over a paged KV cache whose block 0 is the scratch block.  What drafts is a
@@ -13,14 +12,13 @@ step graph, none).  A mode whose ``fuses_draft`` is set runs the draft inside it
 verification.  A draft that would keep its own graph (a block draft with side streams) runs at the
 end of ``specgen``'s step graph instead (``draft_at_end``, the default; ``trails_draft``): the step
 graph drafts for the next step, so after the first step no draft graph is launched and no graph
-switch sits between the verification and the next draft (``draft_at_end=False``: the draft graph
-before every step).
+switch sits between the verification and the next draft (``draft_at_end=False``: a draft graph before each step).
 
-On the CPU the graphs run eagerly (``compile`` mode takes ``compile_backend``, e.g. ``"eager"`` in
-tests).  ``run`` returns the tokens, the acceptance and, with ``timing=True`` on CUDA, per-step
-CUDA-event timings and host synchronization counts; ``capture_s`` is how long capturing the run's
-graphs took.  With ``profile=True`` the steps after the warm-up run under ``torch.profiler`` with their
-draft and verify phases marked (``profiling.StepProfiler``); the trace lands in ``RunResult.trace``.
+On the CPU the graphs run eagerly (``compile`` mode takes ``compile_backend``, e.g. ``"eager"`` in tests).
+``run`` returns the tokens, the acceptance and, with ``timing=True`` on CUDA, per-step CUDA-event timings
+and host synchronization counts; ``capture_s`` is how long capturing the run's graphs took.  With
+``profile=True`` the steps after the warm-up run under ``torch.profiler`` with their draft and verify phases
+marked (``profiling.StepProfiler``); the trace lands in ``RunResult.trace``.
 
 ``engine.observer``, when set, is called around every decode step: ``observer.before_step(engine, i)``
 before its draft graph (a trailing draft of step ``i > 0`` ran at the end of step ``i - 1``) and
@@ -229,12 +227,14 @@ class SpecDecodeEngine:
         """``model(tokens, positions, slots, block_table, kv_lens, query_start_loc, rows)`` plus, for a
         hybrid target, the linear state's slots: a prefill's (``prefill_lens``, the prompts' lengths) or
         those the verify step's head wrote into ``step_bufs``; ``logit_rows``: the rows the LM head runs over;
-        ``on_taps``: called with the taps as soon as the forward has them."""
+        ``on_taps``: called with the taps as soon as the forward has them (and ``EngineSampling.verify_kwargs``)."""
         kw = {"taps": taps} if taps else {}
         if on_taps is not None:
             kw["on_taps"] = on_taps
         if logit_rows is not None:
             kw["logit_rows"] = logit_rows
+        elif step_bufs is not None and self.sampling is not None:  # the LM head writes the vocabulary pass's rows
+            kw |= self.sampling.verify_kwargs(args[0].shape[0])
         if self.state is not None:
             if prefill_lens is not None:
                 kw |= self.state.prefill_kwargs(prefill_lens, args[6])

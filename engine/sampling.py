@@ -107,6 +107,16 @@ class EngineSampling:
         SamplingTensors(b["temperature"], b["top_k"], b["top_p"], b["seed"]).fill(self.params)
         self.host = SamplingTensors.of(self.params)  # baseline's host copy
 
+    def verify_kwargs(self, rows: int) -> dict:
+        """The target forward's keywords for a verification of ``rows`` rows: ``logits_out``, the vocabulary
+        pass's float32 rows, where the LM head writes the logits (``VocabPass.keep`` then copies nothing); none
+        for a tensor-parallel target (each rank holds a vocabulary range, gathered by ``keep_logits``) or more
+        rows than the pass holds."""
+        whole = getattr(self.engine.model, "whole_logits", None)
+        if whole is not None or self.logits is None or rows > self.logits.shape[0]:
+            return {}
+        return {"logits_out": self.logits[:rows]}
+
     def keep_logits(self, logits: torch.Tensor) -> None:
         """The target forward's verify-row logits, for the vocabulary pass (a tensor-parallel target's vocabulary
         ranges gathered into whole rows: ``whole_logits``)."""

@@ -96,11 +96,25 @@ def lm_head_rows() -> int:
     return rows
 
 
-def lm_head(h: torch.Tensor, weight: torch.Tensor, fast: bool = True) -> torch.Tensor:
+def lm_head(h: torch.Tensor, weight: torch.Tensor, fast: bool = True, out: torch.Tensor | None = None) -> torch.Tensor:
     """An LM head ``h @ weight.T``: in a fast forward (``fast``) the skinny GEMM for at most ``lm_head_rows()`` rows
     (no memset node in a captured graph), else cuBLAS (also for no rows: the skinny GEMM would stream the weight for
-    nothing); a torch forward's (``fast=False``) is cuBLAS whatever the switch says."""
-    return _skinny().skinny_gemm(h, weight) if fast and 0 < h.shape[0] <= lm_head_rows() else F.linear(h, weight)
+    nothing); a torch forward's (``fast=False``) is cuBLAS whatever the switch says.
+
+    ``out`` (``[rows, V]``, contiguous rows, e.g. a float32 buffer of a vocabulary pass) takes the logits and is
+    returned: on CUDA both GEMMs write their float32 sums into it cast once to its dtype, so a float32 ``out``
+    holds logits that were never rounded to ``h``'s dtype (no widening copy after the head); on the CPU the
+    product in ``h``'s dtype is copied in."""
+    rows = h.shape[0]
+    if out is not None and (out.dim() != 2 or out.shape[0] != rows or out.shape[1] != weight.shape[0]):
+        raise ValueError(f"lm_head writes [{rows}, {weight.shape[0]}] logits, not into {list(out.shape)}")
+    if fast and 0 < rows <= lm_head_rows():
+        return _skinny().skinny_gemm(h, weight, out=out)
+    if out is None:
+        return F.linear(h, weight)
+    if h.is_cuda and out.dtype == torch.float32 and h.dtype in (torch.float16, torch.bfloat16):
+        return torch.mm(h, weight.t(), out_dtype=torch.float32, out=out)
+    return out.copy_(F.linear(h, weight))
 
 
 def projection(module: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:

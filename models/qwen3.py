@@ -277,6 +277,7 @@ class Qwen3Model(nn.Module):
         taps: tuple[int, ...] = (),
         logit_rows: slice | torch.Tensor | None = None,
         on_taps=None,
+        logits_out: torch.Tensor | None = None,
     ):
         """``tokens[N] -> (hidden[N, H], logits[N, V])``; writes K/V at ``slot_mapping``.
 
@@ -286,7 +287,9 @@ class Qwen3Model(nn.Module):
         the later layers and the LM head are issued (work that reads only the taps
         can start beside them).  With ``logit_rows`` (a slice or row indices) the
         LM head runs over those rows alone (a prefill needs its last rows', or
-        none): ``logits[len(rows), V]``.
+        none): ``logits[len(rows), V]``.  ``logits_out`` (``[rows, V]``, e.g. a
+        vocabulary pass's float32 buffer) receives the logits and is the second
+        output (``cuda_forward.lm_head``).
         """
         batch = attention_batch(
             self.forward_kernels,
@@ -318,25 +321,25 @@ class Qwen3Model(nn.Module):
                 if i in taps:
                     tap(cuda_forward.materialize(x, delta))
             x, h = cuda_forward.add_rms_norm(x, delta, self.norm)  # the last residual add and the final norm
-            out = x, self.project(h if logit_rows is None else h[logit_rows], fast=True)
+            out = x, self.project(h if logit_rows is None else h[logit_rows], fast=True, out=logits_out)
         else:
             for i, layer in enumerate(self.layers):
                 x = layer(x, batch, self.kv_cache, i)
                 if i in taps:
                     tap(x)
-            out = x, self.logits(x if logit_rows is None else x[logit_rows])
+            out = x, self.logits(x if logit_rows is None else x[logit_rows], out=logits_out)
         if taps and cat is None:  # no tap index below the layer count: as torch.cat of nothing, an error
             cat = torch.cat(tapped, dim=-1)
         return (*out, cat) if taps else out
 
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
-        """The LM head over the final norm (a tensor-parallel rank: its vocabulary range)."""
-        return self.project(self.norm(x))
+    def logits(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The LM head over the final norm (a tensor-parallel rank: its vocabulary range), into ``out`` if given."""
+        return self.project(self.norm(x), out=out)
 
-    def project(self, h: torch.Tensor, fast: bool = False) -> torch.Tensor:
+    def project(self, h: torch.Tensor, fast: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
         """The LM head alone, on the final norm's output ``h``; ``fast``: the Triton forward's
-        (``cuda_forward.lm_head``), else cuBLAS."""
-        return cuda_forward.lm_head(h, self.lm_head_weight, fast)
+        (``cuda_forward.lm_head``), else cuBLAS; into ``out`` if given."""
+        return cuda_forward.lm_head(h, self.lm_head_weight, fast, out)
 
     @property
     def argmax_kernels(self) -> str:

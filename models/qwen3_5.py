@@ -315,11 +315,12 @@ class Qwen35Model(nn.Module):
         *,
         state_read: torch.Tensor,
         state_write: torch.Tensor,
+        logits_out: torch.Tensor | None = None,
     ):
         """``tokens[N] -> (hidden[N, H], logits[N, V])``; writes K/V at ``slot_mapping`` and linear
         states at ``state_write``.  With ``taps`` a third output holds those layers' outputs
-        concatenated, ``[N, len(taps) * H]``; with ``logit_rows`` the LM head runs over those rows alone
-        (as ``Qwen3Model.forward``)."""
+        concatenated, ``[N, len(taps) * H]``; with ``logit_rows`` the LM head runs over those rows alone,
+        into ``logits_out`` when given (as ``Qwen3Model.forward``)."""
         cfg = self.config
         fast = qwen3_5_fast.fast_batch(
             self.hybrid_kernels, positions, slot_mapping, block_table, kv_lens, query_start_loc, rows_per_seq, cfg
@@ -330,6 +331,7 @@ class Qwen35Model(nn.Module):
                 taps,
                 HybridBatch(None, self.kv_cache, self.linear_state, state_read, state_write, fast),
                 logit_rows,
+                logits_out,
             )
         attention = AttentionBatch.build(
             positions, slot_mapping, block_table, kv_lens, query_start_loc, rows_per_seq, cfg.rotary_dim, cfg.rope_theta
@@ -341,11 +343,16 @@ class Qwen35Model(nn.Module):
             x = layer(x, batch)
             if i in taps:
                 tapped.append(x)
-        out = x, self.logits(x if logit_rows is None else x[logit_rows])
+        out = x, self.logits(x if logit_rows is None else x[logit_rows], out=logits_out)
         return (*out, torch.cat(tapped, dim=-1)) if taps else out
 
     def _forward_fast(
-        self, tokens, taps: tuple[int, ...], batch: HybridBatch, logit_rows: slice | torch.Tensor | None = None
+        self,
+        tokens,
+        taps: tuple[int, ...],
+        batch: HybridBatch,
+        logit_rows: slice | torch.Tensor | None = None,
+        logits_out: torch.Tensor | None = None,
     ):
         """``forward`` on the Triton path: each layer's MLP output carried into the next layer's first norm
         launch (materialised only at a tapped layer), the last one into the final norm's."""
@@ -357,16 +364,16 @@ class Qwen35Model(nn.Module):
                 x, delta = materialize(x, delta), None
                 tapped.append(x)
         x, h = qwen3_5_fast.final_norm(self.norm, x, delta)
-        out = x, self.project(h if logit_rows is None else h[logit_rows], fast=True)
+        out = x, self.project(h if logit_rows is None else h[logit_rows], fast=True, out=logits_out)
         return (*out, torch.cat(tapped, dim=-1)) if taps else out
 
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
-        return self.project(self.norm(x))
+    def logits(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return self.project(self.norm(x), out=out)
 
-    def project(self, h: torch.Tensor, fast: bool = False) -> torch.Tensor:
+    def project(self, h: torch.Tensor, fast: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
         """The LM head alone, on the final norm's output ``h``; ``fast``: the Triton forward's
-        (``cuda_forward.lm_head``), else cuBLAS."""
-        return cuda_forward.lm_head(h, self.lm_head_weight, fast)
+        (``cuda_forward.lm_head``), else cuBLAS; into ``out`` if given."""
+        return cuda_forward.lm_head(h, self.lm_head_weight, fast, out)
 
     @property
     def argmax_kernels(self) -> str:

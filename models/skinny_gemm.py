@@ -162,25 +162,35 @@ def tall(cfg: Config, block_m: int, elem: int = 2) -> Config:
     return cfg._replace(block_k=block_k, stages=stages)
 
 
-def skinny_gemm(x: torch.Tensor, w: torch.Tensor, partial: bool = False, config: Config | None = None) -> torch.Tensor:
+def skinny_gemm(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    partial: bool = False,
+    config: Config | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
     """``x [M, K] @ w [N, K].T``: ``[M, N]`` in ``x``'s dtype, or with ``partial`` possibly float32
     partials ``[splits, M, N]`` (a 2-D result when one split suffices).  ``config`` overrides the tile
-    (``tall`` still adapts it past 16 rows)."""
+    (``tall`` still adapts it past 16 rows).  ``out``: a contiguous ``[M, N]`` tensor of any float dtype that
+    takes the float32 sums cast once (a float32 ``out``: the sums themselves), returned (not with ``partial``)."""
     m, k = x.shape
     n = w.shape[0]
     if m > MAX_HEAD_ROWS:
         raise ValueError(f"skinny_gemm takes at most {MAX_HEAD_ROWS} rows, not {m}")
+    if out is not None and (partial or tuple(out.shape) != (m, n) or not out.is_contiguous()):
+        raise ValueError(f"skinny_gemm writes a contiguous [{m}, {n}] out without partial, not {list(out.shape)}")
     block_m = block_rows(m)
     cfg = tall(config or config_for(n, k, partial, x.dtype), block_m, x.element_size())
     splits = cfg.splits if partial else 1
     per = -(-k // splits)
     per = -(-per // cfg.block_k) * cfg.block_k
     splits = -(-k // per)  # a split past K would only write zeros
-    out = (
-        torch.empty(splits, m, n, dtype=torch.float32, device=x.device)
-        if splits > 1
-        else torch.empty(m, n, dtype=x.dtype, device=x.device)
-    )
+    if out is None:
+        out = (
+            torch.empty(splits, m, n, dtype=torch.float32, device=x.device)
+            if splits > 1
+            else torch.empty(m, n, dtype=x.dtype, device=x.device)
+        )
     _skinny_gemm_kernel[(-(-n // cfg.block_n), splits)](
         x.contiguous(),
         w,

@@ -69,8 +69,11 @@ class VocabPass:
             self.workspace = vocab_workspace(rows, vocab_size, device)
 
     def keep(self, logits: torch.Tensor) -> None:
-        """The target forward's verify-row logits ``[n, V]`` (any float dtype), into the pass's first ``n`` rows."""
-        self.logits[: logits.shape[0]].copy_(logits)
+        """The target forward's verify-row logits ``[n, V]`` (any float dtype), into the pass's first ``n`` rows;
+        nothing to copy when the forward wrote them there (``logits`` is that view of ``self.logits``)."""
+        rows = self.logits[: logits.shape[0]]
+        if logits.data_ptr() != rows.data_ptr() or logits.dtype != rows.dtype or logits.shape != rows.shape:
+            rows.copy_(logits)
 
     def __call__(self, bufs: Mapping[str, torch.Tensor], draft_dists: torch.Tensor | None = None) -> None:
         """The pass over the step buffers ``bufs`` of ``B`` rows (and, when ``dense``, ``draft_dists[W - 1, B, V]``):

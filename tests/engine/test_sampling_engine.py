@@ -312,3 +312,38 @@ def test_cuda_a_change_of_parameters_takes_effect_without_recapture(sampling_ker
     assert spec == outputs
     for prompt, out, n in zip(prompts, outputs, lens):
         assert out[n:] == greedy_generate(model, [prompt + out[:n]], len(out) - n)[0]
+
+
+@pytest.mark.parametrize("kind,mode", [("mtp", "specgen"), ("dflash", "baseline")])
+def test_the_verify_head_writes_the_vocabulary_pass_rows(target, sampling_kernels, monkeypatch, kind, mode):
+    """A sampling engine's verify forward hands the LM head the vocabulary pass's float32 rows (``logits_out``):
+    the forward returns that buffer, ``VocabPass.keep`` copies nothing, and the tokens are those of an engine
+    whose head writes its own tensor and is copied in (``verify_kwargs`` giving nothing)."""
+    from specgen.engine.sampling import EngineSampling
+    from specgen.runtime.vocab_pass import VocabPass
+
+    prompts = _prompts(3, seed=13)
+    draft = DRAFT_KINDS[kind].create(target, seed=1)
+    mix = _mix(target, prompts, 0.8, 4)
+    seen, forward, keep = [], type(target).forward, VocabPass.keep
+
+    def spy_forward(self, *args, **kw):
+        out = forward(self, *args, **kw)
+        if "logits_out" in kw:
+            seen.append(("forward", out[1].data_ptr() == kw["logits_out"].data_ptr(), kw["logits_out"].dtype))
+        return out
+
+    def spy_keep(self, logits):
+        seen.append(("keep", logits.data_ptr() == self.logits.data_ptr()))
+        keep(self, logits)
+
+    monkeypatch.setattr(type(target), "forward", spy_forward)
+    monkeypatch.setattr(VocabPass, "keep", spy_keep)
+    direct = _run(target, kind, draft, mode, 4, prompts, sampling_kernels, list(MIXED[:3]), mix)
+    assert seen and ("forward", True, torch.float32) in seen and ("keep", True) in seen, seen
+    assert all(s[1] for s in seen), seen  # every verification wrote into the pass's rows
+    monkeypatch.setattr(EngineSampling, "verify_kwargs", lambda self, rows: {})
+    seen.clear()
+    copied = _run(target, kind, draft, mode, 4, prompts, sampling_kernels, list(MIXED[:3]), mix)
+    assert seen and not any(s[0] == "forward" for s in seen) and not any(s[1] for s in seen), seen
+    assert (direct.outputs, direct.accepted) == (copied.outputs, copied.accepted)

@@ -6,6 +6,7 @@ DEVICE DTYPE``) so the CPU run can set ``TRITON_INTERPRET=1`` before Triton is i
   shape, cuBLAS's error beside it); 129 rows must raise.
 * ``dense``, ``mtp``, ``block``, ``hybrid``: each forward with its fast LM head against the torch forward (the
   dense and hybrid targets through the existing case scripts), and how many LM-head products the skinny GEMM ran.
+* ``out``: ``lm_head`` writing into a float32 buffer, on the skinny GEMM and past its row limit.
 * ``graph`` (CUDA): the node kinds of a captured graph of ``lm_head``, skinny and cuBLAS.
 """
 
@@ -59,6 +60,49 @@ def gemm_case(dev, dtype) -> dict:
         res["too_many"] = "no error"
     except ValueError as e:
         res["too_many"] = str(e)
+    return res
+
+
+def out_case(dev, dtype) -> dict:
+    """``lm_head(..., out=)`` into a float32 buffer (a vocabulary pass's): the skinny GEMM up to 16 rows, past them
+    cuBLAS with float32 output (CUDA) or the product copied in (CPU); each against ``x.float() @ w.float().T``, and
+    the rounded head's error beside it.  ``bad``: the errors of an out of the wrong shape."""
+    n, k, rows = (151936, 1024, (1, 16, 32, 128)) if dev != "cpu" else (200, 300, (1, 16, 17, 128))
+    g = torch.Generator().manual_seed(4)
+    w = (torch.randn(n, k, generator=g) / k**0.5).to(dev, dtype)
+    res, old = {}, os.environ.get("SPECGEN_SKINNY_LM_HEAD")
+    os.environ["SPECGEN_SKINNY_LM_HEAD"] = "16"
+    try:
+        for m in rows:
+            x = torch.randn(m, k, generator=g).to(dev, dtype)
+            want = x.float() @ w.float().T
+            out = torch.full((m + 1, n), float("nan"), device=dev)
+            got = cuda_forward.lm_head(x, w, True, out[:m])
+            rounded = cuda_forward.lm_head(x, w, True)
+            res[m] = {
+                "same_storage": got.data_ptr() == out.data_ptr() and got.dtype == torch.float32,
+                "err": (out[:m] - want).abs().max().item(),
+                "err_rounded": (rounded.float() - want).abs().max().item(),
+                "scale": want.abs().max().item(),
+                "row_after_untouched": bool(out[m].isnan().all()),
+            }
+        bad = {}
+        for name, call in (
+            ("lm_head", lambda: cuda_forward.lm_head(x, w, True, torch.empty(m, n - 1, device=dev))),
+            ("skinny", lambda: sg.skinny_gemm(x[:1], w, out=torch.empty(2, n, device=dev))),
+            ("partial", lambda: sg.skinny_gemm(x[:1], w, partial=True, out=torch.empty(1, n, device=dev))),
+        ):
+            try:
+                call()
+                bad[name] = "no error"
+            except ValueError as e:
+                bad[name] = str(e)
+        res["bad"] = bad
+    finally:
+        if old is None:
+            os.environ.pop("SPECGEN_SKINNY_LM_HEAD", None)
+        else:
+            os.environ["SPECGEN_SKINNY_LM_HEAD"] = old
     return res
 
 
@@ -126,7 +170,7 @@ def main(dev: str, dtype_name: str) -> dict:
     dtype = getattr(torch, dtype_name)
     sg.skinny_gemm = _counted
     os.environ["SPECGEN_SKINNY_LM_HEAD"] = "128"
-    cases = {"gemm": gemm_case(dev, dtype)}
+    cases = {"gemm": gemm_case(dev, dtype), "out": out_case(dev, dtype)}
     CALLS.clear()
     cases["dense"] = cuda_forward_cases.forward_cases(dev, dtype, 9, flags=("1",))["1"]
     cases["dense"]["head_calls"] = CALLS[512]  # the tiny presets' vocabulary: no other product is 512 wide

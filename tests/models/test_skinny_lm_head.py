@@ -31,6 +31,7 @@ def check(cases: dict, strict: bool) -> None:
     ``test_cuda_forward``)."""
     gemm = dict(cases["gemm"])
     assert gemm.pop("too_many") == "skinny_gemm takes at most 128 rows, not 129"
+    check_out(cases["out"], strict)
     for m, c in gemm.items():
         bound = 1e-5 * c["scale"] if strict else max(2 * c["err_cublas"], 1e-2 * c["scale"])
         assert c["shape"][0] == int(m) and c["err"] <= bound, (m, c)
@@ -46,6 +47,23 @@ def check(cases: dict, strict: bool) -> None:
     for name in ("prefill", "verify", "head", "head_chained"):
         c = hybrid[name]
         assert c["err_logits"] <= rel * c["scale"] and (c["same_tokens"] or not strict), (name, c)
+
+
+def check_out(cases: dict, strict: bool) -> None:
+    """The head into a float32 buffer: the buffer itself returned, the next row untouched, the logits within a few
+    float32 steps (float32) or no further from the exact product than the head rounded to bfloat16 (their sums are
+    never rounded); an out of the wrong shape is an error that says what was wanted."""
+    out = dict(cases)
+    bad = out.pop("bad")
+    assert bad["lm_head"].startswith("lm_head writes [") and "not into" in bad["lm_head"], bad
+    assert bad["skinny"].startswith("skinny_gemm writes a contiguous [1,") and "not [2," in bad["skinny"], bad
+    assert bad["partial"].startswith("skinny_gemm writes a contiguous"), bad
+    for m, c in out.items():
+        assert c["same_storage"] and c["row_after_untouched"], (m, c)
+        bound = 1e-5 * c["scale"] if strict else c["err_rounded"] + 1e-3 * c["scale"]
+        assert c["err"] <= bound, (m, c)
+        if not strict:  # bfloat16: the rounded head is visibly further off than the float32 sums
+            assert c["err"] < c["err_rounded"], (m, c)
 
 
 def test_lm_head_on_the_skinny_gemm_interpreted():
