@@ -49,6 +49,7 @@ __all__ = ["DRAFT_SAMPLING", "EngineSampling", "SamplingParams", "sampling_rows"
 
 I32 = torch.int32
 VOCAB_KERNELS_ENV = "SPECGEN_VOCAB_KERNELS"  # 0: the vocabulary pass as torch ops in specgen mode too
+LOGITS_OUT_ENV = "SPECGEN_LOGITS_OUT"  # 0: the verify head writes its own tensor, copied into the pass's rows (an A/B)
 DRAFT_SAMPLING = ("sample", "argmax")  # a sampling draft draws from its own q, or proposes its argmax (one-hot)
 
 
@@ -111,9 +112,10 @@ class EngineSampling:
         """The target forward's keywords for a verification of ``rows`` rows: ``logits_out``, the vocabulary
         pass's float32 rows, where the LM head writes the logits (``VocabPass.keep`` then copies nothing); none
         for a tensor-parallel target (each rank holds a vocabulary range, gathered by ``keep_logits``) or more
-        rows than the pass holds."""
+        rows than the pass holds, or with ``SPECGEN_LOGITS_OUT=0``."""
         whole = getattr(self.engine.model, "whole_logits", None)
-        if whole is not None or self.logits is None or rows > self.logits.shape[0]:
+        off = os.environ.get(LOGITS_OUT_ENV, "1") == "0"
+        if off or whole is not None or self.logits is None or rows > self.logits.shape[0]:
             return {}
         return {"logits_out": self.logits[:rows]}
 
