@@ -19,6 +19,12 @@ to 16's), and the other shapes skip those row counts.
 
     python3 benchmarks/skinny_gemm_sweep.py --model qwen3.5-2b --rows 1,2,4,8,16 --out sweep.json
     python3 benchmarks/skinny_gemm_sweep.py --model qwen3-0.6b --lm-head --rows 1,4,8,32,128 --out head.json
+
+With ``--tall`` every shape takes the rows past 16 too (a verify step of 8 sequences at W = 4 has 32), each
+against cuBLAS with the default tall tile and a small grid of wider ones (``tall_grid``); the table stays the
+rows up to 16's, and the JSON's ``tall`` holds each shape's best config per row count past 16.
+
+    python3 benchmarks/skinny_gemm_sweep.py --model qwen3.5-2b --tall --rows 32,64 --out tall.json
 """
 
 from __future__ import annotations
@@ -84,6 +90,15 @@ def grid(partial: bool):
             yield Config(bn, bk, splits, warps, stages)
 
 
+def tall_grid(partial: bool):
+    """The configs timed past 16 rows (``--tall``): wider tiles and shorter K steps than the decode grid's."""
+    from specgen.models.skinny_gemm import Config
+
+    for bn, bk, warps in ((32, 128, 4), (64, 64, 4), (64, 128, 4), (128, 64, 8), (128, 64, 4)):
+        for splits in (1, 2, 4) if partial else (1,):
+            yield Config(bn, bk, splits, warps, 4)
+
+
 def time_graph(fn, launches: int, repeats: int) -> float:
     """Median microseconds per call of ``fn(i)``, ``launches`` calls (``i = 0 ..``) per graph replay."""
     s = torch.cuda.Stream()
@@ -118,6 +133,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--cold-mb", type=int, default=512, help="weight copies cycled through, in MB (0: one, L2-hot)")
     ap.add_argument("--lm-head", action="store_true", help="the LM head's shape too (vocabulary x hidden)")
+    ap.add_argument("--tall", action="store_true", help="every shape past 16 rows too, against cuBLAS (tall_grid)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     from specgen.models.skinny_gemm import MAX_HEAD_ROWS, MAX_ROWS, block_rows, config_for, skinny_gemm, tall
@@ -126,10 +142,10 @@ def main(argv=None) -> int:
     if max(rows) > MAX_HEAD_ROWS:
         ap.error(f"--rows: at most {MAX_HEAD_ROWS}")
     dev = torch.device("cuda")
-    results, table = [], {}
+    results, table, tall_best = [], {}, {}
     t0 = time.time()
     for name, n, k, partial in shapes(a.model, a.lm_head):
-        shape_rows = [m for m in rows if m <= MAX_ROWS or name == "lm_head"]
+        shape_rows = [m for m in rows if m <= MAX_ROWS or name == "lm_head" or a.tall]
         if f"{n},{k},{partial}" in table or not shape_rows:  # the same weight shape under another name, or no rows
             continue
         w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k**0.5
@@ -144,6 +160,27 @@ def main(argv=None) -> int:
             rec["default_us"] = time_graph(lambda i: skinny_gemm(x, ws[i % len(ws)], partial), a.launches, a.repeats)
             rec["weight_copies"] = len(ws)
             results.append(rec)
+            if m > MAX_ROWS and a.tall and name != "lm_head":  # past 16 rows: a few wider tiles
+                timings = {}
+                for cfg in tall_grid(partial):
+                    got = skinny_gemm(x, w, partial, cfg)
+                    got = got.sum(0) if got.dim() == 3 else got
+                    if (got.float() - want).abs().max().item() > 5e-2 * want.abs().max().item():
+                        continue
+                    timings[cfg] = time_graph(
+                        lambda i, c=cfg: skinny_gemm(x, ws[i % len(ws)], partial, c), a.launches, a.repeats
+                    )
+                best = min(timings, key=timings.get)
+                rec["best"], rec["best_us"] = list(best), timings[best]
+                rec["best_tbps"] = n * k * 2 / (timings[best] * 1e-6) / 1e12
+                tall_best.setdefault(f"{n},{k},{partial}", {})[m] = [list(best), timings[best], rec["cublas_us"]]
+                print(
+                    f"{name:20s} N={n:6d} K={k:5d} M={m:3d}: cublas {rec['cublas_us']:6.1f} us, default "
+                    f"{rec['default_us']:6.1f} us, best {timings[best]:6.1f} us {tuple(best)} "
+                    f"({rec['best_tbps']:.2f} TB/s)  [{time.time() - t0:.0f} s]",
+                    flush=True,
+                )
+                continue
             if m > MAX_ROWS:  # the head's tall tiles: cuBLAS against the default only
                 print(
                     f"{name:20s} N={n:6d} K={k:5d} M={m:3d}: cublas {rec['cublas_us']:6.1f} us, default "
@@ -182,6 +219,7 @@ def main(argv=None) -> int:
         "cold_mb": a.cold_mb,
         "results": results,
         "table": table,
+        "tall": tall_best,
     }
     with open(a.out, "w") as f:
         json.dump(out, f, indent=1)

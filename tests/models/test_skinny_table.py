@@ -53,3 +53,17 @@ def test_the_sweep_takes_the_lm_head_s_shape_when_asked():
         plain, with_head = sweep.shapes(model), sweep.shapes(model, lm_head=True)
         assert with_head[:-1] == plain and with_head[-1] == ("lm_head", vocab, hidden, False)
         assert all(name != "lm_head" for name, *_ in plain)
+
+
+def test_the_tall_grid_is_valid_and_splits_only_partial_products():
+    """``--tall``'s configs: every one a tile the kernel takes (block widths and K steps powers of two, K steps
+    a multiple of 16), splits only where the consumer sums partials, and both kinds of product have several."""
+    from tests.oracles.scripts import benchmark_module
+
+    sweep = benchmark_module("skinny_gemm_sweep")
+    whole, partial = list(sweep.tall_grid(False)), list(sweep.tall_grid(True))
+    assert len(whole) >= 4 and len(partial) == 3 * len(whole)
+    assert {c.splits for c in whole} == {1} and {c.splits for c in partial} == {1, 2, 4}
+    for c in partial:
+        assert c.block_n & (c.block_n - 1) == 0 and c.block_k & (c.block_k - 1) == 0 and c.block_k % 16 == 0, c
+        assert c.warps in (4, 8) and c.stages >= 1, c
