@@ -17,6 +17,7 @@ import os
 import sys
 import tempfile
 from collections import Counter
+from unittest import mock
 
 import cuda_forward_cases
 import hybrid_fast_cases
@@ -55,12 +56,19 @@ def gemm_case(dev, dtype) -> dict:
             "scale": want.abs().max().item(),
             "shape": list(got.shape),
         }
-    try:
-        sg.skinny_gemm(torch.zeros(sg.MAX_HEAD_ROWS + 1, k, device=dev, dtype=dtype), w)
-        res["too_many"] = "no error"
-    except ValueError as e:
-        res["too_many"] = str(e)
+    res["too_many"] = _error_of(
+        lambda: sg.skinny_gemm(torch.zeros(sg.MAX_HEAD_ROWS + 1, k, device=dev, dtype=dtype), w)
+    )
     return res
+
+
+def _error_of(call) -> str:
+    """What ``call()`` raised as a ValueError, or "no error"."""
+    try:
+        call()
+    except ValueError as e:
+        return str(e)
+    return "no error"
 
 
 def out_case(dev, dtype) -> dict:
@@ -70,9 +78,8 @@ def out_case(dev, dtype) -> dict:
     n, k, rows = (151936, 1024, (1, 16, 32, 128)) if dev != "cpu" else (200, 300, (1, 16, 17, 128))
     g = torch.Generator().manual_seed(4)
     w = (torch.randn(n, k, generator=g) / k**0.5).to(dev, dtype)
-    res, old = {}, os.environ.get("SPECGEN_SKINNY_LM_HEAD")
-    os.environ["SPECGEN_SKINNY_LM_HEAD"] = "16"
-    try:
+    res = {}
+    with mock.patch.dict(os.environ, {"SPECGEN_SKINNY_LM_HEAD": "16"}):
         for m in rows:
             x = torch.randn(m, k, generator=g).to(dev, dtype)
             want = x.float() @ w.float().T
@@ -86,23 +93,11 @@ def out_case(dev, dtype) -> dict:
                 "scale": want.abs().max().item(),
                 "row_after_untouched": bool(out[m].isnan().all()),
             }
-        bad = {}
-        for name, call in (
-            ("lm_head", lambda: cuda_forward.lm_head(x, w, True, torch.empty(m, n - 1, device=dev))),
-            ("skinny", lambda: sg.skinny_gemm(x[:1], w, out=torch.empty(2, n, device=dev))),
-            ("partial", lambda: sg.skinny_gemm(x[:1], w, partial=True, out=torch.empty(1, n, device=dev))),
-        ):
-            try:
-                call()
-                bad[name] = "no error"
-            except ValueError as e:
-                bad[name] = str(e)
-        res["bad"] = bad
-    finally:
-        if old is None:
-            os.environ.pop("SPECGEN_SKINNY_LM_HEAD", None)
-        else:
-            os.environ["SPECGEN_SKINNY_LM_HEAD"] = old
+        res["bad"] = {
+            "lm_head": _error_of(lambda: cuda_forward.lm_head(x, w, True, torch.empty(m, n - 1, device=dev))),
+            "skinny": _error_of(lambda: sg.skinny_gemm(x[:1], w, out=torch.empty(2, n, device=dev))),
+            "partial": _error_of(lambda: sg.skinny_gemm(x[:1], w, partial=True, out=torch.empty(1, n, device=dev))),
+        }
     return res
 
 
