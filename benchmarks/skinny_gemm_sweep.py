@@ -22,7 +22,9 @@ to 16's), and the other shapes skip those row counts.
 
 With ``--tall`` every shape takes the rows past 16 too (a verify step of 8 sequences at W = 4 has 32), each
 against cuBLAS with the default tall tile and a small grid of wider ones (``tall_grid``); the table stays the
-rows up to 16's, and the JSON's ``tall`` holds each shape's best config per row count past 16.
+rows up to 16's, and the JSON's ``tall`` holds each shape's best config per row count past 16.  Its
+``tall_table`` (printed as ``TUNED_TALL``) keeps a shape's best config at the most rows up to
+``skinny_gemm.TALL_ROWS`` where it beats cuBLAS by at least ``TALL_MARGIN``; the other shapes stay cuBLAS's.
 
     python3 benchmarks/skinny_gemm_sweep.py --model qwen3.5-2b --tall --rows 32,64 --out tall.json
 """
@@ -38,6 +40,8 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+TALL_MARGIN = 0.03  # a tall config enters tall_table only this much faster than cuBLAS (timing noise is ~1%)
 
 
 def shapes(model: str, lm_head: bool = False) -> list[tuple[str, int, int, bool]]:
@@ -99,6 +103,19 @@ def tall_grid(partial: bool):
             yield Config(bn, bk, splits, warps, 4)
 
 
+def tall_table(tall_best: dict, limit: int) -> dict:
+    """``"N,K,partial" -> config`` from ``tall_best`` (``{shape: {rows: [config, us, cublas_us]}}``): each shape's
+    best config at its most rows up to ``limit``, where that beat cuBLAS by ``TALL_MARGIN``."""
+    table = {}
+    for key, by_rows in tall_best.items():
+        rows = [int(m) for m in by_rows if int(m) <= limit]
+        if rows:
+            cfg, us, cublas = by_rows[max(rows)] if max(rows) in by_rows else by_rows[str(max(rows))]
+            if us <= cublas * (1 - TALL_MARGIN):
+                table[key] = list(cfg)
+    return table
+
+
 def time_graph(fn, launches: int, repeats: int) -> float:
     """Median microseconds per call of ``fn(i)``, ``launches`` calls (``i = 0 ..``) per graph replay."""
     s = torch.cuda.Stream()
@@ -136,18 +153,27 @@ def main(argv=None) -> int:
     ap.add_argument("--tall", action="store_true", help="every shape past 16 rows too, against cuBLAS (tall_grid)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    from specgen.models.skinny_gemm import MAX_HEAD_ROWS, MAX_ROWS, block_rows, config_for, skinny_gemm, tall
+    from specgen.models.skinny_gemm import (
+        MAX_HEAD_ROWS,
+        MAX_ROWS,
+        TALL_ROWS,
+        block_rows,
+        config_for,
+        skinny_gemm,
+        tall,
+    )
 
     rows = [int(r) for r in a.rows.split(",")]
     if max(rows) > MAX_HEAD_ROWS:
         ap.error(f"--rows: at most {MAX_HEAD_ROWS}")
     dev = torch.device("cuda")
-    results, table, tall_best = [], {}, {}
+    results, table, tall_best, seen = [], {}, {}, set()
     t0 = time.time()
     for name, n, k, partial in shapes(a.model, a.lm_head):
         shape_rows = [m for m in rows if m <= MAX_ROWS or name == "lm_head" or a.tall]
-        if f"{n},{k},{partial}" in table or not shape_rows:  # the same weight shape under another name, or no rows
+        if (n, k, partial) in seen or not shape_rows:  # the same weight shape under another name, or no rows
             continue
+        seen.add((n, k, partial))
         w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k**0.5
         ws = [w] + [w.clone() for _ in range(max(0, -(-a.cold_mb * 10**6 // (n * k * 2)) - 1))]
         per_cfg: dict = {}
@@ -194,6 +220,7 @@ def main(argv=None) -> int:
         if whole:
             table[f"{n},{k},{partial}"] = list(min(whole, key=whole.get))
     out = {
+        "tall_table": tall_table(tall_best, TALL_ROWS),
         "command": "python3 benchmarks/skinny_gemm_sweep.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
@@ -211,6 +238,12 @@ def main(argv=None) -> int:
         n, k, partial = key.split(",")
         print(f"    ({n}, {k}, {partial}): Config{tuple(cfg)},")
     print("}")
+    if a.tall:
+        print("TUNED_TALL = {")
+        for key, cfg in out["tall_table"].items():
+            n, k, partial = key.split(",")
+            print(f"    ({n}, {k}, {partial}): Config{tuple(cfg)},")
+        print("}")
     return 0
 
 

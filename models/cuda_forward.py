@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 KERNEL_CHOICES = ("auto", "torch", "triton")
 MAX_HEAD_ROWS = 128  # skinny_gemm.MAX_HEAD_ROWS (that module imports triton; this one must not)
+TALL_ROWS = 32  # skinny_gemm.TALL_ROWS: the projections' rows past 16 for the shapes of skinny_gemm.TUNED_TALL
 LM_HEAD_ROWS = 64  # the default limit: past 64 rows cuBLAS is faster on an H200 (91.0 against 106.4 us at 128)
 
 
@@ -72,13 +73,18 @@ def _skinny():
     return skinny_gemm
 
 
-def _use_skinny(h: torch.Tensor) -> bool:
-    return h.shape[0] <= 16 and os.environ.get("SPECGEN_SKINNY_GEMM", "1") not in ("", "0")
+def _use_skinny(h: torch.Tensor, weight: torch.Tensor, partial: bool = False) -> bool:
+    """Whether ``h @ weight.T`` takes the skinny GEMM: at most 16 rows, or up to ``TALL_ROWS`` where the weight's
+    shape has a measured tall config (``skinny_gemm.tall_config``); never under ``SPECGEN_SKINNY_GEMM=0``."""
+    rows = h.shape[0]
+    if os.environ.get("SPECGEN_SKINNY_GEMM", "1") in ("", "0") or rows > TALL_ROWS:
+        return False
+    return rows <= 16 or _skinny().tall_config(weight.shape[0], weight.shape[1], partial) is not None
 
 
 def linear(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``h @ weight.T``: the skinny GEMM for at most 16 rows (``SPECGEN_SKINNY_GEMM=0``: never), else cuBLAS."""
-    return _skinny().skinny_gemm(h, weight) if _use_skinny(h) else F.linear(h, weight)
+    """``h @ weight.T``: the skinny GEMM where ``_use_skinny`` says so, else cuBLAS."""
+    return _skinny().skinny_gemm(h, weight) if _use_skinny(h, weight) else F.linear(h, weight)
 
 
 def lm_head_rows() -> int:
@@ -120,7 +126,7 @@ def lm_head(h: torch.Tensor, weight: torch.Tensor, fast: bool = True, out: torch
 def projection(module: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:
     """A projection whose output feeds ``add_rms_norm``: with the skinny GEMM on a plain ``nn.Linear``,
     float32 split-K partials (summed by ``add_rms_norm``); otherwise the module's own output."""
-    if type(module) is torch.nn.Linear and _use_skinny(h):
+    if type(module) is torch.nn.Linear and _use_skinny(h, module.weight, partial=True):
         return _skinny().skinny_gemm(h, module.weight, partial=True)
     return module(h)
 

@@ -19,6 +19,12 @@ The tile and split per weight shape come from ``TUNED`` where the shape was
 measured on the H200 (``benchmarks/skinny_gemm_sweep.py``), else from
 ``heuristic``.  ``SPECGEN_SKINNY_TABLE=sweep.json`` takes the table of a
 sweep run on another GPU instead (its entries replace ``TUNED``'s).
+
+Past 16 rows and up to ``TALL_ROWS`` (a verify step of 8 sequences at W = 4)
+an ordinary projection takes the skinny GEMM only where ``TUNED_TALL`` has its
+weight shape: there ``skinny_gemm_sweep.py --tall`` measured a config faster
+than cuBLAS (``tall_config``; a sweep file's ``tall_table`` replaces its
+entries too).  ``SPECGEN_SKINNY_TALL=0`` gives those rows back to cuBLAS.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import triton
 import triton.language as tl
 
 MAX_ROWS = 16  # the ordinary projections' limit (cuda_forward._use_skinny)
+TALL_ROWS = 32  # past MAX_ROWS, the limit of the shapes in TUNED_TALL (cuda_forward.TALL_ROWS)
 MAX_HEAD_ROWS = 128  # the kernel's own: one M tile (the LM head, cuda_forward.lm_head)
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 TARGET_PROGRAMS = 132  # one wave of an H200's SMs
@@ -57,6 +64,10 @@ TUNED: dict[tuple[int, int, bool], Config] = {
     (2048, 6144, True): Config(64, 128, 8, 4, 3),  # down
     (2048, 4096, False): Config(16, 256, 1, 4, 4),  # the MTP head's fc
 }
+
+# (N, K, partial allowed) -> config at 17 .. TALL_ROWS rows, only for the shapes where the best of
+# skinny_gemm_sweep.py --tall's grid beat cuBLAS at 32 rows (the rest stay cuBLAS's)
+TUNED_TALL: dict[tuple[int, int, bool], Config] = {}
 
 
 @triton.jit
@@ -108,15 +119,31 @@ def _skinny_gemm_kernel(
 
 
 @functools.cache
-def _table(path: str | None) -> dict[tuple[int, int, bool], Config]:
-    """``TUNED``, with a sweep's table from ``path`` over it."""
-    table = dict(TUNED)
+def _tables(path: str | None) -> tuple[dict[tuple[int, int, bool], Config], dict[tuple[int, int, bool], Config]]:
+    """``TUNED`` and ``TUNED_TALL``, with a sweep's ``table`` and ``tall_table`` from ``path`` over them."""
+    tables = (dict(TUNED), dict(TUNED_TALL))
     if path:
         with open(path) as f:
-            for key, cfg in json.load(f)["table"].items():
+            sweep = json.load(f)
+        for table, name in zip(tables, ("table", "tall_table")):
+            for key, cfg in sweep.get(name, {}).items():
                 n, k, partial = key.split(",")
                 table[(int(n), int(k), partial == "True")] = Config(*cfg)
-    return table
+    return tables
+
+
+def _table(tall_rows: bool = False) -> dict[tuple[int, int, bool], Config]:
+    return _tables(os.environ.get("SPECGEN_SKINNY_TABLE") or None)[1 if tall_rows else 0]
+
+
+def tall_config(n: int, k: int, partial: bool) -> Config | None:
+    """The measured config of an ``[n, k]`` weight at 17 .. ``TALL_ROWS`` rows; None where cuBLAS is as fast
+    (a partial-sum product may take the whole product's entry) or ``SPECGEN_SKINNY_TALL=0``."""
+    if os.environ.get("SPECGEN_SKINNY_TALL", "1") in ("", "0"):
+        return None
+    table = _table(tall_rows=True)
+    tuned = table.get((n, k, partial))
+    return table.get((n, k, False)) if tuned is None and partial else tuned
 
 
 def heuristic(n: int, k: int, partial: bool) -> Config:
@@ -129,12 +156,15 @@ def heuristic(n: int, k: int, partial: bool) -> Config:
     return Config(block_n, block_k, s, 4, 3)
 
 
-def config_for(n: int, k: int, partial: bool, dtype: torch.dtype = torch.bfloat16) -> Config:
-    """The measured config of an ``[n, k]`` weight, else ``heuristic``'s; float32 (the tests' dtype) takes
-    the heuristic's tiles with two stages (its tiles are twice the bytes)."""
+def config_for(n: int, k: int, partial: bool, dtype: torch.dtype = torch.bfloat16, rows: int = 1) -> Config:
+    """The measured config of an ``[n, k]`` weight (at 17 .. ``TALL_ROWS`` ``rows``: ``tall_config``'s where it
+    has one), else ``heuristic``'s; float32 (the tests' dtype) takes the heuristic's tiles with two stages
+    (its tiles are twice the bytes)."""
     if dtype == torch.float32:
         return heuristic(n, k, partial)._replace(stages=2)
-    table = _table(os.environ.get("SPECGEN_SKINNY_TABLE") or None)
+    if MAX_ROWS < rows <= TALL_ROWS and (tuned := tall_config(n, k, partial)) is not None:
+        return tuned
+    table = _table()
     tuned = table.get((n, k, partial))
     if tuned is None and partial:
         tuned = table.get((n, k, False))
@@ -180,7 +210,7 @@ def skinny_gemm(
     if out is not None and (partial or tuple(out.shape) != (m, n) or not out.is_contiguous()):
         raise ValueError(f"skinny_gemm writes a contiguous [{m}, {n}] out without partial, not {list(out.shape)}")
     block_m = block_rows(m)
-    cfg = tall(config or config_for(n, k, partial, x.dtype), block_m, x.element_size())
+    cfg = tall(config or config_for(n, k, partial, x.dtype, m), block_m, x.element_size())
     splits = cfg.splits if partial else 1
     per = -(-k // splits)
     per = -(-per // cfg.block_k) * cfg.block_k

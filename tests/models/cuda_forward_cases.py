@@ -155,9 +155,10 @@ def skinny_case(dev, dtype, seed):
     return {"err": worst, "splits": splits}
 
 
-def forward_cases(dev, dtype, seed, flags=("0", "1")):
-    """The whole model, torch forward against Triton forward: a prefill, then a verify step, once per
-    ``SPECGEN_SKINNY_GEMM`` flag (0: cuBLAS; 1: every projection of at most 16 rows skinny).
+def forward_cases(dev, dtype, seed, flags=("0", "1"), batch=3):
+    """The whole model, torch forward against Triton forward: a prefill, then a verify step of ``batch`` sequences
+    (at most 8) of 4 rows, once per ``SPECGEN_SKINNY_GEMM`` flag (0: cuBLAS; 1: every projection of at most 16 rows
+    skinny, and past 16 those ``skinny_gemm.tall_config`` names).
 
     The prefill's 180 rows never take the skinny GEMM, so it is the same under every flag: it runs once per
     kind, and each flag's verify step starts from a copy of the cache it left."""
@@ -167,14 +168,14 @@ def forward_cases(dev, dtype, seed, flags=("0", "1")):
 
     cfg = ModelConfig("t", 2, 64, 4, 2, 16, 128, 512)
     m = Qwen3Model.create(cfg, seed=seed, dtype=dtype, device=dev)
-    b, bt_w, bs, w = 3, 6, 16, 4
+    b, bt_w, bs, w = batch, 6, 16, 4
     bt = make_block_table(BlockAllocator(64, seed=seed), b, bt_w, dev)
-    seq = torch.tensor([20, 7, 60], dtype=torch.int32, device=dev)
+    seq = torch.tensor([20, 7, 60, 33, 1, 45, 12, 59][:b], dtype=torch.int32, device=dev)
     g = torch.Generator().manual_seed(seed)
     pre = torch.randint(0, cfg.vocab_size, (b * 60,), generator=g).to(dev)
     toks = torch.randint(0, cfg.vocab_size, (b * w,), generator=g).to(dev)
     with mock.patch.dict(os.environ, {"SPECGEN_SKINNY_GEMM": "1"}):  # the prefill is too tall for it anyway
-        assert not cuda_forward._use_skinny(torch.empty(b * 60, 1))
+        assert not cuda_forward._use_skinny(torch.empty(b * 60, 1), torch.empty(8, 1))
     outs = {flag: {} for flag in flags}
     for kind in ("torch", "triton"):
         m.forward_kernels = kind

@@ -8,6 +8,8 @@ DEVICE DTYPE``) so the CPU run can set ``TRITON_INTERPRET=1`` before Triton is i
   dense and hybrid targets through the existing case scripts), and how many LM-head products the skinny GEMM ran.
 * ``out``: ``lm_head`` writing into a float32 buffer, on the skinny GEMM and past its row limit.
 * ``graph`` (CUDA): the node kinds of a captured graph of ``lm_head``, skinny and cuBLAS.
+* ``tall``: the dense forward's verify step of 24 rows with every layer shape in the tall table (``tall_config``
+  answering the heuristic's config), and how many of the layers' products past 16 rows the skinny GEMM ran.
 """
 
 from __future__ import annotations
@@ -31,13 +33,30 @@ from specgen.models.mtp_head import MTPHead
 from specgen.models.paged_kv import BlockAllocator, make_block_table, verify_metadata
 from specgen.models.qwen3 import Qwen3Model
 
-CALLS: Counter = Counter()  # skinny_gemm's products by N
+CALLS: Counter = Counter()  # skinny_gemm's products by N ("tall": the products past 16 rows)
 _gemm = sg.skinny_gemm
 
 
 def _counted(x, w, *args, **kwargs):
     CALLS[w.shape[0]] += 1
+    CALLS["tall"] += x.shape[0] > sg.MAX_ROWS
     return _gemm(x, w, *args, **kwargs)
+
+
+def tall_case(dev, dtype) -> dict:
+    """The dense forward's verify step of 6 sequences at W = 4 (24 rows, a 32-row tile), every layer shape taking
+    the skinny GEMM (``tall_config`` answers the heuristic's config for each and records what it was asked)."""
+    asked = set()
+
+    def tall_config(n, k, partial):
+        asked.add((n, k, partial))
+        return sg.heuristic(n, k, partial)
+
+    CALLS.clear()
+    head_off = {"SPECGEN_SKINNY_LM_HEAD": "0"}
+    with mock.patch.object(sg, "tall_config", tall_config), mock.patch.dict(os.environ, head_off):
+        res = cuda_forward_cases.forward_cases(dev, dtype, 9, flags=("1",), batch=6)["1"]
+    return res | {"tall_calls": CALLS["tall"], "asked": sorted(asked)}
 
 
 def gemm_case(dev, dtype) -> dict:
@@ -174,6 +193,7 @@ def main(dev: str, dtype_name: str) -> dict:
         cases[name] = case(dev, dtype) | {"head_calls": CALLS[512]}
     CALLS.clear()
     cases["hybrid"] = hybrid_fast_cases.main(dev, dtype) | {"head_calls": CALLS[512]}
+    cases["tall"] = tall_case(dev, dtype)
     if dev != "cpu":
         cases["graph"] = graph_case(dtype)
     return cases

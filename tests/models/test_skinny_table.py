@@ -67,3 +67,59 @@ def test_the_tall_grid_is_valid_and_splits_only_partial_products():
     for c in partial:
         assert c.block_n & (c.block_n - 1) == 0 and c.block_k & (c.block_k - 1) == 0 and c.block_k % 16 == 0, c
         assert c.warps in (4, 8) and c.stages >= 1, c
+
+
+def test_the_tall_table_keeps_the_shapes_that_beat_cublas():
+    """``tall_table``: a shape's best config at its most rows up to the limit, kept only ``TALL_MARGIN`` faster
+    than cuBLAS there (JSON's string row keys too); a shape measured only past the limit stays out."""
+    from tests.oracles.scripts import benchmark_module
+
+    sweep = benchmark_module("skinny_gemm_sweep")
+    fast, slow = [64, 64, 2, 4, 4], [32, 128, 1, 4, 4]
+    best = {
+        "2048,2048,True": {32: [fast, 10.0, 12.0]},  # 17% faster: kept
+        "8224,2048,False": {32: [slow, 11.8, 12.0]},  # 1.7% faster: noise, cuBLAS keeps it
+        "5120,2048,False": {"24": [slow, 9.0, 12.0], "64": [fast, 30.0, 12.0]},  # 64 rows past the limit
+        "12288,2048,False": {64: [fast, 1.0, 12.0]},  # only past the limit
+    }
+    assert sweep.tall_table(best, 32) == {"2048,2048,True": fast, "5120,2048,False": slow}
+    assert sweep.tall_table(best, 64) == {"2048,2048,True": fast, "12288,2048,False": fast}
+
+
+def test_tall_rows_take_the_tall_table_and_its_switch(skinny, tmp_path, monkeypatch):
+    """17 .. ``TALL_ROWS`` rows take a shape's tall entry (a partial product the whole product's when it has none of
+    its own); 16 rows and fewer, and past the limit, the ordinary table; ``SPECGEN_SKINNY_TALL=0`` none."""
+    from specgen.models import cuda_forward
+
+    assert cuda_forward.TALL_ROWS == skinny.TALL_ROWS == 32
+    tall = skinny.Config(128, 64, 1, 8, 4)
+    table = tmp_path / "sweep.json"
+    table.write_text(json.dumps({"table": {}, "tall_table": {"2048,6144,False": list(tall)}}))
+    monkeypatch.delenv("SPECGEN_SKINNY_TALL", raising=False)
+    monkeypatch.delenv("SPECGEN_SKINNY_GEMM", raising=False)
+    monkeypatch.setenv("SPECGEN_SKINNY_TABLE", str(table))
+    ordinary = skinny.TUNED[(2048, 6144, True)]
+    assert skinny.tall_config(2048, 6144, True) == skinny.tall_config(2048, 6144, False) == tall
+    assert skinny.tall_config(2048, 2048, True) is None
+    for rows, want in ((1, ordinary), (16, ordinary), (17, tall), (32, tall), (33, ordinary)):
+        assert skinny.config_for(2048, 6144, True, rows=rows) == want, rows
+    w, other = torch.empty(2048, 6144), torch.empty(2048, 2048)
+    use = cuda_forward._use_skinny
+    assert use(torch.empty(16, 1), other) and not use(torch.empty(17, 1), other)  # no tall entry: cuBLAS
+    assert use(torch.empty(17, 1), w) and use(torch.empty(32, 1), w, partial=True)
+    assert not use(torch.empty(33, 1), w)
+    monkeypatch.setenv("SPECGEN_SKINNY_TALL", "0")
+    assert skinny.tall_config(2048, 6144, False) is None and skinny.config_for(2048, 6144, True, rows=32) == ordinary
+    assert not use(torch.empty(32, 1), w) and use(torch.empty(16, 1), w)
+    monkeypatch.setenv("SPECGEN_SKINNY_TALL", "1")
+    monkeypatch.setenv("SPECGEN_SKINNY_GEMM", "0")
+    assert not use(torch.empty(32, 1), w) and not use(torch.empty(1, 1), w)
+
+
+def test_tuned_tall_entries_are_tiles_the_kernel_takes(skinny):
+    """Every ``TUNED_TALL`` config: powers of two, a K step the dot takes, and fitting the shared memory at 32
+    rows (``tall`` leaves it as measured)."""
+    for key, c in skinny.TUNED_TALL.items():
+        assert c.block_n & (c.block_n - 1) == 0 and c.block_k & (c.block_k - 1) == 0 and c.block_k % 16 == 0, key
+        assert c.splits == 1 or key[2], key  # splits only where the consumer sums partials
+        assert skinny.tall(c, skinny.block_rows(skinny.TALL_ROWS)) == c, key
