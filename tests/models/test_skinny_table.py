@@ -10,6 +10,7 @@ import pytest
 import torch
 
 SWEEP = Path(__file__).parents[2] / "benchmarks" / "results" / "skinny_gemm" / "sweep_qwen3.5-2b.json"
+TALL_SWEEP = SWEEP.with_name("tall_qwen3.5-2b_h100.json")
 
 
 @pytest.fixture(scope="module")
@@ -94,26 +95,45 @@ def test_tall_rows_take_the_tall_table_and_its_switch(skinny, tmp_path, monkeypa
     assert cuda_forward.TALL_ROWS == skinny.TALL_ROWS == 32
     tall = skinny.Config(128, 64, 1, 8, 4)
     table = tmp_path / "sweep.json"
-    table.write_text(json.dumps({"table": {}, "tall_table": {"2048,6144,False": list(tall)}}))
+    table.write_text(json.dumps({"table": {}, "tall_table": {"1024,6144,False": list(tall)}}))
     monkeypatch.delenv("SPECGEN_SKINNY_TALL", raising=False)
     monkeypatch.delenv("SPECGEN_SKINNY_GEMM", raising=False)
     monkeypatch.setenv("SPECGEN_SKINNY_TABLE", str(table))
-    ordinary = skinny.TUNED[(2048, 6144, True)]
-    assert skinny.tall_config(2048, 6144, True) == skinny.tall_config(2048, 6144, False) == tall
-    assert skinny.tall_config(2048, 2048, True) is None
+    ordinary = skinny.heuristic(1024, 6144, True)  # no measured entry at 16 rows or fewer
+    assert skinny.tall_config(1024, 6144, True) == skinny.tall_config(1024, 6144, False) == tall
+    assert skinny.tall_config(2048, 4096, True) is None  # the MTP head's fc: cuBLAS was faster
     for rows, want in ((1, ordinary), (16, ordinary), (17, tall), (32, tall), (33, ordinary)):
-        assert skinny.config_for(2048, 6144, True, rows=rows) == want, rows
-    w, other = torch.empty(2048, 6144), torch.empty(2048, 2048)
+        assert skinny.config_for(1024, 6144, True, rows=rows) == want, rows
+    w, other = torch.empty(1024, 6144), torch.empty(2048, 4096)
     use = cuda_forward._use_skinny
     assert use(torch.empty(16, 1), other) and not use(torch.empty(17, 1), other)  # no tall entry: cuBLAS
     assert use(torch.empty(17, 1), w) and use(torch.empty(32, 1), w, partial=True)
     assert not use(torch.empty(33, 1), w)
     monkeypatch.setenv("SPECGEN_SKINNY_TALL", "0")
-    assert skinny.tall_config(2048, 6144, False) is None and skinny.config_for(2048, 6144, True, rows=32) == ordinary
+    assert skinny.tall_config(1024, 6144, False) is None and skinny.config_for(1024, 6144, True, rows=32) == ordinary
     assert not use(torch.empty(32, 1), w) and use(torch.empty(16, 1), w)
     monkeypatch.setenv("SPECGEN_SKINNY_TALL", "1")
     monkeypatch.setenv("SPECGEN_SKINNY_GEMM", "0")
     assert not use(torch.empty(32, 1), w) and not use(torch.empty(1, 1), w)
+
+
+def test_tuned_tall_is_the_recorded_tall_sweep(skinny):
+    """``TUNED_TALL`` is the recorded ``--tall`` sweep's ``tall_table``, which ``tall_table`` rebuilds from its
+    timings; every entry there beat cuBLAS at 32 rows, and every shape left out did not by the margin."""
+    from tests.oracles.scripts import benchmark_module
+
+    sweep = benchmark_module("skinny_gemm_sweep")
+    rec = json.loads(TALL_SWEEP.read_text())
+    assert "--tall" in rec["command"] and rec["cold_mb"] > 50 and rec["rows"] == [32]
+    assert sweep.tall_table(rec["tall"], skinny.TALL_ROWS) == rec["tall_table"]
+    want = {}
+    for key, cfg in rec["tall_table"].items():
+        n, k, partial = key.split(",")
+        want[(int(n), int(k), partial == "True")] = skinny.Config(*cfg)
+    assert skinny.TUNED_TALL == want and len(want) >= 1
+    for key, by_rows in rec["tall"].items():
+        _, us, cublas = by_rows["32"]
+        assert (key in rec["tall_table"]) == (us <= cublas * (1 - sweep.TALL_MARGIN)), key
 
 
 def test_tuned_tall_entries_are_tiles_the_kernel_takes(skinny):
