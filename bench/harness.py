@@ -36,7 +36,7 @@ from .config import BenchConfig, configure
 from .host_clock import HostClock
 from .profiler import KernelPass
 from .rows import SUBJECT, fold_rounds, ratios, summary
-from .support import CPU_PRESETS, SETTLED, BenchError, load_target, log, settled, still_running
+from .support import CPU_PRESETS, SETTLED, BenchError, load_target, log, settled, still_running, switches
 
 __all__ = ["SUBJECT", "BenchConfig", "BenchError", "configure", "fold_rounds", "ratios", "run_bench", "summary"]
 
@@ -310,6 +310,7 @@ class _Sweep:
             "python": platform.python_version(),
             "clock": "cuda-events" if c.cuda else "host perf_counter",
             "kernel_clock": "torch.profiler (CUPTI)" if c.cuda and c.profile_steps else None,
+            "switches": switches(),
         }
         return {
             "command": c.command,

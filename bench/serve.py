@@ -22,7 +22,7 @@ from typing import Any, Callable
 from ..engine.serving import ClosedLoop, Request, ServeRun, Workload
 from ..models.errors import EngineError
 from .serve_config import Load, ServeConfig
-from .support import BenchError, create_target, log, still_running
+from .support import BenchError, create_target, log, still_running, switches
 
 __all__ = [
     "LOOP_MODULE",
@@ -252,7 +252,7 @@ def _environment(config: ServeConfig) -> dict:
     import torch
 
     dev = torch.cuda.get_device_name(config.device) if config.cuda else platform.processor() or "cpu"
-    return {"device": dev, "torch": torch.__version__, "python": platform.python_version()}
+    return {"device": dev, "torch": torch.__version__, "python": platform.python_version(), "switches": switches()}
 
 
 def run_sweep(

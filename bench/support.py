@@ -60,6 +60,13 @@ def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
+def switches() -> dict[str, str]:
+    """The ``SPECGEN_*`` variables a run saw (the kernel choices' switches, e.g. ``SPECGEN_SKINNY_TALL=0``), so that
+    a results file says which variant it measured; the test suite's ``SPECGEN_TEST_*`` are left out."""
+    env = sorted(os.environ.items())
+    return {k: v for k, v in env if k.startswith("SPECGEN_") and not k.startswith("SPECGEN_TEST_")}
+
+
 def check_device(name: str | None) -> torch.device:
     """``--device``: cpu or cuda[:n], checked here, before anything is built or run."""
     import torch

@@ -15,8 +15,11 @@ BT = ENGINE_LAYOUT["block_table_width"]
 
 
 @pytest.mark.slow
-def test_bench_cli_on_cpu(engine_kernels, tmp_path, capsys):
+def test_bench_cli_on_cpu(engine_kernels, tmp_path, capsys, monkeypatch):
     from specgen.cli import main
+
+    monkeypatch.setenv("SPECGEN_SKINNY_TALL", "0")
+    monkeypatch.setenv("SPECGEN_TEST_UNRELATED", "x")
 
     out = tmp_path / "bench"
     rc = main(
@@ -53,6 +56,8 @@ def test_bench_cli_on_cpu(engine_kernels, tmp_path, capsys):
         f"{engine_kernels.root} --block-table-width {BT} --prompt-len 8 --check --out {out}"
     )
     assert result["aborted"] is None and "garbage collection" in result["settled"]
+    switches = result["environment"]["switches"]  # the SPECGEN_* switches the run saw, not the test suite's
+    assert switches["SPECGEN_SKINNY_TALL"] == "0" and not any(k.startswith("SPECGEN_TEST_") for k in switches)
     assert {(r["depth"], r["batch"], r["mode"]) for r in result["runs"]} == {
         (d, b, m) for d in (2, 3) for b in (1, 2) for m in ("baseline", "specgen")
     }

@@ -18,7 +18,8 @@ from specgen.engine.serving import RequestRecord, ServeRun, StepRecord
 # --- the sweep and its output ---------------------------------------------------------------------------------
 
 
-def test_a_sweep_prints_the_table_and_writes_the_json_and_the_pictures(tmp_path, capsys):
+def test_a_sweep_prints_the_table_and_writes_the_json_and_the_pictures(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SPECGEN_SKINNY_TALL", "0")
     calls = []
     argv = [*SMALL, "--rates", "2,inf", "--closed-loop", "2", "--stop-id", "5", "--out", str(tmp_path)]
     assert cli_serve.run(serve_args(*argv), runner=fake_runner(calls)) == 0
@@ -40,7 +41,8 @@ def test_a_sweep_prints_the_table_and_writes_the_json_and_the_pictures(tmp_path,
         assert f"wrote {tmp_path / name}" in out
     data = json.loads((tmp_path / "serve_bench.json").read_text())
     assert data["command"] == "specgen serve-bench " + " ".join(argv)
-    assert set(data["environment"]) == {"device", "torch", "python"}
+    assert set(data["environment"]) == {"device", "torch", "python", "switches"}
+    assert data["environment"]["switches"]["SPECGEN_SKINNY_TALL"] == "0"  # the variant measured, in the file
     s = data["settings"]
     assert (s["num_requests"], s["stop_ids"], s["loads"], s["modes"]) == (4, [5], ["2/s", "inf", "closed 2"],
                                                                          ["baseline", "specgen"])  # fmt: skip
