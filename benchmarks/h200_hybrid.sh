@@ -12,9 +12,10 @@
 # graphs, the runtime cases, the 10k-replay soak), sanitize (compute-sanitizer memcheck over the Triton kernels'
 # cases and the linear-state families' CUDA fuzz), speed (benchmarks/hybrid_speed.py: bare verify against bare
 # decode, the head's linear-state member), sweep (benchmarks/skinny_gemm_sweep.py over the model's weight shapes),
+# sweep-tall (the same shapes at 32 rows against cuBLAS: the table of skinny_gemm.TUNED_TALL),
 # bench (specgen bench --model qwen3.5-2b, depth 3, four modes; TAG=name writes bench_name/ and bench_name.log;
 # REPEATS=N: --repeats N, every mode's timed run N times in rotated order).
-# Usage: benchmarks/h200_hybrid.sh OUT_DIR [tests] [sanitize] [speed] [sweep] [bench]
+# Usage: benchmarks/h200_hybrid.sh OUT_DIR [tests] [sanitize] [speed] [sweep] [sweep-tall] [bench]
 set -u
 out=$1; shift
 mkdir -p "$out"
@@ -49,6 +50,9 @@ for stage in "$@"; do
     sweep) python3 benchmarks/skinny_gemm_sweep.py --model qwen3.5-2b --out "$out/skinny_gemm_sweep.json" \
              > "$out/skinny_gemm_sweep.log" 2>&1
       echo "sweep: exit $?"; tail -12 "$out/skinny_gemm_sweep.log" ;;
+    sweep-tall) python3 benchmarks/skinny_gemm_sweep.py --model qwen3.5-2b --tall --rows 32 \
+             --out "$out/skinny_gemm_tall.json" > "$out/skinny_gemm_tall.log" 2>&1
+      echo "sweep-tall: exit $?"; tail -12 "$out/skinny_gemm_tall.log" ;;
     bench)
       # a 16-block table (2048 positions) holds the 1024-token prompts and the steps; the MTP head's
       # attention gathers its whole table
