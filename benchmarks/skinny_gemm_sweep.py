@@ -108,9 +108,9 @@ def tall_table(tall_best: dict, limit: int) -> dict:
     best config at its most rows up to ``limit``, where that beat cuBLAS by ``TALL_MARGIN``."""
     table = {}
     for key, by_rows in tall_best.items():
-        rows = [int(m) for m in by_rows if int(m) <= limit]
-        if rows:
-            cfg, us, cublas = by_rows[max(rows)] if max(rows) in by_rows else by_rows[str(max(rows))]
+        within = {int(m): rec for m, rec in by_rows.items() if int(m) <= limit}  # a JSON file's row keys are strings
+        if within:
+            cfg, us, cublas = within[max(within)]
             if us <= cublas * (1 - TALL_MARGIN):
                 table[key] = list(cfg)
     return table
@@ -233,18 +233,19 @@ def main(argv=None) -> int:
     }
     with open(a.out, "w") as f:
         json.dump(out, f, indent=1)
-    print("TUNED = {")
+    print_table("TUNED", table)
+    if a.tall:
+        print_table("TUNED_TALL", out["tall_table"])
+    return 0
+
+
+def print_table(name: str, table: dict) -> None:
+    """``table`` (``"N,K,partial" -> config``) as the ``models/skinny_gemm.py`` dict ``name``."""
+    print(f"{name} = {{")
     for key, cfg in table.items():
         n, k, partial = key.split(",")
         print(f"    ({n}, {k}, {partial}): Config{tuple(cfg)},")
     print("}")
-    if a.tall:
-        print("TUNED_TALL = {")
-        for key, cfg in out["tall_table"].items():
-            n, k, partial = key.split(",")
-            print(f"    ({n}, {k}, {partial}): Config{tuple(cfg)},")
-        print("}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -137,8 +137,11 @@ def _tables(path: str | None) -> tuple[dict[tuple[int, int, bool], Config], dict
     return tables
 
 
-def _table(tall_rows: bool = False) -> dict[tuple[int, int, bool], Config]:
-    return _tables(os.environ.get("SPECGEN_SKINNY_TABLE") or None)[1 if tall_rows else 0]
+def _lookup(n: int, k: int, partial: bool, tall_rows: bool = False) -> Config | None:
+    """The table's config of an ``[n, k]`` weight (a partial-sum product may take the whole product's entry)."""
+    table = _tables(os.environ.get("SPECGEN_SKINNY_TABLE") or None)[1 if tall_rows else 0]
+    tuned = table.get((n, k, partial))
+    return table.get((n, k, False)) if tuned is None and partial else tuned
 
 
 def tall_config(n: int, k: int, partial: bool) -> Config | None:
@@ -146,9 +149,7 @@ def tall_config(n: int, k: int, partial: bool) -> Config | None:
     (a partial-sum product may take the whole product's entry) or ``SPECGEN_SKINNY_TALL=0``."""
     if os.environ.get("SPECGEN_SKINNY_TALL", "1") in ("", "0"):
         return None
-    table = _table(tall_rows=True)
-    tuned = table.get((n, k, partial))
-    return table.get((n, k, False)) if tuned is None and partial else tuned
+    return _lookup(n, k, partial, tall_rows=True)
 
 
 def heuristic(n: int, k: int, partial: bool) -> Config:
@@ -169,10 +170,7 @@ def config_for(n: int, k: int, partial: bool, dtype: torch.dtype = torch.bfloat1
         return heuristic(n, k, partial)._replace(stages=2)
     if MAX_ROWS < rows <= TALL_ROWS and (tuned := tall_config(n, k, partial)) is not None:
         return tuned
-    table = _table()
-    tuned = table.get((n, k, partial))
-    if tuned is None and partial:
-        tuned = table.get((n, k, False))
+    tuned = _lookup(n, k, partial)
     return tuned if tuned is not None else heuristic(n, k, partial)
 
 

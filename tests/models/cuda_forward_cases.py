@@ -160,7 +160,7 @@ def forward_cases(dev, dtype, seed, flags=("0", "1"), batch=3):
     (at most 8) of 4 rows, once per ``SPECGEN_SKINNY_GEMM`` flag (0: cuBLAS; 1: every projection of at most 16 rows
     skinny, and past 16 those ``skinny_gemm.tall_config`` names).
 
-    The prefill's 180 rows never take the skinny GEMM, so it is the same under every flag: it runs once per
+    The prefill's ``batch * 60`` rows never take the skinny GEMM, so it is the same under every flag: it runs once per
     kind, and each flag's verify step starts from a copy of the cache it left."""
     import copy
 
