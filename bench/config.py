@@ -27,6 +27,7 @@ from .config_checks import (
     _device,
     _draft,
     _draft_sampling,
+    _draft_vocab,
     _modes,
     _positions,
     _ranks,
@@ -38,6 +39,7 @@ from .config_checks import (
     _values,
     _weights,
     _widths,
+    first_problem,
 )
 from .support import CPU_PRESETS, MODEL_PRESETS, BenchError, check_model, fitting_model_config
 
@@ -70,20 +72,6 @@ class Option:
     choices: tuple[str, ...] | None = None  # the parser's choices (the value is checked against them too)
     check: Check | None = None  # this value alone
     relation: Relation | None = None  # this value against the others (run once every ``check`` passed)
-
-
-def first_problem(settings, opts) -> str | None:
-    """The first failed check of ``opts`` (``(name, field, Option)``) on ``settings``: each value alone, then
-    the relations between them."""
-    for kind in ("check", "relation"):
-        for name, _, opt in opts:
-            test = getattr(opt, kind)
-            why = test and (
-                test(getattr(settings, name)) if kind == "check" else test(getattr(settings, name), settings)
-            )
-            if why:
-                return why
-    return None
 
 
 def setting(default, help: str, **option) -> Any:
@@ -160,6 +148,13 @@ class BenchSettings:
         1.0, "sampling keeps the most probable tokens of mass p (1: every token)", text=FLOAT, check=_top_p
     )
     draft_sampling: str = draft_sampling_setting()
+    draft_vocab: str | None = setting(
+        None,
+        "the MTP draft's LM head over the first N token ids, or over the ids a JSON file lists (a reduced draft "
+        "vocabulary: drafts only from those ids; verification keeps the whole head)",
+        metavar="N|FILE",
+        relation=_draft_vocab,
+    )
     check: bool = setting(
         False, "also compare every mode with plain greedy decoding", text=SWITCH, relation=_sampling_check
     )
@@ -292,6 +287,7 @@ class BenchSettings:
             acceptance=self.acceptance,
             sampling=(self.temperature, self.top_k, self.top_p) if self.temperature > 0 else None,
             draft_sampling=self.draft_sampling,
+            draft_vocab=self.draft_vocab,
             check=self.check,
             block_size=self.block_size,
             block_table_width=self.block_table_width or -(-self.positions_needed // self.block_size),
@@ -358,6 +354,7 @@ class BenchConfig:
     draft_at_end: bool = False  # a block draft at the end of specgen's step graph (the default; --own-draft-graph)
     sampling: tuple[float, int, float] | None = None  # (temperature, top_k, top_p); None: greedy verification
     draft_sampling: str = "sample"  # a sampling MTP draft draws from its own q, or proposes its argmax (one-hot)
+    draft_vocab: str | None = None  # the MTP draft's reduced vocabulary: a count of ids or a JSON file of ids
 
     def sampling_params(self, batch: int):
         """Each row's ``SamplingParams`` (row ``b`` seeded ``seed + b``), or None for greedy verification."""

@@ -144,3 +144,33 @@ def _sampling_check(check: bool, s: Any) -> str | None:
     if check and s.temperature > 0:
         return "--check compares with plain greedy decoding; it needs --temperature 0 (every mode is compared anyway)"
     return None
+
+
+def first_problem(settings, opts) -> str | None:
+    """The first failed check of ``opts`` (``(name, field, Option)``) on ``settings``: each value alone, then
+    the relations between them."""
+    for kind in ("check", "relation"):
+        for name, _, opt in opts:
+            test = getattr(opt, kind)
+            why = test and (
+                test(getattr(settings, name)) if kind == "check" else test(getattr(settings, name), settings)
+            )
+            if why:
+                return why
+    return None
+
+
+def _draft_vocab(spec, s: Any) -> str | None:
+    """``--draft-vocab``: a count or a JSON file of ids, for the MTP draft (its size is checked once the model is
+    built)."""
+    if spec is None:
+        return None
+    if s.draft != "mtp":
+        return f"--draft-vocab reduces the MTP draft's LM head; --draft {s.draft} has none of its own"
+    from ..models.draft_vocab import parse_draft_vocab
+
+    try:
+        parse_draft_vocab(spec)
+    except ValueError as e:
+        return str(e)
+    return None

@@ -15,6 +15,7 @@ from torch import nn
 
 from . import cuda_forward
 from .cuda_forward import FastBatch
+from .draft_vocab import head_weight
 from .paged_kv import PagedKVCache
 from .qwen3 import (
     EMBED_STD,
@@ -38,6 +39,7 @@ class MTPHead(nn.Module):
         x = eh_proj(cat(enorm(embed(t_p)), hnorm(hidden_{p-1})))
         x = layer(x)                      # own paged KV cache, target's slots
         logits = lm_head(norm(x))         # embedding and head are the target's
+                                          # (a draft_vocab's rows of the head alone)
 
     Chained drafting feeds the head's own returned hidden state back in;
     the target's reaches the head through ``from_target``.  Over a hybrid
@@ -45,6 +47,7 @@ class MTPHead(nn.Module):
     """
 
     from_checkpoint = False  # random weights (a checkpoint's MTP module: qwen3_5_mtp.py)
+    draft_vocab = None  # a draft_vocab.DraftVocab: the logits over its ids alone (None: the whole vocabulary)
 
     def __init__(self, target: Qwen3Model):
         super().__init__()
@@ -110,6 +113,6 @@ class MTPHead(nn.Module):
             x, h = cuda_forward.add_rms_norm(
                 *cuda_forward.layer(self.layer, x, None, batch, self.kv_cache, 0), self.norm
             )
-            return x, cuda_forward.lm_head(h if logit_rows is None else h[logit_rows], target.lm_head_weight)
+            return x, cuda_forward.lm_head(h if logit_rows is None else h[logit_rows], head_weight(self, target))
         h = self.norm(x := self.layer(x, batch, self.kv_cache, 0))
-        return x, F.linear(h if logit_rows is None else h[logit_rows], target.lm_head_weight)
+        return x, F.linear(h if logit_rows is None else h[logit_rows], head_weight(self, target))

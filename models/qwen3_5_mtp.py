@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import cuda_forward, qwen3_5_fast
+from .draft_vocab import head_weight
 from .errors import EngineError
 from .mtp_head import MTPHead
 from .paged_kv import AttentionBatch, PagedKVCache
@@ -152,7 +153,7 @@ class Qwen35MTPHead(MTPHead):
             h = self._forward_fast(
                 tokens, positions, slot_mapping, hidden_in, block_table, kv_lens, query_start_loc, rows_per_seq
             )
-            return h, cuda_forward.lm_head(h if logit_rows is None else h[logit_rows], target.lm_head_weight)
+            return h, cuda_forward.lm_head(h if logit_rows is None else h[logit_rows], head_weight(self, target))
         attention = AttentionBatch.build(
             positions, slot_mapping, block_table, kv_lens, query_start_loc, rows_per_seq, cfg.rotary_dim, cfg.rope_theta
         )
@@ -161,7 +162,7 @@ class Qwen35MTPHead(MTPHead):
         e = self.pre_fc_norm_embedding(target.embed_tokens(tokens.long()))
         x = self.fc(torch.cat([e, self.pre_fc_norm_hidden(hidden_in.to(e.dtype))], dim=-1))
         h = self.norm(self.layer(x, batch))
-        return h, F.linear(h if logit_rows is None else h[logit_rows], target.lm_head_weight)
+        return h, F.linear(h if logit_rows is None else h[logit_rows], head_weight(self, target))
 
     def _forward_fast(
         self, tokens, positions, slot_mapping, hidden_in, block_table, kv_lens, query_start_loc, rows_per_seq: int

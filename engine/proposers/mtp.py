@@ -25,6 +25,7 @@ from .base import Proposer
 __all__ = ["MTPProposer"]
 
 I32 = torch.int32
+NEW_ROWS = slice(1, None, 2)  # of the two-row step's rows (repair, new) per sequence: the new ones
 
 
 class MTPProposer(Proposer):
@@ -148,10 +149,18 @@ class MTPProposer(Proposer):
         toks = torch.stack([b["tokens"][base + b["accepted"]], b["next_last_token"]], 1).reshape(-1)
         hid = e.verify_hidden[b["hidden_rows"].reshape(-1)]
         new_len = b["next_seq_lens"]
-        h, logits = self.head(
-            toks, b["draft_positions"].reshape(-1), b["draft_slots"].reshape(-1), hid, bt, new_len + 1, qsl2, 2
+        h, logits = self.head(  # the LM head over the new rows alone (a repair row's logits are never read)
+            toks,
+            b["draft_positions"].reshape(-1),
+            b["draft_slots"].reshape(-1),
+            hid,
+            bt,
+            new_len + 1,
+            qsl2,
+            2,
+            NEW_ROWS,
         )
-        d, h = self._pick(logits.view(B, 2, -1)[:, 1], new_len + 1, 0), h.view(B, 2, -1)[:, 1]
+        d, h = self._pick(logits, new_len + 1, 0), h.view(B, 2, -1)[:, 1]
         drafts, pos = [d], new_len
         for i in range(1, W - 1):
             pos = pos + 1
@@ -178,11 +187,14 @@ class MTPProposer(Proposer):
 
     def _pick(self, logits: torch.Tensor, positions: torch.Tensor, index: int) -> torch.Tensor:
         """Draft ``index`` for the tokens at ``positions``: the argmax (the forward's argmax kernel: a greedy
-        engine's, and a sampling engine's whose drafts are one-hot), or a sampling draft's draw."""
-        sampling = self.engine.sampling
+        engine's, and a sampling engine's whose drafts are one-hot), or a sampling draft's draw.  With the head's
+        ``draft_vocab`` the logits cover its ids alone: the argmax maps back to a token id, a draw reads them widened
+        (probability 0 outside)."""
+        sampling, vocab = self.engine.sampling, self.head.draft_vocab
         if sampling is not None and sampling.draft_samples:
-            return sampling.draft(logits, positions, index)
-        return cuda_forward.argmax(logits, self.engine.model.argmax_kernels)
+            return sampling.draft(logits if vocab is None else vocab.widen(logits), positions, index)
+        index = cuda_forward.argmax(logits, self.engine.model.argmax_kernels)
+        return index if vocab is None else vocab.tokens(index)
 
     def host_tail(self, h: dict, bufs: dict, accept: bool = True) -> None:
         for family in self.host_families if accept else self.host_families[1:]:

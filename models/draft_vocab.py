@@ -1,0 +1,94 @@
+"""A reduced draft vocabulary: the MTP draft's LM head over a subset of the target's token ids.
+
+The MTP head shares the target's LM head, so each drafted token streams the whole ``[V, H]`` weight
+(Qwen3.5's 248320 x 2048 in bfloat16 is about 1 GB: most of a draft token's time at small batches).
+Like FR-Spec's frequency-ranked subsets and EAGLE-3's draft vocabularies, ``DraftVocab`` keeps ``N``
+rows of that weight: the head's logits cover those ids, its argmax index maps back to a token id,
+and a sampling draft's distribution is zero outside them.  The target still verifies with its whole
+head, so decoding stays exact; a draft can only propose ids inside the subset.
+
+``DraftVocab(weight, 32768)`` keeps the first ``N`` ids (a view of the weight, no copy: with
+byte-level BPE vocabularies the low ids are the frequent ones); ``DraftVocab(weight, ids)`` keeps
+the given ids, e.g. a frequency-ranked list, as a gathered ``[N, H]`` copy::
+
+    head.draft_vocab = DraftVocab(target.lm_head_weight, parse_draft_vocab("ids.json"))
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+__all__ = ["DraftVocab", "head_weight", "parse_draft_vocab"]
+
+
+class DraftVocab:
+    """``N`` rows of a ``[V, H]`` LM head weight and the map from a row to its token id."""
+
+    def __init__(self, weight: torch.Tensor, keep: int | Sequence[int] | torch.Tensor):
+        vocab = weight.shape[0]
+        self.vocab_size = vocab
+        if isinstance(keep, int):
+            if not 1 <= keep <= vocab:
+                raise ValueError(f"a draft vocabulary keeps 1 to {vocab} ids (the target's vocabulary), not {keep}")
+            self.ids, self.weight = None, weight[:keep]
+            return
+        ids = torch.as_tensor(keep).reshape(-1)
+        if ids.numel() == 0 or ids.dtype in (torch.bool,) or ids.is_floating_point():
+            raise ValueError("a draft vocabulary's ids are a non-empty list of integers")
+        ids = ids.to(torch.int64).cpu()
+        bad = ids[(ids < 0) | (ids >= vocab)]
+        if bad.numel():
+            raise ValueError(f"draft vocabulary id {int(bad[0])} lies outside the target's vocabulary [0, {vocab})")
+        if torch.unique(ids).numel() != ids.numel():
+            raise ValueError("a draft vocabulary lists every id once; this list repeats some")
+        if torch.equal(ids, torch.arange(ids.numel())):  # the first N ids: a view
+            self.ids, self.weight = None, weight[: ids.numel()]
+            return
+        self.ids = ids.to(weight.device)
+        self.weight = weight.index_select(0, self.ids).contiguous()
+
+    @property
+    def size(self) -> int:
+        return self.weight.shape[0]
+
+    def tokens(self, index: torch.Tensor) -> torch.Tensor:
+        """The token ids of row indices ``index`` (an argmax over the reduced logits)."""
+        return index if self.ids is None else self.ids[index.long()]
+
+    def widen(self, logits: torch.Tensor) -> torch.Tensor:
+        """Reduced logits ``[n, N]`` as ``[n, V]`` logits, ``-inf`` outside the subset (probability 0 there)."""
+        full = logits.new_full((logits.shape[0], self.vocab_size), float("-inf"))
+        if self.ids is None:
+            full[:, : self.size] = logits
+        else:
+            full[:, self.ids] = logits
+        return full
+
+
+def head_weight(head: torch.nn.Module, target: torch.nn.Module) -> torch.Tensor:
+    """The LM head weight an MTP head's logits use: its ``draft_vocab``'s rows, else the target's whole head."""
+    vocab = getattr(head, "draft_vocab", None)
+    return target.lm_head_weight if vocab is None else vocab.weight
+
+
+def parse_draft_vocab(text: str) -> int | list[int]:
+    """``--draft-vocab``: a count ``N`` (the first ``N`` ids) or a JSON file holding a list of token ids (or an
+    object whose ``"ids"`` is one).  ``ValueError`` says what is wrong."""
+    text = str(text).strip()
+    if text.isdigit():
+        return int(text)
+    path = Path(text)
+    if not path.is_file():
+        raise ValueError(f"--draft-vocab takes a count of ids or a JSON file of token ids; no file '{text}'")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--draft-vocab file '{text}' is not JSON: {e}") from None
+    ids = data.get("ids") if isinstance(data, dict) else data
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise ValueError(f"--draft-vocab file '{text}' holds no list of integer token ids")
+    return ids
