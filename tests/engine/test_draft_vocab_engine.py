@@ -1,0 +1,111 @@
+"""An MTP draft over a reduced draft vocabulary (``MTPHead.draft_vocab``) in every mode.
+
+Decoding stays exact (the target verifies with its whole head); every drafted token lies in the subset; with
+every id listed in a shuffled order the drafts are the whole head's, so the index -> token map is exact; a
+sampling draft draws from its distribution widened with zeros outside the subset, the same in every mode."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from oracles.hybrid_reference import hybrid_greedy
+
+from specgen.engine import SpecDecodeEngine, greedy_generate
+from specgen.engine.draft_kinds import DRAFT_KINDS
+from specgen.models import Qwen3Model
+from specgen.models.draft_vocab import DraftVocab
+from specgen.models.qwen3_5 import Qwen35Model
+from specgen.runtime.sampling import SamplingParams
+
+BT, BS, NEW = 8, 16, 12
+MODES = ("baseline", "compile", "specgen", "inductor")
+
+
+def _prompts(n: int, seed: int, vocab: int = 512) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab) for _ in range(rng.randint(1, 10))] for _ in range(n)]
+
+
+def _run(model, head, mode, width, prompts, library, **kw):
+    """``(result, drafted tokens)``: every token ``_pick`` proposed."""
+    eng = SpecDecodeEngine(model, head, mode=mode, width=width, batch=len(prompts), block_size=BS,
+                           block_table_width=BT, library=library, compile_backend="eager", **kw)  # fmt: skip
+    drafted, pick = [], eng.proposer._pick
+
+    def recorded(logits, positions, index):
+        out = pick(logits, positions, index)
+        drafted.append(out.clone())
+        return out
+
+    eng.proposer._pick = recorded
+    try:
+        return eng.run(prompts, max_new_tokens=NEW), torch.cat(drafted)
+    finally:
+        eng.close()
+
+
+@pytest.fixture(scope="module")
+def dense():
+    model = Qwen3Model.create("tiny", seed=0)
+    return model, DRAFT_KINDS["mtp"].create(model, seed=1)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_prefix_vocabulary_drafts_inside_it_and_stays_exact(dense, engine_kernels, mode):
+    model, head = dense
+    prompts = _prompts(3, seed=4)
+    head.draft_vocab = DraftVocab(model.lm_head_weight, 64)
+    try:
+        res, drafted = _run(model, head, mode, 4, prompts, engine_kernels)
+    finally:
+        head.draft_vocab = None
+    assert res.outputs == greedy_generate(model, prompts, NEW)
+    assert drafted.numel() >= 3 * 3 and int(drafted.max()) < 64
+    if mode == "specgen":
+        assert res.runtime_stats["fallback"] == {}
+
+
+@pytest.mark.parametrize("mode", ["baseline", "specgen"])
+def test_every_id_shuffled_drafts_what_the_whole_head_drafts(dense, engine_kernels, mode):
+    model, head = dense
+    prompts = _prompts(2, seed=7)
+    whole, whole_drafts = _run(model, head, mode, 3, prompts, engine_kernels)
+    order = torch.randperm(model.config.vocab_size, generator=torch.Generator().manual_seed(5))
+    head.draft_vocab = DraftVocab(model.lm_head_weight, order.tolist())
+    try:
+        res, drafted = _run(model, head, mode, 3, prompts, engine_kernels)
+    finally:
+        head.draft_vocab = None
+    assert torch.equal(drafted, whole_drafts) and res.outputs == whole.outputs
+
+
+def test_sampling_drafts_draw_inside_the_subset_alike_in_every_mode(dense, sampling_kernels):
+    """Mixed greedy and sampled rows, drafts drawn from their own filtered distributions (``sample``)."""
+    model, head = dense
+    params = [SamplingParams(0.7, 0, 0.9, 5), SamplingParams(0.0), SamplingParams(1.0, 8, 1.0, -3)]
+    prompts = _prompts(3, seed=9)
+    ids = torch.randperm(model.config.vocab_size, generator=torch.Generator().manual_seed(6))[:40]
+    head.draft_vocab = DraftVocab(model.lm_head_weight, ids.tolist())
+    runs = {}
+    try:
+        for mode in ("baseline", "specgen"):
+            runs[mode] = _run(model, head, mode, 4, prompts, sampling_kernels, sampling=params, draft_sampling="sample")
+    finally:
+        head.draft_vocab = None
+    (ref, ref_drafts), (res, drafted) = runs["baseline"], runs["specgen"]
+    assert (res.outputs, res.accepted) == (ref.outputs, ref.accepted) and torch.equal(drafted, ref_drafts)
+    assert torch.isin(drafted.long(), ids).all()
+    assert res.outputs[1] == greedy_generate(model, [prompts[1]], NEW)[0]  # the greedy row
+
+
+@pytest.mark.parametrize("mode", ["baseline", "specgen"])
+def test_the_hybrid_targets_draft_over_a_subset_stays_exact(hybrid_kernels, mode):
+    model = Qwen35Model.create("qwen3.5-tiny", seed=0)
+    head = DRAFT_KINDS["mtp"].create(model, seed=1)
+    head.draft_vocab = DraftVocab(model.lm_head_weight, 100)
+    prompts = _prompts(2, seed=11, vocab=model.config.vocab_size)
+    res, drafted = _run(model, head, mode, 4, prompts, hybrid_kernels)
+    assert res.outputs == hybrid_greedy(model, prompts, NEW)
+    assert int(drafted.max()) < 100
