@@ -91,6 +91,17 @@ def draft_sampling_setting() -> Any:
     )
 
 
+def draft_vocab_setting() -> Any:
+    """``--draft-vocab`` (``bench`` and ``serve-bench``): the MTP draft's reduced vocabulary."""
+    return setting(
+        None,
+        "the MTP draft's LM head over the first N token ids, or over the ids a JSON file lists (a reduced draft "
+        "vocabulary: drafts only from those ids; verification keeps the whole head)",
+        metavar="N|FILE",
+        relation=_draft_vocab,
+    )
+
+
 @dataclass(frozen=True)
 class BenchSettings:
     """What one ``specgen bench`` is asked to run, as given (``resolve`` validates it into a ``BenchConfig``).
@@ -148,13 +159,7 @@ class BenchSettings:
         1.0, "sampling keeps the most probable tokens of mass p (1: every token)", text=FLOAT, check=_top_p
     )
     draft_sampling: str = draft_sampling_setting()
-    draft_vocab: str | None = setting(
-        None,
-        "the MTP draft's LM head over the first N token ids, or over the ids a JSON file lists (a reduced draft "
-        "vocabulary: drafts only from those ids; verification keeps the whole head)",
-        metavar="N|FILE",
-        relation=_draft_vocab,
-    )
+    draft_vocab: str | None = draft_vocab_setting()
     check: bool = setting(
         False, "also compare every mode with plain greedy decoding", text=SWITCH, relation=_sampling_check
     )
@@ -172,9 +177,7 @@ class BenchSettings:
         check=_choices(DTYPES, "--dtype"),
     )
     device: str | None = setting(None, "cpu or cuda (default: cuda when available)", check=_device)
-    seed: int = setting(
-        0, "seed of the random weights, the prompts, the acceptance draws and sampling (row b: seed + b)", text=INT
-    )
+    seed: int = setting(0, "seed of weights, prompts, acceptance draws, sampling (row b: seed + b)", text=INT)
     bare_repeats: int = setting(
         30, "draft + bare verify replays timed for the boundary figures", text=INT, check=_at_least(1, COUNTS_MESSAGE)
     )

@@ -104,11 +104,13 @@ class _Sweep:
                 self.head = self.kind.create(self.model, seed=config.seed + 1, weights=config.draft_weights)
                 if config.draft_tp > 1:
                     shard_head(self.head, tp)
-                if config.draft_vocab is not None:  # the MTP head's LM head over a subset of the ids
-                    keep = parse_draft_vocab(config.draft_vocab)
-                    self.head.draft_vocab = DraftVocab(self.model.lm_head_weight, keep)
-        except (TPError, EngineError, ValueError) as e:
+        except (TPError, EngineError) as e:
             raise BenchError(str(e)) from None
+        if config.draft_vocab is not None:  # the MTP head's LM head over a subset of the ids
+            try:
+                self.head.draft_vocab = DraftVocab(self.model.lm_head_weight, parse_draft_vocab(config.draft_vocab))
+            except ValueError as e:
+                raise BenchError(f"--draft-vocab: {e}") from None
         self.rank_check = RankCheck(tp, config.check_ranks) if config.check_ranks and tp.distributed else None
         mtp = "; the MTP draft is the checkpoint's mtp.* module" if getattr(self.head, "from_checkpoint", False) else ""
         log(f"bench: model ready in {time.perf_counter() - t:.1f}s{mtp}")

@@ -31,6 +31,7 @@ from .config import (
     _draft,
     _modes,
     draft_sampling_setting,
+    draft_vocab_setting,
     first_problem,
     setting,
 )
@@ -205,6 +206,7 @@ class ServeSettings:
         1.0, "sampling keeps the most probable tokens of mass p (1: every token)", text=FLOAT, check=_top_p
     )
     draft_sampling: str = draft_sampling_setting()
+    draft_vocab: str | None = draft_vocab_setting()
     sampled_share: float = setting(
         1.0,
         "share of the requests that sample when --temperature > 0 (seeded; the others greedy)",

@@ -68,6 +68,12 @@ def register(sub) -> None:
         help="when sampling, the MTP draft draws from its own distribution (sample) or proposes its argmax",
     )
     p.add_argument(
+        "--draft-vocab",
+        metavar="N|FILE",
+        help="the MTP draft's LM head over the first N token ids, or over the ids a JSON file lists (drafts only "
+        "from those; verification keeps the whole head)",
+    )
+    p.add_argument(
         "--seed",
         type=int,
         default=0,
@@ -161,6 +167,15 @@ def _setup(args):
         raise UsageError(str(e)) from None
     except (KeyError, ValueError, FileNotFoundError) as e:
         raise UsageError(f"--model {args.model}: {str(e).strip(chr(34) + chr(39))}") from None
+    if args.draft_vocab is not None:
+        if args.draft != "mtp":
+            raise UsageError(f"--draft-vocab reduces the MTP draft's LM head; --draft {args.draft} has none of its own")
+        from ..models.draft_vocab import DraftVocab, parse_draft_vocab
+
+        try:
+            draft.draft_vocab = DraftVocab(model.lm_head_weight, parse_draft_vocab(args.draft_vocab))
+        except ValueError as e:
+            raise UsageError(f"--draft-vocab: {e}") from None
     return model, draft, device
 
 
@@ -254,6 +269,7 @@ def run(args) -> int:
         "mode": args.mode,
         "draft": args.draft,
         "depth": args.depth,
+        "draft_vocab": getattr(getattr(draft, "draft_vocab", None), "size", None),  # ids the MTP draft keeps
         "sampling": None
         if sampling is None
         else {
