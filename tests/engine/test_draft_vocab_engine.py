@@ -109,3 +109,23 @@ def test_the_hybrid_targets_draft_over_a_subset_stays_exact(hybrid_kernels, mode
     res, drafted = _run(model, head, mode, 4, prompts, hybrid_kernels)
     assert res.outputs == hybrid_greedy(model, prompts, NEW)
     assert int(drafted.max()) < 100
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["baseline", "compile", "specgen"])
+def test_cuda_graphs_draft_over_listed_ids_and_stay_exact(hybrid_kernels, mode):
+    """The gathered rows and the index -> token map inside CUDA graphs (the hybrid target, float32)."""
+    model = Qwen35Model.create("qwen3.5-tiny", seed=0, device="cuda")
+    head = DRAFT_KINDS["mtp"].create(model, seed=1)
+    ids = torch.randperm(model.config.vocab_size, generator=torch.Generator().manual_seed(8))[:120]
+    head.draft_vocab = DraftVocab(model.lm_head_weight, ids.tolist())
+    prompts = _prompts(3, seed=12, vocab=model.config.vocab_size)
+    eng = SpecDecodeEngine(model, head, mode=mode, width=4, batch=3, block_size=BS, block_table_width=BT,
+                           library=hybrid_kernels, compile_backend="inductor")  # fmt: skip
+    res = eng.run(prompts, max_new_tokens=NEW, timing=True)
+    drafted = eng.bufs["draft_tokens"].long().cpu()  # the last step's drafts
+    eng.close()
+    assert res.outputs == hybrid_greedy(model, prompts, NEW)
+    assert torch.isin(drafted, ids).all()
+    if mode == "specgen":
+        assert res.runtime_stats["fallback"] == {} and all(t.host_syncs == 0 for t in res.timings)
