@@ -71,6 +71,12 @@ BAD = [
         {"draft_sampling": "argmax", "temperature": 0.7, "acceptance": 0.7},
         "--draft-sampling argmax: --acceptance replaces the drafts (one-hot)",
     ),
+    ("draft_vocab", {"draft_vocab": "no/such.json"}, "--draft-vocab takes a count of ids or a JSON file"),
+    (
+        "draft_vocab",
+        {"draft_vocab": "64", "draft": "dflash"},
+        "--draft-vocab reduces the MTP draft's LM head; --draft dflash has none of its own",
+    ),
     ("device", {"device": "tpu"}, "--device tpu: use cpu or cuda (or cuda:N)"),
     ("bare_repeats", {"bare_repeats": 0}, COUNTS_MESSAGE),
     ("repeats", {"repeats": 0}, "--repeats must be at least 1"),
@@ -118,6 +124,7 @@ def test_the_option_names_and_metavars_of_the_command_line():
         "--top-k",
         "--top-p",
         "--draft-sampling",
+        "--draft-vocab",
         "--check",
         "--out",
         "--kernels",
@@ -140,7 +147,14 @@ def test_the_option_names_and_metavars_of_the_command_line():
         "--replot",
     ]
     usage = _bench_parser().format_usage()
-    for text in ("--depth DEPTH", "--batch BATCH", "--draft-weights DIR", "--check-ranks N", "--model PRESET|DIR"):
+    for text in (
+        "--depth DEPTH",
+        "--batch BATCH",
+        "--draft-weights DIR",
+        "--check-ranks N",
+        "--model PRESET|DIR",
+        "--draft-vocab N|FILE",
+    ):
         assert text in usage
 
 
