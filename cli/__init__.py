@@ -1,4 +1,4 @@
-"""The ``specgen`` command: plan, build, doctor, bench, serve-bench, generate.
+"""The ``specgen`` command: plan, build, doctor, bench, serve-bench, generate, draft-vocab.
 
 Each subcommand lives in its own module with a ``register(sub)`` that adds
 its parser; bad input is a one-line error and exit status 2, never a
@@ -17,10 +17,10 @@ import argparse
 import os
 import sys
 
-from . import bench, build, doctor, generate, plan, serve_bench
+from . import bench, build, doctor, draft_vocab, generate, plan, serve_bench
 from .common import Parser, UsageError
 
-COMMANDS = (plan, build, doctor, bench, serve_bench, generate)
+COMMANDS = (plan, build, doctor, bench, serve_bench, generate, draft_vocab)
 BROKEN_PIPE = 141  # the status of a command its reader stopped reading (128 + SIGPIPE, as a shell reports it)
 
 

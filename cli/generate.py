@@ -83,24 +83,25 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _tokenizer(args, needed: bool):
+def _tokenizer(args, needed: bool, option: str = "--prompt"):
     """The folder's ``tokenizer.json`` as a ``tokenizers.Tokenizer``, or None where there is none.
 
-    ``needed`` (a ``--prompt`` was given): its absence is a ``UsageError`` saying what to do instead.
+    ``needed`` (``option``, a ``--prompt``, was given): its absence is a ``UsageError`` saying what to do instead.
     """
+    instead = {"--prompt": "--prompt-ids", "--text": "--token-ids"}[option]
     from ..bench.support import MODEL_PRESETS
 
     path = None if args.model in MODEL_PRESETS else Path(args.model) / "tokenizer.json"
     if path is None or not path.is_file():
         if needed:
             where = f"--model {args.model} is a preset" if path is None else f"{Path(args.model)} has no tokenizer.json"
-            raise UsageError(f"--prompt needs a model folder with a tokenizer.json ({where}); use --prompt-ids")
+            raise UsageError(f"{option} needs a model folder with a tokenizer.json ({where}); use {instead}")
         return None
     try:
         from tokenizers import Tokenizer  # optional dependency
     except ImportError:
         if needed:
-            raise UsageError("--prompt needs the tokenizers package (pip install tokenizers); or use --prompt-ids")
+            raise UsageError(f"{option} needs the tokenizers package (pip install tokenizers); or use {instead}")
         return None
     try:
         return Tokenizer.from_file(str(path))
@@ -300,6 +301,7 @@ def run(args) -> int:
     print(
         f"acceptance {res.acceptance:.2f}, {tokens} tokens in {wall:.2f} s ({rate} tokens/s), "
         f"mode {args.mode}, {args.draft} draft, depth {args.depth}"
+        + (f", draft vocabulary {doc['draft_vocab']} ids" if doc["draft_vocab"] is not None else "")
         + (f", sampled at temperature {args.temperature}" if sampling is not None else "")
     )
     return 0

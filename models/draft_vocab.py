@@ -22,7 +22,7 @@ from typing import Sequence
 
 import torch
 
-__all__ = ["DraftVocab", "head_weight", "parse_draft_vocab"]
+__all__ = ["DraftVocab", "frequency_ranked", "head_weight", "parse_draft_vocab"]
 
 
 class DraftVocab:
@@ -92,3 +92,11 @@ def parse_draft_vocab(text: str) -> int | list[int]:
     if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise ValueError(f"--draft-vocab file '{text}' holds no list of integer token ids")
     return ids
+
+
+def frequency_ranked(counts: torch.Tensor, size: int) -> torch.Tensor:
+    """The ``size`` ids of highest ``counts`` (a ``[V]`` tally of a corpus's tokens), most frequent first, ties
+    (and ids never seen) in id order: a frequency-ranked draft vocabulary (FR-Spec's)."""
+    if not 1 <= size <= counts.numel():
+        raise ValueError(f"a draft vocabulary keeps 1 to {counts.numel()} ids (the target's vocabulary), not {size}")
+    return torch.sort(counts, descending=True, stable=True).indices[:size]

@@ -99,7 +99,7 @@ def test_int_list():
 
 def test_every_subcommand_is_registered():
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(sub.choices) == {"plan", "build", "doctor", "bench", "serve-bench", "generate"}
+    assert set(sub.choices) == {"plan", "build", "doctor", "bench", "serve-bench", "generate", "draft-vocab"}
     assert all(callable(m.register) for m in cli.COMMANDS)
 
 
