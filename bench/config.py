@@ -92,13 +92,13 @@ def draft_sampling_setting() -> Any:
 
 
 def draft_vocab_setting() -> Any:
-    """``--draft-vocab`` (``bench`` and ``serve-bench``): the MTP draft's reduced vocabulary."""
+    """``--draft-vocab`` (``bench`` and ``serve-bench``): the draft's reduced vocabulary."""
     return setting(
         None,
-        "the MTP draft's LM head over the first N token ids, or over the ids a JSON file lists (a reduced draft "
+        "the draft's LM head over the first N token ids, or over the ids a JSON file lists (a reduced draft "
         "vocabulary: drafts only from those ids; verification keeps the whole head)",
         metavar="N|FILE",
-        relation=_draft_vocab,
+        check=_draft_vocab,
     )
 
 
@@ -357,7 +357,7 @@ class BenchConfig:
     draft_at_end: bool = False  # a block draft at the end of specgen's step graph (the default; --own-draft-graph)
     sampling: tuple[float, int, float] | None = None  # (temperature, top_k, top_p); None: greedy verification
     draft_sampling: str = "sample"  # a sampling MTP draft draws from its own q, or proposes its argmax (one-hot)
-    draft_vocab: str | None = None  # the MTP draft's reduced vocabulary: a count of ids or a JSON file of ids
+    draft_vocab: str | None = None  # the draft's reduced vocabulary: a count of ids or a JSON file of ids
 
     def sampling_params(self, batch: int):
         """Each row's ``SamplingParams`` (row ``b`` seeded ``seed + b``), or None for greedy verification."""

@@ -160,13 +160,10 @@ def first_problem(settings, opts) -> str | None:
     return None
 
 
-def _draft_vocab(spec, s: Any) -> str | None:
-    """``--draft-vocab``: a count or a JSON file of ids, for the MTP draft (its size is checked once the model is
-    built)."""
+def _draft_vocab(spec) -> str | None:
+    """``--draft-vocab``: a count or a JSON file of ids (its size is checked once the model is built)."""
     if spec is None:
         return None
-    if s.draft != "mtp":
-        return f"--draft-vocab reduces the MTP draft's LM head; --draft {s.draft} has none of its own"
     from ..models.draft_vocab import parse_draft_vocab
 
     try:

@@ -28,7 +28,7 @@ from ..engine.acceptance import AcceptanceMix
 from ..engine.decode import greedy_generate
 from ..engine.draft_kinds import DRAFT_KINDS
 from ..engine.rank_check import RankCheck
-from ..models.draft_vocab import DraftVocab, parse_draft_vocab
+from ..models.draft_vocab import apply_draft_vocab, parse_draft_vocab
 from ..models.errors import EngineError
 from ..models.tp import shard_head, shard_model
 from ..parallel.group import TensorParallel, TPError
@@ -106,9 +106,9 @@ class _Sweep:
                     shard_head(self.head, tp)
         except (TPError, EngineError) as e:
             raise BenchError(str(e)) from None
-        if config.draft_vocab is not None:  # the MTP head's LM head over a subset of the ids
+        if config.draft_vocab is not None:  # the draft's LM head over a subset of the ids
             try:
-                self.head.draft_vocab = DraftVocab(self.model.lm_head_weight, parse_draft_vocab(config.draft_vocab))
+                apply_draft_vocab(self.head, self.model.lm_head_weight, parse_draft_vocab(config.draft_vocab))
             except ValueError as e:
                 raise BenchError(f"--draft-vocab: {e}") from None
         self.rank_check = RankCheck(tp, config.check_ranks) if config.check_ranks and tp.distributed else None
@@ -339,7 +339,7 @@ class _Sweep:
             "draft_at_end": c.draft_at_end,  # a block draft at the end of specgen's step graph (--own-draft-graph: off)
             "settled": SETTLED,  # what every timed and profiled run starts from (bench/support.py)
             "acceptance_p": c.acceptance,
-            "draft_vocab": None if c.draft_vocab is None else self.head.draft_vocab.size,  # ids the MTP draft keeps
+            "draft_vocab": None if c.draft_vocab is None else self.head.draft_vocab.size,  # ids the draft keeps
             "sampling": (
                 dict(zip(("temperature", "top_k", "top_p"), c.sampling), draft_sampling=c.draft_sampling)
                 if c.sampling

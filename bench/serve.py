@@ -142,11 +142,11 @@ def loop_runner(config: ServeConfig, library=None, tp=None) -> Runner:
     device = tp.device if tp is not None and tp.distributed else config.device
     model = create_target(config.model, config.model_path, config.seed, config.dtype, device)
     draft = DRAFT_KINDS[config.draft].create(model, seed=config.seed + 1)
-    if config.draft_vocab is not None:  # the MTP head's LM head over a subset of the ids
-        from ..models.draft_vocab import DraftVocab, parse_draft_vocab
+    if config.draft_vocab is not None:  # the draft's LM head over a subset of the ids
+        from ..models.draft_vocab import apply_draft_vocab, parse_draft_vocab
 
         try:
-            draft.draft_vocab = DraftVocab(model.lm_head_weight, parse_draft_vocab(config.draft_vocab))
+            apply_draft_vocab(draft, model.lm_head_weight, parse_draft_vocab(config.draft_vocab))
         except ValueError as e:
             raise BenchError(f"--draft-vocab: {e}") from None
     if tp is not None and tp.distributed:

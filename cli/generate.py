@@ -70,7 +70,7 @@ def register(sub) -> None:
     p.add_argument(
         "--draft-vocab",
         metavar="N|FILE",
-        help="the MTP draft's LM head over the first N token ids, or over the ids a JSON file lists (drafts only "
+        help="the draft's LM head over the first N token ids, or over the ids a JSON file lists (drafts only "
         "from those; verification keeps the whole head)",
     )
     p.add_argument(
@@ -169,12 +169,10 @@ def _setup(args):
     except (KeyError, ValueError, FileNotFoundError) as e:
         raise UsageError(f"--model {args.model}: {str(e).strip(chr(34) + chr(39))}") from None
     if args.draft_vocab is not None:
-        if args.draft != "mtp":
-            raise UsageError(f"--draft-vocab reduces the MTP draft's LM head; --draft {args.draft} has none of its own")
-        from ..models.draft_vocab import DraftVocab, parse_draft_vocab
+        from ..models.draft_vocab import apply_draft_vocab, parse_draft_vocab
 
         try:
-            draft.draft_vocab = DraftVocab(model.lm_head_weight, parse_draft_vocab(args.draft_vocab))
+            apply_draft_vocab(draft, model.lm_head_weight, parse_draft_vocab(args.draft_vocab))
         except ValueError as e:
             raise UsageError(f"--draft-vocab: {e}") from None
     return model, draft, device
@@ -270,7 +268,7 @@ def run(args) -> int:
         "mode": args.mode,
         "draft": args.draft,
         "depth": args.depth,
-        "draft_vocab": getattr(getattr(draft, "draft_vocab", None), "size", None),  # ids the MTP draft keeps
+        "draft_vocab": None if draft.draft_vocab is None else draft.draft_vocab.size,  # ids the draft keeps
         "sampling": None
         if sampling is None
         else {

@@ -36,10 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from . import cuda_forward
 from .checkpoint import load_folder
+from .draft_vocab import head_weight
 from .errors import EngineError
 from .paged_kv import PagedKVCache
 from .qwen3 import (
@@ -123,22 +125,31 @@ class MarkovHead(nn.Module):
         self.w1 = nn.Embedding(vocab_size, rank)
         self.w2 = nn.Linear(rank, vocab_size, bias=False)
 
-    def bias(self, prev: torch.Tensor, kernels: str = "torch") -> torch.Tensor:
-        e = self.w1(prev.long())
-        return cuda_forward.linear(e, self.w2.weight) if cuda_forward.use_triton(kernels, e.device) else self.w2(e)
+    vocab_w2: torch.Tensor | None = None  # w2's rows of a draft vocabulary's ids (draft_vocab.apply_draft_vocab)
 
-    def chain(self, logits: torch.Tensor, anchor: torch.Tensor, kernels: str = "torch") -> torch.Tensor:
+    def bias(self, prev: torch.Tensor, kernels: str = "torch", w2: torch.Tensor | None = None) -> torch.Tensor:
+        e = self.w1(prev.long())
+        w2 = self.w2.weight if w2 is None else w2
+        return cuda_forward.linear(e, w2) if cuda_forward.use_triton(kernels, e.device) else F.linear(e, w2)
+
+    def chain(self, logits: torch.Tensor, anchor: torch.Tensor, kernels: str = "torch", vocab=None) -> torch.Tensor:
         """``logits [B, K, V]`` -> drafts ``[B, K]``, each row biased by the previous choice (sequential);
-        ``kernels``: the target's ``forward_kernels``, which the bias GEMM and the argmax follow."""
+        ``kernels``: the target's ``forward_kernels``, which the bias GEMM and the argmax follow.  With a draft
+        vocabulary (``vocab``) the logits cover its ids, the bias its rows of ``w2``, and each choice maps back
+        to its token id before it biases the next."""
         prev, out = anchor.long(), []
+        w2 = None if vocab is None else self.vocab_w2
         for j in range(logits.shape[1]):
-            prev = cuda_forward.argmax(logits[:, j] + self.bias(prev, kernels).to(logits.dtype), kernels)
+            index = cuda_forward.argmax(logits[:, j] + self.bias(prev, kernels, w2).to(logits.dtype), kernels)
+            prev = index if vocab is None else vocab.tokens(index)
             out.append(prev)
         return torch.stack(out, 1)
 
 
 class BlockDraft(nn.Module):
     """A DFlash / DSpark draft sharing the target's embedding and LM head; see the module docstring."""
+
+    draft_vocab = None  # a draft_vocab.DraftVocab: the logits over its ids alone (None: the whole vocabulary)
 
     def __init__(self, target: Qwen3Model, config: BlockDraftConfig):
         super().__init__()
@@ -307,7 +318,7 @@ class BlockDraft(nn.Module):
             x = x + self._attend(layer.self_attn, h, cos, sin, i, block_table, visible, b, rows)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         h = self.norm(x)  # the LM head as the target's forward runs it
-        return cuda_forward.lm_head(h, target.lm_head_weight, self.fast_on(h.device)).view(b, rows, -1)
+        return cuda_forward.lm_head(h, head_weight(self, target), self.fast_on(h.device)).view(b, rows, -1)
 
     def _attend(self, a, x, cos, sin, layer: int, block_table, visible, b: int, rows: int) -> torch.Tensor:
         c = self.target_config
@@ -336,9 +347,11 @@ class BlockDraft(nn.Module):
         pos = (seq_lens.long()[:, None] + torch.arange(rows, device=anchor.device)).reshape(-1)
         logits = self(tokens, pos, block_table, seq_lens, rows)
         kernels = self._target[0].forward_kernels
+        vocab = self.draft_vocab
         if self.kind == "dflash":  # every row's argmax, then rows 1..K: a slice's argmax would copy the logits
-            return cuda_forward.argmax(logits, kernels)[:, 1:]
-        return self.markov_head.chain(logits, anchor, kernels)
+            index = cuda_forward.argmax(logits, kernels)[:, 1:]
+            return index if vocab is None else vocab.tokens(index)
+        return self.markov_head.chain(logits, anchor, kernels, vocab)
 
 
 def _config_from(kind: str, target: Qwen3Model, tensors: dict, folder: Path) -> BlockDraftConfig:

@@ -1,17 +1,19 @@
-"""A reduced draft vocabulary: the MTP draft's LM head over a subset of the target's token ids.
+"""A reduced draft vocabulary: a draft's LM head over a subset of the target's token ids.
 
-The MTP head shares the target's LM head, so each drafted token streams the whole ``[V, H]`` weight
-(Qwen3.5's 248320 x 2048 in bfloat16 is about 1 GB: most of a draft token's time at small batches).
-Like FR-Spec's frequency-ranked subsets and EAGLE-3's draft vocabularies, ``DraftVocab`` keeps ``N``
-rows of that weight: the head's logits cover those ids, its argmax index maps back to a token id,
-and a sampling draft's distribution is zero outside them.  The target still verifies with its whole
-head, so decoding stays exact; a draft can only propose ids inside the subset.
+The MTP head and the DFlash / DSpark block drafts share the target's LM head, so the draft streams the
+whole ``[V, H]`` weight (Qwen3.5's 248320 x 2048 in bfloat16 is about 1 GB) once per MTP token or
+block forward: most of a draft's time at small batches.  Like FR-Spec's frequency-ranked subsets and
+EAGLE-3's draft vocabularies, ``DraftVocab`` keeps ``N`` rows of that weight: the draft's logits cover
+those ids, an argmax index maps back to a token id, and a sampling draft's distribution is zero
+outside them.  The target still verifies with its whole head, so decoding stays exact; a draft can
+only propose ids inside the subset.
 
 ``DraftVocab(weight, 32768)`` keeps the first ``N`` ids (a view of the weight, no copy: with
 byte-level BPE vocabularies the low ids are the frequent ones); ``DraftVocab(weight, ids)`` keeps
-the given ids, e.g. a frequency-ranked list, as a gathered ``[N, H]`` copy::
+the given ids, e.g. a frequency-ranked list (``specgen draft-vocab``), as a gathered ``[N, H]`` copy.
+``apply_draft_vocab`` sets it on a draft (a DSpark draft's Markov bias keeps the same rows)::
 
-    head.draft_vocab = DraftVocab(target.lm_head_weight, parse_draft_vocab("ids.json"))
+    apply_draft_vocab(draft, target.lm_head_weight, parse_draft_vocab("ids.json"))
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Sequence
 
 import torch
 
-__all__ = ["DraftVocab", "frequency_ranked", "head_weight", "parse_draft_vocab"]
+__all__ = ["DraftVocab", "apply_draft_vocab", "frequency_ranked", "head_weight", "parse_draft_vocab"]
 
 
 class DraftVocab:
@@ -49,11 +51,15 @@ class DraftVocab:
             self.ids, self.weight = None, weight[: ids.numel()]
             return
         self.ids = ids.to(weight.device)
-        self.weight = weight.index_select(0, self.ids).contiguous()
+        self.weight = self.rows(weight)
 
     @property
     def size(self) -> int:
         return self.weight.shape[0]
+
+    def rows(self, weight: torch.Tensor) -> torch.Tensor:
+        """The subset's rows of a ``[V, ...]`` weight: a view for the first ``N`` ids, else a gathered copy."""
+        return weight[: self.size] if self.ids is None else weight.index_select(0, self.ids.to(weight.device))
 
     def tokens(self, index: torch.Tensor) -> torch.Tensor:
         """The token ids of row indices ``index`` (an argmax over the reduced logits)."""
@@ -67,6 +73,17 @@ class DraftVocab:
         else:
             full[:, self.ids] = logits
         return full
+
+
+def apply_draft_vocab(draft: torch.nn.Module, weight: torch.Tensor, keep: int | Sequence[int]) -> DraftVocab:
+    """``draft.draft_vocab = DraftVocab(weight, keep)`` for an MTP head or a block draft; a DSpark draft's Markov
+    bias keeps the same rows of its ``w2`` (``vocab_w2``), gathered here, once, outside any graph capture."""
+    vocab = DraftVocab(weight, keep)
+    markov = getattr(draft, "markov_head", None)
+    if markov is not None:
+        markov.vocab_w2 = vocab.rows(markov.w2.weight)
+    draft.draft_vocab = vocab
+    return vocab
 
 
 def head_weight(head: torch.nn.Module, target: torch.nn.Module) -> torch.Tensor:

@@ -72,11 +72,6 @@ BAD = [
         "--draft-sampling argmax: --acceptance replaces the drafts (one-hot)",
     ),
     ("draft_vocab", {"draft_vocab": "no/such.json"}, "--draft-vocab takes a count of ids or a JSON file"),
-    (
-        "draft_vocab",
-        {"draft_vocab": "64", "draft": "dflash"},
-        "--draft-vocab reduces the MTP draft's LM head; --draft dflash has none of its own",
-    ),
     ("device", {"device": "tpu"}, "--device tpu: use cpu or cuda (or cuda:N)"),
     ("bare_repeats", {"bare_repeats": 0}, COUNTS_MESSAGE),
     ("repeats", {"repeats": 0}, "--repeats must be at least 1"),

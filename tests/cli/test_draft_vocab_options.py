@@ -1,4 +1,4 @@
-"""``--draft-vocab`` reaches the MTP head from every command that takes it (``generate``, ``bench``,
+"""``--draft-vocab`` reaches the draft (the MTP head, a block draft) from every command that takes it (``generate``, ``bench``,
 ``serve-bench``), changes no emitted token, is recorded in their results, and is refused in one line where it
 is wrong."""
 
@@ -40,6 +40,12 @@ def test_generate_takes_a_count_and_a_file_and_emits_the_same_tokens(vocabs, cap
         doc = json.loads(capsys.readouterr().out)
         assert doc["draft_vocab"] == size and doc["outputs"] == whole["outputs"]
     assert whole["draft_vocab"] is None and vocabs == [None, 64, 5]
+    block = ["generate", *TINY, "--prompt-ids", "4,5,6", "--max-new-tokens", "8", "--json", "--draft", "dspark"]
+    assert main(block) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert main([*block, "--draft-vocab", "48"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["draft_vocab"], doc["outputs"]) == (48, whole["outputs"])
 
 
 def test_bench_and_serve_bench_record_it(vocabs, tmp_path):
@@ -64,7 +70,6 @@ def test_bench_and_serve_bench_record_it(vocabs, tmp_path):
         (["--draft-vocab", "0"], "keeps 1 to 512 ids"),
         (["--draft-vocab", "513"], "keeps 1 to 512 ids"),
         (["--draft-vocab", "no/such.json"], "no file 'no/such.json'"),
-        (["--draft", "dspark", "--draft-vocab", "8"], "--draft dspark has none of its own"),
     ],
 )
 def test_a_bad_draft_vocab_is_one_line(command, extra, words, capsys, tmp_path):

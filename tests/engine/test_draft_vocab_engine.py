@@ -1,4 +1,4 @@
-"""An MTP draft over a reduced draft vocabulary (``MTPHead.draft_vocab``) in every mode.
+"""Drafts over a reduced draft vocabulary (``draft_vocab``): the MTP head in every mode, DFlash and DSpark.
 
 Decoding stays exact (the target verifies with its whole head); every drafted token lies in the subset; with
 every id listed in a shuffled order the drafts are the whole head's, so the index -> token map is exact; a
@@ -12,10 +12,10 @@ import pytest
 import torch
 from oracles.hybrid_reference import hybrid_greedy
 
-from specgen.engine import SpecDecodeEngine, greedy_generate
+from specgen.engine import greedy_generate
 from specgen.engine.draft_kinds import DRAFT_KINDS
 from specgen.models import Qwen3Model
-from specgen.models.draft_vocab import DraftVocab
+from specgen.models.draft_vocab import DraftVocab, apply_draft_vocab
 from specgen.models.qwen3_5 import Qwen35Model
 from specgen.runtime.sampling import SamplingParams
 
@@ -28,21 +28,23 @@ def _prompts(n: int, seed: int, vocab: int = 512) -> list[list[int]]:
     return [[rng.randrange(vocab) for _ in range(rng.randint(1, 10))] for _ in range(n)]
 
 
-def _run(model, head, mode, width, prompts, library, **kw):
-    """``(result, drafted tokens)``: every token ``_pick`` proposed."""
-    eng = SpecDecodeEngine(model, head, mode=mode, width=width, batch=len(prompts), block_size=BS,
-                           block_table_width=BT, library=library, compile_backend="eager", **kw)  # fmt: skip
-    drafted, pick = [], eng.proposer._pick
+def _run(model, head, mode, width, prompts, library, kind="mtp", **kw):
+    """``(result, drafted tokens)``: every token the MTP chain's ``_pick`` or a block draft's ``propose`` gave."""
+    eng = DRAFT_KINDS[kind].engine(model, head, mode=mode, width=width, batch=len(prompts), block_size=BS,
+                                   block_table_width=BT, library=library, compile_backend="eager", **kw)  # fmt: skip
+    owner, name = (eng.proposer, "_pick") if kind == "mtp" else (head, "propose")
+    drafted, inner = [], getattr(owner, name)
 
-    def recorded(logits, positions, index):
-        out = pick(logits, positions, index)
-        drafted.append(out.clone())
+    def recorded(*args):
+        out = inner(*args)
+        drafted.append(out.reshape(-1).clone())
         return out
 
-    eng.proposer._pick = recorded
+    setattr(owner, name, recorded)
     try:
         return eng.run(prompts, max_new_tokens=NEW), torch.cat(drafted)
     finally:
+        delattr(owner, name) if owner is head else None
         eng.close()
 
 
@@ -112,16 +114,19 @@ def test_the_hybrid_targets_draft_over_a_subset_stays_exact(hybrid_kernels, mode
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["baseline", "compile", "specgen"])
-def test_cuda_graphs_draft_over_listed_ids_and_stay_exact(hybrid_kernels, mode):
+@pytest.mark.parametrize(
+    "kind, mode",
+    [("mtp", "baseline"), ("mtp", "compile"), ("mtp", "specgen"), ("dflash", "specgen"), ("dspark", "specgen")],
+)
+def test_cuda_graphs_draft_over_listed_ids_and_stay_exact(hybrid_kernels, kind, mode):
     """The gathered rows and the index -> token map inside CUDA graphs (the hybrid target, float32)."""
     model = Qwen35Model.create("qwen3.5-tiny", seed=0, device="cuda")
-    head = DRAFT_KINDS["mtp"].create(model, seed=1)
+    draft = DRAFT_KINDS[kind].create(model, seed=1)
     ids = torch.randperm(model.config.vocab_size, generator=torch.Generator().manual_seed(8))[:120]
-    head.draft_vocab = DraftVocab(model.lm_head_weight, ids.tolist())
+    apply_draft_vocab(draft, model.lm_head_weight, ids.tolist())
     prompts = _prompts(3, seed=12, vocab=model.config.vocab_size)
-    eng = SpecDecodeEngine(model, head, mode=mode, width=4, batch=3, block_size=BS, block_table_width=BT,
-                           library=hybrid_kernels, compile_backend="inductor")  # fmt: skip
+    eng = DRAFT_KINDS[kind].engine(model, draft, mode=mode, width=4, batch=3, block_size=BS, block_table_width=BT,
+                                   library=hybrid_kernels, compile_backend="inductor")  # fmt: skip
     res = eng.run(prompts, max_new_tokens=NEW, timing=True)
     drafted = eng.bufs["draft_tokens"].long().cpu()  # the last step's drafts
     eng.close()
@@ -129,3 +134,23 @@ def test_cuda_graphs_draft_over_listed_ids_and_stay_exact(hybrid_kernels, mode):
     assert torch.isin(drafted, ids).all()
     if mode == "specgen":
         assert res.runtime_stats["fallback"] == {} and all(t.host_syncs == 0 for t in res.timings)
+
+
+@pytest.mark.parametrize("kind", ["dflash", "dspark"])
+@pytest.mark.parametrize("mode", ["baseline", "specgen"])
+def test_block_drafts_over_a_subset_stay_exact_and_map_back(dense, block_kernels, kind, mode):
+    """Every id shuffled: the whole head's drafts (DSpark's Markov bias over the same rows); the first 64 ids:
+    drafts inside them, the target's greedy tokens."""
+    model = dense[0]
+    draft = DRAFT_KINDS[kind].create(model, seed=1)
+    prompts = _prompts(2, seed=13)
+    whole, whole_drafts = _run(model, draft, mode, 4, prompts, block_kernels, kind)
+    order = torch.randperm(model.config.vocab_size, generator=torch.Generator().manual_seed(14))
+    apply_draft_vocab(draft, model.lm_head_weight, order.tolist())
+    shuffled, drafted = _run(model, draft, mode, 4, prompts, block_kernels, kind)
+    assert torch.equal(drafted, whole_drafts) and shuffled.outputs == whole.outputs
+    apply_draft_vocab(draft, model.lm_head_weight, 64)
+    res, drafted = _run(model, draft, mode, 4, prompts, block_kernels, kind)
+    assert res.outputs == greedy_generate(model, prompts, NEW) and int(drafted.max()) < 64
+    if kind == "dspark":
+        assert draft.markov_head.vocab_w2.shape == (64, draft.markov_head.w2.weight.shape[1])
