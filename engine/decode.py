@@ -125,16 +125,19 @@ def greedy_generate(
 
 
 def _draft_chain(draft: MTPHead, logits, hidden, seq_lens, n: int, lay: _Layout) -> torch.Tensor:
-    """``n`` drafts; the first comes from ``logits`` (the row at position ``S``)."""
+    """``n`` drafts; the first comes from ``logits`` (the row at position ``S``); a head's ``draft_vocab`` maps
+    each argmax index back to its token id."""
     b = seq_lens.shape[0]
     qsl = torch.arange(b + 1, device=seq_lens.device)
-    d, pos, drafts = logits.argmax(-1), seq_lens, []
+    vocab = draft.draft_vocab
+    pick = (lambda x: x.argmax(-1)) if vocab is None else (lambda x: vocab.tokens(x.argmax(-1)))
+    d, pos, drafts = pick(logits), seq_lens, []
     drafts.append(d)
     for _ in range(n - 1):
         pos = pos + 1
         slots = slot(lay.block_table, pos[:, None], lay.block_size).reshape(-1)
         hidden, logits = draft(d, pos, slots, hidden, lay.block_table, pos + 1, qsl, 1)
-        d = logits.argmax(-1)
+        d = pick(logits)
         drafts.append(d)
     return torch.stack(drafts, 1)
 

@@ -154,3 +154,22 @@ def test_block_drafts_over_a_subset_stay_exact_and_map_back(dense, block_kernels
     assert res.outputs == greedy_generate(model, prompts, NEW) and int(drafted.max()) < 64
     if kind == "dspark":
         assert draft.markov_head.vocab_w2.shape == (64, draft.markov_head.w2.weight.shape[1])
+
+
+def test_the_host_loop_maps_back_too(dense, monkeypatch):
+    """``speculative_generate`` (the host-driven reference loop): every id shuffled drafts the whole head's tokens."""
+    from specgen.engine import decode
+
+    model, head = dense
+    prompts = _prompts(2, seed=15)
+    seen, chain = [], decode._draft_chain
+    monkeypatch.setattr(decode, "_draft_chain", lambda *a: seen.append(chain(*a)) or seen[-1])
+    whole, _ = decode.speculative_generate(model, head, prompts, NEW, 3)
+    whole_drafts, seen[:] = torch.cat(seen), []
+    order = torch.randperm(model.config.vocab_size, generator=torch.Generator().manual_seed(16))
+    head.draft_vocab = DraftVocab(model.lm_head_weight, order.tolist())
+    try:
+        out, _ = decode.speculative_generate(model, head, prompts, NEW, 3)
+    finally:
+        head.draft_vocab = None
+    assert out == whole == greedy_generate(model, prompts, NEW) and torch.equal(torch.cat(seen), whole_drafts)
