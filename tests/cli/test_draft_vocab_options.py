@@ -1,6 +1,6 @@
-"""``--draft-vocab`` reaches the draft (the MTP head, a block draft) from every command that takes it (``generate``, ``bench``,
-``serve-bench``), changes no emitted token, is recorded in their results, and is refused in one line where it
-is wrong."""
+"""``--draft-vocab`` reaches the draft (the MTP head, a block draft) from every command that takes it
+(``generate``, ``bench``, ``serve-bench``), changes no emitted token, is recorded in their results, and is refused
+in one line where it is wrong."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def vocabs(monkeypatch) -> list:
     init = SpecDecodeEngine.__init__
 
     def spy(self, model, head, *args, **kw):
-        seen.append(getattr(getattr(getattr(head, "head", head), "draft_vocab", None), "size", None))
+        draft = getattr(head, "head", None) or getattr(head, "draft", head)  # an MTP or a block draft's proposer
+        seen.append(getattr(draft.draft_vocab, "size", None))
         init(self, model, head, *args, **kw)
 
     monkeypatch.setattr(SpecDecodeEngine, "__init__", spy)
@@ -45,7 +46,7 @@ def test_generate_takes_a_count_and_a_file_and_emits_the_same_tokens(vocabs, cap
     whole = json.loads(capsys.readouterr().out)
     assert main([*block, "--draft-vocab", "48"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert (doc["draft_vocab"], doc["outputs"]) == (48, whole["outputs"])
+    assert (doc["draft_vocab"], doc["outputs"]) == (48, whole["outputs"]) and vocabs[-2:] == [None, 48]
 
 
 def test_bench_and_serve_bench_record_it(vocabs, tmp_path):
