@@ -63,13 +63,28 @@ def _id_lists(path: str) -> list[list[int]]:
     return data
 
 
-def _text_lists(path: str, tokenizer) -> list[list[int]]:
-    """A ``--text`` file's non-empty lines, tokenized."""
+LINES_PER_BATCH = 4096  # text lines tokenized at once
+PROGRESS_BATCHES = 64  # a progress line every this many batches of a text file
+
+
+def _text_batches(path: str, tokenizer):
+    """A ``--text`` file's non-empty lines, tokenized ``LINES_PER_BATCH`` at a time (a corpus larger than memory
+    streams), with a progress line on standard error every ``PROGRESS_BATCHES`` batches."""
+    lines, batches = [], 0
     try:
-        lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    lines.append(line.rstrip("\n"))
+                if len(lines) == LINES_PER_BATCH:
+                    yield [enc.ids for enc in tokenizer.encode_batch(lines)]
+                    lines, batches = [], batches + 1
+                    if batches % PROGRESS_BATCHES == 0:
+                        print(f"draft-vocab: {path}: {batches * LINES_PER_BATCH} lines so far", file=sys.stderr)
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"--text {path}: {getattr(e, 'strerror', None) or e}") from None
-    return [enc.ids for enc in tokenizer.encode_batch(lines)]
+    if lines:
+        yield [enc.ids for enc in tokenizer.encode_batch(lines)]
 
 
 def run(args) -> int:
@@ -91,13 +106,15 @@ def run(args) -> int:
     counts = torch.zeros(vocab, dtype=torch.int64)
     sources = [("--token-ids", p) for p in args.token_ids] + [("--text", p) for p in args.text]
     for option, path in sources:
-        lists = _id_lists(path) if option == "--token-ids" else _text_lists(path, tokenizer)
-        ids = torch.tensor([t for row in lists for t in row], dtype=torch.int64)
-        bad = ids[(ids < 0) | (ids >= vocab)]
-        if bad.numel():
-            raise UsageError(f"{option} {path}: token id {int(bad[0])} is outside the vocabulary (0..{vocab - 1})")
-        counts += torch.bincount(ids, minlength=vocab)
-        print(f"draft-vocab: {path}: {ids.numel()} tokens in {len(lists)} sequences", file=sys.stderr)
+        before, sequences = int(counts.sum()), 0
+        for lists in [_id_lists(path)] if option == "--token-ids" else _text_batches(path, tokenizer):
+            ids = torch.tensor([t for row in lists for t in row], dtype=torch.int64)
+            bad = ids[(ids < 0) | (ids >= vocab)]
+            if bad.numel():
+                raise UsageError(f"{option} {path}: token id {int(bad[0])} is outside the vocabulary (0..{vocab - 1})")
+            counts += torch.bincount(ids, minlength=vocab)
+            sequences += len(lists)
+        print(f"draft-vocab: {path}: {int(counts.sum()) - before} tokens in {sequences} sequences", file=sys.stderr)
     total = int(counts.sum())
     if total == 0:
         raise UsageError("draft-vocab: the corpus holds no tokens")

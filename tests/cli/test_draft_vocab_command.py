@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specgen.cli import main
+from specgen.cli import draft_vocab, main
 from specgen.models.draft_vocab import frequency_ranked
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -45,7 +45,7 @@ def test_ids_never_seen_fill_the_rest_in_id_order():
         frequency_ranked(counts, 11)
 
 
-def test_text_goes_through_the_folders_tokenizer(tmp_path, capsys):
+def test_text_goes_through_the_folders_tokenizer(tmp_path, capsys, monkeypatch):
     pytest.importorskip("tokenizers", reason="--text needs the tokenizers package")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from oracles.hf_checkpoint import word_tokenizer
@@ -59,6 +59,18 @@ def test_text_goes_through_the_folders_tokenizer(tmp_path, capsys):
     assert main(["draft-vocab", "--model", str(folder), "--size", "2", "--text", str(corpus), "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["ids"] == [5, 6] and doc["tokens_counted"] == 6 and doc["coverage"] == pytest.approx(5 / 6)
+    capsys.readouterr()
+    monkeypatch.setattr(draft_vocab, "LINES_PER_BATCH", 2)  # a corpus streamed two lines at a time
+    monkeypatch.setattr(draft_vocab, "PROGRESS_BATCHES", 1)
+    corpus.write_text("w9 w9\nw3\n\nw9 w4\nw3 w3 w3\nw8\n")  # 5 lines: batches of 2, 2, 1
+    assert main(["draft-vocab", "--model", str(folder), "--size", "3", "--text", str(corpus), "--out", str(out)]) == 0
+    doc, err = json.loads(out.read_text()), capsys.readouterr().err
+    assert doc["ids"] == [3, 9, 4] and doc["tokens_counted"] == 9
+    assert "2 lines so far" in err and "4 lines so far" in err and "9 tokens in 5 sequences" in err
+    corpus.write_bytes(b"w1 \xff\xfe\n")
+    assert main(["draft-vocab", "--model", str(folder), "--size", "2", "--text", str(corpus), "--out", str(out)]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"specgen: error: --text {corpus}: ") and "utf-8" in last, last
 
 
 @pytest.mark.parametrize(
