@@ -1,0 +1,38 @@
+"""benchmarks/draft_vocab_ab.py: the TPOTs and the draft's device time of two benches (without and with
+``--draft-vocab``), the table and the picture, on files made here; the benches given the wrong way round are
+refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from oracles.scripts import benchmark_module
+
+
+def _bench(path, draft_vocab, tpots, draft=None):
+    runs = []
+    for (batch, mode), tpot in tpots.items():
+        run = {"batch": batch, "mode": mode, "tpot_ms": tpot}
+        if draft is not None:
+            run["kernel_breakdown"] = {"parts": {"draft": {"matmul": draft[0], "norm": draft[1]}, "forward": {}}}
+        runs.append(run)
+    runs.append({"batch": 8, "mode": "compile", "error": "out of memory"})  # a failed run is left out
+    path.write_text(json.dumps({"draft_vocab": draft_vocab, "runs": runs}))
+    return path
+
+
+def test_the_table_and_the_picture(tmp_path, capsys):
+    ab = benchmark_module("draft_vocab_ab")
+    whole = _bench(tmp_path / "w.json", None, {(1, "specgen"): 1.2, (8, "specgen"): 1.5}, draft=(800.0, 40.0))
+    subset = _bench(tmp_path / "s.json", 64, {(1, "specgen"): 0.9, (8, "specgen"): 1.2}, draft=(200.0, 40.0))
+    rows, size = ab.compare(whole, subset)
+    assert size == 64 and [(r["batch"], r["mode"]) for r in rows] == [(1, "specgen"), (8, "specgen")]
+    assert rows[0]["change"] == pytest.approx(0.9 / 1.2 - 1)
+    assert (rows[0]["whole_draft_us"], rows[0]["subset_draft_matmul_us"]) == (840.0, 200.0)
+    ab.main([str(whole), str(subset), "--out", str(tmp_path / "ab.png")])
+    out = capsys.readouterr().out
+    assert "| 1 | specgen | 1.2000 | 0.9000 | -25.0% | 840 (800) -> 240 (200) |" in out
+    assert (tmp_path / "ab.png").stat().st_size > 1000
+    with pytest.raises(SystemExit, match="without --draft-vocab first"):
+        ab.compare(subset, whole)
