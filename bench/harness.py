@@ -28,7 +28,6 @@ from ..engine.acceptance import AcceptanceMix
 from ..engine.decode import greedy_generate
 from ..engine.draft_kinds import DRAFT_KINDS
 from ..engine.rank_check import RankCheck
-from ..models.draft_vocab import apply_draft_vocab, parse_draft_vocab
 from ..models.errors import EngineError
 from ..models.tp import shard_head, shard_model
 from ..parallel.group import TensorParallel, TPError
@@ -37,7 +36,17 @@ from .config import BenchConfig, configure
 from .host_clock import HostClock
 from .profiler import KernelPass
 from .rows import SUBJECT, fold_rounds, ratios, summary
-from .support import CPU_PRESETS, SETTLED, BenchError, load_target, log, settled, still_running, switches
+from .support import (
+    CPU_PRESETS,
+    SETTLED,
+    BenchError,
+    load_target,
+    log,
+    restrict_draft,
+    settled,
+    still_running,
+    switches,
+)
 
 __all__ = ["SUBJECT", "BenchConfig", "BenchError", "configure", "fold_rounds", "ratios", "run_bench", "summary"]
 
@@ -106,11 +115,7 @@ class _Sweep:
                     shard_head(self.head, tp)
         except (TPError, EngineError) as e:
             raise BenchError(str(e)) from None
-        if config.draft_vocab is not None:  # the draft's LM head over a subset of the ids
-            try:
-                apply_draft_vocab(self.head, self.model.lm_head_weight, parse_draft_vocab(config.draft_vocab))
-            except ValueError as e:
-                raise BenchError(f"--draft-vocab: {e}") from None
+        restrict_draft(self.head, self.model, config.draft_vocab)  # the draft's LM head over a subset of the ids
         self.rank_check = RankCheck(tp, config.check_ranks) if config.check_ranks and tp.distributed else None
         mtp = "; the MTP draft is the checkpoint's mtp.* module" if getattr(self.head, "from_checkpoint", False) else ""
         log(f"bench: model ready in {time.perf_counter() - t:.1f}s{mtp}")

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from ..engine.serving import ClosedLoop, Request, ServeRun, Workload
 from ..models.errors import EngineError
 from .serve_config import Load, ServeConfig
-from .support import BenchError, create_target, log, still_running, switches
+from .support import BenchError, create_target, log, restrict_draft, still_running, switches
 
 __all__ = [
     "LOOP_MODULE",
@@ -142,13 +142,7 @@ def loop_runner(config: ServeConfig, library=None, tp=None) -> Runner:
     device = tp.device if tp is not None and tp.distributed else config.device
     model = create_target(config.model, config.model_path, config.seed, config.dtype, device)
     draft = DRAFT_KINDS[config.draft].create(model, seed=config.seed + 1)
-    if config.draft_vocab is not None:  # the draft's LM head over a subset of the ids
-        from ..models.draft_vocab import apply_draft_vocab, parse_draft_vocab
-
-        try:
-            apply_draft_vocab(draft, model.lm_head_weight, parse_draft_vocab(config.draft_vocab))
-        except ValueError as e:
-            raise BenchError(f"--draft-vocab: {e}") from None
+    restrict_draft(draft, model, config.draft_vocab)  # the draft's LM head over a subset of the ids
     if tp is not None and tp.distributed:
         from ..models.tp import shard_head, shard_model
 

@@ -194,6 +194,19 @@ def create_target(config, path: str | None, seed: int, dtype, device) -> torch.n
         raise BenchError(f"--model {path}: {str(e).strip(chr(34) + chr(39))}") from None
 
 
+def restrict_draft(draft: torch.nn.Module, target: torch.nn.Module, spec: str | None) -> None:
+    """``--draft-vocab spec`` on ``draft`` (the target's LM head over a count of ids or a JSON file's ids;
+    ``models.draft_vocab``); nothing for None. A bad subset is a ``BenchError`` naming the option."""
+    if spec is None:
+        return
+    from ..models.draft_vocab import apply_draft_vocab, parse_draft_vocab
+
+    try:
+        apply_draft_vocab(draft, target.lm_head_weight, parse_draft_vocab(spec))
+    except ValueError as e:
+        raise BenchError(f"--draft-vocab: {e}") from None
+
+
 def load_target(config, device) -> torch.nn.Module:
     """The bench's target: the folder's weights in the bench's dtype, or the preset with seeded random ones."""
     return create_target(config.model, config.model_path, config.seed, config.dtype, device)

@@ -144,7 +144,7 @@ def _setup(args):
     """``(model, draft, device)`` for the arguments; every bad value is a ``UsageError``."""
     import torch
 
-    from ..bench.support import MODEL_PRESETS, BenchError, check_device, create_target, model_config
+    from ..bench.support import MODEL_PRESETS, BenchError, check_device, create_target, model_config, restrict_draft
     from ..engine.draft_kinds import DRAFT_KINDS
     from ..engine.modes import MODES
     from ..models import EngineError
@@ -164,17 +164,11 @@ def _setup(args):
         path = None if args.model in MODEL_PRESETS else args.model
         model = create_target(config, path, args.seed, dtype, device)
         draft = DRAFT_KINDS[args.draft].create(model, seed=args.seed + 1, weights=args.draft_weights)
+        restrict_draft(draft, model, args.draft_vocab)  # --draft-vocab: the draft's LM head over a subset
     except (BenchError, EngineError) as e:
         raise UsageError(str(e)) from None
     except (KeyError, ValueError, FileNotFoundError) as e:
         raise UsageError(f"--model {args.model}: {str(e).strip(chr(34) + chr(39))}") from None
-    if args.draft_vocab is not None:
-        from ..models.draft_vocab import apply_draft_vocab, parse_draft_vocab
-
-        try:
-            apply_draft_vocab(draft, model.lm_head_weight, parse_draft_vocab(args.draft_vocab))
-        except ValueError as e:
-            raise UsageError(f"--draft-vocab: {e}") from None
     return model, draft, device
 
 

@@ -39,7 +39,7 @@ class DraftVocab:
             self.ids, self.weight = None, weight[:keep]
             return
         ids = torch.as_tensor(keep).reshape(-1)
-        if ids.numel() == 0 or ids.dtype in (torch.bool,) or ids.is_floating_point():
+        if ids.numel() == 0 or ids.dtype == torch.bool or ids.is_floating_point():
             raise ValueError("a draft vocabulary's ids are a non-empty list of integers")
         ids = ids.to(torch.int64).cpu()
         bad = ids[(ids < 0) | (ids >= vocab)]
