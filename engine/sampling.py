@@ -14,7 +14,9 @@ temperature 0 is greedy, so one batch mixes greedy and sampled rows.  Without it
   tail's vocabulary pass (``sampler``: ``runtime.vocab_pass.VocabPass``) reads them.
 * A draft that samples (the MTP chain without ``--acceptance``) writes each drafted
   token's ``q(x)`` into ``draft_probs`` and its whole filtered distribution into
-  ``dists`` (the residual needs it); a draft that does not (block drafts, drafts
+  ``dists`` (the residual needs it); over a reduced draft vocabulary (``draft_vocab``)
+  its pass reads the subset's logits alone and writes ``q`` into the subset's columns
+  (the others stay 0); a draft that does not (block drafts, drafts
   replaced by an ``AcceptanceMix``, or ``draft_sampling="argmax"``: the MTP chain
   proposing its argmax) is the one-hot case, ``draft_probs`` 1: no vocabulary pass
   per drafted token, and a draft is kept with probability ``p(x)`` instead of
@@ -68,7 +70,7 @@ class EngineSampling:
 
     def __init__(self, engine, params: Sequence[SamplingParams], draft_sampling: str = "sample"):
         self.engine, self.params, self.draft_sampling = engine, list(params), draft_sampling
-        self.logits = self.dists = None
+        self.logits = self.dists = self.draft_vocab = None
 
     @property
     def draft_samples(self) -> bool:
@@ -89,16 +91,20 @@ class EngineSampling:
         if self.draft_samples:  # draft j's rows are one contiguous block: what spec_target_sample_dense reads
             self.dists = torch.zeros(e.width - 1, e.batch, vocab, **f32)
         self.draft_kernel = None
+        # a sampling MTP head over a draft vocabulary: its draws read the subset's N logits (models/draft_vocab.py)
+        self.draft_vocab = getattr(e.proposer.module, "draft_vocab", None) if self.draft_samples else None
+        width = vocab if self.draft_vocab is None else self.draft_vocab.size
         wanted = os.environ.get(VOCAB_KERNELS_ENV, "1") != "0"
         lib = e.library if e.strategy.name == "specgen" and wanted else None
         self.vocab = VocabPass(lib, e.width, e.batch * e.width, vocab, e.device, dense=self.draft_samples)
         self.logits, self.target_kernel = self.vocab.logits, self.vocab.kernel
         if self.target_kernel is not None and self.draft_samples and lib.has(DRAFT_SAMPLE, e.width):
             self.draft_kernel = lib.get(DRAFT_SAMPLE, e.width)
-            self.draft_logits = torch.zeros(e.batch, vocab, **f32)
+            self.draft_logits = torch.zeros(e.batch, width, **f32)
             self.drawn = torch.zeros(e.batch, dtype=torch.int64, device=e.device)
             self.drawn_probs = torch.zeros(e.batch, **f32)
-            self.draft_workspace = vocab_workspace(e.batch, vocab, e.device)
+            self.draft_dist = None if self.draft_vocab is None else torch.zeros(e.batch, width, **f32)
+            self.draft_workspace = vocab_workspace(e.batch, width, e.device)
         self.write(self.params)
 
     def write(self, params: Sequence[SamplingParams]) -> None:
@@ -134,27 +140,38 @@ class EngineSampling:
         batch = bufs["target_tokens"].shape[0]
         self.vocab(bufs, None if self.dists is None else self.dists[:, :batch])
 
-    def draft(self, logits: torch.Tensor, positions: torch.Tensor, index: int) -> torch.Tensor:
+    def draft(self, logits: torch.Tensor, positions: torch.Tensor, index: int, vocab=None) -> torch.Tensor:
         """Draft ``index`` of every row of a sampling draft (``draft_samples``) from the draft's ``logits[B, V]``
         at the drafted tokens' ``positions``: a draw from the row's filtered distribution whose ``q(x)`` and ``q``
-        go to ``draft_probs`` and ``dists``.  A one-hot draft takes the argmax instead (the proposer's own
-        argmax kernel), and ``draft_probs`` stays 1."""
+        go to ``draft_probs`` and ``dists``.  With the head's ``vocab`` (a ``DraftVocab``, the one set-up saw) the
+        logits are ``[B, N]``: the draw maps back to a token id and ``q`` fills the subset's columns.  A one-hot
+        draft takes the argmax instead (the proposer's own argmax kernel), and ``draft_probs`` stays 1."""
         if not self.draft_samples:
             raise EngineError("EngineSampling.draft: this engine's drafts are one-hot; take the argmax")
+        if vocab is not self.draft_vocab:
+            raise EngineError("EngineSampling.draft: the draft's draft_vocab changed after the engine's set-up")
         b, n = self.engine.bufs, logits.shape[0]
+        dists = self.dists[index, :n]  # leading rows: contiguous
         if self.draft_kernel is not None and n == b["temperature"].shape[0] <= self.drawn.shape[0]:
             self.draft_logits[:n].copy_(logits)
             params = [b[k] for k in SAMPLE_PARAMS]
             pos = positions.to(torch.int64).expand(n).contiguous()
-            drawn, probs, dist = self.drawn[:n], self.drawn_probs[:n], self.dists[index, :n]  # leading rows: contiguous
+            drawn, probs = self.drawn[:n], self.drawn_probs[:n]
+            dist = dists if vocab is None else self.draft_dist[:n]
             parts, sums = self.draft_workspace
             self.draft_kernel(*params, pos, self.draft_logits[:n], drawn, probs, dist, parts[:n], sums[:n])
             b["draft_probs"][:, index].copy_(probs)
-            return drawn.clone()  # the next draft overwrites ``drawn``
+            if vocab is None:
+                return drawn.clone()  # the next draft overwrites ``drawn``
+            vocab.scatter(dists, dist)
+            return vocab.tokens(drawn.clone())
         x, qx, q = draft_sample(logits, b, positions)
         b["draft_probs"][:n, index].copy_(qx)
-        self.dists[index, :n].copy_(q)
-        return x
+        if vocab is None:
+            dists.copy_(q)
+            return x
+        vocab.scatter(dists, q)
+        return vocab.tokens(x)
 
     def first_tokens(self, logits: torch.Tensor) -> torch.Tensor:
         """The token after each prompt from the prefill's last rows' ``logits[B, V]``, sampled like every other

@@ -6,11 +6,13 @@ block forward: most of a draft's time at small batches.  Like FR-Spec's frequenc
 EAGLE-3's draft vocabularies, ``DraftVocab`` keeps ``N`` rows of that weight: the draft's logits cover
 those ids, an argmax index maps back to a token id, and a sampling draft's distribution is zero
 outside them.  The target still verifies with its whole head, so decoding stays exact; a draft can
-only propose ids inside the subset.
+only propose ids inside the subset.  The ids are kept in id order, so that the reduced row's argmax
+(the lowest index on ties) and a draw over it (the inverse CDF in token order) are those of the whole
+row with ``-inf`` outside the subset (``widen``): a sampling draft's pass reads ``N`` logits, not ``V``.
 
 ``DraftVocab(weight, 32768)`` keeps the first ``N`` ids (a view of the weight, no copy: with
 byte-level BPE vocabularies the low ids are the frequent ones); ``DraftVocab(weight, ids)`` keeps
-the given ids, e.g. a frequency-ranked list (``specgen draft-vocab``), as a gathered ``[N, H]`` copy.
+the given ids, e.g. a frequency-ranked list (``specgen draft-vocab``), in id order, as a gathered ``[N, H]`` copy.
 ``apply_draft_vocab`` sets it on a draft (a DSpark draft's Markov bias keeps the same rows)::
 
     apply_draft_vocab(draft, target.lm_head_weight, parse_draft_vocab("ids.json"))
@@ -41,7 +43,7 @@ class DraftVocab:
         ids = torch.as_tensor(keep).reshape(-1)
         if ids.numel() == 0 or ids.dtype == torch.bool or ids.is_floating_point():
             raise ValueError("a draft vocabulary's ids are a non-empty list of integers")
-        ids = ids.to(torch.int64).cpu()
+        ids = torch.sort(ids.to(torch.int64).cpu()).values  # id order: see the module docstring
         bad = ids[(ids < 0) | (ids >= vocab)]
         if bad.numel():
             raise ValueError(f"draft vocabulary id {int(bad[0])} lies outside the target's vocabulary [0, {vocab})")
@@ -65,8 +67,19 @@ class DraftVocab:
         """The token ids of row indices ``index`` (an argmax over the reduced logits)."""
         return index if self.ids is None else self.ids[index.long()]
 
+    def scatter(self, out: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Reduced rows ``[n, N]`` (a draft's filtered distribution ``q``) into the subset's columns of ``out[n, V]``,
+        in place; the other columns keep what they hold (a sampling engine's ``dists``: 0 from their allocation)."""
+        if self.ids is None:
+            out[:, : self.size].copy_(rows)
+        else:
+            out.index_copy_(1, self.ids.to(out.device), rows.to(out.dtype))
+        return out
+
     def widen(self, logits: torch.Tensor) -> torch.Tensor:
-        """Reduced logits ``[n, N]`` as ``[n, V]`` logits, ``-inf`` outside the subset (probability 0 there)."""
+        """Reduced logits ``[n, N]`` as ``[n, V]`` logits, ``-inf`` outside the subset (probability 0 there): the
+        whole-vocabulary row a draw over the reduced one equals, whenever one of its logits is finite (with none,
+        the reduced row draws inside the subset, the widened one anywhere)."""
         full = logits.new_full((logits.shape[0], self.vocab_size), float("-inf"))
         if self.ids is None:
             full[:, : self.size] = logits

@@ -188,11 +188,11 @@ class MTPProposer(Proposer):
     def _pick(self, logits: torch.Tensor, positions: torch.Tensor, index: int) -> torch.Tensor:
         """Draft ``index`` for the tokens at ``positions``: the argmax (the forward's argmax kernel: a greedy
         engine's, and a sampling engine's whose drafts are one-hot), or a sampling draft's draw.  With the head's
-        ``draft_vocab`` the logits cover its ids alone: the argmax maps back to a token id, a draw reads them widened
-        (probability 0 outside)."""
+        ``draft_vocab`` the logits cover its ids alone: the argmax and a draw map back to token ids (a draw's ``q``
+        is 0 outside the subset)."""
         sampling, vocab = self.engine.sampling, self.head.draft_vocab
         if sampling is not None and sampling.draft_samples:
-            return sampling.draft(logits if vocab is None else vocab.widen(logits), positions, index)
+            return sampling.draft(logits, positions, index, vocab)
         index = cuda_forward.argmax(logits, self.engine.model.argmax_kernels)
         return index if vocab is None else vocab.tokens(index)
 

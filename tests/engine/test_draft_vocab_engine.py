@@ -103,6 +103,43 @@ def test_sampling_drafts_draw_inside_the_subset_alike_in_every_mode(dense, sampl
 
 
 @pytest.mark.parametrize("mode", ["baseline", "specgen"])
+@pytest.mark.parametrize("listed", [False, True])
+def test_a_sampling_draft_over_the_subset_draws_what_the_widened_row_draws(dense, sampling_kernels, mode, listed):
+    """The draft's pass over the subset's logits (``spec_draft_sample`` over N tokens in specgen, the torch ops in
+    baseline), ``q`` written into the subset's columns, against the whole-vocabulary pass over the same logits
+    widened with ``-inf``: the same drafts, ``q``, tokens and acceptance, bit for bit."""
+    model, head = dense
+    params = [SamplingParams(0.8, 0, 0.9, 21), SamplingParams(1.0, 5, 1.0, 4), SamplingParams(0.0)]
+    prompts = _prompts(3, seed=17)
+    ids = torch.randperm(model.config.vocab_size, generator=torch.Generator().manual_seed(18))[:48]
+    vocab = DraftVocab(model.lm_head_weight, ids.tolist() if listed else 48)
+    kw = dict(sampling=params, draft_sampling="sample")
+    head.draft_vocab = vocab
+    try:
+        subset, subset_drafts = _run(model, head, mode, 4, prompts, sampling_kernels, **kw)
+    finally:
+        head.draft_vocab = None
+    inner = head.forward
+
+    def widened(*args, **kwargs):  # the subset's logits as whole rows, -inf outside it
+        head.draft_vocab = vocab
+        try:
+            h, logits = inner(*args, **kwargs)
+        finally:
+            head.draft_vocab = None
+        return h, None if logits is None else vocab.widen(logits)
+
+    head.forward = widened
+    try:
+        wide, wide_drafts = _run(model, head, mode, 4, prompts, sampling_kernels, **kw)
+    finally:
+        del head.forward
+    assert (subset.outputs, subset.accepted) == (wide.outputs, wide.accepted)
+    assert torch.equal(subset_drafts, wide_drafts)
+    assert torch.isin(subset_drafts.long(), vocab.tokens(torch.arange(48))).all()
+
+
+@pytest.mark.parametrize("mode", ["baseline", "specgen"])
 def test_the_hybrid_targets_draft_over_a_subset_stays_exact(hybrid_kernels, mode):
     model = Qwen35Model.create("qwen3.5-tiny", seed=0)
     head = DRAFT_KINDS["mtp"].create(model, seed=1)
@@ -134,6 +171,34 @@ def test_cuda_graphs_draft_over_listed_ids_and_stay_exact(hybrid_kernels, kind, 
     assert torch.isin(drafted, ids).all()
     if mode == "specgen":
         assert res.runtime_stats["fallback"] == {} and all(t.host_syncs == 0 for t in res.timings)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("listed", [False, True])
+def test_cuda_graphs_sample_drafts_over_the_subset_as_baseline_does(sampling_kernels, listed):
+    """A sampling MTP draft over a subset in CUDA graphs (float32, no TF32): specgen's ``spec_draft_sample`` over N
+    logits and its scatter of ``q`` equal baseline's torch ops, drafts inside the subset, 0 host syncs a step."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = Qwen3Model.create("tiny", seed=0, device="cuda")
+    head = DRAFT_KINDS["mtp"].create(model, seed=1)
+    ids = torch.randperm(model.config.vocab_size, generator=torch.Generator().manual_seed(19))[:96]
+    vocab = apply_draft_vocab(head, model.lm_head_weight, ids.tolist() if listed else 96)
+    params = [SamplingParams(0.8, 0, 0.9, 21), SamplingParams(1.0, 5, 1.0, 4), SamplingParams(0.0)]
+    prompts = _prompts(3, seed=20)
+    runs = {}
+    for mode in ("baseline", "specgen"):
+        eng = DRAFT_KINDS["mtp"].engine(model, head, mode=mode, width=4, batch=3, block_size=BS, block_table_width=BT,
+                                        library=sampling_kernels, sampling=params, draft_sampling="sample")  # fmt: skip
+        res = eng.run(prompts, max_new_tokens=NEW)
+        drafts = eng.bufs["draft_tokens"].long().cpu()  # the last step's drafts
+        if mode == "specgen":
+            assert eng.sampling.draft_kernel is not None and eng.sampling.draft_dist.shape == (3, 96)
+            timed = eng.run(prompts, steps=6, warmup_steps=2, timing=True)
+            assert [t.host_syncs for t in timed.timings] == [0] * 6
+        eng.close()
+        runs[mode] = (res.outputs, res.accepted, drafts)
+    assert runs["specgen"][:2] == runs["baseline"][:2] and torch.equal(runs["specgen"][2], runs["baseline"][2])
+    assert torch.isin(runs["specgen"][2], vocab.tokens(torch.arange(96, device="cuda")).cpu()).all()
 
 
 @pytest.mark.parametrize("kind", ["dflash", "dspark"])

@@ -1,8 +1,9 @@
 """``DraftVocab``: the MTP head's LM head over a subset of the target's ids (a reduced draft vocabulary).
 
 The head's logits over the subset are the whole head's logits at those ids; an argmax index maps back to its
-token id; widened logits are ``-inf`` outside the subset; bad subsets and ``--draft-vocab`` texts are refused
-with a message naming what is wrong."""
+token id (the lowest id on ties, as over the whole row); widened logits are ``-inf`` outside the subset, and a
+sampling draft's draw over the subset is the draw over the widened row, bit for bit; bad subsets and
+``--draft-vocab`` texts are refused with a message naming what is wrong."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import json
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specgen.engine.draft_kinds import DRAFT_KINDS
 from specgen.models import Qwen3Model
 from specgen.models.draft_vocab import DraftVocab, parse_draft_vocab
 from specgen.models.qwen3_5 import Qwen35Model
+from specgen.runtime.sampling import SamplingParams, SamplingTensors, draft_sample
 
 V, H = 40, 8
 
@@ -32,10 +36,10 @@ def test_the_first_ids_are_a_view_of_the_weight(weight):
     assert DraftVocab(weight, list(range(7))).ids is None  # 0 .. N-1 listed: the same view
 
 
-def test_listed_ids_gather_their_rows_and_map_back(weight):
-    ids = torch.randperm(V, generator=torch.Generator().manual_seed(1))[:9]
-    vocab = DraftVocab(weight, ids.tolist())
-    assert torch.equal(vocab.weight, weight[ids]) and vocab.weight.is_contiguous()
+def test_listed_ids_gather_their_rows_in_id_order_and_map_back(weight):
+    ids = torch.randperm(V, generator=torch.Generator().manual_seed(1))[:9].sort().values
+    vocab = DraftVocab(weight, ids.flip(0).tolist())  # any listed order: kept in id order
+    assert torch.equal(vocab.ids, ids) and torch.equal(vocab.weight, weight[ids]) and vocab.weight.is_contiguous()
     h = torch.randn(3, H)
     full, reduced = h @ weight.T, h @ vocab.weight.T
     assert torch.equal(vocab.tokens(reduced.argmax(-1)), ids[reduced.argmax(-1)])
@@ -46,6 +50,51 @@ def test_listed_ids_gather_their_rows_and_map_back(weight):
     assert wide.shape == (3, V) and torch.equal(wide[:, ids], reduced)
     assert torch.isneginf(wide[:, outside]).all()
     torch.testing.assert_close(torch.softmax(wide, -1)[:, ids], torch.softmax(reduced, -1))
+
+
+def test_a_tie_maps_to_the_lowest_id_as_over_the_whole_row(weight):
+    vocab = DraftVocab(weight, [30, 4, 17])
+    reduced = torch.tensor([[1.0, 1.0, 0.0], [0.0, 2.0, 2.0]])  # ids 4, 17, 30
+    assert vocab.tokens(reduced.argmax(-1)).tolist() == vocab.widen(reduced).argmax(-1).tolist() == [4, 17]
+
+
+@pytest.mark.parametrize("keep", [6, [33, 2, 19, 7]])
+def test_scatter_writes_the_subset_columns_alone(weight, keep):
+    vocab = DraftVocab(weight, keep)
+    rows = torch.rand(2, vocab.size)
+    out = torch.full((2, V), 7.0)
+    vocab.scatter(out, rows)
+    cols = torch.arange(vocab.size) if vocab.ids is None else vocab.ids
+    inside = torch.zeros(V, dtype=torch.bool)
+    inside[cols] = True
+    assert torch.equal(out[:, cols], rows) and (out[:, ~inside] == 7.0).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, V),
+    listed=st.booleans(),
+    temperature=st.sampled_from([0.0, 0.7, 1.0, 2.5]),
+    top_k=st.sampled_from([0, 1, 3, 8, V - 1, V]),
+    top_p=st.sampled_from([1.0, 0.95, 0.5, 0.1]),
+    levels=st.sampled_from([3, 64]),
+    seed=st.integers(0, 2**31),
+)
+def test_a_draw_over_the_subset_is_the_draw_over_the_widened_row(n, listed, temperature, top_k, top_p, levels, seed):
+    """``draft_sample`` over the reduced logits, mapped back, equals it over the widened row: the token, ``q(x)`` and
+    ``q`` (0 outside the subset), ties included (``levels`` distinct logit values), top-k past the subset's size."""
+    gen = torch.Generator().manual_seed(seed)
+    weight = torch.randn(V, H, generator=gen)
+    vocab = DraftVocab(weight, torch.randperm(V, generator=gen)[:n].tolist() if listed else n)
+    reduced = torch.randint(0, levels, (4, vocab.size), generator=gen).float() * (8.0 / levels)
+    params = [SamplingParams(temperature, top_k, top_p, seed + r) for r in range(3)] + [SamplingParams(0.0)]
+    t = SamplingTensors.of(params)
+    bufs = {"temperature": t.temperature, "top_k": t.top_k, "top_p": t.top_p, "seed": t.seed}
+    positions = torch.arange(4) + seed % 1000
+    x, qx, q = draft_sample(reduced, bufs, positions)
+    wx, wqx, wq = draft_sample(vocab.widen(reduced), bufs, positions)
+    assert torch.equal(vocab.tokens(x), wx) and torch.equal(qx, wqx)
+    assert torch.equal(vocab.scatter(torch.zeros(4, V), q), wq)
 
 
 def test_a_prefix_widens_with_minus_infinity_past_it(weight):
@@ -104,7 +153,7 @@ def test_the_heads_logits_over_the_subset_are_the_whole_heads_at_those_ids(targe
     )
     hidden = torch.randn(n, model.config.hidden_size, generator=torch.Generator().manual_seed(2))
     _, full = head(*args[:3], hidden, *args[3:], n)
-    ids = torch.randperm(model.config.vocab_size, generator=torch.Generator().manual_seed(3))[:50]
+    ids = torch.randperm(model.config.vocab_size, generator=torch.Generator().manual_seed(3))[:50].sort().values
     head.draft_vocab = DraftVocab(model.lm_head_weight, ids.tolist())
     _, reduced = head(*args[:3], hidden, *args[3:], n)
     assert reduced.shape == (n, 50)
