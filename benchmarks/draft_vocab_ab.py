@@ -5,7 +5,8 @@
 ``WHOLE.json`` and ``SUBSET.json`` are ``bench.json`` files of the same ``specgen bench`` command without and
 with ``--draft-vocab`` (e.g. ``results/hybrid/85237b5_h200/repeats3/``). Per batch and mode it prints both
 TPOTs and the change; where the runs were profiled (``kernel_breakdown``) it also gives the draft's device
-time per step and its matmuls. The picture (matplotlib) shows the TPOTs side by side per batch and mode.
+time per step, its matmuls and (a sampling draft's draws) its vocabulary pass. The picture (matplotlib) shows
+the TPOTs side by side per batch and mode.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ def _runs(path: Path) -> tuple[dict, dict[tuple[int, str], dict]]:
     return doc, {(r["batch"], r["mode"]): r for r in doc["runs"] if "error" not in r}
 
 
-def _draft_us(run: dict) -> tuple[float, float] | None:
-    """``(draft device us, of it matmuls)`` per step from a profiled run's ``kernel_breakdown``, else None."""
+def _draft_us(run: dict) -> tuple[float, float, float] | None:
+    """``(draft device us, of it matmuls, of it the vocabulary pass)`` per step from a profiled run's
+    ``kernel_breakdown`` (a sampling draft's draws are its vocabulary pass), else None."""
     parts = (run.get("kernel_breakdown") or {}).get("parts", {})
     draft = parts.get("draft")
-    return (sum(draft.values()), draft.get("matmul", 0.0)) if draft else None
+    return (sum(draft.values()), draft.get("matmul", 0.0), draft.get("vocabulary pass", 0.0)) if draft else None
 
 
 def compare(whole_path: Path, subset_path: Path) -> tuple[list[dict], int]:
@@ -39,22 +41,24 @@ def compare(whole_path: Path, subset_path: Path) -> tuple[list[dict], int]:
         row = {"batch": key[0], "mode": key[1], "whole_tpot_ms": w["tpot_ms"], "subset_tpot_ms": s["tpot_ms"]}
         row["change"] = s["tpot_ms"] / w["tpot_ms"] - 1
         if _draft_us(w) and _draft_us(s):
-            row["whole_draft_us"], row["whole_draft_matmul_us"] = _draft_us(w)
-            row["subset_draft_us"], row["subset_draft_matmul_us"] = _draft_us(s)
+            row["whole_draft_us"], row["whole_draft_matmul_us"], row["whole_draft_vocab_us"] = _draft_us(w)
+            row["subset_draft_us"], row["subset_draft_matmul_us"], row["subset_draft_vocab_us"] = _draft_us(s)
         rows.append(row)
     return rows, subset_doc["draft_vocab"]
 
 
 def table(rows: list[dict], size: int) -> str:
-    out = [f"| B | mode | TPOT ms, whole | TPOT ms, {size} ids | change | draft us (matmuls), whole -> subset |"]
+    sampled = any(r.get("whole_draft_vocab_us") or r.get("subset_draft_vocab_us") for r in rows)
+    parts = "matmuls; vocabulary pass" if sampled else "matmuls"
+    out = [f"| B | mode | TPOT ms, whole | TPOT ms, {size} ids | change | draft us ({parts}), whole -> subset |"]
     out.append("|--:|---|--:|--:|--:|---|")
+
+    def cell(r: dict, which: str) -> str:
+        inner = f"{r[which + '_draft_matmul_us']:.0f}" + (f"; {r[which + '_draft_vocab_us']:.0f}" if sampled else "")
+        return f"{r[which + '_draft_us']:.0f} ({inner})"
+
     for r in rows:
-        draft = (
-            f"{r['whole_draft_us']:.0f} ({r['whole_draft_matmul_us']:.0f}) -> "
-            f"{r['subset_draft_us']:.0f} ({r['subset_draft_matmul_us']:.0f})"
-            if "whole_draft_us" in r
-            else "-"
-        )
+        draft = f"{cell(r, 'whole')} -> {cell(r, 'subset')}" if "whole_draft_us" in r else "-"
         out.append(
             f"| {r['batch']} | {r['mode']} | {r['whole_tpot_ms']:.4f} | {r['subset_tpot_ms']:.4f} | "
             f"{100 * r['change']:+.1f}% | {draft} |"

@@ -10,12 +10,15 @@ import pytest
 from oracles.scripts import benchmark_module
 
 
-def _bench(path, draft_vocab, tpots, draft=None):
+def _bench(path, draft_vocab, tpots, draft=None, vocab_pass=None):
     runs = []
     for (batch, mode), tpot in tpots.items():
         run = {"batch": batch, "mode": mode, "tpot_ms": tpot}
         if draft is not None:
-            run["kernel_breakdown"] = {"parts": {"draft": {"matmul": draft[0], "norm": draft[1]}, "forward": {}}}
+            parts = {"matmul": draft[0], "norm": draft[1]} | (
+                {} if vocab_pass is None else {"vocabulary pass": vocab_pass}
+            )
+            run["kernel_breakdown"] = {"parts": {"draft": parts, "forward": {}}}
         runs.append(run)
     runs.append({"batch": 8, "mode": "compile", "error": "out of memory"})  # a failed run is left out
     path.write_text(json.dumps({"draft_vocab": draft_vocab, "runs": runs}))
@@ -36,3 +39,15 @@ def test_the_table_and_the_picture(tmp_path, capsys):
     assert (tmp_path / "ab.png").stat().st_size > 1000
     with pytest.raises(SystemExit, match="without --draft-vocab first"):
         ab.compare(subset, whole)
+
+
+def test_a_sampling_drafts_vocabulary_pass_gets_its_own_figure(tmp_path, capsys):
+    ab = benchmark_module("draft_vocab_ab")
+    whole = _bench(tmp_path / "w.json", None, {(32, "specgen"): 4.0}, draft=(900.0, 50.0), vocab_pass=300.0)
+    subset = _bench(tmp_path / "s.json", 32768, {(32, "specgen"): 3.2}, draft=(250.0, 50.0), vocab_pass=70.0)
+    rows, _ = ab.compare(whole, subset)
+    assert (rows[0]["whole_draft_vocab_us"], rows[0]["subset_draft_vocab_us"]) == (300.0, 70.0)
+    ab.main([str(whole), str(subset)])
+    out = capsys.readouterr().out
+    assert "draft us (matmuls; vocabulary pass)" in out
+    assert "| 32 | specgen | 4.0000 | 3.2000 | -20.0% | 1250 (900; 300) -> 370 (250; 70) |" in out
