@@ -197,8 +197,9 @@ def test_cuda_graphs_sample_drafts_over_the_subset_as_baseline_does(sampling_ker
             assert [t.host_syncs for t in timed.timings] == [0] * 6
         eng.close()
         runs[mode] = (res.outputs, res.accepted, drafts)
-    assert runs["specgen"][:2] == runs["baseline"][:2] and torch.equal(runs["specgen"][2], runs["baseline"][2])
-    assert torch.isin(runs["specgen"][2], vocab.tokens(torch.arange(96, device="cuda")).cpu()).all()
+    assert runs["specgen"][:2] == runs["baseline"][:2]  # (the last drafts: each mode may draft a step more)
+    for mode in runs:
+        assert torch.isin(runs[mode][2], vocab.tokens(torch.arange(96, device="cuda")).cpu()).all()
 
 
 @pytest.mark.parametrize("kind", ["dflash", "dspark"])
