@@ -198,3 +198,30 @@ def test_block_drafts_serve_sampled_requests(tiny, sampling_kernels, stops, kind
     assert run.preemptions > 0
     for r, out in zip(reqs, res.outputs):
         assert loop.requests[r.id].output == cut_at_stop(out[: r.max_new_tokens], r.stop_ids), f"request {r.id}"
+
+
+@pytest.mark.parametrize("mode", ["baseline", "specgen"])
+def test_sampled_drafts_over_a_draft_vocabulary_through_churn(tiny, sampling_kernels, stops, mode):
+    """The MTP draft over 60 listed ids (``draft_vocab``): its draws read the subset's logits and write ``q`` into
+    the subset's columns of rows that move, join and leave; each request's tokens are its lone engine's with the
+    same subset, and every drafted token lies in it."""
+    import torch
+
+    from specgen.models.draft_vocab import DraftVocab
+
+    model, head = tiny
+    reqs = sampled_workload(model, stops, 16, seed=8)
+    ids = torch.randperm(model.config.vocab_size, generator=torch.Generator().manual_seed(9))[:60]
+    head.draft_vocab = DraftVocab(model.lm_head_weight, ids.tolist())
+    try:
+        want = lone(tiny, reqs)
+        loop, run = serve(tiny, sampling_kernels, mode, reqs, read_lag=1)
+        drafts = loop.engine.bufs["draft_tokens"].long()
+    finally:
+        head.draft_vocab = None
+    for r in reqs:
+        assert loop.requests[r.id].output == want[r.id], f"request {r.id} ({r.sampling})"
+    assert run.preemptions > 0 and sum(s.remaps for s in run.steps) > 0
+    assert loop.engine.sampling.draft_vocab is not None and torch.isin(drafts, ids).all()
+    if mode == "specgen":
+        assert all(s.fast_path for s in run.steps) and loop.engine.sampling.draft_kernel is not None
