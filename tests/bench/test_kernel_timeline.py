@@ -339,7 +339,9 @@ def test_the_recorded_trailing_block_drafts_give_their_figures_back(run):
 
     folder = Path(specgen.__file__).parent / "benchmarks/results/performance/sweep_314ce70_h100" / run
     runs = {r["batch"]: r for r in json.loads((folder / "bench.json").read_text())["runs"] if r["mode"] == "specgen"}
-    for path in sorted((folder / "traces").glob("trace_specgen_*.json.gz")):
+    paths = sorted((folder / "traces").glob("trace_specgen_*.json.gz"))
+    assert len(paths) == len(runs) == 3, (paths, sorted(runs))  # one trace a batch, none missing
+    for path in paths:
         data = json.loads(gzip.decompress(path.read_bytes()))
         names = data["specgen"]
         fig = figures(data, names["forward_kernels"], [*names["draft_kernels"], kt.TRAILS], names["projection_kernels"])
