@@ -161,17 +161,10 @@ class EngineSampling:
             parts, sums = self.draft_workspace
             self.draft_kernel(*params, pos, self.draft_logits[:n], drawn, probs, dist, parts[:n], sums[:n])
             b["draft_probs"][:, index].copy_(probs)
-            if vocab is None:
-                return drawn.clone()  # the next draft overwrites ``drawn``
-            vocab.scatter(dists, dist)
-            return vocab.tokens(drawn.clone())
+            return _placed(drawn.clone(), dist, dists, vocab)  # the next draft overwrites ``drawn``
         x, qx, q = draft_sample(logits, b, positions)
         b["draft_probs"][:n, index].copy_(qx)
-        if vocab is None:
-            dists.copy_(q)
-            return x
-        vocab.scatter(dists, q)
-        return vocab.tokens(x)
+        return _placed(x, q, dists, vocab)
 
     def first_tokens(self, logits: torch.Tensor) -> torch.Tensor:
         """The token after each prompt from the prefill's last rows' ``logits[B, V]``, sampled like every other
@@ -194,6 +187,18 @@ class EngineSampling:
         h["accepted"].copy_(acc)
         h["next_tokens"].copy_(emitted)
         h["target_tokens"].scatter_(1, acc.long()[:, None], emitted.gather(1, acc.long()[:, None]))
+
+
+def _placed(x: torch.Tensor, q: torch.Tensor, dists: torch.Tensor, vocab) -> torch.Tensor:
+    """A draft's draw ``x`` as token ids, its ``q`` in ``dists`` (the whole row's columns): as they are without a
+    draft vocabulary (``q`` copied unless it is ``dists`` already), else mapped back and scattered into the subset's
+    columns (``DraftVocab.tokens`` and ``scatter``)."""
+    if vocab is None:
+        if q.data_ptr() != dists.data_ptr():
+            dists.copy_(q)
+        return x
+    vocab.scatter(dists, q)
+    return vocab.tokens(x)
 
 
 def whole_rows(model, logits: torch.Tensor) -> torch.Tensor:
