@@ -16,7 +16,8 @@ Usage:
     ncu --set full --import-source yes -k regex:spec_target_sample --launch-skip 2 --launch-count 1 -o R \\
         python benchmarks/vocab_ab.py ncu DIR
 
-Logits are N(0, 1) * 4 over V = 151936 (Qwen3's vocabulary), W = 4; every folder sees the same rows. The 10
+Logits are N(0, 1) * 4 over V = 151936 (Qwen3's vocabulary), W = 4 (VOCAB_AB_SPREAD=S: N(0, 1) * S, e.g. 0.5
+for the flat rows of a model with random weights); every folder sees the same rows. The 10
 launches of a timing are one CUDA graph, replayed: the device's time, not the host's (a launch from Python
 takes longer than a short kernel runs). Compare folders inside one run (folders in turn).
 """
@@ -59,7 +60,7 @@ def rows_of(fam: str, batch: int, temp: float, top_p: float) -> dict:
         "sampled_tokens": torch.zeros(batch, dtype=torch.int64),
         "sampled_probs": torch.zeros(batch),
     }
-    d["logits"] = d["draft_logits"] = torch.randn(rows, V, generator=g) * 4
+    d["logits"] = d["draft_logits"] = torch.randn(rows, V, generator=g) * SPREAD
     d["sample_probs"] = d["draft_dist"] = torch.zeros(rows, V)
     return {k: v.cuda() for k, v in d.items()}
 
@@ -76,6 +77,7 @@ def launcher(kernel, fam: str, d: dict, rows: int, chunks: int):
     return launch
 
 
+SPREAD = float(os.environ.get("VOCAB_AB_SPREAD", "4"))  # the logits' standard deviation
 LAST_CLOCK = "launches"  # how median_us timed its last call: "graph" (replayed) or "launches" (one by one)
 
 
@@ -129,7 +131,15 @@ def time_folder(folder: str) -> list[dict]:
                 for chunks in (1, vocab_chunks(rows, V, sms)):
                     us = round(median_us(launcher(kernel, fam, d, rows, chunks), graph=True), 1)
                     res.append(
-                        {"family": fam, "setting": setting, "B": batch, "C": chunks, "us": us, "clock": LAST_CLOCK}
+                        {
+                            "family": fam,
+                            "setting": setting,
+                            "B": batch,
+                            "C": chunks,
+                            "us": us,
+                            "clock": LAST_CLOCK,
+                            "spread": SPREAD,
+                        }
                     )
                     print(res[-1], flush=True)
     return res

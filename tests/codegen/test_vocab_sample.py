@@ -131,11 +131,13 @@ def _crowded_bin(family: str, vocab: int, spread: float, chunks: int, device) ->
 def test_top_p_candidates_that_fit_and_that_do_not(sampling_kernels, family):
     """Top-p's round 2 reads the candidates that round 1 kept when they fit (CAND = 1536 per block) and the
     row again when they do not: 1500 tokens in one bin fit, 1537 and 8193 do not (one block per row), and three
-    chunks of 8193 tokens (3072 tokens a block) do not either; each equals the semantics."""
+    chunks of 8193 tokens (3072 tokens a block) do not either. With one block per row, round 2 then keeps the
+    tokens of round 1's bin for round 3: at spread 0.0005 they fit, at 1e-7 (every token in one bin of round 1
+    too) they do not and round 3 reads the row. Each equals the semantics."""
     kernel = sampling_kernels.get(family, W, target="c")
     for vocab, chunks in ((1500, 1), (1537, 1), (8193, 1), (8193, 3)):
-        check_against_semantics(kernel, family, _crowded_bin(family, vocab, 0.0005, chunks, "cpu"))
-        check_against_semantics(kernel, family, _crowded_bin(family, vocab, 0.05, chunks, "cpu"))
+        for spread in (0.0005, 0.05, 1e-7):
+            check_against_semantics(kernel, family, _crowded_bin(family, vocab, spread, chunks, "cpu"))
 
 
 def _light_tail(family: str, vocab: int, low: float, high: float, top_p: float, chunks: int, device) -> dict:
@@ -257,7 +259,8 @@ def test_cuda_variant_equals_the_semantics(sampling_kernels, family):
     rows = 2 if family == DRAFT_SAMPLE else 2 * W  # _crowded_bin's two sequences
     most = vocab_chunks(rows, 151936, torch.cuda.get_device_properties(0).multi_processor_count)
     for vocab, chunks in ((1500, 1), (1537, 1), (8193, 1), (8193, 3), (151936, 1), (151936, most)):
-        check_against_semantics(kernel, family, _crowded_bin(family, vocab, 0.0005, chunks, "cuda"))
+        for spread in (0.0005, 1e-7):  # round 2's candidates fit for round 3, and do not
+            check_against_semantics(kernel, family, _crowded_bin(family, vocab, spread, chunks, "cuda"))
     for vocab, chunks in ((8193, 3), (151936, most)):  # the first chunk writes a greedy row's outputs
         args = _greedy_far(family, vocab, chunks, "cuda")
         check_against_semantics(kernel, family, args)
