@@ -30,7 +30,7 @@ from specgen.specializations.vocab_sample import (
 )
 
 W = 4
-EDGE_VOCABS = (1, 2, 1023, 1024, 1025, 8191, 8193)
+EDGE_VOCABS = (1, 2, 1023, 1024, 1025, 8191, 8193, 16385)
 
 
 def _params(batch: int, gen: torch.Generator, vocab: int, setting: str | None = None):
