@@ -188,4 +188,5 @@ if mode == "all":
                 row["torch_us"] = timeit(rt, 3, 2)
                 res["timings"].append(row)
                 print(row, flush=True)
+os.makedirs(OUT, exist_ok=True)
 json.dump(res, open(f"{OUT}/vocab_gpu.json", "w"), indent=1)
