@@ -10,9 +10,9 @@ Usage:
                                                        of two and the engine's); OUT/sweep_<folder>.json
     python benchmarks/vocab_ab.py report OUT           a Markdown table of OUT's time_*.json side by side (the first
                                                        folder the base) and, per family and B, the sweep's fastest C
-    python benchmarks/vocab_ab.py ncu DIR [B]          three launches of spec_target_sample at B = 32, C = 1,
-                                                       temperature 0.7, top-p 0.9 (B = 1: at the engine's C): the
-                                                       launch to profile, e.g.
+    python benchmarks/vocab_ab.py ncu DIR [B [FAMILY]] three launches of spec_target_sample (or FAMILY) at B = 32,
+                                                       C = 1, temperature 0.7, top-p 0.9 (another B, or the draft
+                                                       family: at the engine's C): the launch to profile, e.g.
     ncu --set full --import-source yes -k regex:spec_target_sample --launch-skip 2 --launch-count 1 -o R \\
         python benchmarks/vocab_ab.py ncu DIR
 
@@ -203,21 +203,18 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["report"] and len(argv) == 2:
         print(report(Path(argv[1])))
         return
-    ncu_ok = argv[:1] == ["ncu"] and len(argv) in (2, 3)
+    ncu_ok = argv[:1] == ["ncu"] and len(argv) in (2, 3, 4) and (len(argv) < 4 or argv[3] in FAMS)
     if len(argv) < 2 or argv[0] not in ("time", "sweep", "ncu") or (argv[0] == "ncu" and not ncu_ok):
         sys.exit(__doc__)
     torch.cuda.init()
     if argv[0] == "ncu":
-        batch = int(argv[2]) if len(argv) == 3 else 32
-        rows = batch * W
-        chunks = 1 if batch == 32 else vocab_chunks(rows, V, torch.cuda.get_device_properties(0).multi_processor_count)
-        fn = launcher(
-            load_library(argv[1]).get(FAMS[0], W, target="cuda"),
-            FAMS[0],
-            rows_of(FAMS[0], batch, 0.7, 0.9),
-            rows,
-            chunks,
-        )
+        batch = int(argv[2]) if len(argv) >= 3 else 32
+        fam = argv[3] if len(argv) == 4 else FAMS[0]
+        rows = batch if fam == "spec_draft_sample" else batch * W
+        engine = vocab_chunks(rows, V, torch.cuda.get_device_properties(0).multi_processor_count)
+        chunks = 1 if (batch == 32 and fam == FAMS[0]) else engine
+        kernel = load_library(argv[1]).get(fam, W, target="cuda")
+        fn = launcher(kernel, fam, rows_of(fam, batch, 0.7, 0.9), rows, chunks)
         for _ in range(3):
             fn()
         torch.cuda.synchronize()

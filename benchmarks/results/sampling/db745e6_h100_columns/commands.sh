@@ -27,3 +27,7 @@ VOCAB_AB_SPREAD=4 ncu --set full --import-source yes -k regex:spec_target_sample
 ncu --import prof.ncu-rep --page source --csv --print-source sass | gzip > ncu_source_sass.csv.gz
 ncu --import prof.ncu-rep --page details --csv > ncu_details.csv
 python3 ../94815d8_h100_candidates/ncu_phases.py ncu_source_sass.csv.gz 128 151936 > ncu_phases.txt
+# a third call: stall reasons of spec_draft_sample at B = 32, C = 4 (the engine's C), 7d6abc1's build against db745e6's
+M='gpu__time_duration.sum,smsp__inst_executed.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
+for d in key new5; do VOCAB_AB_SPREAD=4 ncu --metrics "$M" -k regex:spec_draft_sample --launch-skip 2 --launch-count 1 \
+  --csv --page raw python3 benchmarks/vocab_ab.py ncu build/vocab_ab/$d 32 spec_draft_sample > raw_$d.csv; done
