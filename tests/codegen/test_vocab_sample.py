@@ -166,6 +166,45 @@ def test_top_p_cut_among_the_lightest_weights(sampling_kernels, family):
             check_against_semantics(kernel, family, _light_tail(family, vocab, low, high, top_p, chunks, "cpu"))
 
 
+def _early_rows(family: str, vocab: int, heavy: int, top_p: float, chunks: int, device, light: int = -13) -> dict:
+    """Temperature 1 over rows of one token at logit 0, ``heavy`` tokens of weight ``e`` in ``2**-10 * [1.05, 1.5]``
+    (``E`` of ``2**30`` and up: the e pass keeps their keys as top-p's early candidates) and the rest in
+    ``2**light * [1, 1.5]``, at random places."""
+    gen = torch.Generator().manual_seed(vocab + heavy + chunks)
+    args = _args(family, 2, vocab, gen, device, "nucleus", chunks=chunks)
+    args["temperature"].fill_(1.0)
+    args["top_p"].fill_(top_p)
+    name = "draft_logits" if family == DRAFT_SAMPLE else "logits"
+    rows = args[name].shape[0]
+    x = torch.log(2.0**light * (1 + 0.5 * torch.rand(rows, vocab, generator=gen)))
+    for row in range(rows):
+        at = torch.randperm(vocab - 1, generator=gen)[:heavy] + 1
+        x[row, at] = torch.log(2.0**-10 * (1.05 + 0.45 * torch.rand(heavy, generator=gen)))
+    x[:, 0] = 0.0
+    args[name].copy_(x.to(device))
+    return args
+
+
+EARLY_CASES = (  # (vocab, heavy tokens, top_p, chunks)
+    (5000, 1000, 0.6, 1),  # the cut among the heavy ones, whose keys all fit: rounds 1.. read the early candidates
+    (5000, 1000, 0.6, 3),
+    (5000, 1000, 0.9, 1),  # the cut among the light ones: round 1 reads the row
+    (5000, 1000, 0.9, 3),
+    (5000, 4000, 0.5, 1),  # too many heavy ones for CAND: round 1 reads the row
+    (5000, 4000, 0.5, 2),
+    (8193, 1600, 0.5, 3),  # about 530 a block of three: they fit in each
+)
+
+
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+def test_top_p_early_candidates_and_their_fallbacks(sampling_kernels, family):
+    """Top-p's rounds after the first read the keys the e pass kept (weights of ``2**30`` and up) where round 0's
+    bin is among them and they all fit, else the row: each case equals the semantics."""
+    kernel = sampling_kernels.get(family, W, target="c")
+    for vocab, heavy, top_p, chunks in EARLY_CASES:
+        check_against_semantics(kernel, family, _early_rows(family, vocab, heavy, top_p, chunks, "cpu"))
+
+
 def _greedy_far(family: str, vocab: int, chunks: int, device) -> dict:
     """Greedy rows whose argmax is the last token (the last chunk's tiles) and whose drafts are that token: the
     outputs the first chunk writes (``target_draft_probs``, ``sampled_probs``) are 1, never a value read from
@@ -261,6 +300,14 @@ def test_cuda_variant_equals_the_semantics(sampling_kernels, family):
     for vocab, chunks in ((1500, 1), (1537, 1), (8193, 1), (8193, 3), (151936, 1), (151936, most)):
         for spread in (0.0005, 1e-7):  # round 2's candidates fit for round 3, and do not
             check_against_semantics(kernel, family, _crowded_bin(family, vocab, spread, chunks, "cuda"))
+    for vocab, heavy, top_p, chunks in EARLY_CASES:
+        check_against_semantics(kernel, family, _early_rows(family, vocab, heavy, top_p, chunks, "cuda"))
+    # the Qwen3 vocabulary, its light tokens at 2**-20: the cut at the top token, among the heavy ones, among the
+    # light ones, and among more heavy ones than fit in one block
+    for heavy, top_p in ((100, 0.6), (1000, 0.6), (1000, 0.99), (3000, 0.5)):
+        for chunks in (1, most):
+            args = _early_rows(family, 151936, heavy, top_p, chunks, "cuda", light=-20)
+            check_against_semantics(kernel, family, args)
     for vocab, chunks in ((8193, 3), (151936, most)):  # the first chunk writes a greedy row's outputs
         args = _greedy_far(family, vocab, chunks, "cuda")
         check_against_semantics(kernel, family, args)
