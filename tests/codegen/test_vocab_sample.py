@@ -300,14 +300,6 @@ def test_cuda_variant_equals_the_semantics(sampling_kernels, family):
     for vocab, chunks in ((1500, 1), (1537, 1), (8193, 1), (8193, 3), (151936, 1), (151936, most)):
         for spread in (0.0005, 1e-7):  # round 2's candidates fit for round 3, and do not
             check_against_semantics(kernel, family, _crowded_bin(family, vocab, spread, chunks, "cuda"))
-    for vocab, heavy, top_p, chunks in EARLY_CASES:
-        check_against_semantics(kernel, family, _early_rows(family, vocab, heavy, top_p, chunks, "cuda"))
-    # the Qwen3 vocabulary, its light tokens at 2**-20: the cut at the top token, among the heavy ones, among the
-    # light ones, and among more heavy ones than fit in one block
-    for heavy, top_p in ((100, 0.6), (1000, 0.6), (1000, 0.99), (3000, 0.5)):
-        for chunks in (1, most):
-            args = _early_rows(family, 151936, heavy, top_p, chunks, "cuda", light=-20)
-            check_against_semantics(kernel, family, args)
     for vocab, chunks in ((8193, 3), (151936, most)):  # the first chunk writes a greedy row's outputs
         args = _greedy_far(family, vocab, chunks, "cuda")
         check_against_semantics(kernel, family, args)
@@ -316,3 +308,21 @@ def test_cuda_variant_equals_the_semantics(sampling_kernels, family):
         check_against_semantics(
             kernel, family, _args(family, 32 if chunks < 8 else 1, 151936, gen, "cuda", "nucleus", chunks)
         )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+def test_cuda_top_p_early_candidates_and_their_fallbacks(sampling_kernels, family):
+    """The early candidates on the GPU, where a warp's lanes take their slots together and stop at a count past
+    CAND: the cases of the c test, then the Qwen3 vocabulary with its light tokens at ``2**-20`` (the cut at the top
+    token, among the heavy ones, among the light ones, and among more heavy ones than one block keeps), with one
+    block per row and with the engine's blocks per row."""
+    kernel = sampling_kernels.get(family, W, target="cuda")
+    for vocab, heavy, top_p, chunks in EARLY_CASES:
+        check_against_semantics(kernel, family, _early_rows(family, vocab, heavy, top_p, chunks, "cuda"))
+    rows = 2 if family == DRAFT_SAMPLE else 2 * W
+    most = vocab_chunks(rows, 151936, torch.cuda.get_device_properties(0).multi_processor_count)
+    for heavy, top_p in ((100, 0.6), (1000, 0.6), (1000, 0.99), (3000, 0.5)):
+        for chunks in (1, most):
+            args = _early_rows(family, 151936, heavy, top_p, chunks, "cuda", light=-20)
+            check_against_semantics(kernel, family, args)
