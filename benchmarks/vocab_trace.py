@@ -64,7 +64,7 @@ TAGS = (
     ("warp sums", ("__reduce_add_sync",)),
     ("exp", ("expf(",)),
     ("logits", ("logits[",)),
-    ("p row", ("sample_probs[", "draft_dist[")),
+    ("p row", ("vocab_scratch[", "sample_probs[", "draft_dist[")),
     ("candidates", ("cand[min(",)),
     ("histogram adds", ("tomicAdd((&(hist_",)),
     ("tile sums", ("tomicAdd((&(tiles_",)),

@@ -9,7 +9,7 @@ from .sampling import draft_sample, rejection_inputs, row_params, row_weights
 
 
 def _target(draft_tokens, draft_probs, temperature, top_k, top_p, seed, seq_lens, logits, dists, outs) -> None:
-    target_tokens, target_draft_probs, accept_uniforms, sample_probs, _parts, sums = outs
+    target_tokens, target_draft_probs, accept_uniforms, _scratch, _parts, sums = outs
     batch, width = target_tokens.shape
     vocab = logits.shape[1]
     if batch == 0 or vocab > MAX_VOCAB_TOKENS:  # past the kernels' shared tiles: they write nothing
@@ -19,14 +19,13 @@ def _target(draft_tokens, draft_probs, temperature, top_k, top_p, seed, seq_lens
     got = rejection_inputs(draft_tokens, draft_probs, dists, target, seed, seq_lens)
     for dst, src in zip((target_tokens, target_draft_probs, accept_uniforms), got):
         dst.copy_(src)
-    sample_probs.copy_(target.probs.view(batch * width, vocab))
-    sums.zero_()  # the workspace: zero on return (vocab_parts: no result)
+    sums.zero_()  # the workspace: zero on return (vocab_parts and vocab_scratch: no result)
 
 
 def spec_target_sample(draft_tokens, draft_probs, temperature, top_k, top_p, seed, seq_lens, logits, *outs) -> None:
     """A sampling verify step's vocabulary pass with one-hot drafts (``q_j(x_j) = draft_probs``):
-    ``runtime.sampling.rejection_inputs`` of the rows' ``row_weights``, and those rows' ``p`` into
-    ``sample_probs``."""
+    ``runtime.sampling.rejection_inputs`` of the rows' ``row_weights`` (``vocab_scratch``, the kernels' working
+    rows, is no result)."""
     _target(draft_tokens, draft_probs, temperature, top_k, top_p, seed, seq_lens, logits, None, outs)
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "MAX_VOCAB_TOKENS",
     "TARGET_SAMPLE",
     "TARGET_SAMPLE_DENSE",
+    "NO_RESULT",
     "VOCAB_FAMILIES",
     "VOCAB_SUMS",
     "VOCAB_THREADS",
@@ -43,6 +44,8 @@ MAX_VOCAB_TOKENS = MAX_TILES * VOCAB_THREADS  # a longer vocabulary is refused; 
 # histograms of VOCAB_THREADS bins, the tiles' D and W sums
 VOCAB_SUMS = 2 * VOCAB_THREADS + 8 * VOCAB_THREADS
 WORKSPACE = ("vocab_parts", "vocab_sums")  # written by the kernels, no result: see docs/kernels.md
+# arguments the kernels write whose contents on return are no result (the target families' scratch rows too)
+NO_RESULT = ("vocab_parts", "vocab_scratch")
 
 
 def vocab_chunks(rows: int, vocab: int, blocks: int) -> int:
@@ -65,7 +68,7 @@ _TARGET_OUT = (
     ArgSpec("target_tokens", "int32", "(B, W)", True),
     ArgSpec("target_draft_probs", "float32", "(B, W - 1)", True),
     ArgSpec("accept_uniforms", "float32", "(B, W - 1)", True),
-    ArgSpec("sample_probs", "float32", "(B * W, V)", True),
+    ArgSpec("vocab_scratch", "float32", "(B * W, V)", True),
     ArgSpec("vocab_parts", "int64", "(B * W, C, 4)", True),
     ArgSpec("vocab_sums", "int64", f"(B * W, {VOCAB_SUMS})", True),
 )

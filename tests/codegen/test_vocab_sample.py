@@ -10,6 +10,7 @@ from the same build's cuda target, through the runtime's launcher.
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -80,7 +81,7 @@ def _args(family: str, batch: int, vocab: int, gen: torch.Generator, device, set
             "target_tokens": (batch, W),
             "target_draft_probs": (batch, W - 1),
             "accept_uniforms": (batch, W - 1),
-            "sample_probs": (batch * W, vocab),
+            "vocab_scratch": (batch * W, vocab),
         }
     from specgen.specializations import FAMILIES
 
@@ -166,10 +167,13 @@ def test_top_p_cut_among_the_lightest_weights(sampling_kernels, family):
             check_against_semantics(kernel, family, _light_tail(family, vocab, low, high, top_p, chunks, "cpu"))
 
 
-def _early_rows(family: str, vocab: int, heavy: int, top_p: float, chunks: int, device, light: int = -13) -> dict:
+def _early_rows(
+    family: str, vocab: int, heavy: int, top_p: float, chunks: int, device, light: int = -13, crowd: int = 0
+) -> dict:
     """Temperature 1 over rows of one token at logit 0, ``heavy`` tokens of weight ``e`` in ``2**-10 * [1.05, 1.5]``
     (``E`` of ``2**30`` and up: the e pass keeps their keys as top-p's early candidates) and the rest in
-    ``2**light * [1, 1.5]``, at random places."""
+    ``2**light * [1, 1.5]``, at random places; ``crowd`` of the heavy ones among the first chunk's tokens and the
+    rest after them, so that the first block's candidates can overflow where the others' fit."""
     gen = torch.Generator().manual_seed(vocab + heavy + chunks)
     args = _args(family, 2, vocab, gen, device, "nucleus", chunks=chunks)
     args["temperature"].fill_(1.0)
@@ -177,22 +181,30 @@ def _early_rows(family: str, vocab: int, heavy: int, top_p: float, chunks: int, 
     name = "draft_logits" if family == DRAFT_SAMPLE else "logits"
     rows = args[name].shape[0]
     x = torch.log(2.0**light * (1 + 0.5 * torch.rand(rows, vocab, generator=gen)))
+    first = math.ceil(math.ceil(vocab / 1024) / chunks) * 1024  # the first chunk's tokens: 0 .. first - 1
     for row in range(rows):
         at = torch.randperm(vocab - 1, generator=gen)[:heavy] + 1
+        if crowd:
+            ahead = torch.randperm(first - 1, generator=gen)[:crowd] + 1
+            at = torch.cat([ahead, torch.randperm(vocab - first, generator=gen)[: heavy - crowd] + first])
         x[row, at] = torch.log(2.0**-10 * (1.05 + 0.45 * torch.rand(heavy, generator=gen)))
     x[:, 0] = 0.0
     args[name].copy_(x.to(device))
     return args
 
 
-EARLY_CASES = (  # (vocab, heavy tokens, top_p, chunks)
-    (5000, 1000, 0.6, 1),  # the cut among the heavy ones, whose keys all fit: rounds 1.. read the early candidates
-    (5000, 1000, 0.6, 3),
-    (5000, 1000, 0.9, 1),  # the cut among the light ones: round 1 reads the row
-    (5000, 1000, 0.9, 3),
-    (5000, 4000, 0.5, 1),  # too many heavy ones for CAND: round 1 reads the row
-    (5000, 4000, 0.5, 2),
-    (8193, 1600, 0.5, 3),  # about 530 a block of three: they fit in each
+EARLY_CASES = (  # (vocab, heavy tokens, top_p, chunks, heavy ones in the first chunk)
+    # the cut among the heavy ones, whose keys all fit: rounds 1.. read the early candidates, and the draw's tile
+    # sums come from them (the early draw)
+    (5000, 1000, 0.6, 1, 0),
+    (5000, 1000, 0.6, 3, 0),
+    (5000, 1000, 0.9, 1, 0),  # the cut among the light ones: round 1 reads the row, and so does the draw
+    (5000, 1000, 0.9, 3, 0),
+    (5000, 4000, 0.5, 1, 0),  # too many heavy ones for CAND: round 1 reads the row
+    (5000, 4000, 0.5, 2, 0),
+    (8193, 1600, 0.5, 3, 0),  # about 530 a block of three: they fit in each
+    # 2000 in the first block's chunk (on cuda it reads its row again) and 300 in the others' (theirs fit)
+    (8193, 2300, 0.5, 3, 2000),
 )
 
 
@@ -201,8 +213,9 @@ def test_top_p_early_candidates_and_their_fallbacks(sampling_kernels, family):
     """Top-p's rounds after the first read the keys the e pass kept (weights of ``2**30`` and up) where round 0's
     bin is among them and they all fit, else the row: each case equals the semantics."""
     kernel = sampling_kernels.get(family, W, target="c")
-    for vocab, heavy, top_p, chunks in EARLY_CASES:
-        check_against_semantics(kernel, family, _early_rows(family, vocab, heavy, top_p, chunks, "cpu"))
+    for vocab, heavy, top_p, chunks, crowd in EARLY_CASES:
+        args = _early_rows(family, vocab, heavy, top_p, chunks, "cpu", crowd=crowd)
+        check_against_semantics(kernel, family, args)
 
 
 def _greedy_far(family: str, vocab: int, chunks: int, device) -> dict:
@@ -318,8 +331,9 @@ def test_cuda_top_p_early_candidates_and_their_fallbacks(sampling_kernels, famil
     token, among the heavy ones, among the light ones, and among more heavy ones than one block keeps), with one
     block per row and with the engine's blocks per row."""
     kernel = sampling_kernels.get(family, W, target="cuda")
-    for vocab, heavy, top_p, chunks in EARLY_CASES:
-        check_against_semantics(kernel, family, _early_rows(family, vocab, heavy, top_p, chunks, "cuda"))
+    for vocab, heavy, top_p, chunks, crowd in EARLY_CASES:
+        args = _early_rows(family, vocab, heavy, top_p, chunks, "cuda", crowd=crowd)
+        check_against_semantics(kernel, family, args)
     rows = 2 if family == DRAFT_SAMPLE else 2 * W
     most = vocab_chunks(rows, 151936, torch.cuda.get_device_properties(0).multi_processor_count)
     for heavy, top_p in ((100, 0.6), (1000, 0.6), (1000, 0.99), (3000, 0.5)):
