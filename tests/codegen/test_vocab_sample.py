@@ -218,6 +218,36 @@ def test_top_p_early_candidates_and_their_fallbacks(sampling_kernels, family):
         check_against_semantics(kernel, family, args)
 
 
+def _bin_rows(family: str, vocab: int, top_p: float, chunks: int, device) -> dict:
+    """Temperature 1 over two rows with one token at ``e = 1``: the first's other ``e`` spread log-uniformly over
+    ``2**-42 .. 1`` (every bin of round 0 holds tokens), the second's a tail of ``e`` in ``[1.5, 4] * (1 - p) / V``
+    (top-p's cut among them) with every tenth token at half round 0's merge bound ``(1 - p) / (4 V)``."""
+    gen = torch.Generator().manual_seed(vocab + chunks + int(top_p * 1e6))
+    args = _args(family, 2, vocab, gen, device, "nucleus", chunks=chunks)
+    args["temperature"].fill_(1.0)
+    args["top_p"].fill_(top_p)
+    name = "draft_logits" if family == DRAFT_SAMPLE else "logits"
+    rows = args[name].shape[0]
+    x = -42 * torch.rand(rows, vocab, generator=gen) * math.log(2.0)
+    tail = (1 - top_p) / vocab * (1.5 + 2.5 * torch.rand(rows, vocab, generator=gen, dtype=torch.float64))
+    tail[:, ::10] = (1 - top_p) / (8 * vocab)
+    x[rows // 2 :] = torch.log(tail[rows // 2 :]).float()
+    x[:, 0] = 0.0
+    args[name].copy_(x.to(device))
+    return args
+
+
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+def test_top_p_cuts_over_every_bin_of_round_0(sampling_kernels, family):
+    """With C > 1 round 0 adds the tokens of ``e < (1 - p) / (4 V)`` into its bin 0 (the cut is never among them):
+    cuts from the heaviest tokens (p = 1e-3) to the lightest (p = 1 - 2**-20), and cuts among a tail of tokens a
+    few times that bound, each equal to the semantics with one block per row and with three."""
+    kernel = sampling_kernels.get(family, W, target="c")
+    for top_p in (1e-3, 0.5, 0.99, 0.999, 1 - 2**-20):
+        for chunks in (1, 3):
+            check_against_semantics(kernel, family, _bin_rows(family, 4000, top_p, chunks, "cpu"))
+
+
 def _greedy_far(family: str, vocab: int, chunks: int, device) -> dict:
     """Greedy rows whose argmax is the last token (the last chunk's tiles) and whose drafts are that token: the
     outputs the first chunk writes (``target_draft_probs``, ``sampled_probs``) are 1, never a value read from
@@ -340,3 +370,16 @@ def test_cuda_top_p_early_candidates_and_their_fallbacks(sampling_kernels, famil
         for chunks in (1, most):
             args = _early_rows(family, 151936, heavy, top_p, chunks, "cuda", light=-20)
             check_against_semantics(kernel, family, args)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
+def test_cuda_top_p_cuts_over_every_bin_of_round_0(sampling_kernels, family):
+    """Round 0's bin 0 for the tokens under its merge bound, on the GPU: the c test's rows at 4000 tokens and over
+    the Qwen3 vocabulary, with one block per row, three, and the engine's blocks per row."""
+    kernel = sampling_kernels.get(family, W, target="cuda")
+    rows = 2 if family == DRAFT_SAMPLE else 2 * W
+    most = vocab_chunks(rows, 151936, torch.cuda.get_device_properties(0).multi_processor_count)
+    for top_p in (1e-3, 0.5, 0.99, 0.999, 1 - 2**-20):
+        for vocab, chunks in ((4000, 1), (4000, 3), (151936, 1), (151936, most)):
+            check_against_semantics(kernel, family, _bin_rows(family, vocab, top_p, chunks, "cuda"))
