@@ -221,7 +221,8 @@ def test_top_p_early_candidates_and_their_fallbacks(sampling_kernels, family):
 def _bin_rows(family: str, vocab: int, top_p: float, chunks: int, device) -> dict:
     """Temperature 1 over two rows with one token at ``e = 1``: the first's other ``e`` spread log-uniformly over
     ``2**-42 .. 1`` (every bin of round 0 holds tokens), the second's a tail of ``e`` in ``[1.5, 4] * (1 - p) / V``
-    (top-p's cut among them) with every tenth token at half round 0's merge bound ``(1 - p) / (4 V)``."""
+    (top-p's cut among them) with every tenth token at ``(1 - p) / (8 V)``, so light that the cut can never be one
+    of them (a row's ``Z`` is at least 1: its largest logit's ``e``)."""
     gen = torch.Generator().manual_seed(vocab + chunks + int(top_p * 1e6))
     args = _args(family, 2, vocab, gen, device, "nucleus", chunks=chunks)
     args["temperature"].fill_(1.0)
@@ -239,9 +240,9 @@ def _bin_rows(family: str, vocab: int, top_p: float, chunks: int, device) -> dic
 
 @pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
 def test_top_p_cuts_over_every_bin_of_round_0(sampling_kernels, family):
-    """With C > 1 round 0 adds the tokens of ``e < (1 - p) / (4 V)`` into its bin 0 (the cut is never among them):
-    cuts from the heaviest tokens (p = 1e-3) to the lightest (p = 1 - 2**-20), and cuts among a tail of tokens a
-    few times that bound, each equal to the semantics with one block per row and with three."""
+    """Top-p's cut from the heaviest tokens (p = 1e-3) to the lightest (p = 1 - 2**-20) over rows whose tokens fill
+    every bin of round 0, and cuts among a tail of light tokens, each equal to the semantics with one block per
+    row and with three."""
     kernel = sampling_kernels.get(family, W, target="c")
     for top_p in (1e-3, 0.5, 0.99, 0.999, 1 - 2**-20):
         for chunks in (1, 3):
@@ -375,8 +376,8 @@ def test_cuda_top_p_early_candidates_and_their_fallbacks(sampling_kernels, famil
 @pytest.mark.gpu
 @pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
 def test_cuda_top_p_cuts_over_every_bin_of_round_0(sampling_kernels, family):
-    """Round 0's bin 0 for the tokens under its merge bound, on the GPU: the c test's rows at 4000 tokens and over
-    the Qwen3 vocabulary, with one block per row, three, and the engine's blocks per row."""
+    """Top-p's cuts over every bin of round 0 on the GPU: the c test's rows at 4000 tokens and over the Qwen3
+    vocabulary, with one block per row, three, and the engine's blocks per row."""
     kernel = sampling_kernels.get(family, W, target="cuda")
     rows = 2 if family == DRAFT_SAMPLE else 2 * W
     most = vocab_chunks(rows, 151936, torch.cuda.get_device_properties(0).multi_processor_count)

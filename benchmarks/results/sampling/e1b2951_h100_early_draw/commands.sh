@@ -71,3 +71,24 @@ LIM=120 run greedy --kernels build/sampling_bench_kernels
 run sampled_new $T --kernels build/sampling_bench_kernels
 run sampled_prev $T --kernels build/bench_ef5
 kill $TARS; tar czf $OUT/runs.tgz -C $O . ; ls $O
+
+# ---- c51 (a fourth call, at f1f887d: e1b2951's kernels; build/vocab_trace is `python3 benchmarks/vocab_trace.py copy build/sampling_bench_kernels build/vocab_trace` on the build machine)
+# call 4 at f1f887d (e1b2951's kernels): block 0's phases (vocab_trace) at B = 1, 8, 32, and Nsight Compute's DRAM
+# bytes and instructions of spec_target_sample at B = 32 (C = 1) and B = 1 (C = 33), ef510a3's build against e1b2951's
+set -u
+O=/tmp/w; mkdir -p $O/trace; cp .snap/s/commit.txt $O/ 2>/dev/null
+T0=$(date +%s)
+( while true; do sleep 8; tar czf $OUT/runs.tgz.part -C $O . 2>/dev/null && mv $OUT/runs.tgz.part $OUT/runs.tgz; done ) &
+TARS=$!
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > $O/gpu.txt 2>&1; cat $O/gpu.txt
+python3 -c "import specgen" 2>/dev/null || source benchmarks/h200_hybrid.sh $O
+echo "install t=$(( $(date +%s) - T0 ))"
+OUT=$O/trace timeout 120 python3 benchmarks/vocab_trace.py run build/vocab_trace 1 8 32 > $O/trace/run.log 2>&1
+echo "trace rc=$? t=$(( $(date +%s) - T0 ))"; ls $O/trace; head -40 $O/trace/*.md 2>/dev/null | cut -c1-150
+M=dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum,gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed
+for b in 32 1; do for k in new7 new8; do
+  timeout 90 ncu --metrics $M -k regex:spec_target_sample --launch-skip 2 --launch-count 1 --csv \
+    python3 benchmarks/vocab_ab.py ncu build/vocab_ab/$k $b > $O/ncu_b${b}_$k.csv 2>&1
+  echo "ncu b$b $k rc=$? t=$(( $(date +%s) - T0 ))"; grep -E "dram__bytes|inst_executed|time_duration|throughput" $O/ncu_b${b}_$k.csv | awk -F'","' '{print $(NF-2), $(NF-1), $NF}'
+done; done
+kill $TARS; tar czf $OUT/runs.tgz -C $O . ; ls $O
