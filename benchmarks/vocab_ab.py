@@ -61,7 +61,7 @@ def rows_of(fam: str, batch: int, temp: float, top_p: float) -> dict:
         "sampled_probs": torch.zeros(batch),
     }
     d["logits"] = d["draft_logits"] = torch.randn(rows, V, generator=g) * SPREAD
-    d["vocab_scratch"] = d["sample_probs"] = d["draft_dist"] = torch.zeros(rows, V)  # sample_probs: earlier builds
+    d["vocab_scratch"] = d["draft_dist"] = torch.zeros(rows, V)
     return {k: v.cuda() for k, v in d.items()}
 
 
