@@ -360,7 +360,8 @@ def test_cuda_top_p_early_candidates_and_their_fallbacks(sampling_kernels, famil
     """The early candidates on the GPU, where a warp's lanes take their slots together and stop at a count past
     CAND: the cases of the c test, then the Qwen3 vocabulary with its light tokens at ``2**-20`` (the cut at the top
     token, among the heavy ones, among the light ones, and among more heavy ones than one block keeps), with one
-    block per row and with the engine's blocks per row."""
+    block per row and with the engine's blocks per row; then rows whose blocks gather the row's candidates, or just
+    do not."""
     kernel = sampling_kernels.get(family, W, target="cuda")
     for vocab, heavy, top_p, chunks, crowd in EARLY_CASES:
         args = _early_rows(family, vocab, heavy, top_p, chunks, "cuda", crowd=crowd)
@@ -370,6 +371,13 @@ def test_cuda_top_p_early_candidates_and_their_fallbacks(sampling_kernels, famil
     for heavy, top_p in ((100, 0.6), (1000, 0.6), (1000, 0.99), (3000, 0.5)):
         for chunks in (1, most):
             args = _early_rows(family, 151936, heavy, top_p, chunks, "cuda", light=-20)
+            check_against_semantics(kernel, family, args)
+    # the row's early candidates gathered by every block (1023 heavy tokens and token 0: GATHER of them) and one
+    # too many, each also with top-k on, whose digit 0 shares the gathered list's place in vocab_sums
+    for heavy in (1023, 1024):
+        for chunks, top_k in ((3, 0), (most, 0), (most, 4000)):
+            args = _early_rows(family, 151936 if chunks == most else 8193, heavy, 0.6, chunks, "cuda", light=-20)
+            args["top_k"].fill_(top_k)
             check_against_semantics(kernel, family, args)
 
 
