@@ -223,6 +223,7 @@ PAIR_CASES = (  # (vocab, heavy tokens, top_p, chunks, light): the pairwise cut 
     (5000, 256, 0.6, 3, -13),  # 257: the rounds
     (5000, 40, 1e-6, 1, -13),  # the cut at token 0 alone
     (5000, 40, 0.99, 1, -20),  # the cut near the lightest candidate
+    (5000, 40, 0.99, 3, -13),  # the cut among the light tokens: no candidate's key qualifies, the rounds run
     (8193, 100, 0.7, 3, -20),
 )
 
@@ -243,8 +244,9 @@ def _pair_rows(family: str, vocab: int, heavy: int, top_p: float, chunks: int, l
 
 @pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
 def test_top_p_pairwise_cut_and_draw(sampling_kernels, family):
-    """Rows whose early candidates number 256 or fewer take top-p's cut and the draw from them pairwise, with no
-    histogram and no tile sums; one more and the rounds run: each case equals the semantics."""
+    """Rows whose early candidates number 256 or fewer and reach top-p's mass take the cut and the draw from them
+    pairwise, with no round and no tile sums; one more, or too light a mass, and the rounds run: each case equals
+    the semantics."""
     kernel = sampling_kernels.get(family, W, target="c")
     for vocab, heavy, top_p, chunks, light in PAIR_CASES:
         for args in _pair_rows(family, vocab, heavy, top_p, chunks, light, "cpu"):
