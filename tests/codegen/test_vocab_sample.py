@@ -218,41 +218,6 @@ def test_top_p_early_candidates_and_their_fallbacks(sampling_kernels, family):
         check_against_semantics(kernel, family, args)
 
 
-PAIR_CASES = (  # (vocab, heavy tokens, top_p, chunks, light): the pairwise cut and draw take 256 candidates at most
-    (5000, 255, 0.6, 3, -13),  # 256 with token 0: pairwise
-    (5000, 256, 0.6, 3, -13),  # 257: the rounds
-    (5000, 40, 1e-6, 1, -13),  # the cut at token 0 alone
-    (5000, 40, 0.99, 1, -20),  # the cut near the lightest candidate
-    (5000, 40, 0.99, 3, -13),  # the cut among the light tokens: no candidate's key qualifies, the rounds run
-    (8193, 100, 0.7, 3, -20),
-)
-
-
-def _pair_rows(family: str, vocab: int, heavy: int, top_p: float, chunks: int, light: int, device) -> list[dict]:
-    """``_early_rows`` with the top token (0) drafted at ``q`` of 1 and of 0.5: its residual is all or part of the
-    row's, so that the draw takes the residual, or the kept weights where the residual has no mass."""
-    rows = []
-    for q in (1.0, 0.5):
-        args = _early_rows(family, vocab, heavy, top_p, chunks, device, light=light)
-        if family != DRAFT_SAMPLE:
-            args["draft_tokens"][:, 0] = 0
-            if family == TARGET_SAMPLE:
-                args["draft_probs"][:, 0] = q
-        rows.append(args)
-    return rows
-
-
-@pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
-def test_top_p_pairwise_cut_and_draw(sampling_kernels, family):
-    """Rows whose early candidates number 256 or fewer and reach top-p's mass take the cut and the draw from them
-    pairwise, with no round and no tile sums; one more, or too light a mass, and the rounds run: each case equals
-    the semantics."""
-    kernel = sampling_kernels.get(family, W, target="c")
-    for vocab, heavy, top_p, chunks, light in PAIR_CASES:
-        for args in _pair_rows(family, vocab, heavy, top_p, chunks, light, "cpu"):
-            check_against_semantics(kernel, family, args)
-
-
 def _bin_rows(family: str, vocab: int, top_p: float, chunks: int, device) -> dict:
     """Temperature 1 over two rows with one token at ``e = 1``: the first's other ``e`` spread log-uniformly over
     ``2**-42 .. 1`` (every bin of round 0 holds tokens), the second's a tail of ``e`` in ``[1.5, 4] * (1 - p) / V``
@@ -395,8 +360,8 @@ def test_cuda_top_p_early_candidates_and_their_fallbacks(sampling_kernels, famil
     """The early candidates on the GPU, where a warp's lanes take their slots together and stop at a count past
     CAND: the cases of the c test, then the Qwen3 vocabulary with its light tokens at ``2**-20`` (the cut at the top
     token, among the heavy ones, among the light ones, and among more heavy ones than one block keeps), with one
-    block per row and with the engine's blocks per row; then the pairwise cases, and rows whose blocks gather the
-    row's candidates, or just do not."""
+    block per row and with the engine's blocks per row; then rows whose blocks gather the row's candidates, or just
+    do not."""
     kernel = sampling_kernels.get(family, W, target="cuda")
     for vocab, heavy, top_p, chunks, crowd in EARLY_CASES:
         args = _early_rows(family, vocab, heavy, top_p, chunks, "cuda", crowd=crowd)
@@ -407,12 +372,6 @@ def test_cuda_top_p_early_candidates_and_their_fallbacks(sampling_kernels, famil
         for chunks in (1, most):
             args = _early_rows(family, 151936, heavy, top_p, chunks, "cuda", light=-20)
             check_against_semantics(kernel, family, args)
-    for vocab, heavy, top_p, chunks, light in PAIR_CASES:
-        for args in _pair_rows(family, vocab, heavy, top_p, chunks, light, "cuda"):
-            check_against_semantics(kernel, family, args)
-    for heavy in (255, 256):  # the pairwise cut and draw over the Qwen3 vocabulary, and one candidate too many
-        for chunks in (1, most):
-            check_against_semantics(kernel, family, _early_rows(family, 151936, heavy, 0.6, chunks, "cuda", light=-20))
     # the row's early candidates gathered by every block (1023 heavy tokens and token 0: GATHER of them) and one
     # too many, each also with top-k on, whose digit 0 shares the gathered list's place in vocab_sums
     for heavy in (1023, 1024):
