@@ -35,7 +35,7 @@ for name in ${@:-$all}; do
         --out build/$name ;;
     sampling_test_kernels) sg $name --target c,cuda --widths 3,4 --block-table-widths 8 --block-sizes 16 $i32 \
         --boundary draft-to-verify,draft-to-verify-linear,verify-to-draft-sampled,context-kv-sampled \
-        --families spec_verify_head_update,spec_verify_hybrid_head_update,spec_verify_linear_state_update,spec_verify_token_update,spec_verify_metadata_update,spec_verify_attention_tiling_update,spec_rejection_verify,prepare_next_draft,context_kv_update,prepare_next_block,spec_rejection_tail_update,spec_rejection_context_tail_update,spec_verify_guard_check,spec_target_sample,spec_target_sample_dense,spec_draft_sample \
+        --families spec_verify_head_update,spec_verify_hybrid_head_update,spec_verify_linear_state_update,spec_verify_token_update,spec_verify_metadata_update,spec_verify_attention_tiling_update,spec_rejection_verify,prepare_next_draft,context_kv_update,prepare_next_block,spec_rejection_tail_update,spec_rejection_context_tail_update,spec_verify_guard_check,spec_target_sample,spec_target_sample_dense,spec_draft_sample,spec_target_sample_tiles,spec_target_sample_dense_tiles \
         --out build/$name ;;
     *) echo "unknown kernel folder: $name" >&2; exit 2 ;;
   esac

@@ -19,7 +19,9 @@ Usage:
 Logits are N(0, 1) * 4 over V = 151936 (Qwen3's vocabulary), W = 4 (VOCAB_AB_SPREAD=S: N(0, 1) * S, e.g. 0.5
 for the flat rows of a model with random weights); every folder sees the same rows. The 10
 launches of a timing are one CUDA graph, replayed: the device's time, not the host's (a launch from Python
-takes longer than a short kernel runs). Compare folders inside one run (folders in turn).
+takes longer than a short kernel runs). Compare folders inside one run (folders in turn). The target family's
+family is ``spec_target_sample``; VOCAB_AB_TILES=1 times ``spec_target_sample_tiles`` instead, every row given the
+producer's tiles (``logit_tiles_of``), into ``time_<folder>_tiles.json``.
 """
 
 from __future__ import annotations
@@ -33,12 +35,14 @@ from pathlib import Path
 import torch
 
 from specgen.runtime.library import load_library
+from specgen.runtime.vocab_pass import logit_tiles_of
 from specgen.specializations import FAMILIES
 from specgen.specializations.vocab_sample import VOCAB_SUMS, vocab_chunks
 
 V, W = 151936, 4
 SETTINGS = {"t0.7_p0.9": (0.7, 0.9), "greedy": (0.0, 1.0), "t1.0": (1.0, 1.0)}
-FAMS = ("spec_target_sample", "spec_draft_sample")
+TILES = os.environ.get("VOCAB_AB_TILES", "0") == "1"  # the target family that reads the logits' tiles, given them
+FAMS = ("spec_target_sample_tiles" if TILES else "spec_target_sample", "spec_draft_sample")
 
 
 def rows_of(fam: str, batch: int, temp: float, top_p: float) -> dict:
@@ -61,6 +65,8 @@ def rows_of(fam: str, batch: int, temp: float, top_p: float) -> dict:
         "sampled_probs": torch.zeros(batch),
     }
     d["logits"] = d["draft_logits"] = torch.randn(rows, V, generator=g) * SPREAD
+    if TILES:
+        d["logit_tiles"] = logit_tiles_of(d["logits"])
     d["vocab_scratch"] = d["draft_dist"] = torch.zeros(rows, V)
     return {k: v.cuda() for k, v in d.items()}
 
@@ -132,7 +138,8 @@ def time_folder(folder: str) -> list[dict]:
                     us = round(median_us(launcher(kernel, fam, d, rows, chunks), graph=True), 1)
                     res.append(
                         {
-                            "family": fam,
+                            "family": fam.removesuffix("_tiles"),  # a row of the report beside the plain family's
+                            "tiles": TILES,
                             "setting": setting,
                             "B": batch,
                             "C": chunks,
@@ -224,7 +231,8 @@ def main(argv: list[str]) -> None:
         if argv[0] == "sweep":
             (out / f"sweep_{Path(folder).name}.json").write_text(json.dumps(sweep_folder(folder), indent=1))
         else:
-            (out / f"time_{Path(folder).name}.json").write_text(json.dumps(time_folder(folder), indent=1))
+            name = Path(folder).name + ("_tiles" if TILES else "")
+            (out / f"time_{name}.json").write_text(json.dumps(time_folder(folder), indent=1))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ and their timings against the torch ops of the same semantics.
 Usage: python benchmarks/vocab_gpu.py all|check   (VOCAB_LIB: the build folder, default build/sampling_test_kernels;
 OUT: where vocab_gpu.json goes)
 
-``check``: a few vocabularies (17, 1025), B = 1 and 3, C = 1, 3 and the engine's; ``all``: V from 1 to 151936,
+``check``: a few vocabularies (17, 1025), B = 1 and 3, C = 1, 3 and the engine's, every family the folder has (the
+ones that read logit tiles with their odd rows given them); ``all``: V from 1 to 151936,
 B = 1, 3 and 32 (216 checks), then the timings at V = 151936 (temperature 0.7 with top-p 0.9, temperature 1.0,
 top-k 50, greedy; each row at C = 1, one block per row, and at the C the engine picks). Each launch runs twice on
 one workspace: the second finds it as the first left it (zero).
@@ -18,6 +19,7 @@ import torch
 
 from specgen.runtime import sampling as S
 from specgen.runtime.library import load_library
+from specgen.runtime.vocab_pass import logit_tiles_of
 from specgen.specializations import FAMILIES
 from specgen.specializations.vocab_sample import VOCAB_SUMS, vocab_chunks
 
@@ -29,8 +31,11 @@ torch.cuda.init()
 torch.zeros(1, device="cuda")
 LIB = load_library(os.environ.get("VOCAB_LIB", "build/sampling_test_kernels"))
 SMS = torch.cuda.get_device_properties(0).multi_processor_count
+TILED = ("spec_target_sample_tiles", "spec_target_sample_dense_tiles")  # checked where the folder has them
 KERN = {
-    f: LIB.get(f, 4, target="cuda") for f in ("spec_target_sample", "spec_target_sample_dense", "spec_draft_sample")
+    f: LIB.get(f, 4, target="cuda")
+    for f in ("spec_target_sample", "spec_target_sample_dense", "spec_draft_sample", *TILED)
+    if f not in TILED or LIB.has(f, 4)
 }
 
 
@@ -65,8 +70,12 @@ def workspace(rows, V, chunks):
     )
 
 
-def target(B, W, V, gen, dense, p_all=None, check=True, chunks=None):
+def target(B, W, V, gen, dense, p_all=None, check=True, chunks=None, tiles=False):
+    """``tiles``: the family that reads logit tiles, its odd rows given their logits' tiles, the even ones unset."""
     d = inputs(B, W, V, gen, p_all)
+    if tiles:
+        d["logit_tiles"] = logit_tiles_of(d["logits"])
+        d["logit_tiles"][::2, 0] = -1
     d["seq_lens"] = torch.randint(0, 5000, (B,), generator=gen).int().cuda()
     d["draft_tokens"] = torch.randint(-2, V + 2, (B, W - 1), generator=gen).int().cuda()
     d["draft_probs"] = torch.rand(B, W - 1, generator=gen).cuda()
@@ -82,7 +91,7 @@ def target(B, W, V, gen, dense, p_all=None, check=True, chunks=None):
     )
     out = {n: v.cuda() for n, v in out.items()}
     out.update(workspace(B * W, V, chunks))
-    fam = "spec_target_sample_dense" if dense else "spec_target_sample"
+    fam = ("spec_target_sample_dense" if dense else "spec_target_sample") + ("_tiles" if tiles else "")
     t = {**d, **out}
     run_k = lambda: call(fam, t, B, V, B * W)
     bufs = dict(temperature=d["temperature"], top_k=d["top_k"], top_p=d["top_p"], target_tokens=out["target_tokens"])
@@ -148,14 +157,14 @@ if mode in ("all", "check"):
         for B in (1, 3, 32):
             if V == 151936 and B == 32 and mode != "all":
                 continue
-            for kind in ("target", "dense", "draft"):
+            for kind in ("target", "dense", "draft", *(("tiles", "dense_tiles") if TILED[0] in KERN else ())):
                 for chunks in (1, 3, None):
                     if chunks == 3 and 3 * (B if kind == "draft" else 4 * B) > SMS:
                         continue  # more blocks than the device holds at once: the launcher refuses the grid
                     bad = (
                         draft(B, V, gen, chunks=chunks)
                         if kind == "draft"
-                        else target(B, 4, V, gen, kind == "dense", chunks=chunks)
+                        else target(B, 4, V, gen, kind.startswith("dense"), chunks=chunks, tiles=kind.endswith("tiles"))
                     )[0]
                     res["checks"].append(dict(V=V, B=B, kind=kind, chunks=chunks, bad=bad))
                     nbad += bool(bad)

@@ -22,6 +22,7 @@ import sympy as sp
 from ..specializations import guard_check as gc
 from ..specializations.families import DEFAULT_NUM_SPLITS
 from ..specializations.variants import VariantSpec
+from ..specializations.vocab_sample import LOGIT_TILE, VOCAB_FAMILIES
 from . import indexing as ix
 from .indexing import S, Sq, a, b, j, slot_entry, slot_from_entry, specialize, tl
 
@@ -232,3 +233,11 @@ def _guard_check(v: Instance) -> dict:
     at = {"reach_at": gc.REACH_AT, "scratch_at": gc.SCRATCH_AT, "accepted_at": gc.ACCEPTED_AT}
     bits = {"entry_bit": 1 << gc.ENTRY_BIT, "accepted_bit": 1 << gc.ACCEPTED_BIT, "scratch_bit": 1 << gc.SCRATCH_BIT}
     return {"slots": gc.GUARD_SLOTS, "max_entry": (ix.INT32_MAX + 1) // v.spec.block_size - 1} | at | bits
+
+
+def _vocab_pass(v: Instance) -> dict:
+    return {"LOGIT_TILE": LOGIT_TILE}
+
+
+for _family in VOCAB_FAMILIES:
+    expressions(_family)(_vocab_pass)

@@ -110,6 +110,14 @@ def load_template(name: str) -> jinja2.Template:
     return _environment().get_template(name if name.endswith(".jinja") else f"{name}.py.jinja")
 
 
+def _dim(d: sp.Expr) -> str:
+    """A shape's dimension as TileLang source: sympy's ``floor(V/64 + 63/64)`` back to ``(V + 63) // 64``."""
+    if isinstance(d, sp.floor):
+        num, den = sp.fraction(sp.together(d.args[0]))
+        return f"({num}) // {den}"
+    return str(d)
+
+
 def _params(v: Instance) -> str:
     """The prim_func's arguments, one a line, shapes specialised; B (and V, C, a width-free W) stay symbolic."""
     s = v.spec
@@ -119,7 +127,7 @@ def _params(v: Instance) -> str:
     lines = []
     for arg in FAMILIES[s.family].args:
         shape = sp.sympify(arg.shape, locals=env)
-        dims = ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "")
+        dims = ", ".join(_dim(d) for d in shape) + ("," if len(shape) == 1 else "")
         dtype = s.draft_dtype if arg.dtype == "draft" else arg.dtype
         lines.append(f'{arg.name}: T.Tensor(({dims}), "{dtype}"),')
     return textwrap.indent("\n".join(lines), " " * _PARAM_INDENT)

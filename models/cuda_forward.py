@@ -87,12 +87,12 @@ def linear(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return _skinny().skinny_gemm(h, weight) if _use_skinny(h, weight) else F.linear(h, weight)
 
 
-def lm_head_rows() -> int:
-    """The most rows ``lm_head`` gives the skinny GEMM: ``SPECGEN_SKINNY_LM_HEAD`` (default ``LM_HEAD_ROWS``; 0:
-    none), and 0 under ``SPECGEN_SKINNY_GEMM=0``."""
+def lm_head_rows(tiles: bool = False) -> int:
+    """The most rows ``lm_head`` gives the skinny GEMM: ``SPECGEN_SKINNY_LM_HEAD`` (default ``LM_HEAD_ROWS``, or
+    with ``tiles`` asked for ``MAX_HEAD_ROWS``; 0: none), and 0 under ``SPECGEN_SKINNY_GEMM=0``."""
     if os.environ.get("SPECGEN_SKINNY_GEMM", "1") in ("", "0"):
         return 0
-    raw = os.environ.get("SPECGEN_SKINNY_LM_HEAD", str(LM_HEAD_ROWS))
+    raw = os.environ.get("SPECGEN_SKINNY_LM_HEAD", str(MAX_HEAD_ROWS if tiles else LM_HEAD_ROWS))
     try:
         rows = int(raw or "0")
     except ValueError:
@@ -102,7 +102,13 @@ def lm_head_rows() -> int:
     return rows
 
 
-def lm_head(h: torch.Tensor, weight: torch.Tensor, fast: bool = True, out: torch.Tensor | None = None) -> torch.Tensor:
+def lm_head(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    fast: bool = True,
+    out: torch.Tensor | None = None,
+    tiles: torch.Tensor | None = None,
+) -> torch.Tensor:
     """An LM head ``h @ weight.T``: in a fast forward (``fast``) the skinny GEMM for at most ``lm_head_rows()`` rows
     (no memset node in a captured graph), else cuBLAS (also for no rows: the skinny GEMM would stream the weight for
     nothing); a torch forward's (``fast=False``) is cuBLAS whatever the switch says.
@@ -110,12 +116,20 @@ def lm_head(h: torch.Tensor, weight: torch.Tensor, fast: bool = True, out: torch
     ``out`` (``[rows, V]``, contiguous rows, e.g. a float32 buffer of a vocabulary pass) takes the logits and is
     returned: on CUDA both GEMMs write their float32 sums into it cast once to its dtype, so a float32 ``out``
     holds logits that were never rounded to ``h``'s dtype (no widening copy after the head); on the CPU the
-    product in ``h``'s dtype is copied in."""
+    product in ``h``'s dtype is copied in.
+
+    ``tiles`` (int64 ``[rows, ceil(V / 64)]``, a vocabulary pass's ``VocabPass.tiles`` rows) takes the logits'
+    tiles where the skinny GEMM runs (for up to ``MAX_HEAD_ROWS`` rows by default: the tiles spare the vocabulary
+    pass a read of every row); on every other path its rows are marked unset (entry 0 is -1), never left stale."""
     rows = h.shape[0]
     if out is not None and (out.dim() != 2 or out.shape[0] != rows or out.shape[1] != weight.shape[0]):
         raise ValueError(f"lm_head writes [{rows}, {weight.shape[0]}] logits, not into {list(out.shape)}")
-    if fast and 0 < rows <= lm_head_rows():
-        return _skinny().skinny_gemm(h, weight, out=out)
+    if tiles is not None and (tiles.dim() != 2 or tiles.shape[0] != rows or tiles.dtype != torch.int64):
+        raise ValueError(f"lm_head writes int64 [{rows}, (V + 63) // 64] tiles, not into {list(tiles.shape)}")
+    if fast and 0 < rows <= lm_head_rows(tiles is not None):
+        return _skinny().skinny_gemm(h, weight, out=out, tiles=tiles)
+    if tiles is not None:
+        tiles[:, 0].fill_(-1)
     if out is None:
         return F.linear(h, weight)
     if h.is_cuda and out.dtype == torch.float32 and h.dtype in (torch.float16, torch.bfloat16):

@@ -278,6 +278,7 @@ class Qwen3Model(nn.Module):
         logit_rows: slice | torch.Tensor | None = None,
         on_taps=None,
         logits_out: torch.Tensor | None = None,
+        logit_tiles_out: torch.Tensor | None = None,
     ):
         """``tokens[N] -> (hidden[N, H], logits[N, V])``; writes K/V at ``slot_mapping``.
 
@@ -321,25 +322,34 @@ class Qwen3Model(nn.Module):
                 if i in taps:
                     tap(cuda_forward.materialize(x, delta))
             x, h = cuda_forward.add_rms_norm(x, delta, self.norm)  # the last residual add and the final norm
-            out = x, self.project(h if logit_rows is None else h[logit_rows], fast=True, out=logits_out)
+            out = (
+                x,
+                self.project(
+                    h if logit_rows is None else h[logit_rows], fast=True, out=logits_out, tiles=logit_tiles_out
+                ),
+            )
         else:
             for i, layer in enumerate(self.layers):
                 x = layer(x, batch, self.kv_cache, i)
                 if i in taps:
                     tap(x)
-            out = x, self.logits(x if logit_rows is None else x[logit_rows], out=logits_out)
+            out = x, self.logits(x if logit_rows is None else x[logit_rows], out=logits_out, tiles=logit_tiles_out)
         if taps and cat is None:  # no tap index below the layer count: as torch.cat of nothing, an error
             cat = torch.cat(tapped, dim=-1)
         return (*out, cat) if taps else out
 
-    def logits(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    def logits(
+        self, x: torch.Tensor, out: torch.Tensor | None = None, tiles: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The LM head over the final norm (a tensor-parallel rank: its vocabulary range), into ``out`` if given."""
-        return self.project(self.norm(x), out=out)
+        return self.project(self.norm(x), out=out, tiles=tiles)
 
-    def project(self, h: torch.Tensor, fast: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
+    def project(
+        self, h: torch.Tensor, fast: bool = False, out: torch.Tensor | None = None, tiles: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The LM head alone, on the final norm's output ``h``; ``fast``: the Triton forward's
         (``cuda_forward.lm_head``), else cuBLAS; into ``out`` if given."""
-        return cuda_forward.lm_head(h, self.lm_head_weight, fast, out)
+        return cuda_forward.lm_head(h, self.lm_head_weight, fast, out, tiles)
 
     @property
     def argmax_kernels(self) -> str:

@@ -316,6 +316,7 @@ class Qwen35Model(nn.Module):
         state_read: torch.Tensor,
         state_write: torch.Tensor,
         logits_out: torch.Tensor | None = None,
+        logit_tiles_out: torch.Tensor | None = None,
     ):
         """``tokens[N] -> (hidden[N, H], logits[N, V])``; writes K/V at ``slot_mapping`` and linear
         states at ``state_write``.  With ``taps`` a third output holds those layers' outputs
@@ -332,6 +333,7 @@ class Qwen35Model(nn.Module):
                 HybridBatch(None, self.kv_cache, self.linear_state, state_read, state_write, fast),
                 logit_rows,
                 logits_out,
+                logit_tiles_out,
             )
         attention = AttentionBatch.build(
             positions, slot_mapping, block_table, kv_lens, query_start_loc, rows_per_seq, cfg.rotary_dim, cfg.rope_theta
@@ -343,7 +345,7 @@ class Qwen35Model(nn.Module):
             x = layer(x, batch)
             if i in taps:
                 tapped.append(x)
-        out = x, self.logits(x if logit_rows is None else x[logit_rows], out=logits_out)
+        out = x, self.logits(x if logit_rows is None else x[logit_rows], out=logits_out, tiles=logit_tiles_out)
         return (*out, torch.cat(tapped, dim=-1)) if taps else out
 
     def _forward_fast(
@@ -353,6 +355,7 @@ class Qwen35Model(nn.Module):
         batch: HybridBatch,
         logit_rows: slice | torch.Tensor | None = None,
         logits_out: torch.Tensor | None = None,
+        logit_tiles_out: torch.Tensor | None = None,
     ):
         """``forward`` on the Triton path: each layer's MLP output carried into the next layer's first norm
         launch (materialised only at a tapped layer), the last one into the final norm's."""
@@ -364,16 +367,23 @@ class Qwen35Model(nn.Module):
                 x, delta = materialize(x, delta), None
                 tapped.append(x)
         x, h = qwen3_5_fast.final_norm(self.norm, x, delta)
-        out = x, self.project(h if logit_rows is None else h[logit_rows], fast=True, out=logits_out)
+        out = (
+            x,
+            self.project(h if logit_rows is None else h[logit_rows], fast=True, out=logits_out, tiles=logit_tiles_out),
+        )
         return (*out, torch.cat(tapped, dim=-1)) if taps else out
 
-    def logits(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return self.project(self.norm(x), out=out)
+    def logits(
+        self, x: torch.Tensor, out: torch.Tensor | None = None, tiles: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.project(self.norm(x), out=out, tiles=tiles)
 
-    def project(self, h: torch.Tensor, fast: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
+    def project(
+        self, h: torch.Tensor, fast: bool = False, out: torch.Tensor | None = None, tiles: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The LM head alone, on the final norm's output ``h``; ``fast``: the Triton forward's
         (``cuda_forward.lm_head``), else cuBLAS; into ``out`` if given."""
-        return cuda_forward.lm_head(h, self.lm_head_weight, fast, out)
+        return cuda_forward.lm_head(h, self.lm_head_weight, fast, out, tiles)
 
     @property
     def argmax_kernels(self) -> str:

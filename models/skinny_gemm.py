@@ -25,6 +25,10 @@ an ordinary projection takes the skinny GEMM only where ``TUNED_TALL`` has its
 weight shape: there ``skinny_gemm_sweep.py --tall`` measured a config faster
 than cuBLAS (``tall_config``; a sweep file's ``tall_table`` replaces its
 entries too).  ``SPECGEN_SKINNY_TALL=0`` gives those rows back to cuBLAS.
+
+An LM head's product may write its logits' tiles beside them (``tiles``): per ``LOGIT_TILE`` columns of a row,
+the largest non-NaN value and how many are not NaN (``runtime.vocab_pass.logit_tiles_of``'s layout), which the
+vocabulary pass then reads instead of a pass over the rows.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import triton.language as tl
 
 MAX_ROWS = 16  # the ordinary projections' limit (cuda_forward._use_skinny)
 TALL_ROWS = 32  # past MAX_ROWS, the limit of the shapes in TUNED_TALL (cuda_forward.TALL_ROWS)
+LOGIT_TILE = 64  # the columns of a logit tile (specializations.vocab_sample.LOGIT_TILE; a test holds them equal)
 MAX_HEAD_ROWS = 128  # the kernel's own: one M tile (the LM head, cuda_forward.lm_head)
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 TARGET_PROGRAMS = 132  # one wave of an H200's SMs
@@ -91,6 +96,7 @@ def _skinny_gemm_kernel(
     x,
     w,
     out,
+    tiles,
     M,
     N,
     K,
@@ -101,6 +107,8 @@ def _skinny_gemm_kernel(
     PARTIAL: tl.constexpr,
     IEEE: tl.constexpr,
     INTERPRET: tl.constexpr,
+    TILES: tl.constexpr,
+    TILE: tl.constexpr,
 ):
     pn = tl.program_id(0)
     ps = tl.program_id(1)
@@ -120,7 +128,19 @@ def _skinny_gemm_kernel(
     if PARTIAL:
         tl.store(out + (ps * M + m[:, None].to(tl.int64)) * N + n[None, :], acc, mask=ok)
     else:
-        tl.store(out + m[:, None].to(tl.int64) * N + n[None, :], acc.to(out.dtype.element_ty), mask=ok)
+        val = acc.to(out.dtype.element_ty)
+        tl.store(out + m[:, None].to(tl.int64) * N + n[None, :], val, mask=ok)
+        if TILES:  # each TILE columns' largest non-NaN value (float bits, low) and count of non-NaN ones (high)
+            v = val.to(tl.float32)
+            good = ok & (v == v)
+            top = tl.max(tl.reshape(tl.where(good, v, float("-inf")), [BLOCK_M, BLOCK_N // TILE, TILE]), axis=2)
+            cnt = tl.sum(tl.reshape(good.to(tl.int32), [BLOCK_M, BLOCK_N // TILE, TILE]), axis=2)
+            packed = (cnt.to(tl.int64) << 32) | (top.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+            q = pn * (BLOCK_N // TILE) + tl.arange(0, BLOCK_N // TILE)
+            nt = (N + TILE - 1) // TILE
+            tl.store(
+                tiles + m[:, None].to(tl.int64) * nt + q[None, :], packed, mask=(m[:, None] < M) & (q[None, :] < nt)
+            )
 
 
 @functools.cache
@@ -201,19 +221,31 @@ def skinny_gemm(
     partial: bool = False,
     config: Config | None = None,
     out: torch.Tensor | None = None,
+    tiles: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``x [M, K] @ w [N, K].T``: ``[M, N]`` in ``x``'s dtype, or with ``partial`` possibly float32
     partials ``[splits, M, N]`` (a 2-D result when one split suffices).  ``config`` overrides the tile
     (``tall`` still adapts it past 16 rows).  ``out``: a contiguous ``[M, N]`` tensor of any float dtype that
-    takes the float32 sums cast once (a float32 ``out``: the sums themselves), returned (not with ``partial``)."""
+    takes the float32 sums cast once (a float32 ``out``: the sums themselves), returned (not with ``partial``).
+    ``tiles``: a contiguous int64 ``[M, ceil(N / LOGIT_TILE)]`` that takes the result's tiles (not with
+    ``partial``; the N tile becomes a multiple of ``LOGIT_TILE``)."""
     m, k = x.shape
     n = w.shape[0]
     if m > MAX_HEAD_ROWS:
         raise ValueError(f"skinny_gemm takes at most {MAX_HEAD_ROWS} rows, not {m}")
     if out is not None and (partial or tuple(out.shape) != (m, n) or not out.is_contiguous()):
         raise ValueError(f"skinny_gemm writes a contiguous [{m}, {n}] out without partial, not {list(out.shape)}")
+    nt = -(-n // LOGIT_TILE)
+    if tiles is not None and (
+        partial or tuple(tiles.shape) != (m, nt) or tiles.dtype != torch.int64 or not tiles.is_contiguous()
+    ):
+        raise ValueError(
+            f"skinny_gemm writes contiguous int64 [{m}, {nt}] tiles without partial, not {list(tiles.shape)}"
+        )
     block_m = block_rows(m)
     cfg = tall(config or config_for(n, k, partial, x.dtype, m), block_m, x.element_size())
+    if tiles is not None and cfg.block_n % LOGIT_TILE:
+        cfg = cfg._replace(block_n=-(-cfg.block_n // LOGIT_TILE) * LOGIT_TILE)
     splits = cfg.splits if partial else 1
     per = -(-k // splits)
     per = -(-per // cfg.block_k) * cfg.block_k
@@ -228,6 +260,7 @@ def skinny_gemm(
         x.contiguous(),
         w,
         out,
+        out if tiles is None else tiles,
         m,
         n,
         k,
@@ -238,6 +271,8 @@ def skinny_gemm(
         PARTIAL=splits > 1,
         IEEE=x.dtype == torch.float32,
         INTERPRET=INTERPRETED,
+        TILES=tiles is not None,
+        TILE=LOGIT_TILE,
         num_warps=cfg.warps,
         num_stages=cfg.stages,
     )

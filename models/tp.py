@@ -202,10 +202,14 @@ class VocabParallelHead:
         if vocab_size > EXACT_FLOAT_INDEX:
             raise TPError(f"vocabulary of {vocab_size} exceeds {EXACT_FLOAT_INDEX}")
 
-    def project(self, h: torch.Tensor, fast: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
+    def project(
+        self, h: torch.Tensor, fast: bool = False, out: torch.Tensor | None = None, tiles: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``[N, V / tp]``: the logits of this rank's vocabulary range (a row slice of the head, no copy); ``fast``
         as ``Qwen3Model.project``.  ``out``: a ``[N, V / tp]`` tensor for this rank's range (whole rows come from
-        ``whole_logits``)."""
+        ``whole_logits``).  A rank's range has no tiles of whole rows: ``tiles``' rows are marked unset."""
+        if tiles is not None:
+            tiles[:, 0].fill_(-1)
         return cuda_forward.lm_head(h, self.lm_head_weight[self.vocab_lo : self.vocab_hi], fast, out)
 
     def whole_logits(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -28,7 +28,13 @@ import torch
 
 from ..specializations import guard_check as gc
 from ..specializations.families import DEFAULT_NUM_SPLITS, FAMILIES, TAIL_COMPOSITES
-from .vocab_semantics import spec_draft_sample, spec_target_sample, spec_target_sample_dense
+from .vocab_semantics import (
+    spec_draft_sample,
+    spec_target_sample,
+    spec_target_sample_dense,
+    spec_target_sample_dense_tiles,
+    spec_target_sample_tiles,
+)
 
 I32 = torch.int32
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -360,7 +366,18 @@ SEMANTICS: dict[str, Callable[..., None]] = {
     )
 }
 # the vocabulary pass's families (runtime/vocab_semantics.py)
-SEMANTICS.update({f.__name__: f for f in (spec_target_sample, spec_target_sample_dense, spec_draft_sample)})
+SEMANTICS.update(
+    {
+        f.__name__: f
+        for f in (
+            spec_target_sample,
+            spec_target_sample_dense,
+            spec_draft_sample,
+            spec_target_sample_tiles,
+            spec_target_sample_dense_tiles,
+        )
+    }
+)
 # the tails after the forward: verification, then the next draft's inputs or the context slots and the next
 # block's anchor (one launch each)
 SEMANTICS.update({name: composite_semantics(name) for name in TAIL_COMPOSITES})

@@ -37,6 +37,21 @@ def spec_target_sample_dense(
     _target(draft_tokens, None, temperature, top_k, top_p, seed, seq_lens, logits, dists, outs)  # q(x): in dists
 
 
+def spec_target_sample_tiles(
+    draft_tokens, draft_probs, temperature, top_k, top_p, seed, seq_lens, logits, logit_tiles, *outs
+) -> None:
+    """``spec_target_sample``: ``logit_tiles`` say of the logits what they say themselves where a row's are set
+    (``vocab_pass.logit_tiles_of``), so the semantics read the logits alone."""
+    spec_target_sample(draft_tokens, draft_probs, temperature, top_k, top_p, seed, seq_lens, logits, *outs)
+
+
+def spec_target_sample_dense_tiles(
+    draft_tokens, temperature, top_k, top_p, seed, seq_lens, logits, logit_tiles, draft_dists, *outs
+) -> None:
+    """``spec_target_sample_dense``, its ``logit_tiles`` read as ``spec_target_sample_tiles`` reads them."""
+    spec_target_sample_dense(draft_tokens, temperature, top_k, top_p, seed, seq_lens, logits, draft_dists, *outs)
+
+
 def spec_draft_sample(
     temperature,
     top_k,

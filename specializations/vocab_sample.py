@@ -11,6 +11,10 @@ kernels equal that torch semantics bit for bit whatever order their lanes and ch
 * ``spec_target_sample_dense``: the same with each draft's whole distribution ``draft_dists``
   (a sampling draft) in place of ``draft_probs``, laid out ``(W - 1, B, V)`` so that draft ``j``'s
   rows are one block.
+* ``spec_target_sample_tiles``, ``spec_target_sample_dense_tiles``: the two above with ``logit_tiles`` after
+  ``logits``: what the logits' producer (the LM head) says of each ``LOGIT_TILE`` tokens, the largest non-NaN
+  logit and the count of non-NaN ones, so that the pass need not read the row for them (a row whose entry 0 is
+  negative is unset: the pass reads its logits).
 * ``spec_draft_sample``: a sampling draft's own draw (``runtime.sampling.draft_sample``) for ``B``
   rows, its distribution written in place (one ``draft_dists[j]``).
 
@@ -24,9 +28,12 @@ from .families import COMPANIONS, ArgSpec, Family, register
 
 __all__ = [
     "DRAFT_SAMPLE",
+    "LOGIT_TILE",
     "MAX_VOCAB_TOKENS",
     "TARGET_SAMPLE",
     "TARGET_SAMPLE_DENSE",
+    "TARGET_SAMPLE_DENSE_TILES",
+    "TARGET_SAMPLE_TILES",
     "NO_RESULT",
     "VOCAB_FAMILIES",
     "VOCAB_SUMS",
@@ -36,7 +43,9 @@ __all__ = [
 ]
 
 TARGET_SAMPLE, TARGET_SAMPLE_DENSE, DRAFT_SAMPLE = "spec_target_sample", "spec_target_sample_dense", "spec_draft_sample"
-VOCAB_FAMILIES = (TARGET_SAMPLE, TARGET_SAMPLE_DENSE, DRAFT_SAMPLE)
+# the target families that take the logits' producer's tiles (``logit_tiles``) for each row's largest logit
+TARGET_SAMPLE_TILES, TARGET_SAMPLE_DENSE_TILES = f"{TARGET_SAMPLE}_tiles", f"{TARGET_SAMPLE_DENSE}_tiles"
+VOCAB_FAMILIES = (TARGET_SAMPLE, TARGET_SAMPLE_DENSE, DRAFT_SAMPLE, TARGET_SAMPLE_TILES, TARGET_SAMPLE_DENSE_TILES)
 VOCAB_THREADS = 1024  # lanes per row: one histogram bin per lane (10 bits of a weight per round)
 MAX_TILES = 512  # the draw's per-tile sums of THREADS tokens each, in shared memory
 MAX_VOCAB_TOKENS = MAX_TILES * VOCAB_THREADS  # a longer vocabulary is refused; the kernels write nothing
@@ -63,7 +72,9 @@ _PARAMS = (
     ArgSpec("seed", "int64", "(B,)"),
 )
 _DRAFTS = ArgSpec("draft_tokens", "int32", "(B, W - 1)")
+LOGIT_TILE = 64  # tokens a logit tile summarises (``logit_tiles``: the producer's largest logit and count per tile)
 _TARGET_IN = (*_PARAMS, ArgSpec("seq_lens", "int32", "(B,)"), ArgSpec("logits", "float32", "(B * W, V)"))
+_TILES = ArgSpec("logit_tiles", "int64", f"(B * W, (V + {LOGIT_TILE - 1}) // {LOGIT_TILE})")
 _TARGET_OUT = (
     ArgSpec("target_tokens", "int32", "(B, W)", True),
     ArgSpec("target_draft_probs", "float32", "(B, W - 1)", True),
@@ -73,24 +84,21 @@ _TARGET_OUT = (
     ArgSpec("vocab_sums", "int64", f"(B * W, {VOCAB_SUMS})", True),
 )
 
+_TARGET_ARGS = {
+    TARGET_SAMPLE: (_DRAFTS, ArgSpec("draft_probs", "float32", "(B, W - 1)"), *_TARGET_IN, *_TARGET_OUT),
+    TARGET_SAMPLE_DENSE: (_DRAFTS, *_TARGET_IN, ArgSpec("draft_dists", "float32", "(W - 1, B, V)"), *_TARGET_OUT),
+}
+_TARGET_ARGS[TARGET_SAMPLE_TILES] = (*_TARGET_ARGS[TARGET_SAMPLE][:8], _TILES, *_TARGET_ARGS[TARGET_SAMPLE][8:])
+_TARGET_ARGS[TARGET_SAMPLE_DENSE_TILES] = (
+    *_TARGET_ARGS[TARGET_SAMPLE_DENSE][:7],
+    _TILES,
+    *_TARGET_ARGS[TARGET_SAMPLE_DENSE][7:],
+)
+
 for _family in (
-    Family(
-        TARGET_SAMPLE,
-        (),
-        (_DRAFTS, ArgSpec("draft_probs", "float32", "(B, W - 1)"), *_TARGET_IN, *_TARGET_OUT),
-        guards=(),
-        threads_per="block",
-        rows="B * W",
-        threads=VOCAB_THREADS,
-    ),
-    Family(
-        TARGET_SAMPLE_DENSE,
-        (),
-        (_DRAFTS, *_TARGET_IN, ArgSpec("draft_dists", "float32", "(W - 1, B, V)"), *_TARGET_OUT),
-        guards=(),
-        threads_per="block",
-        rows="B * W",
-        threads=VOCAB_THREADS,
+    *(
+        Family(name, (), args, guards=(), threads_per="block", rows="B * W", threads=VOCAB_THREADS)
+        for name, args in _TARGET_ARGS.items()
     ),
     Family(
         DRAFT_SAMPLE,
@@ -114,4 +122,4 @@ for _family in (
     register(_family)
 # a sampling draft (MTP: verify-to-draft) needs all three; a block draft's drafts are one-hot (context-kv)
 COMPANIONS["verify-to-draft-sampled"] = (*COMPANIONS.get("verify-to-draft-sampled", ()), *VOCAB_FAMILIES)
-COMPANIONS["context-kv-sampled"] = (*COMPANIONS.get("context-kv-sampled", ()), TARGET_SAMPLE)
+COMPANIONS["context-kv-sampled"] = (*COMPANIONS.get("context-kv-sampled", ()), TARGET_SAMPLE, TARGET_SAMPLE_TILES)

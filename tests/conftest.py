@@ -210,6 +210,8 @@ SAMPLING_FAMILIES = (
     "spec_target_sample",
     "spec_target_sample_dense",
     "spec_draft_sample",
+    "spec_target_sample_tiles",
+    "spec_target_sample_dense_tiles",
 )
 
 
@@ -225,7 +227,7 @@ def sampling_kernels(kernel_library):
     --families spec_verify_head_update,spec_verify_hybrid_head_update,spec_verify_linear_state_update,
     spec_verify_token_update,spec_verify_metadata_update,spec_verify_attention_tiling_update,spec_rejection_verify,
     prepare_next_draft,context_kv_update,prepare_next_block,spec_rejection_tail_update,spec_rejection_context_tail_update,
-    spec_verify_guard_check,spec_target_sample,spec_target_sample_dense,spec_draft_sample
-    --out build/sampling_test_kernels).
+    spec_verify_guard_check,spec_target_sample,spec_target_sample_dense,spec_draft_sample,spec_target_sample_tiles,
+    spec_target_sample_dense_tiles --out build/sampling_test_kernels).
     """
     return kernel_library("SPECGEN_TEST_SAMPLING_KERNELS", SAMPLING_LAYOUT, SAMPLING_BOUNDARIES, SAMPLING_FAMILIES)

@@ -17,6 +17,7 @@ from specgen.runtime.semantics import SEMANTICS
 from specgen.specializations import DEFAULT
 from specgen.specializations.families import FAMILIES, shape_of
 from specgen.specializations.guard_check import GUARD_SLOTS
+from specgen.specializations.vocab_sample import VOCAB_FAMILIES
 
 pytestmark = pytest.mark.slow
 POISON = -777
@@ -27,7 +28,7 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("kernels")
     out = root / "specgen_kernels"
     summary = build(DEFAULT, ("c",), out, jobs=2, progress=None)
-    assert not summary.failed and summary.built == 91
+    assert not summary.failed and summary.built == 93
     sys.path.insert(0, str(root))
     try:
         yield out, importlib.import_module("specgen_kernels")
@@ -56,7 +57,7 @@ def test_manifest_lists_every_planned_variant(built):
             f"spec_batch_row_remap__w{w}_bt64_bs128",
         } <= keys
     # the vocabulary pass reads W from its tensors: one variant of each family serves every width
-    vocab = {"spec_target_sample__any", "spec_target_sample_dense__any", "spec_draft_sample__any"}
+    vocab = {f"{f}__any" for f in VOCAB_FAMILIES}
     assert vocab <= keys and not any("sample__w" in k or "dense__w" in k for k in keys)
     for v in manifest["variants"]:
         assert (out / v["artifact"]).exists() and (out / v["program"]).exists() and (out / v["source"]).exists()
@@ -99,7 +100,7 @@ def test_rebuild_is_a_noop_and_manifest_is_byte_identical(built):
     out, _ = built
     first = (out / "manifest.json").read_bytes()
     summary = build(DEFAULT, ("c",), out, jobs=1, progress=None)
-    assert summary.built == 0 and summary.cached == 91
+    assert summary.built == 0 and summary.cached == 93
     assert (out / "manifest.json").read_bytes() == first
     assert b"time" not in first
 

@@ -17,20 +17,25 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracles.vocab_check import check_against_semantics
+from oracles.vocab_check import check_against_semantics, give_tiles
 
 from specgen.codegen.templates import render_variant
+from specgen.specializations import FAMILIES
 from specgen.specializations.variants import VariantSpec
 from specgen.specializations.vocab_sample import (
     DRAFT_SAMPLE,
+    LOGIT_TILE,
     MAX_VOCAB_TOKENS,
     TARGET_SAMPLE,
     TARGET_SAMPLE_DENSE,
+    TARGET_SAMPLE_DENSE_TILES,
+    TARGET_SAMPLE_TILES,
     VOCAB_SUMS,
     vocab_chunks,
 )
 
 W = 4
+TARGETS = (TARGET_SAMPLE_TILES, TARGET_SAMPLE_DENSE_TILES)  # the families that read logit tiles
 EDGE_VOCABS = (1, 2, 1023, 1024, 1025, 8191, 8193, 16385)
 
 
@@ -71,11 +76,13 @@ def _args(family: str, batch: int, vocab: int, gen: torch.Generator, device, set
         outs = {"sampled_tokens": (batch,), "sampled_probs": (batch,), "draft_dist": (batch, vocab)}
     else:
         a["draft_tokens"] = torch.randint(-2, vocab + 2, (batch, W - 1), generator=gen, dtype=torch.int32)
-        if family == TARGET_SAMPLE:
+        if family in (TARGET_SAMPLE, TARGET_SAMPLE_TILES):
             a["draft_probs"] = torch.rand(batch, W - 1, generator=gen)
         a["seq_lens"] = torch.randint(0, 5000, (batch,), generator=gen, dtype=torch.int32)
         a["logits"] = _logits(batch * W, vocab, gen)
-        if family == TARGET_SAMPLE_DENSE:
+        if family in TARGETS:  # set by check_against_semantics: the odd rows' given, the even rows' unset
+            a["logit_tiles"] = torch.full((batch * W, -(-vocab // LOGIT_TILE)), -1, dtype=torch.int64)
+        if family in (TARGET_SAMPLE_DENSE, TARGET_SAMPLE_DENSE_TILES):
             a["draft_dists"] = torch.softmax(torch.randn(W - 1, batch, vocab, generator=gen) * 3, -1)
         outs = {
             "target_tokens": (batch, W),
@@ -94,7 +101,7 @@ def _args(family: str, batch: int, vocab: int, gen: torch.Generator, device, set
     return {n: v.to(device) for n, v in a.items()}
 
 
-FAMILIES_UNDER_TEST = (TARGET_SAMPLE, TARGET_SAMPLE_DENSE, DRAFT_SAMPLE)
+FAMILIES_UNDER_TEST = (TARGET_SAMPLE, TARGET_SAMPLE_DENSE, DRAFT_SAMPLE, TARGET_SAMPLE_TILES, TARGET_SAMPLE_DENSE_TILES)
 
 
 @pytest.mark.parametrize("family", FAMILIES_UNDER_TEST)
@@ -294,6 +301,58 @@ def test_temperatures_at_the_float_edges(sampling_kernels, family):
             x[0] = 0.0
             x[0, 9] = -0.0  # a row of signed zeros: the largest is either, and the weights do not tell
             check_against_semantics(kernel, family, args)
+
+
+OUTPUTS = ("target_tokens", "target_draft_probs", "accept_uniforms")
+
+
+def _lying_tiles(args: dict, shift: float) -> torch.Tensor:
+    """Every row's true tiles with each tile's largest logit raised by ``shift``."""
+    give_tiles(args, slice(None))
+    tiles = args["logit_tiles"].cpu()
+    top = (tiles & 0xFFFFFFFF).to(torch.int32).view(torch.float32) + shift
+    return ((tiles >> 32) << 32) | (top.view(torch.int32).to(torch.int64) & 0xFFFFFFFF)
+
+
+def check_given_tiles(kernel, family: str, device) -> None:
+    """Rows given their true tiles equal the semantics; rows whose tiles claim a larger logit than the row holds
+    sample from weights scaled by another largest logit, so that their outputs differ, while a greedy row (which
+    reads its row for the argmax) and rows whose tiles are unset keep the semantics' outputs."""
+    gen = torch.Generator().manual_seed(11)
+    for vocab, batch, chunks in ((3000, 3, 1), (3000, 3, 3), (8193, 3, 2)):
+        args = _args(family, batch, vocab, gen, device, "nucleus", chunks=chunks)
+        args["temperature"][0] = 0.0  # sequence 0: greedy
+        args["logits"].copy_(torch.randn(batch * W, vocab, generator=gen) * 1.5)  # top-p keeps many tokens
+        top = args["logits"].nan_to_num(nan=float("-inf")).argmax(-1).view(batch, W)
+        args["draft_tokens"].copy_(top[:, : W - 1])  # each draft the row's top token: p(x) > 0, as sure as it gets
+        give_tiles(args, slice(None))
+        check_against_semantics(kernel, family, args, tiles=False)
+        want = {n: args[n].clone() for n in OUTPUTS}
+        lie = _lying_tiles(args, 12.0).to(device)  # E = floor(e * 2**40) of e below 4e-8: coarse weights
+        lie[-W:, 0] = -1  # the last sequence's rows unset: they read their rows
+        args["logit_tiles"] = lie
+        kernel(*(args[a.name] for a in FAMILIES[family].args))
+        for n in OUTPUTS:
+            same = (args[n].view(torch.int32) if args[n].is_floating_point() else args[n]) == (
+                want[n].view(torch.int32) if want[n].is_floating_point() else want[n]
+            )
+            assert same[0].all() and same[-1].all(), (n, same)  # greedy, and unset tiles
+        probs = args["target_draft_probs"].view(torch.int32) != want["target_draft_probs"].view(torch.int32)
+        assert probs[1 : batch - 1].any(), (vocab, chunks)  # the rows given the lying tiles took m from them
+        assert ((args["target_tokens"] >= 0) & (args["target_tokens"] < vocab)).all()
+        assert not args["vocab_sums"].any()
+
+
+@pytest.mark.parametrize("family", TARGETS)
+def test_given_logit_tiles_stand_for_the_largest_logit(sampling_kernels, family):
+    """The target families take a row's largest logit from its tiles where they are set (``logit_tiles``)."""
+    check_given_tiles(sampling_kernels.get(family, W, target="c"), family, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", TARGETS)
+def test_cuda_given_logit_tiles_stand_for_the_largest_logit(sampling_kernels, family):
+    check_given_tiles(sampling_kernels.get(family, W, target="cuda"), family, "cuda")
 
 
 def test_a_vocabulary_past_the_tiles_is_left_alone(sampling_kernels):

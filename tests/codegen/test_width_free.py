@@ -182,6 +182,7 @@ def _vocab_args(family: str, batch: int, width: int, vocab: int, chunks: int, ge
         "seq_lens": lambda s: rand(s, 0, 5000, torch.int32),
         "sample_positions": lambda s: rand(s, 0, 10**6, torch.int64),
         "draft_dists": lambda s: torch.softmax(torch.randn(s, generator=gen) * 3, -1),
+        "logit_tiles": lambda s: torch.full(s, -1, dtype=torch.int64),  # the oracle gives the odd rows theirs
     }
     out = {}
     for a in FAMILIES[family].args:

@@ -197,9 +197,10 @@ def test_sampling_arguments_are_checked(target, sampling_kernels):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind,width", KINDS)
-def test_cuda_graphs_equal_the_host_rule_with_no_host_sync(sampling_kernels, kind, width):
+def test_cuda_graphs_equal_the_host_rule_with_no_host_sync(sampling_kernels, monkeypatch, kind, width):
     """On CUDA (float32, no TF32), in captured graphs with the prebuilt kernels: every mode equals baseline's host
-    rule for a fixed seed, the greedy row equals greedy decoding, and a specgen step syncs the host 0 times."""
+    rule for a fixed seed, the greedy row equals greedy decoding, and a specgen step syncs the host 0 times; with
+    ``SPECGEN_LOGIT_TILES=1`` too, where the verify head writes its logits' tiles and the pass reads them."""
     torch.backends.cuda.matmul.allow_tf32 = False
     model = Qwen3Model.create("tiny", seed=0, device="cuda")
     prompts = _prompts(len(MIXED), seed=width)
@@ -210,26 +211,33 @@ def test_cuda_graphs_equal_the_host_rule_with_no_host_sync(sampling_kernels, kin
             m: _run(model, kind, draft, m, width, prompts, sampling_kernels, list(MIXED), mix, backend="inductor")
             for m in _modes(kind)
         }
+        with monkeypatch.context() as m:
+            m.setenv("SPECGEN_LOGIT_TILES", "1")
+            runs["tiles"] = _run(model, kind, draft, "specgen", width, prompts, sampling_kernels, list(MIXED), mix)
         for mode, res in runs.items():
             assert (res.outputs, res.accepted) == (runs["baseline"].outputs, runs["baseline"].accepted), (mode, p)
         assert runs["baseline"].outputs[1] == greedy_generate(model, [prompts[1]], NEW)[0]
         for mode in ("baseline", "specgen"):
             plain = _run(model, kind, draft, mode, width, prompts, sampling_kernels, SamplingParams(0.0), mix)
             assert plain.outputs == greedy_generate(model, prompts, NEW), mode
-    eng = DRAFT_KINDS[kind].engine(
-        model,
-        draft,
-        mode="specgen",
-        width=width,
-        batch=len(prompts),
-        block_size=BS,
-        block_table_width=BT,
-        library=sampling_kernels,
-        sampling=list(MIXED),
-    )
-    res = eng.run(prompts, steps=6, warmup_steps=2, timing=True)
-    assert [t.host_syncs for t in res.timings] == [0] * 6
-    assert res.runtime_stats["fallback"] == {}
+    for tiles in ("0", "1"):  # 0 host syncs a step, with and without the logit tiles
+        monkeypatch.setenv("SPECGEN_LOGIT_TILES", tiles)
+        eng = DRAFT_KINDS[kind].engine(
+            model,
+            draft,
+            mode="specgen",
+            width=width,
+            batch=len(prompts),
+            block_size=BS,
+            block_table_width=BT,
+            library=sampling_kernels,
+            sampling=list(MIXED),
+        )
+        res = eng.run(prompts, steps=6, warmup_steps=2, timing=True)
+        assert [t.host_syncs for t in res.timings] == [0] * 6 and res.runtime_stats["fallback"] == {}
+    # the verify head (the skinny GEMM) wrote its logits' tiles, which the pass took its largest logits from
+    assert eng.sampling.vocab.kernel.key().endswith("_tiles__any")
+    assert (eng.sampling.vocab.tiles[: len(prompts) * width, 0] >= 0).all()
 
 
 @pytest.mark.parametrize("kind,width", [("mtp", 4), ("dflash", 4), ("dspark", 3)])
@@ -318,10 +326,13 @@ def test_cuda_a_change_of_parameters_takes_effect_without_recapture(sampling_ker
 def test_the_verify_head_writes_the_vocabulary_pass_rows(target, sampling_kernels, monkeypatch, kind, mode):
     """A sampling engine's verify forward hands the LM head the vocabulary pass's float32 rows (``logits_out``):
     the forward returns that buffer, ``VocabPass.keep`` copies nothing, and the tokens are those of an engine
-    whose head writes its own tensor and is copied in (``verify_kwargs`` giving nothing)."""
+    whose head writes its own tensor and is copied in (``verify_kwargs`` giving nothing).  With the generated pass
+    that reads tiles (specgen, ``SPECGEN_LOGIT_TILES=1``) the head gets the pass's ``logit_tiles_out`` too, which
+    the torch forward's head marks unset."""
     from specgen.engine.sampling import EngineSampling
     from specgen.runtime.vocab_pass import VocabPass
 
+    monkeypatch.setenv("SPECGEN_LOGIT_TILES", "1")
     prompts = _prompts(3, seed=13)
     draft = DRAFT_KINDS[kind].create(target, seed=1)
     mix = _mix(target, prompts, 0.8, 4)
@@ -331,6 +342,9 @@ def test_the_verify_head_writes_the_vocabulary_pass_rows(target, sampling_kernel
         out = forward(self, *args, **kw)
         if "logits_out" in kw:
             seen.append(("forward", out[1].data_ptr() == kw["logits_out"].data_ptr(), kw["logits_out"].dtype))
+        if "logit_tiles_out" in kw:
+            tiles = kw["logit_tiles_out"]
+            seen.append(("tiles", tiles.shape[0] == kw["logits_out"].shape[0] and bool((tiles[:, 0] == -1).all())))
         return out
 
     def spy_keep(self, logits):
@@ -342,6 +356,7 @@ def test_the_verify_head_writes_the_vocabulary_pass_rows(target, sampling_kernel
     direct = _run(target, kind, draft, mode, 4, prompts, sampling_kernels, list(MIXED[:3]), mix)
     assert seen and ("forward", True, torch.float32) in seen and ("keep", True) in seen, seen
     assert all(s[1] for s in seen), seen  # every verification wrote into the pass's rows
+    assert any(s[0] == "tiles" for s in seen) == (mode == "specgen"), seen
     monkeypatch.setattr(EngineSampling, "verify_kwargs", lambda self, rows: {})
     seen.clear()
     copied = _run(target, kind, draft, mode, 4, prompts, sampling_kernels, list(MIXED[:3]), mix)

@@ -7,6 +7,7 @@ DEVICE DTYPE``) so the CPU run can set ``TRITON_INTERPRET=1`` before Triton is i
 * ``dense``, ``mtp``, ``block``, ``hybrid``: each forward with its fast LM head against the torch forward (the
   dense and hybrid targets through the existing case scripts), and how many LM-head products the skinny GEMM ran.
 * ``out``: ``lm_head`` writing into a float32 buffer, on the skinny GEMM and past its row limit.
+* ``tiles``: ``lm_head`` writing the logits' tiles beside them, or marking them unset.
 * ``graph`` (CUDA): the node kinds of a captured graph of ``lm_head``, skinny and cuBLAS.
 * ``tall``: the dense forward's verify step of 24 rows with every layer shape in the tall table (``tall_config``
   answering the heuristic's config), and how many of the layers' products past 16 rows the skinny GEMM ran.
@@ -32,6 +33,7 @@ from specgen.models.block_draft import BlockDraft, BlockDraftConfig
 from specgen.models.mtp_head import MTPHead
 from specgen.models.paged_kv import BlockAllocator, make_block_table, verify_metadata
 from specgen.models.qwen3 import Qwen3Model
+from specgen.runtime.vocab_pass import logit_tiles_of
 
 CALLS: Counter = Counter()  # skinny_gemm's products by N ("tall": the products past 16 rows)
 _gemm = sg.skinny_gemm
@@ -120,6 +122,46 @@ def out_case(dev, dtype) -> dict:
     return res
 
 
+def tiles_case(dev, dtype) -> dict:
+    """``lm_head(..., out=, tiles=)``: on the skinny GEMM (up to ``MAX_HEAD_ROWS`` rows by default where tiles are
+    asked for) the tiles equal ``logit_tiles_of`` the float32 logits it wrote, NaN logits among them (a weight row
+    of infinities meets h's mixed signs; the last row's h holds a NaN); the torch forward's head and a head past
+    ``SPECGEN_SKINNY_LM_HEAD`` (cuBLAS) mark their rows unset; tiles of the wrong shape are an error."""
+    n, k, rows = (151936, 1024, (1, 8, 32, 128)) if dev != "cpu" else (200, 300, (1, 17, 128))
+    nt = -(-n // 64)
+    g = torch.Generator().manual_seed(6)
+    w = torch.randn(n, k, generator=g) / k**0.5
+    w[5] = float("inf")
+    w = w.to(dev, dtype)
+    res = {}
+    for m in rows:
+        x = torch.randn(m, k, generator=g)
+        x[-1, 0] = float("nan") if m > 1 else x[-1, 0]
+        x = x.to(dev, dtype)
+        out, tiles = torch.empty(m, n, device=dev), torch.full((m, nt), 7, dtype=torch.int64, device=dev)
+        cuda_forward.lm_head(x, w, True, out, tiles)
+        slow = torch.full((m, nt), 7, dtype=torch.int64, device=dev)
+        cuda_forward.lm_head(x, w, False, torch.empty(m, n, device=dev), slow)
+        res[m] = {
+            "equal": torch.equal(tiles, logit_tiles_of(out)),
+            "nan": int(out.isnan().sum()),
+            "torch_unset": bool((slow[:, 0] == -1).all()),
+        }
+    with mock.patch.dict(os.environ, {"SPECGEN_SKINNY_LM_HEAD": "16"}):
+        past = torch.full((17, nt), 7, dtype=torch.int64, device=dev)
+        x = torch.randn(17, k, generator=g).to(dev, dtype)
+        cuda_forward.lm_head(x, w, True, torch.empty(17, n, device=dev), past)
+        res["past_limit_unset"] = bool((past[:, 0] == -1).all())
+    res["bad"] = {
+        "lm_head": _error_of(lambda: cuda_forward.lm_head(x, w, True, None, torch.empty(16, nt, dtype=torch.int64))),
+        "skinny": _error_of(lambda: sg.skinny_gemm(x[:1], w, tiles=torch.empty(1, nt + 1, dtype=torch.int64))),
+        "partial": _error_of(
+            lambda: sg.skinny_gemm(x[:1], w, partial=True, tiles=torch.empty(1, nt, dtype=torch.int64))
+        ),
+    }
+    return res
+
+
 def mtp_case(dev, dtype) -> dict:
     """The dense MTP head's verify-width step (2 sequences of 3 rows), torch against Triton."""
     target = Qwen3Model.create("tiny", seed=0, dtype=dtype, device=dev)
@@ -184,7 +226,7 @@ def main(dev: str, dtype_name: str) -> dict:
     dtype = getattr(torch, dtype_name)
     sg.skinny_gemm = _counted
     os.environ["SPECGEN_SKINNY_LM_HEAD"] = "128"
-    cases = {"gemm": gemm_case(dev, dtype), "out": out_case(dev, dtype)}
+    cases = {"gemm": gemm_case(dev, dtype), "out": out_case(dev, dtype), "tiles": tiles_case(dev, dtype)}
     CALLS.clear()
     cases["dense"] = cuda_forward_cases.forward_cases(dev, dtype, 9, flags=("1",))["1"]
     cases["dense"]["head_calls"] = CALLS[512]  # the tiny presets' vocabulary: no other product is 512 wide

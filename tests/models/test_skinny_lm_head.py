@@ -33,6 +33,7 @@ def check(cases: dict, strict: bool) -> None:
     gemm = dict(cases["gemm"])
     assert gemm.pop("too_many") == "skinny_gemm takes at most 128 rows, not 129"
     check_out(cases["out"], strict)
+    check_tiles(cases["tiles"])
     for m, c in gemm.items():
         bound = 1e-5 * c["scale"] if strict else max(2 * c["err_cublas"], 1e-2 * c["scale"])
         assert c["shape"][0] == int(m) and c["err"] <= bound, (m, c)
@@ -61,6 +62,19 @@ def check_tall(case: dict, strict: bool) -> None:
         assert max(case["err_hidden"], case["err_logits"], case["err_kv"]) < 1e-3 and case["same_tokens"], case
     else:  # bfloat16: the dense forward rounds apart from torch's (not compared in test_cuda_forward either)
         assert math.isfinite(case["err_logits"]) and math.isfinite(case["err_hidden"]), case
+
+
+def check_tiles(cases: dict) -> None:
+    """The skinny head's tiles equal ``logit_tiles_of`` its logits at every row count (NaN logits among them); every
+    other head marks its rows unset; a wrong shape is an error that says what was wanted."""
+    res = dict(cases)
+    bad = res.pop("bad")
+    assert bad["lm_head"].startswith("lm_head writes int64 [") and "tiles, not into" in bad["lm_head"], bad
+    assert bad["skinny"].startswith("skinny_gemm writes contiguous int64 [1,") and "tiles" in bad["skinny"], bad
+    assert bad["partial"].startswith("skinny_gemm writes contiguous int64"), bad
+    assert res.pop("past_limit_unset") is True
+    for m, c in res.items():
+        assert c["equal"] and c["torch_unset"] and c["nan"] >= int(m), (m, c)
 
 
 def check_out(cases: dict, strict: bool) -> None:
@@ -145,3 +159,10 @@ def test_cublas_and_the_torch_forward_are_unchanged(monkeypatch):
     assert torch.equal(cuda_forward.lm_head(h, w), torch.nn.functional.linear(h, w))
     monkeypatch.setenv("SPECGEN_SKINNY_LM_HEAD", "128")
     assert cuda_forward.lm_head(h[:0], w).shape == (0, 40)  # no rows: cuBLAS's empty product
+
+
+def test_the_logit_tile_is_the_vocabulary_pass_tile():
+    sg = pytest.importorskip("specgen.models.skinny_gemm")
+    from specgen.specializations.vocab_sample import LOGIT_TILE
+
+    assert sg.LOGIT_TILE == LOGIT_TILE
