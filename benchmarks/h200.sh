@@ -65,7 +65,7 @@
 # Usage: benchmarks/h200.sh OUT_DIR [tests] [tests-changed] [sanitize-vocab] [serving-tests] [engine-tests] [sanitize] [fuzz-heads] [heads] [forward] [bench] [bench-8b]
 #        [bench-sampling] [serve-bench] [attention-sweep] [prefill-speed] [host-profile]
 #        [bench-mtp] [block-bench] [block-ab] [beside-ab] [streams-ab] [tail-ab] [mirror-ab] [head-ab] [guard-ab] [agreement] [vocab-ab]
-#        [tiles-ab]
+#        [tiles-ab] [tiles-bench]
 set -u
 out=$1; shift
 DEPTHS=${DEPTHS:-3}
@@ -291,9 +291,7 @@ s.sort_stats('cumtime').print_stats('runtime/', 45); s.sort_stats('tottime').pri
         echo "ncu B = $b:"; head -12 "$out/ncu_vocab_b$b.md"
       done ;;
     tiles-ab)  # the logit tiles (spec_target_sample[_dense]_tiles, the skinny head's epilogue): their GPU tests and
-      # memcheck, the kernels with the rows given their tiles against the plain family (TILES_SPREADS), and the engine's
-      # sampled step with SPECGEN_LOGIT_TILES=1 against without (BENCH_KERNELS: --boundary draft-to-verify,
-      # verify-to-draft,verify-to-draft-sampled at --widths 4 --block-table-widths 64 --block-sizes 128)
+      # memcheck, then the kernels with the rows given their tiles against the plain family (TILES_SPREADS)
       python3 -m pytest -m gpu -q -p no:cacheprovider tests/codegen/test_vocab_sample.py tests/models/test_skinny_lm_head.py \
         tests/engine/test_sampling_engine.py > "$out/tiles_gpu_tests.txt" 2>&1; tail -1 "$out/tiles_gpu_tests.txt"
       compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 python3 -m pytest -m gpu -q \
@@ -306,20 +304,25 @@ s.sort_stats('cumtime').print_stats('runtime/', 45); s.sort_stats('tottime').pri
             build/sampling_test_kernels > "$out/tiles_ab_s${s}_$t.log" 2>&1
         done
         python3 benchmarks/vocab_ab.py report "$out/tiles_ab_s$s" | tee "$out/tiles_ab_s$s.md" | grep t0.7_p0.9
-      done
+      done ;;
+    tiles-bench)  # the engine's greedy step, and its sampled step without the logit tiles, with them, and with them
+      # but the head's skinny GEMM kept to 64 rows (B = 32's 128-row verify then cuBLAS, its tiles unset); BENCH_KERNELS:
+      # --boundary draft-to-verify,verify-to-draft,verify-to-draft-sampled --widths 4 --block-table-widths 64
+      # --block-sizes 128
       b="specgen bench --model qwen3-0.6b --depth 3 --batch 1,8,32 --steps 24 --warmup 4 --prompt-len 1024 \
         --block-size 128 --block-table-width 64 --modes specgen --acceptance 0.7 --profile-steps 0 --repeats 3 \
         --kernels ${BENCH_KERNELS:-build/sampling_bench_kernels}"
       $b --out "$out/tiles_greedy" > "$out/tiles_greedy.log" 2>&1
-      for t in 0 1; do
-        SPECGEN_LOGIT_TILES=$t $b --temperature 0.7 --top-p 0.9 --out "$out/tiles_sampled_$t" > "$out/tiles_sampled_$t.log" 2>&1
+      for t in 0 1 1_64; do
+        rows=(); [ $t = 1_64 ] && rows=(SPECGEN_SKINNY_LM_HEAD=64)
+        env SPECGEN_LOGIT_TILES=${t%_64} "${rows[@]}" $b --temperature 0.7 --top-p 0.9 --out "$out/tiles_sampled_$t" > "$out/tiles_sampled_$t.log" 2>&1
       done
-      python3 - "$out" <<'PY' ;;  # what sampling adds to the greedy step, without and with the tiles
+      python3 - "$out" <<'PY' ;;  # what sampling adds to the greedy step in each
 import json, sys
 steps = lambda n: {r["batch"]: r["step_us"] for r in json.load(open(f"{sys.argv[1]}/{n}/bench.json"))["runs"]}
 greedy = steps("tiles_greedy")
-for t in (0, 1):
-    print(f"SPECGEN_LOGIT_TILES={t}: sampling adds", {b: round(us - greedy[b], 1) for b, us in steps(f"tiles_sampled_{t}").items()})
+for t in ("0", "1", "1_64"):
+    print(f"tiles {t}: sampling adds", {b: round(us - greedy[b], 1) for b, us in steps(f"tiles_sampled_{t}").items()})
 PY
     bench-mtp) specgen bench --model qwen3-0.6b --depth 3 --batch 1,8,32 --steps 64 --warmup 3 \
              --modes baseline,compile,specgen --kernels build/bench_kernels --out "$out/bench_mtp" > "$out/bench_mtp.log" 2>&1; grep -v "^frame #" "$out/bench_mtp.log" | tail -20 ;;
