@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from oracles.vocab_check import check_against_semantics, give_tiles
 
 from specgen.codegen.templates import render_variant
+from specgen.runtime.vocab_pass import logit_tiles_of
 from specgen.specializations import FAMILIES
 from specgen.specializations.variants import VariantSpec
 from specgen.specializations.vocab_sample import (
@@ -340,6 +341,28 @@ def check_given_tiles(kernel, family: str, device) -> None:
         probs = args["target_draft_probs"].view(torch.int32) != want["target_draft_probs"].view(torch.int32)
         assert probs[1 : batch - 1].any(), (vocab, chunks)  # the rows given the lying tiles took m from them
         assert ((args["target_tokens"] >= 0) & (args["target_tokens"] < vocab)).all()
+        assert not args["vocab_sums"].any()
+        check_wild_tiles(kernel, family, args)
+
+
+def check_wild_tiles(kernel, family: str, args: dict) -> None:
+    """Tiles that claim a largest logit below the row's (its tokens above it weigh as much as the largest), or
+    +-inf, or counts past the row: the kernel reads and writes only its arguments (memcheck on the GPU), its
+    tokens stay in the vocabulary, p(x) in [0, 1], and the workspace comes back zero."""
+    vocab = args["logits"].shape[1]
+    true = logit_tiles_of(args["logits"].cpu())
+    inf = torch.tensor(float("inf")).view(torch.int32).to(torch.int64)
+    for lie in (
+        _lying_tiles(args, -12.0),
+        (true >> 32 << 32) | inf,
+        (true >> 32 << 32) | ((-torch.tensor(float("inf"))).view(torch.int32).to(torch.int64) & 0xFFFFFFFF),
+        (true & 0xFFFFFFFF) | (torch.tensor(2**31 - 1) << 32),
+    ):
+        args["logit_tiles"] = lie.to(args["logits"].device)
+        kernel(*(args[a.name] for a in FAMILIES[family].args))
+        assert ((args["target_tokens"] >= 0) & (args["target_tokens"] < vocab)).all()
+        probs = args["target_draft_probs"]
+        assert ((probs >= 0) & (probs <= 1)).all(), probs
         assert not args["vocab_sums"].any()
 
 
