@@ -52,8 +52,8 @@ __all__ = ["DRAFT_SAMPLING", "EngineSampling", "SamplingParams", "sampling_rows"
 I32 = torch.int32
 VOCAB_KERNELS_ENV = "SPECGEN_VOCAB_KERNELS"  # 0: the vocabulary pass as torch ops in specgen mode too
 LOGITS_OUT_ENV = "SPECGEN_LOGITS_OUT"  # 0: the verify head writes its own tensor, copied into the pass's rows (an A/B)
-# 1: the verify head writes its logits' tiles and the pass reads them (spec_target_sample[_dense]_tiles) instead of
-# a pass over each row for its largest logit; off by default until the tiles' GPU tests have run
+# the verify head writes its logits' tiles and the pass reads them (spec_target_sample[_dense]_tiles) instead of a
+# pass over each row for its largest logit; 0: the plain families, the head writes none (an A/B)
 LOGIT_TILES_ENV = "SPECGEN_LOGIT_TILES"
 DRAFT_SAMPLING = ("sample", "argmax")  # a sampling draft draws from its own q, or proposes its argmax (one-hot)
 
@@ -99,7 +99,7 @@ class EngineSampling:
         width = vocab if self.draft_vocab is None else self.draft_vocab.size
         wanted = os.environ.get(VOCAB_KERNELS_ENV, "1") != "0"
         lib = e.library if e.strategy.name == "specgen" and wanted else None
-        tiles = os.environ.get(LOGIT_TILES_ENV, "0") == "1"
+        tiles = os.environ.get(LOGIT_TILES_ENV, "1") != "0"
         self.vocab = VocabPass(lib, e.width, e.batch * e.width, vocab, e.device, dense=self.draft_samples, tiles=tiles)
         self.logits, self.target_kernel = self.vocab.logits, self.vocab.kernel
         if self.target_kernel is not None and self.draft_samples and lib.has(DRAFT_SAMPLE, e.width):
@@ -122,9 +122,9 @@ class EngineSampling:
         """The target forward's keywords for a verification of ``rows`` rows: ``logits_out``, the vocabulary
         pass's float32 rows, where the LM head writes the logits (``VocabPass.keep`` then copies nothing); none
         for a tensor-parallel target (each rank holds a vocabulary range, gathered by ``keep_logits``) or more
-        rows than the pass holds, or with ``SPECGEN_LOGITS_OUT=0``.  With the generated pass that reads tiles
-        (``SPECGEN_LOGIT_TILES=1``), ``logit_tiles_out`` too: the head writes the rows' logit tiles there or marks
-        them unset."""
+        rows than the pass holds, or with ``SPECGEN_LOGITS_OUT=0``.  With the generated pass that reads tiles (not
+        under ``SPECGEN_LOGIT_TILES=0``), ``logit_tiles_out`` too: the head writes the rows' logit tiles there or
+        marks them unset."""
         whole = getattr(self.engine.model, "whole_logits", None)
         off = os.environ.get(LOGITS_OUT_ENV, "1") == "0"
         if off or whole is not None or self.logits is None or rows > self.logits.shape[0]:
