@@ -42,9 +42,10 @@ import torch
 import triton
 import triton.language as tl
 
+from ..specializations.vocab_sample import LOGIT_TILE  # the columns of a logit tile
+
 MAX_ROWS = 16  # the ordinary projections' limit (cuda_forward._use_skinny)
 TALL_ROWS = 32  # past MAX_ROWS, the limit of the shapes in TUNED_TALL (cuda_forward.TALL_ROWS)
-LOGIT_TILE = 64  # the columns of a logit tile (specializations.vocab_sample.LOGIT_TILE; a test holds them equal)
 MAX_HEAD_ROWS = 128  # the kernel's own: one M tile (the LM head, cuda_forward.lm_head)
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 TARGET_PROGRAMS = 132  # one wave of an H200's SMs
