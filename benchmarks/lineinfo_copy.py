@@ -18,7 +18,13 @@ from pathlib import Path
 
 from specgen.codegen.lower import include_dirs
 
-VOCAB = ("spec_target_sample", "spec_target_sample_dense", "spec_draft_sample")
+VOCAB = (
+    "spec_target_sample",
+    "spec_target_sample_dense",
+    "spec_draft_sample",
+    "spec_target_sample_tiles",
+    "spec_target_sample_dense_tiles",
+)
 
 
 def recompiled_copy(src: Path, dst: Path, flags: list[str], transform=None) -> list[dict]:

@@ -2,11 +2,12 @@
 the SM's cycle counter after every block-wide synchronisation, and a run that reads the stamps back.
 
 Usage:
-    python benchmarks/vocab_trace.py copy SRC DST        DST: SRC's cuda variants, the three vocabulary kernels
+    python benchmarks/vocab_trace.py copy SRC DST        DST: SRC's cuda variants, the vocabulary kernels
                                                          recompiled from their sources with the stamps (nvcc)
     python benchmarks/vocab_trace.py run DST [B ...]     per B (default 1 8 32), spec_target_sample and
                                                          spec_draft_sample at temperature 0.7 with top-p 0.9 and at
                                                          the engine's C; OUT/vocab_trace.json and a Markdown table
+                                                         (VOCAB_AB_TILES=1: spec_target_sample_tiles, given tiles)
     python benchmarks/vocab_trace.py plot OUT.png NAME=TRACE.json ...   block 0's phases of each trace's launches
                                                          (family and B as in the first), one bar per trace, the
                                                          phases over 1 us named by their time
@@ -29,7 +30,13 @@ import os
 import sys
 from pathlib import Path
 
-VOCAB = ("spec_target_sample", "spec_target_sample_dense", "spec_draft_sample")
+VOCAB = (
+    "spec_target_sample",
+    "spec_target_sample_dense",
+    "spec_draft_sample",
+    "spec_target_sample_tiles",
+    "spec_target_sample_dense_tiles",
+)
 ENTRY = 255
 SYNC = "__syncthreads();"
 
