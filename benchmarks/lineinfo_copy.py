@@ -17,14 +17,9 @@ import sys
 from pathlib import Path
 
 from specgen.codegen.lower import include_dirs
+from specgen.specializations.vocab_sample import VOCAB_FAMILIES
 
-VOCAB = (
-    "spec_target_sample",
-    "spec_target_sample_dense",
-    "spec_draft_sample",
-    "spec_target_sample_tiles",
-    "spec_target_sample_dense_tiles",
-)
+VOCAB = VOCAB_FAMILIES  # every vocabulary family's cubin is recompiled
 
 
 def recompiled_copy(src: Path, dst: Path, flags: list[str], transform=None) -> list[dict]:

@@ -30,13 +30,6 @@ import os
 import sys
 from pathlib import Path
 
-VOCAB = (
-    "spec_target_sample",
-    "spec_target_sample_dense",
-    "spec_draft_sample",
-    "spec_target_sample_tiles",
-    "spec_target_sample_dense_tiles",
-)
 ENTRY = 255
 SYNC = "__syncthreads();"
 
