@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # What the H200 runs: kernels come prebuilt (no TileLang there), carried in build/.
+# A call takes the working tree and its carried folders up to 64 MiB together (the tracked tree is about 47 MiB):
+# benchmarks/kernel_subset.py SRC DST --families ... --targets cuda cuts a folder to what the call loads.
 #   specgen build --target c,cuda --out build/specgen_kernels
 #   specgen build --target cuda --widths 4 --block-table-widths 8 --block-sizes 16 --out build/verify_test_kernels
 #   specgen build --target c,cuda --widths 2-6 --block-table-widths 8 --block-sizes 16 --draft-dtypes int32 \

@@ -144,3 +144,38 @@ def test_vocab_trace_tags_say_what_the_code_between_two_syncs_names():
         ]
     )
     assert mod.tags(src, [2, 4, 6]) == ["", "exp, p row, histogram adds", "wait for the row, row sums in"]
+
+
+def _folder(root):
+    """A build folder's layout with three variants: two families, two targets (files of a few bytes)."""
+    variants = []
+    for fam, target in (("spec_target_sample", "cuda"), ("spec_target_sample", "c"), ("spec_draft_sample", "cuda")):
+        src, art = f"{target}/{fam}.cu", f"{target}/{fam}.bin"
+        (root / target).mkdir(parents=True, exist_ok=True)
+        (root / src).write_text(f"// {fam} {target}")
+        (root / art).write_bytes(b"\x7fELF" + fam.encode())
+        variants.append({"family": fam, "target": target, "source": src, "artifact": art})
+    (root / "manifest.json").write_text(json.dumps({"version": 1, "variants": variants}))
+    (root / "__init__.py").write_text("")
+    return variants
+
+
+def test_kernel_subset_keeps_the_named_families_and_targets_and_refuses_unknown_names(tmp_path, capsys):
+    mod = _module("kernel_subset")
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    _folder(src)
+    assert mod.main([str(src), str(dst), "--families", "spec_target_sample", "--targets", "cuda"]) == 0
+    manifest = json.loads((dst / "manifest.json").read_text())
+    assert manifest["version"] == 1
+    assert [(v["family"], v["target"]) for v in manifest["variants"]] == [("spec_target_sample", "cuda")]
+    assert sorted(p.relative_to(dst).as_posix() for p in dst.rglob("*") if p.is_file()) == [
+        "__init__.py",
+        "cuda/spec_target_sample.bin",
+        "cuda/spec_target_sample.cu",
+        "manifest.json",
+    ]
+    assert "1 variants" in capsys.readouterr().out
+    assert len(mod.subset(src, dst)) == 3  # no names: every variant (DST made again)
+    assert mod.main([str(src), str(dst), "--families", "spec_target_sampel"]) == 2
+    assert "no variant of family spec_target_sampel" in capsys.readouterr().err
+    assert mod.main([str(src), str(dst), "--targets", "npu"]) == 2
