@@ -27,9 +27,11 @@ def subset(src: Path, dst: Path, families: set[str] | None = None, targets: set[
         unknown = sorted((wanted or set()) - {v[key] for v in variants})
         if unknown:
             raise ValueError(f"{src}: no variant of {name} {', '.join(unknown)}")
-    keep_family = (lambda f: True) if families is None else families.__contains__
-    keep_target = (lambda t: True) if targets is None else targets.__contains__
-    kept = [v for v in variants if keep_family(v["family"]) and keep_target(v["target"])]
+    kept = [
+        v
+        for v in variants
+        if (families is None or v["family"] in families) and (targets is None or v["target"] in targets)
+    ]
     if dst.exists():
         shutil.rmtree(dst)
     dst.mkdir(parents=True)
@@ -52,9 +54,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--families", help="comma-separated family names (default: every one)")
     ap.add_argument("--targets", help="comma-separated targets, cuda and/or c (default: both)")
     args = ap.parse_args(argv)
-    names = lambda text: set(text.split(",")) if text else None  # noqa: E731
+    families = set(args.families.split(",")) if args.families else None
+    targets = set(args.targets.split(",")) if args.targets else None
     try:
-        kept = subset(args.src, args.dst, names(args.families), names(args.targets))
+        kept = subset(args.src, args.dst, families, targets)
     except (ValueError, FileNotFoundError) as err:
         print(f"kernel_subset: {err}", file=sys.stderr)
         return 2

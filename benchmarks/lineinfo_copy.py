@@ -19,8 +19,6 @@ from pathlib import Path
 from specgen.codegen.lower import include_dirs
 from specgen.specializations.vocab_sample import VOCAB_FAMILIES
 
-VOCAB = VOCAB_FAMILIES  # every vocabulary family's cubin is recompiled
-
 
 def recompiled_copy(src: Path, dst: Path, flags: list[str], transform=None) -> list[dict]:
     """``dst``: ``src``'s cuda variants, the vocabulary pass's cubins recompiled from their sources with the extra
@@ -33,7 +31,7 @@ def recompiled_copy(src: Path, dst: Path, flags: list[str], transform=None) -> l
     manifest["variants"] = [v for v in manifest["variants"] if v["target"] == "cuda"]
     done = []
     for v in manifest["variants"]:
-        if v["family"] in VOCAB:
+        if v["family"] in VOCAB_FAMILIES:  # every vocabulary family's cubin is recompiled
             cu, art = dst / v["source"], dst / v["artifact"]
             if transform is not None:
                 cu.write_text(transform(v["family"], cu.read_text()))
